@@ -1,0 +1,655 @@
+//! Failover-group configuration: the `MysqlFailoverGroup.spec` shape (the embedded config file
+//! uses the same fields) and its validation into a typed [`GroupConfig`].
+//!
+//! Validation is done once, at the edge. It collects every problem, each naming the field (as a
+//! path such as `spec.sites[1].name`) and the rule it broke, so a user fixes a file in one pass.
+//! The three sidecar timing rules are the CRD's CEL rules (SPEC §2.1), applied to effective
+//! values (defaults filled in); [`check_sidecar_timing`] is shared with the sidecar's own flags.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::duration::{HumanDuration, parse_duration};
+use crate::names::{check_dns1123_label, check_dns1123_subdomain};
+
+/// Defaults of SPEC §2.1.
+pub mod defaults {
+    use std::time::Duration;
+    pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+    pub const FAILURE_THRESHOLD: u32 = 3;
+    pub const RECOVERY_THRESHOLD: u32 = 2;
+    pub const FAILOVER_COOLDOWN: Duration = Duration::from_secs(300);
+    pub const MAX_LAG_SECONDS: u64 = 300;
+    pub const MAX_LAG_WAIT: Duration = Duration::from_secs(300);
+    pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const LEASE_TIMEOUT: Duration = Duration::from_secs(20);
+    pub const PEER_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+}
+
+/// One problem in a configuration: the field's path and the rule it broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub rule: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.rule)
+    }
+}
+
+/// Every problem found in one configuration object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ValidationErrors {
+    /// Whether some error names `field` (exactly).
+    pub fn has(&self, field: &str) -> bool {
+        self.0.iter().any(|e| e.field == field)
+    }
+}
+
+#[derive(Default)]
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn push(&mut self, field: impl Into<String>, rule: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.into(),
+            rule: rule.into(),
+        });
+    }
+}
+
+/// The role a site plays in its group.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SiteRole {
+    /// May be promoted, automatically or on request.
+    #[default]
+    PrimaryCandidate,
+    /// A reader: never promoted.
+    ReadOnly,
+    /// Disaster recovery: promoted only on explicit request, never automatically.
+    DrOnly,
+}
+
+impl SiteRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiteRole::PrimaryCandidate => "primary-candidate",
+            SiteRole::ReadOnly => "read-only",
+            SiteRole::DrOnly => "dr-only",
+        }
+    }
+}
+
+/// Where a site's MySQL credentials come from. Never the credentials themselves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialsRef {
+    /// Kubernetes: a Secret in the group's namespace with keys `username` and `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    /// Embedded mode: a file with `username=` and `password=` lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MysqlEndpointSpec {
+    pub host: String,
+    pub port: u32,
+    pub credentials: CredentialsRef,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SidecarEndpointSpec {
+    /// Base URL of the site's sidecar, e.g. `http://10.0.0.5:8080`.
+    pub url: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SiteSpec {
+    pub name: String,
+    #[serde(default)]
+    pub role: SiteRole,
+    pub mysql: MysqlEndpointSpec,
+    pub sidecar: SidecarEndpointSpec,
+    /// Higher wins among equally advanced candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplicationSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lag_seconds: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlannedFailoverSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lag_wait: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SidecarSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_check_interval: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SplitBrainPolicy {
+    /// Which site wins a split brain without failover history, most preferred first.
+    #[serde(default)]
+    pub site_priorities: Vec<String>,
+}
+
+/// `MysqlFailoverGroup.spec`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailoverGroupSpec {
+    pub sites: Vec<SiteSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_threshold: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_threshold: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_cooldown: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_failover: Option<PlannedFailoverSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sidecar: Option<SidecarSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_brain_policy: Option<SplitBrainPolicy>,
+}
+
+/// A validated site.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteConfig {
+    pub name: String,
+    pub role: SiteRole,
+    pub mysql_host: String,
+    pub mysql_port: u16,
+    pub credentials: CredentialsRef,
+    pub sidecar_url: String,
+    pub priority: i32,
+}
+
+/// A validated failover group: every value effective (defaults applied) and checked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupConfig {
+    pub name: String,
+    pub namespace: String,
+    pub sites: Vec<SiteConfig>,
+    pub poll_interval: Duration,
+    pub failure_threshold: u32,
+    pub recovery_threshold: u32,
+    pub failover_cooldown: Duration,
+    pub max_lag_seconds: u64,
+    pub max_lag_wait: Duration,
+    pub drain_timeout: Duration,
+    pub lease_timeout: Duration,
+    pub peer_check_interval: Duration,
+    pub site_priorities: Vec<String>,
+}
+
+impl GroupConfig {
+    pub fn site(&self, name: &str) -> Option<&SiteConfig> {
+        self.sites.iter().find(|s| s.name == name)
+    }
+
+    /// The detection budget: `pollInterval × failureThreshold`.
+    pub fn detection_budget(&self) -> Duration {
+        self.poll_interval * self.failure_threshold
+    }
+}
+
+/// The three CEL rules of `spec.sidecar`, on effective values. Each violation names the field
+/// under `prefix` (e.g. `spec.sidecar`) and the rule.
+pub fn check_sidecar_timing(
+    prefix: &str,
+    lease_timeout: Duration,
+    peer_check_interval: Duration,
+) -> Result<(), ValidationErrors> {
+    let mut e = Errors::default();
+    if peer_check_interval < Duration::from_secs(1) {
+        e.push(
+            format!("{prefix}.peerCheckInterval"),
+            format!(
+                "must be >= 1s (rule: peerCheckInterval >= 1s), got {}",
+                HumanDuration(peer_check_interval)
+            ),
+        );
+    }
+    if lease_timeout < Duration::from_secs(3) {
+        e.push(
+            format!("{prefix}.leaseTimeout"),
+            format!(
+                "must be >= 3s (rule: leaseTimeout >= 3s), got {}",
+                HumanDuration(lease_timeout)
+            ),
+        );
+    }
+    if lease_timeout < peer_check_interval * 3 {
+        e.push(
+            format!("{prefix}.leaseTimeout"),
+            format!(
+                "must be >= 3 × peerCheckInterval (rule: leaseTimeout >= 3 × peerCheckInterval; effective values {} < 3 × {} = {}); raise leaseTimeout together with peerCheckInterval",
+                HumanDuration(lease_timeout),
+                HumanDuration(peer_check_interval),
+                HumanDuration(peer_check_interval * 3)
+            ),
+        );
+    }
+    if e.0.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationErrors(e.0))
+    }
+}
+
+fn duration_field(
+    e: &mut Errors,
+    field: &str,
+    value: Option<&String>,
+    default: Duration,
+    min: Duration,
+) -> Duration {
+    let Some(raw) = value else { return default };
+    match parse_duration(raw) {
+        Ok(d) if d < min => {
+            e.push(
+                field,
+                format!(
+                    "must be at least {}, got {}",
+                    HumanDuration(min),
+                    HumanDuration(d)
+                ),
+            );
+            default
+        }
+        Ok(d) => d,
+        Err(err) => {
+            e.push(field, err.to_string());
+            default
+        }
+    }
+}
+
+fn check_url(e: &mut Errors, field: &str, url: &str) {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        None => e.push(field, "must be an http:// or https:// URL"),
+        Some(r) if r.is_empty() || r.starts_with('/') => e.push(field, "must name a host"),
+        Some(r) if r.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            e.push(field, "must not contain whitespace");
+        }
+        Some(_) => {}
+    }
+}
+
+/// Validates a group spec into a [`GroupConfig`]. `name` and `namespace` come from the
+/// object's metadata.
+pub fn validate_group(
+    name: &str,
+    namespace: &str,
+    spec: &FailoverGroupSpec,
+) -> Result<GroupConfig, ValidationErrors> {
+    let mut e = Errors::default();
+    if let Err(rule) = check_dns1123_subdomain(name) {
+        e.push("metadata.name", rule);
+    }
+    if let Err(rule) = check_dns1123_label(namespace) {
+        e.push("metadata.namespace", rule);
+    }
+    if spec.sites.is_empty() {
+        e.push("spec.sites", "must list at least one site");
+    }
+    let mut seen = BTreeSet::new();
+    let mut sites = Vec::with_capacity(spec.sites.len());
+    for (i, s) in spec.sites.iter().enumerate() {
+        let f = |x: &str| format!("spec.sites[{i}].{x}");
+        if let Err(rule) = check_dns1123_label(&s.name) {
+            e.push(f("name"), rule);
+        } else if !seen.insert(s.name.clone()) {
+            e.push(f("name"), format!("duplicate site name {:?}", s.name));
+        }
+        if s.mysql.host.trim().is_empty() {
+            e.push(f("mysql.host"), "must not be empty");
+        }
+        let port = u16::try_from(s.mysql.port).ok().filter(|p| *p != 0);
+        if port.is_none() {
+            e.push(f("mysql.port"), "must be between 1 and 65535");
+        }
+        match (&s.mysql.credentials.secret_name, &s.mysql.credentials.file) {
+            (None, None) => e.push(
+                f("mysql.credentials"),
+                "must name a secretName (Kubernetes) or a file (embedded mode); credentials are never inline",
+            ),
+            (Some(_), Some(_)) => e.push(
+                f("mysql.credentials"),
+                "must set exactly one of secretName and file",
+            ),
+            (Some(n), None) => {
+                if let Err(rule) = check_dns1123_subdomain(n) {
+                    e.push(f("mysql.credentials.secretName"), rule);
+                }
+            }
+            (None, Some(p)) => {
+                if p.trim().is_empty() {
+                    e.push(f("mysql.credentials.file"), "must not be empty");
+                }
+            }
+        }
+        check_url(&mut e, &f("sidecar.url"), &s.sidecar.url);
+        sites.push(SiteConfig {
+            name: s.name.clone(),
+            role: s.role,
+            mysql_host: s.mysql.host.clone(),
+            mysql_port: port.unwrap_or(0),
+            credentials: s.mysql.credentials.clone(),
+            sidecar_url: s.sidecar.url.trim_end_matches('/').to_string(),
+            priority: s.priority.unwrap_or(0),
+        });
+    }
+    if !spec.sites.is_empty()
+        && !spec
+            .sites
+            .iter()
+            .any(|s| s.role == SiteRole::PrimaryCandidate)
+    {
+        e.push(
+            "spec.sites",
+            "must contain at least one site with role primary-candidate",
+        );
+    }
+
+    let zero = Duration::ZERO;
+    let poll_interval = duration_field(
+        &mut e,
+        "spec.pollInterval",
+        spec.poll_interval.as_ref(),
+        defaults::POLL_INTERVAL,
+        Duration::from_millis(100),
+    );
+    let failure_threshold = spec
+        .failure_threshold
+        .unwrap_or(defaults::FAILURE_THRESHOLD);
+    if failure_threshold == 0 {
+        e.push("spec.failureThreshold", "must be at least 1");
+    }
+    let recovery_threshold = spec
+        .recovery_threshold
+        .unwrap_or(defaults::RECOVERY_THRESHOLD);
+    if recovery_threshold == 0 {
+        e.push("spec.recoveryThreshold", "must be at least 1");
+    }
+    let failover_cooldown = duration_field(
+        &mut e,
+        "spec.failoverCooldown",
+        spec.failover_cooldown.as_ref(),
+        defaults::FAILOVER_COOLDOWN,
+        zero,
+    );
+    let max_lag_seconds = spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.max_lag_seconds)
+        .unwrap_or(defaults::MAX_LAG_SECONDS);
+    let pf = spec.planned_failover.clone().unwrap_or_default();
+    let max_lag_wait = duration_field(
+        &mut e,
+        "spec.plannedFailover.maxLagWait",
+        pf.max_lag_wait.as_ref(),
+        defaults::MAX_LAG_WAIT,
+        Duration::from_secs(1),
+    );
+    let drain_timeout = duration_field(
+        &mut e,
+        "spec.plannedFailover.drainTimeout",
+        pf.drain_timeout.as_ref(),
+        defaults::DRAIN_TIMEOUT,
+        zero,
+    );
+    let sc = spec.sidecar.clone().unwrap_or_default();
+    let lease_timeout = duration_field(
+        &mut e,
+        "spec.sidecar.leaseTimeout",
+        sc.lease_timeout.as_ref(),
+        defaults::LEASE_TIMEOUT,
+        zero,
+    );
+    let peer_check_interval = duration_field(
+        &mut e,
+        "spec.sidecar.peerCheckInterval",
+        sc.peer_check_interval.as_ref(),
+        defaults::PEER_CHECK_INTERVAL,
+        zero,
+    );
+    if let Err(errs) = check_sidecar_timing("spec.sidecar", lease_timeout, peer_check_interval) {
+        e.0.extend(errs.0);
+    }
+
+    let site_priorities = spec
+        .split_brain_policy
+        .as_ref()
+        .map(|p| p.site_priorities.clone())
+        .unwrap_or_default();
+    let mut prio_seen = BTreeSet::new();
+    for (i, p) in site_priorities.iter().enumerate() {
+        if !seen.contains(p) {
+            e.push(
+                format!("spec.splitBrainPolicy.sitePriorities[{i}]"),
+                format!("names unknown site {p:?}"),
+            );
+        } else if !prio_seen.insert(p) {
+            e.push(
+                format!("spec.splitBrainPolicy.sitePriorities[{i}]"),
+                format!("lists site {p:?} twice"),
+            );
+        }
+    }
+
+    if !e.0.is_empty() {
+        return Err(ValidationErrors(e.0));
+    }
+    Ok(GroupConfig {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        sites,
+        poll_interval,
+        failure_threshold,
+        recovery_threshold,
+        failover_cooldown,
+        max_lag_seconds,
+        max_lag_wait,
+        drain_timeout,
+        lease_timeout,
+        peer_check_interval,
+        site_priorities,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(name: &str, role: SiteRole) -> SiteSpec {
+        SiteSpec {
+            name: name.into(),
+            role,
+            mysql: MysqlEndpointSpec {
+                host: "127.0.0.1".into(),
+                port: 3307,
+                credentials: CredentialsRef {
+                    secret_name: None,
+                    file: Some("/etc/bloodraven/cred".into()),
+                },
+            },
+            sidecar: SidecarEndpointSpec {
+                url: format!("http://127.0.0.1:8080/{name}"),
+            },
+            priority: None,
+        }
+    }
+
+    fn spec() -> FailoverGroupSpec {
+        FailoverGroupSpec {
+            sites: vec![
+                site("iad", SiteRole::PrimaryCandidate),
+                site("pdx", SiteRole::PrimaryCandidate),
+                site("reader", SiteRole::ReadOnly),
+            ],
+            ..FailoverGroupSpec::default()
+        }
+    }
+
+    fn with_sidecar(lease: Option<&str>, peer: Option<&str>) -> FailoverGroupSpec {
+        FailoverGroupSpec {
+            sidecar: Some(SidecarSpec {
+                lease_timeout: lease.map(Into::into),
+                peer_check_interval: peer.map(Into::into),
+            }),
+            ..spec()
+        }
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = validate_group("playground", "default", &spec()).unwrap();
+        assert_eq!(c.poll_interval, Duration::from_secs(2));
+        assert_eq!(c.failure_threshold, 3);
+        assert_eq!(c.recovery_threshold, 2);
+        assert_eq!(c.failover_cooldown, Duration::from_secs(300));
+        assert_eq!(c.max_lag_seconds, 300);
+        assert_eq!(c.max_lag_wait, Duration::from_secs(300));
+        assert_eq!(c.drain_timeout, Duration::from_secs(30));
+        assert_eq!(c.lease_timeout, Duration::from_secs(20));
+        assert_eq!(c.peer_check_interval, Duration::from_secs(5));
+        assert_eq!(c.detection_budget(), Duration::from_secs(6));
+        assert_eq!(c.site("reader").unwrap().role, SiteRole::ReadOnly);
+    }
+
+    #[test]
+    fn raising_peer_check_interval_alone_is_rejected() {
+        let err = validate_group("g", "default", &with_sidecar(None, Some("10s"))).unwrap_err();
+        assert!(err.has("spec.sidecar.leaseTimeout"), "{err}");
+        assert!(err.to_string().contains("3 × peerCheckInterval"), "{err}");
+        assert!(err.to_string().contains("20s < 3 × 10s = 30s"), "{err}");
+        // Moving both is fine.
+        assert!(validate_group("g", "default", &with_sidecar(Some("30s"), Some("10s"))).is_ok());
+    }
+
+    #[test]
+    fn the_three_cel_rules() {
+        let err =
+            validate_group("g", "default", &with_sidecar(Some("20s"), Some("500ms"))).unwrap_err();
+        assert!(err.has("spec.sidecar.peerCheckInterval"), "{err}");
+        assert!(err.to_string().contains("peerCheckInterval >= 1s"));
+        let err =
+            validate_group("g", "default", &with_sidecar(Some("2s"), Some("1s"))).unwrap_err();
+        assert!(err.to_string().contains("leaseTimeout >= 3s"), "{err}");
+        // Exactly on the floor is allowed: 15s = 3 × 5s, and the shipped 20s/5s pair.
+        assert!(validate_group("g", "default", &with_sidecar(Some("15s"), Some("5s"))).is_ok());
+        assert!(validate_group("g", "default", &with_sidecar(Some("3s"), Some("1s"))).is_ok());
+        assert!(check_sidecar_timing("x", Duration::from_secs(20), Duration::from_secs(5)).is_ok());
+    }
+
+    #[test]
+    fn bad_durations_name_the_field() {
+        let s = FailoverGroupSpec {
+            poll_interval: Some("2 seconds".into()),
+            failover_cooldown: Some("-1s".into()),
+            ..spec()
+        };
+        let err = validate_group("g", "default", &s).unwrap_err();
+        assert!(err.has("spec.pollInterval"));
+        assert!(err.has("spec.failoverCooldown"));
+    }
+
+    #[test]
+    fn site_rules() {
+        let mut s = spec();
+        s.sites[1].name = "iad".into();
+        s.sites[2].name = "Bad_Name".into();
+        s.sites[0].mysql.port = 70000;
+        s.sites[0].mysql.credentials = CredentialsRef::default();
+        s.sites[1].sidecar.url = "ftp://x".into();
+        let err = validate_group("g", "default", &s).unwrap_err();
+        for field in [
+            "spec.sites[1].name",
+            "spec.sites[2].name",
+            "spec.sites[0].mysql.port",
+            "spec.sites[0].mysql.credentials",
+            "spec.sites[1].sidecar.url",
+        ] {
+            assert!(err.has(field), "{field} missing in {err}");
+        }
+        assert!(err.to_string().contains("duplicate site name"));
+    }
+
+    #[test]
+    fn needs_a_candidate_and_known_priorities() {
+        let s = FailoverGroupSpec {
+            sites: vec![site("reader", SiteRole::ReadOnly)],
+            ..FailoverGroupSpec::default()
+        };
+        let err = validate_group("g", "default", &s).unwrap_err();
+        assert!(err.has("spec.sites"));
+        let s = FailoverGroupSpec {
+            split_brain_policy: Some(SplitBrainPolicy {
+                site_priorities: vec!["iad".into(), "nope".into(), "iad".into()],
+            }),
+            ..spec()
+        };
+        let err = validate_group("g", "default", &s).unwrap_err();
+        assert!(err.has("spec.splitBrainPolicy.sitePriorities[1]"));
+        assert!(err.has("spec.splitBrainPolicy.sitePriorities[2]"));
+        let err = validate_group("", "Bad", &spec()).unwrap_err();
+        assert!(err.has("metadata.name") && err.has("metadata.namespace"));
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_by_the_shape() {
+        let json = r#"{"sites":[],"pollIntervall":"2s"}"#;
+        let err = serde_json::from_str::<FailoverGroupSpec>(json).unwrap_err();
+        assert!(err.to_string().contains("pollIntervall"), "{err}");
+    }
+}

@@ -1,0 +1,24 @@
+//! Bloodraven's pure domain.
+//!
+//! Everything here is a value or a pure function: no IO, no networking, no MySQL driver and no
+//! clock reads. Time arrives as a [`time::Timestamp`] argument and randomness through the
+//! [`token::TokenSource`] trait, so every decision can be table-tested and property-tested
+//! without servers. The runtime crates gather facts, call into this crate to decide, then act.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
+//! | [`health`] | `stable` / `unstableReason` and the grant and renewal gates |
+//! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
+//! | [`token`] | lease tokens and their hashes |
+//! | [`time`] | wall-clock instants as values |
+//! | [`duration`] | Kubernetes-style duration strings |
+//! | [`names`] | DNS-1123 name rules |
+
+pub mod config;
+pub mod duration;
+pub mod health;
+pub mod lease;
+pub mod names;
+pub mod time;
+pub mod token;

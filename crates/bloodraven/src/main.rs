@@ -1,0 +1,32 @@
+//! The `bloodraven` command: one binary, one subcommand per component.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bloodraven",
+    version,
+    about = "Keeps exactly one MySQL/MariaDB site of a failover group writable"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the effective lease TTL for a requested value (the [5, 120] clamp).
+    ClampTtl {
+        /// Requested TTL in seconds.
+        seconds: i64,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::ClampTtl { seconds } => {
+            println!("{}", bloodraven_core::lease::clamp_ttl(seconds));
+        }
+    }
+}
