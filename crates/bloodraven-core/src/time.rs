@@ -103,6 +103,40 @@ impl fmt::Display for Timestamp {
     }
 }
 
+/// A source of wall-clock time. The runtime's implementation reads the system clock (the only
+/// place that may); tests use [`ManualClock`] to pause, advance and skew it.
+pub trait Clock: Send + Sync + fmt::Debug {
+    fn now(&self) -> Timestamp;
+}
+
+/// A clock that only moves when told to. Shared between threads; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock(std::sync::Arc<std::sync::atomic::AtomicI64>);
+
+impl ManualClock {
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock(std::sync::Arc::new(std::sync::atomic::AtomicI64::new(
+            start.unix_millis(),
+        )))
+    }
+
+    pub fn set(&self, t: Timestamp) {
+        self.0
+            .store(t.unix_millis(), std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn advance(&self, d: Duration) {
+        let now = self.now().plus(d);
+        self.set(now);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_unix_millis(self.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
 /// An RFC 3339 string could not be parsed. Carries only the input's length, never the input,
 /// so a secret pasted into a time field cannot leak through an error message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -159,6 +193,17 @@ mod tests {
         assert_eq!(z.since(z.plus(Duration::from_secs(1))), Duration::ZERO);
         assert_eq!(z.seconds_until(z.plus(Duration::from_millis(1001))), 2);
         assert_eq!(z.plus(Duration::from_secs(3)).seconds_until(z), 0);
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let c = ManualClock::new(Timestamp::from_unix_seconds(10));
+        let shared = c.clone();
+        assert_eq!(c.now(), Timestamp::from_unix_seconds(10));
+        shared.advance(Duration::from_millis(1500));
+        assert_eq!(c.now().unix_millis(), 11_500);
+        c.set(Timestamp::EPOCH);
+        assert_eq!(shared.now(), Timestamp::EPOCH);
     }
 
     #[test]
