@@ -10,6 +10,7 @@
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
 //! | [`health`] | `stable` / `unstableReason` and the grant and renewal gates |
 //! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
+//! | [`gtid`] | GTID sets of MariaDB and MySQL: parse, contains, subtract |
 //! | [`token`] | lease tokens and their hashes |
 //! | [`time`] | wall-clock instants as values |
 //! | [`duration`] | Kubernetes-style duration strings |
@@ -17,6 +18,7 @@
 
 pub mod config;
 pub mod duration;
+pub mod gtid;
 pub mod health;
 pub mod lease;
 pub mod names;

@@ -1,0 +1,136 @@
+//! Figures for the MySQL adapter on real MariaDB servers, printed as median and p99:
+//! - time to start 3 servers (exec → accepting connections) and to wire replication;
+//! - fence latency, idle and under a continuous writer;
+//! - planned switchover write-unavailability seen by a writer trying every millisecond
+//!   (last acknowledged write on the old primary → first on the new), and the primitive's own
+//!   fence → writable time.
+//!
+//! Run: `cargo bench -p bloodraven-mysql --bench mysql` (optionally `-- RUNS`, default 20).
+
+use std::time::Duration;
+
+use bloodraven_mysql::FenceOutcome;
+use bloodraven_mysql::harness::{Harness, HarnessOptions};
+use bloodraven_mysql::switchover::{SwitchoverOptions, switchover};
+use bloodraven_mysql::writer::{WRITES_TABLE_DDL, Writer, percentile};
+use tokio::time::{Instant, sleep};
+
+fn show(label: &str, v: &mut [Duration]) {
+    let p50 = percentile(v, 50.0).unwrap_or_default();
+    let p99 = percentile(v, 99.0).unwrap_or_default();
+    println!(
+        "{label:<58} n={:<3} p50 {:>8.2} ms   p99 {:>8.2} ms",
+        v.len(),
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let runs: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20);
+
+    // 1. Start-up.
+    let mut start = Vec::new();
+    let mut wire = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let mut h = Harness::start(HarnessOptions::new(["iad", "pdx", "reader"]))
+            .await
+            .expect("start");
+        start.push(t.elapsed());
+        let t = Instant::now();
+        h.wire(0).await.expect("wire");
+        wire.push(t.elapsed());
+    }
+    show(
+        "start 3 servers (spawn → all accept connections)",
+        &mut start,
+    );
+    show("wire GTID replication primary → 2 replicas", &mut wire);
+
+    let h = Harness::start_group(&["iad", "pdx", "reader"])
+        .await
+        .expect("harness");
+    h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
+    h.wait_replicas_caught_up(0, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let clients: Vec<_> = (0..3).map(|i| h.failover_client(i)).collect();
+
+    // 2. Fence latency.
+    for (label, load) in [
+        ("fence (idle primary)", false),
+        ("fence (primary under a 1 ms writer)", true),
+    ] {
+        let writer = load.then(|| {
+            Writer::start_from(
+                vec![(h.name(0).to_string(), h.app_opts(0))],
+                Duration::from_millis(1),
+                1_000_000_000,
+            )
+        });
+        let mut v = Vec::new();
+        for _ in 0..runs {
+            sleep(Duration::from_millis(50)).await;
+            let t = Instant::now();
+            assert_eq!(
+                clients[0].fence(Duration::from_secs(5)).await,
+                FenceOutcome::Fenced
+            );
+            v.push(t.elapsed());
+            clients[0].unfence().await.unwrap();
+        }
+        if let Some(w) = writer {
+            w.stop().await;
+        }
+        show(label, &mut v);
+    }
+
+    // 3. Switchovers under a writer trying every millisecond.
+    let writer = Writer::start(
+        (0..3)
+            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
+            .collect(),
+        Duration::from_millis(1),
+    );
+    let opts = SwitchoverOptions {
+        fence_timeout: Duration::from_secs(5),
+        catch_up_timeout: Duration::from_secs(30),
+    };
+    let mut primary = 0;
+    let mut internal = Vec::new();
+    for _ in 0..runs {
+        sleep(Duration::from_millis(200)).await;
+        let target = 1 - primary;
+        let r = switchover(
+            &clients[primary],
+            &clients[target],
+            &[clients[2].clone()],
+            &h.accounts().replication,
+            opts,
+        )
+        .await
+        .expect("switchover");
+        internal.push(r.write_unavailable);
+        primary = target;
+    }
+    sleep(Duration::from_millis(200)).await;
+    let log = writer.stop().await;
+    let mut gaps = log.unavailability_gaps();
+    show("switchover write-unavailability (writer's view)", &mut gaps);
+    show(
+        "switchover primitive: fence start → target writable",
+        &mut internal,
+    );
+    println!(
+        "writer: {} acknowledged, {} refused {:?} (by server error), {} ambiguous",
+        log.acked.len(),
+        log.refused,
+        log.refusals_by_code,
+        log.ambiguous.len()
+    );
+}

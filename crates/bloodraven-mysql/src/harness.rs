@@ -1,0 +1,831 @@
+//! Real MariaDB servers on loopback, for tests, benchmarks and the playground.
+//!
+//! [`Harness::start`] starts N `mariadbd` processes from the Debian binaries, each with its own
+//! data directory (copied from a template made once by `mariadb-install-db`), port, socket,
+//! `server_id`, binary log and GTID settings. [`Harness::wire`] creates the accounts on a
+//! chosen primary and makes every other server its GTID replica.
+//!
+//! The harness stops exactly the processes it started, by pid: on drop (which also runs when a
+//! test panics) and, for processes left behind by a test process that was killed outright, the
+//! next harness in any process reaps them — each harness directory records its owner's pid, and
+//! a server is only signalled after `/proc/<pid>/cmdline` confirms it runs on that directory.
+//! It never touches port 3306 or the machine's own MariaDB service.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::fs;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::time::{Instant, sleep};
+
+use crate::creds::Credentials;
+use crate::site::{Endpoint, SiteClient, SourceSpec, Timeouts};
+
+/// The harness could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error(
+        "{binary} not found; install MariaDB with `apt-get install -y mariadb-server mariadb-client` (or set BLOODRAVEN_MARIADBD)"
+    )]
+    MissingBinary { binary: &'static str },
+    #[error("failed to prepare {path}: {source}")]
+    Filesystem { path: String, source: io::Error },
+    #[error("mariadb-install-db failed (log: {log}): {detail}")]
+    InstallDb { log: String, detail: String },
+    #[error("failed to spawn mariadbd for {server}: {source}")]
+    Spawn { server: String, source: io::Error },
+    #[error("mariadbd for {server} exited during start-up; last lines of {log}:\n{tail}")]
+    StartupExit {
+        server: String,
+        log: String,
+        tail: String,
+    },
+    #[error("mariadbd for {server} was not ready within {} s; last lines of {log}:\n{tail}", waited.as_secs())]
+    StartupTimeout {
+        server: String,
+        waited: Duration,
+        log: String,
+        tail: String,
+    },
+    #[error("setting up {server} failed: {source}")]
+    Setup {
+        server: String,
+        source: crate::MysqlError,
+    },
+    #[error("replication to {server} did not come up: {detail}")]
+    Replication { server: String, detail: String },
+    #[error("no server with index {index} (the harness has {count})")]
+    NoSuchServer { index: usize, count: usize },
+    #[error("failed to signal {server} (pid {pid}): {detail}")]
+    Signal {
+        server: String,
+        pid: i32,
+        detail: String,
+    },
+}
+
+fn fs_err(path: &Path) -> impl FnOnce(io::Error) -> HarnessError + '_ {
+    move |source| HarnessError::Filesystem {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// How to start a harness.
+#[derive(Clone, Debug)]
+pub struct HarnessOptions {
+    /// One server per name; names double as site names (`iad`, `pdx`, `reader`).
+    pub names: Vec<String>,
+    /// Where the servers live. `None`: a fresh directory under the system temp dir, removed on
+    /// drop. `Some`: kept on drop, and reused (data directories included) when it exists.
+    pub dir: Option<PathBuf>,
+    /// Fixed TCP ports, one per name. `None`: free ports picked at start.
+    pub ports: Option<Vec<u16>>,
+    /// `innodb_buffer_pool_size` of each server.
+    pub buffer_pool: String,
+    /// Stop servers with SIGTERM (clean shutdown) instead of SIGKILL on drop.
+    pub graceful_shutdown: bool,
+}
+
+impl HarnessOptions {
+    pub fn new<S: Into<String>>(names: impl IntoIterator<Item = S>) -> Self {
+        HarnessOptions {
+            names: names.into_iter().map(Into::into).collect(),
+            dir: None,
+            ports: None,
+            buffer_pool: "32M".into(),
+            graceful_shutdown: false,
+        }
+    }
+}
+
+/// The accounts a wired harness has, on every server (created on the primary, replicated).
+#[derive(Clone, Debug)]
+pub struct Accounts {
+    /// `root` over the Unix socket: setup only.
+    pub admin: Credentials,
+    /// The control-plane account: `READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, SLAVE MONITOR,
+    /// BINLOG MONITOR, CONNECTION ADMIN, PROCESS, RELOAD` on `*.*`, no DML.
+    pub failover: Credentials,
+    /// Replicas authenticate to their source with it: `REPLICATION SLAVE`.
+    pub replication: Credentials,
+    /// The application: `SELECT, INSERT, UPDATE, DELETE` on `app.*` only.
+    pub app: Credentials,
+}
+
+/// The grants of the least-privilege control-plane account (documented for users).
+pub const FAILOVER_GRANTS: &str = "READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, SLAVE MONITOR, BINLOG MONITOR, CONNECTION ADMIN, PROCESS, RELOAD";
+/// The grants of the replication account.
+pub const REPLICATION_GRANTS: &str = "REPLICATION SLAVE";
+/// The grants of the application account (on its schema only).
+pub const APP_GRANTS: &str = "SELECT, INSERT, UPDATE, DELETE";
+
+/// One `mariadbd` process of the harness.
+pub struct Server {
+    pub name: String,
+    pub index: usize,
+    pub server_id: u32,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    child: Option<Child>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.name)
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// The pid of the running process, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn datadir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    pub fn error_log(&self) -> PathBuf {
+        self.dir.join("error.log")
+    }
+
+    fn running(&mut self) -> bool {
+        match self.child.as_mut().map(Child::try_wait) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                self.child = None;
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+static HARNESS_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A set of running MariaDB servers.
+pub struct Harness {
+    dir: PathBuf,
+    keep: bool,
+    graceful: bool,
+    mariadbd: PathBuf,
+    buffer_pool: String,
+    servers: Vec<Server>,
+    accounts: Accounts,
+    wired_primary: Option<usize>,
+}
+
+impl fmt::Debug for Harness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Harness")
+            .field("dir", &self.dir)
+            .field("servers", &self.servers)
+            .finish_non_exhaustive()
+    }
+}
+
+fn random_password() -> String {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    let a = h.finish();
+    let mut h2 = RandomState::new().build_hasher();
+    h2.write_u64(a);
+    format!("{a:016x}{:016x}", h2.finish())
+}
+
+/// Finds `mariadbd`: `$BLOODRAVEN_MARIADBD`, then `PATH`, then Debian's `/usr/sbin`.
+pub fn find_mariadbd() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("BLOODRAVEN_MARIADBD") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    find_in_path("mariadbd")
+        .or_else(|| Some(PathBuf::from("/usr/sbin/mariadbd")).filter(|p| p.is_file()))
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn harness_root() -> PathBuf {
+    std::env::temp_dir().join("bloodraven-harness")
+}
+
+/// Kills servers left behind by harnesses whose owning process no longer exists.
+fn reap_orphans() {
+    let Ok(entries) = fs::read_dir(harness_root()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        let Some(owner) = fs::read_to_string(dir.join("owner.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{owner}")).exists() {
+            continue;
+        }
+        if let Ok(servers) = fs::read_dir(&dir) {
+            for s in servers.flatten() {
+                kill_recorded(&s.path());
+            }
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+/// SIGKILLs the server recorded in `server_dir/started.pid`, if its command line confirms it
+/// runs on that directory (a recycled pid is left alone).
+fn kill_recorded(server_dir: &Path) {
+    let Some(pid) = fs::read_to_string(server_dir.join("started.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let needle = server_dir.join("data").display().to_string();
+    if String::from_utf8_lossy(&cmdline).contains(&needle) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+    fs::create_dir_all(to)?;
+    for e in fs::read_dir(from)? {
+        let e = e?;
+        let target = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &target)?;
+        } else {
+            fs::copy(e.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes (once per machine and server version) a data directory from `mariadb-install-db`
+/// and returns its path. Concurrent creators race on an atomic rename; losers discard theirs.
+fn template(mariadbd: &Path) -> Result<PathBuf, HarnessError> {
+    let version = Command::new(mariadbd)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write(version.as_bytes());
+    h.write(mariadbd.as_os_str().as_encoded_bytes());
+    let uid = nix::unistd::geteuid().as_raw();
+    let path = std::env::temp_dir().join(format!(
+        "bloodraven-mariadb-template-{uid}-{:012x}",
+        h.finish() & 0xffff_ffff_ffff
+    ));
+    if path.join("data/mysql").is_dir() {
+        return Ok(path);
+    }
+    let install = find_in_path("mariadb-install-db")
+        .or_else(|| Some(PathBuf::from("/usr/bin/mariadb-install-db")).filter(|p| p.is_file()))
+        .ok_or(HarnessError::MissingBinary {
+            binary: "mariadb-install-db",
+        })?;
+    let tmp = std::env::temp_dir().join(format!(
+        "bloodraven-mariadb-template-tmp-{}-{}",
+        std::process::id(),
+        HARNESS_SEQ.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).map_err(fs_err(&tmp))?;
+    let log = tmp.join("install.log");
+    let log_file = fs::File::create(&log).map_err(fs_err(&log))?;
+    let mut cmd = Command::new(&install);
+    cmd.arg("--no-defaults");
+    if is_root() {
+        cmd.arg("--user=root");
+    }
+    let status = cmd
+        .arg(format!("--datadir={}", tmp.join("data").display()))
+        .arg("--auth-root-authentication-method=normal")
+        .arg("--skip-test-db")
+        .arg("--innodb-log-file-size=8M")
+        .stdout(log_file.try_clone().map_err(fs_err(&log))?)
+        .stderr(log_file)
+        .status()
+        .map_err(|e| HarnessError::InstallDb {
+            log: log.display().to_string(),
+            detail: e.to_string(),
+        })?;
+    if !status.success() {
+        return Err(HarnessError::InstallDb {
+            log: log.display().to_string(),
+            detail: format!("exit status {status}"),
+        });
+    }
+    match fs::rename(&tmp, &path) {
+        Ok(()) => Ok(path),
+        Err(_) if path.join("data/mysql").is_dir() => {
+            let _ = fs::remove_dir_all(&tmp);
+            Ok(path)
+        }
+        Err(e) => Err(fs_err(&path)(e)),
+    }
+}
+
+fn free_port() -> io::Result<u16> {
+    loop {
+        let l = TcpListener::bind(("127.0.0.1", 0))?;
+        let port = l.local_addr()?.port();
+        if port != 3306 {
+            return Ok(port);
+        }
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+impl Harness {
+    /// Starts one server per name and waits until every one accepts connections.
+    pub async fn start(opts: HarnessOptions) -> Result<Harness, HarnessError> {
+        let mariadbd = find_mariadbd().ok_or(HarnessError::MissingBinary { binary: "mariadbd" })?;
+        reap_orphans();
+        let (dir, keep) = if let Some(d) = &opts.dir {
+            (d.clone(), true)
+        } else {
+            let d = harness_root().join(format!(
+                "{}-{}",
+                std::process::id(),
+                HARNESS_SEQ.fetch_add(1, Ordering::SeqCst)
+            ));
+            let _ = fs::remove_dir_all(&d);
+            (d, false)
+        };
+        fs::create_dir_all(&dir).map_err(fs_err(&dir))?;
+        let owner = dir.join("owner.pid");
+        if !keep {
+            fs::write(&owner, std::process::id().to_string()).map_err(fs_err(&owner))?;
+        }
+        let template = template(&mariadbd)?;
+        let accounts = Accounts {
+            admin: Credentials::new("root", ""),
+            failover: Credentials::new("bloodraven", random_password()),
+            replication: Credentials::new("repl", random_password()),
+            app: Credentials::new("app", random_password()),
+        };
+        let mut h = Harness {
+            dir: dir.clone(),
+            keep,
+            graceful: opts.graceful_shutdown,
+            mariadbd,
+            buffer_pool: opts.buffer_pool.clone(),
+            servers: Vec::new(),
+            accounts,
+            wired_primary: None,
+        };
+        for (i, name) in opts.names.iter().enumerate() {
+            let sdir = dir.join(name);
+            if !sdir.join("data/mysql").is_dir() {
+                let _ = fs::remove_dir_all(sdir.join("data"));
+                copy_dir(&template.join("data"), &sdir.join("data")).map_err(fs_err(&sdir))?;
+            }
+            let port = match &opts.ports {
+                Some(p) => p.get(i).copied().unwrap_or(0),
+                None => free_port().map_err(fs_err(&sdir))?,
+            };
+            h.servers.push(Server {
+                name: name.clone(),
+                index: i,
+                server_id: u32::try_from(i + 1).unwrap_or(u32::MAX),
+                port,
+                socket: sdir.join("mysqld.sock"),
+                dir: sdir,
+                child: None,
+            });
+        }
+        for i in 0..h.servers.len() {
+            h.spawn(i)?;
+        }
+        for i in 0..h.servers.len() {
+            // A free port can be taken between picking and binding: retry with another.
+            let mut attempts = 0;
+            loop {
+                match h.wait_ready(i, Duration::from_secs(60)).await {
+                    Ok(()) => break,
+                    Err(HarnessError::StartupExit { tail, .. })
+                        if attempts < 3
+                            && opts.ports.is_none()
+                            && tail.contains("Bind on TCP/IP port") =>
+                    {
+                        attempts += 1;
+                        h.servers[i].port = free_port().map_err(fs_err(&h.dir))?;
+                        h.spawn(i)?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(h)
+    }
+
+    /// Starts N servers named `s1…sN` and wires replication from the first.
+    pub async fn start_group(names: &[&str]) -> Result<Harness, HarnessError> {
+        let mut h = Harness::start(HarnessOptions::new(names.iter().copied())).await?;
+        h.wire(0).await?;
+        Ok(h)
+    }
+
+    fn server(&self, i: usize) -> Result<&Server, HarnessError> {
+        self.servers.get(i).ok_or(HarnessError::NoSuchServer {
+            index: i,
+            count: self.servers.len(),
+        })
+    }
+
+    fn server_mut(&mut self, i: usize) -> Result<&mut Server, HarnessError> {
+        let count = self.servers.len();
+        self.servers
+            .get_mut(i)
+            .ok_or(HarnessError::NoSuchServer { index: i, count })
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), HarnessError> {
+        let mariadbd = self.mariadbd.clone();
+        let buffer_pool = self.buffer_pool.clone();
+        let s = self.server_mut(i)?;
+        let out = s.dir.join("stdout.log");
+        let out_file = fs::File::create(&out).map_err(fs_err(&out))?;
+        let mut cmd = Command::new(&mariadbd);
+        // --log-basename must come first, or it silently renames the binlog and error log.
+        cmd.arg("--no-defaults")
+            .arg(format!("--log-basename={}", s.name));
+        if is_root() {
+            cmd.arg("--user=root");
+        }
+        cmd.arg(format!("--datadir={}", s.datadir().display()))
+            .arg(format!("--port={}", s.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", s.socket.display()))
+            .arg(format!(
+                "--pid-file={}",
+                s.dir.join("mariadbd.pid").display()
+            ))
+            .arg(format!("--log-error={}", s.error_log().display()))
+            .arg(format!("--server-id={}", s.server_id))
+            .arg(format!("--log-bin={}-bin", s.name))
+            .arg("--binlog-format=ROW")
+            .arg("--log-slave-updates")
+            .arg("--gtid-strict-mode=1")
+            .arg("--skip-name-resolve")
+            .arg(format!("--innodb-buffer-pool-size={buffer_pool}"))
+            .arg("--innodb-log-file-size=8M")
+            .stdin(Stdio::null())
+            .stdout(out_file.try_clone().map_err(fs_err(&out))?)
+            .stderr(out_file);
+        let child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+            server: s.name.clone(),
+            source,
+        })?;
+        let pid_file = s.dir.join("started.pid");
+        fs::write(&pid_file, child.id().to_string()).map_err(fs_err(&pid_file))?;
+        s.child = Some(child);
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, i: usize, limit: Duration) -> Result<(), HarnessError> {
+        let started = Instant::now();
+        let client = self.admin(i)?;
+        loop {
+            let s = self.server_mut(i)?;
+            if !s.running() {
+                return Err(HarnessError::StartupExit {
+                    server: s.name.clone(),
+                    log: s.error_log().display().to_string(),
+                    tail: tail(&s.error_log(), 15),
+                });
+            }
+            if client.flavor().await.is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                let s = self.server(i)?;
+                return Err(HarnessError::StartupTimeout {
+                    server: s.name.clone(),
+                    waited: limit,
+                    log: s.error_log().display().to_string(),
+                    tail: tail(&s.error_log(), 15),
+                });
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Creates the accounts and the `app` schema on `primary`, and makes every other server a
+    /// read-only GTID replica of it, waiting until each has caught up.
+    pub async fn wire(&mut self, primary: usize) -> Result<(), HarnessError> {
+        let p = self.admin(primary)?;
+        let a = &self.accounts;
+        let setup = [
+            format!(
+                "CREATE USER IF NOT EXISTS 'bloodraven'@'127.0.0.1' IDENTIFIED BY {}",
+                crate::sql::quote(a.failover.password.expose())
+            ),
+            format!("GRANT {FAILOVER_GRANTS} ON *.* TO 'bloodraven'@'127.0.0.1'"),
+            format!(
+                "CREATE USER IF NOT EXISTS 'repl'@'127.0.0.1' IDENTIFIED BY {}",
+                crate::sql::quote(a.replication.password.expose())
+            ),
+            format!("GRANT {REPLICATION_GRANTS} ON *.* TO 'repl'@'127.0.0.1'"),
+            format!(
+                "CREATE USER IF NOT EXISTS 'app'@'127.0.0.1' IDENTIFIED BY {}",
+                crate::sql::quote(a.app.password.expose())
+            ),
+            "CREATE DATABASE IF NOT EXISTS app".to_string(),
+            format!("GRANT {APP_GRANTS} ON app.* TO 'app'@'127.0.0.1'"),
+        ];
+        let pname = self.server(primary)?.name.clone();
+        for stmt in setup {
+            p.execute(stmt)
+                .await
+                .map_err(|source| HarnessError::Setup {
+                    server: pname.clone(),
+                    source,
+                })?;
+        }
+        p.unfence().await.map_err(|source| HarnessError::Setup {
+            server: pname.clone(),
+            source,
+        })?;
+        let spec = self.source_spec(primary)?;
+        for i in 0..self.servers.len() {
+            if i == primary {
+                continue;
+            }
+            let r = self.admin(i)?;
+            let name = self.server(i)?.name.clone();
+            r.repoint(&spec)
+                .await
+                .map_err(|source| HarnessError::Setup {
+                    server: name.clone(),
+                    source,
+                })?;
+        }
+        self.wired_primary = Some(primary);
+        self.wait_replicas_caught_up(primary, Duration::from_secs(30))
+            .await
+    }
+
+    /// Waits until every replica of `primary` runs both threads and has applied the primary's
+    /// current GTID set.
+    pub async fn wait_replicas_caught_up(
+        &self,
+        primary: usize,
+        limit: Duration,
+    ) -> Result<(), HarnessError> {
+        let p = self.admin(primary)?;
+        let pname = self.server(primary)?.name.clone();
+        let target = p
+            .probe()
+            .await
+            .map_err(|source| HarnessError::Setup {
+                server: pname,
+                source,
+            })?
+            .gtid;
+        for i in 0..self.servers.len() {
+            if i == primary {
+                continue;
+            }
+            let r = self.admin(i)?;
+            let name = self.server(i)?.name.clone();
+            let caught_up =
+                r.wait_for_gtid(&target, limit)
+                    .await
+                    .map_err(|e| HarnessError::Replication {
+                        server: name.clone(),
+                        detail: e.to_string(),
+                    })?;
+            if !caught_up {
+                let state = r.probe().await.map(|p| format!("{:?}", p.replica));
+                return Err(HarnessError::Replication {
+                    server: name,
+                    detail: format!("not caught up within {} s: {state:?}", limit.as_secs()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn accounts(&self) -> &Accounts {
+        &self.accounts
+    }
+
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.servers.iter().position(|s| s.name == name)
+    }
+
+    pub fn port(&self, i: usize) -> u16 {
+        self.servers.get(i).map_or(0, |s| s.port)
+    }
+
+    pub fn name(&self, i: usize) -> &str {
+        self.servers.get(i).map_or("", |s| s.name.as_str())
+    }
+
+    /// The server's TCP endpoint.
+    pub fn endpoint(&self, i: usize) -> Endpoint {
+        Endpoint::tcp("127.0.0.1", self.port(i))
+    }
+
+    /// How replicas reach server `i`.
+    pub fn source_spec(&self, i: usize) -> Result<SourceSpec, HarnessError> {
+        Ok(SourceSpec {
+            host: "127.0.0.1".into(),
+            port: self.server(i)?.port,
+            credentials: self.accounts.replication.clone(),
+        })
+    }
+
+    /// `root` over the Unix socket.
+    pub fn admin(&self, i: usize) -> Result<SiteClient, HarnessError> {
+        let s = self.server(i)?;
+        Ok(SiteClient::new(
+            s.name.clone(),
+            Endpoint::unix(&s.socket),
+            self.accounts.admin.clone(),
+            Timeouts::default(),
+        ))
+    }
+
+    /// The least-privilege control-plane account over TCP: what the operator and sidecars use.
+    pub fn failover_client(&self, i: usize) -> SiteClient {
+        SiteClient::new(
+            self.name(i).to_string(),
+            self.endpoint(i),
+            self.accounts.failover.clone(),
+            Timeouts::default(),
+        )
+    }
+
+    /// Connection options for the application account on server `i` (database `app`).
+    pub fn app_opts(&self, i: usize) -> mysql_async::Opts {
+        mysql_async::OptsBuilder::default()
+            .ip_or_hostname("127.0.0.1")
+            .tcp_port(self.port(i))
+            .prefer_socket(false)
+            .user(Some(self.accounts.app.user.clone()))
+            .pass(Some(self.accounts.app.password.expose().to_string()))
+            .db_name(Some("app"))
+            .into()
+    }
+
+    /// The pid of server `i`, if it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.servers.get(i).and_then(Server::pid)
+    }
+
+    pub fn is_running(&mut self, i: usize) -> bool {
+        self.servers.get_mut(i).is_some_and(Server::running)
+    }
+
+    fn signal(&mut self, i: usize, sig: Signal) -> Result<(), HarnessError> {
+        let s = self.server_mut(i)?;
+        let Some(pid) = s.pid() else { return Ok(()) };
+        let pid = i32::try_from(pid).unwrap_or(i32::MAX);
+        kill(Pid::from_raw(pid), sig).map_err(|e| HarnessError::Signal {
+            server: s.name.clone(),
+            pid,
+            detail: e.to_string(),
+        })
+    }
+
+    /// SIGKILLs server `i` (a crash) and reaps it.
+    pub fn kill(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.signal(i, Signal::SIGKILL)?;
+        let s = self.server_mut(i)?;
+        if let Some(mut c) = s.child.take() {
+            let _ = c.wait();
+        }
+        let _ = fs::remove_file(s.dir.join("started.pid"));
+        Ok(())
+    }
+
+    /// SIGSTOPs server `i`: it holds its connections but answers nothing.
+    pub fn pause(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.signal(i, Signal::SIGSTOP)
+    }
+
+    /// SIGCONTs a paused server.
+    pub fn resume(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.signal(i, Signal::SIGCONT)
+    }
+
+    /// Stops server `i` cleanly (SIGTERM), waiting up to 30 s before SIGKILL.
+    pub async fn stop(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.signal(i, Signal::SIGTERM)?;
+        let started = Instant::now();
+        while self.is_running(i) {
+            if started.elapsed() > Duration::from_secs(30) {
+                return self.kill(i);
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        let s = self.server_mut(i)?;
+        let _ = fs::remove_file(s.dir.join("started.pid"));
+        Ok(())
+    }
+
+    /// Starts a stopped or killed server again on its data directory and port.
+    pub async fn restart(&mut self, i: usize) -> Result<(), HarnessError> {
+        if self.is_running(i) {
+            return Ok(());
+        }
+        self.spawn(i)?;
+        self.wait_ready(i, Duration::from_secs(60)).await
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let sig = if self.graceful {
+            Signal::SIGTERM
+        } else {
+            Signal::SIGKILL
+        };
+        for s in &mut self.servers {
+            if let Some(pid) = s.pid() {
+                let _ = kill(
+                    Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)),
+                    Signal::SIGCONT,
+                );
+                let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)), sig);
+            }
+        }
+        for s in &mut self.servers {
+            if let Some(mut c) = s.child.take() {
+                // Bounded: a clean shutdown takes ~2 s; never hang a test run on it.
+                let mut waited = 0;
+                loop {
+                    match c.try_wait() {
+                        Ok(Some(_)) | Err(_) => break,
+                        Ok(None) if waited >= 300 => {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                            break;
+                        }
+                        Ok(None) => {
+                            std::thread::sleep(Duration::from_millis(100));
+                            waited += 1;
+                        }
+                    }
+                }
+            }
+            let _ = fs::remove_file(s.dir.join("started.pid"));
+        }
+        if !self.keep {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}

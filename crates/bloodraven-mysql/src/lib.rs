@@ -1,0 +1,29 @@
+//! Bloodraven's MySQL/MariaDB boundary.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`sql`] | the statements per flavour and the parsers of their answers (pure) |
+//! | [`site`] | [`site::SiteClient`]: probe, fence, unfence, kill sessions, GTID waits, promote, re-point, audit |
+//! | [`switchover`] | the planned switchover primitive built only from adapter calls |
+//! | [`harness`] | starts real `mariadbd` servers for tests, benchmarks and the playground |
+//! | [`writer`] | a continuous writer that records acknowledged / refused / ambiguous inserts |
+//! | [`creds`] | credentials that never print |
+//! | [`error`] | the boundary's error type |
+//!
+//! Nothing here decides anything: callers (operator, sidecar) decide in `bloodraven-core` and
+//! use this crate to act.
+
+pub mod creds;
+pub mod error;
+pub mod harness;
+pub mod site;
+pub mod sql;
+pub mod switchover;
+pub mod writer;
+
+pub use creds::{Credentials, Password};
+pub use error::{Cause, MysqlError};
+pub use site::{
+    Endpoint, FenceOutcome, KillReport, Probe, Promotion, SiteClient, SourceSpec, Timeouts,
+};
+pub use sql::{Flavor, FlavorKind, ReplicaStatus};

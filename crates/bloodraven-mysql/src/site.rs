@@ -1,0 +1,850 @@
+//! The adapter: one [`SiteClient`] per MySQL/MariaDB server.
+//!
+//! It owns every statement Bloodraven runs against a server: flavour detection, `probe`,
+//! `fence`/`unfence`, `kill_application_sessions`, `wait_for_gtid`, `promote`, `repoint` and the
+//! account audit. Every call is bounded by a timeout. A call whose answer is lost reports
+//! [`Cause::TimedOut`] or [`Cause::Driver`] ("effect unknown"), never "did not happen"; the
+//! fence resolves that uncertainty itself by re-reading the variables.
+//!
+//! Connections: one idle control connection is cached and reused (a switchover is a handful of
+//! round trips, so connection setup would dominate); a connection that timed out or broke is
+//! dropped, never reused. The fence and GTID waits use a fresh connection of their own, because
+//! they may block for their whole timeout.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bloodraven_core::gtid::GtidSet;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, Row};
+use serde::Serialize;
+use tokio::time::{Instant, timeout};
+
+use crate::creds::Credentials;
+use crate::error::{Cause, MysqlError, Op, cause_of};
+use crate::sql::{Flavor, ReplicaStatus, Session, is_application_session};
+
+/// Where a server listens.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    /// A Unix socket to use instead of TCP (same-host sidecars, the harness's admin account).
+    pub socket: Option<PathBuf>,
+}
+
+impl Endpoint {
+    pub fn tcp(host: impl Into<String>, port: u16) -> Self {
+        Endpoint {
+            host: host.into(),
+            port,
+            socket: None,
+        }
+    }
+
+    pub fn unix(path: impl Into<PathBuf>) -> Self {
+        Endpoint {
+            host: "localhost".into(),
+            port: 0,
+            socket: Some(path.into()),
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.socket {
+            Some(p) => write!(f, "unix:{}", p.display()),
+            None => write!(f, "{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// Bounds of the adapter's calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Establishing a connection (TCP + handshake + authentication).
+    pub connect: Duration,
+    /// One ordinary statement (probe, kill, promote steps, re-point).
+    pub statement: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(2),
+            statement: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a probe sees on one server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Probe {
+    pub flavor: Flavor,
+    pub server_id: u32,
+    pub read_only: bool,
+    /// `None` on MariaDB, which has no `super_read_only`.
+    pub super_read_only: Option<bool>,
+    /// `gtid_current_pos` (MariaDB) or `gtid_executed` (MySQL).
+    #[serde(serialize_with = "ser_display")]
+    pub gtid: GtidSet,
+    /// `None` when the server is not configured as a replica.
+    pub replica: Option<ReplicaStatus>,
+}
+
+impl Probe {
+    /// Whether client writes are blocked for accounts without the bypass privilege.
+    pub fn fenced(&self) -> bool {
+        match self.flavor.kind {
+            crate::sql::FlavorKind::MariaDb => self.read_only,
+            crate::sql::FlavorKind::MySql => self.super_read_only.unwrap_or(false),
+        }
+    }
+}
+
+fn ser_display<S: serde::Serializer, T: fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+/// The outcome of a fence. `Unknown` is not an error: it says the state could not be read,
+/// and the caller must look again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FenceOutcome {
+    /// The fence variables read back set.
+    Fenced,
+    /// The variables read back unset: the statement did not take effect (it timed out or
+    /// was refused, and its wait was cancelled).
+    NotFenced { reason: String },
+    /// The statement's outcome could not be established (the server could not be read).
+    Unknown { reason: String },
+}
+
+/// What [`SiteClient::kill_application_sessions`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KillReport {
+    /// Connection ids killed (or already gone when the kill arrived).
+    pub killed: Vec<u64>,
+    /// Connection ids that could not be killed, with the server's reason.
+    pub failed: Vec<(u64, String)>,
+}
+
+/// What a promotion recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Promotion {
+    /// The promoted server's GTID set at the moment replication was reset, before it took
+    /// its first write: the promotion point a returning primary is compared with.
+    pub gtid: GtidSet,
+}
+
+/// How to reach the new source of a re-pointed replica.
+#[derive(Clone, Debug)]
+pub struct SourceSpec {
+    pub host: String,
+    pub port: u16,
+    pub credentials: Credentials,
+}
+
+/// The result of an account audit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AccountAudit {
+    pub account: String,
+    /// Global privileges that let the account write through the fence or lift it.
+    pub bypass_privileges: Vec<String>,
+}
+
+impl AccountAudit {
+    pub fn can_bypass_fence(&self) -> bool {
+        !self.bypass_privileges.is_empty()
+    }
+}
+
+/// `(read_only, super_read_only, gtid set, server_id)` as the variables query returns them.
+type Vars = (i64, Option<i64>, Option<String>, u32);
+
+type BoxFut<'a, T> = Pin<Box<dyn Future<Output = Result<T, mysql_async::Error>> + Send + 'a>>;
+
+struct Inner {
+    label: String,
+    endpoint: Endpoint,
+    credentials: Credentials,
+    timeouts: Timeouts,
+    /// Accounts whose sessions a fence never kills (the control plane's own).
+    spare_users: Vec<String>,
+    idle: Mutex<Option<Conn>>,
+    flavor: Mutex<Option<Flavor>>,
+}
+
+/// A handle on one server. Cheap to clone; clones share the cached connection.
+#[derive(Clone)]
+pub struct SiteClient {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for SiteClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SiteClient")
+            .field("label", &self.inner.label)
+            .field("endpoint", &self.inner.endpoint)
+            .field("user", &self.inner.credentials.user)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SiteClient {
+    /// A client for the server at `endpoint`, named `label` in errors and logs (the site name).
+    pub fn new(
+        label: impl Into<String>,
+        endpoint: Endpoint,
+        credentials: Credentials,
+        timeouts: Timeouts,
+    ) -> Self {
+        let spare_users = vec![credentials.user.clone()];
+        SiteClient {
+            inner: Arc::new(Inner {
+                label: label.into(),
+                endpoint,
+                credentials,
+                timeouts,
+                spare_users,
+                idle: Mutex::new(None),
+                flavor: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Adds accounts whose sessions fencing must never kill (e.g. the operator's account when
+    /// this client belongs to a sidecar with a different one).
+    #[must_use]
+    pub fn with_spare_users(self, users: &[&str]) -> Self {
+        let mut inner = Arc::try_unwrap(self.inner).unwrap_or_else(|arc| Inner {
+            label: arc.label.clone(),
+            endpoint: arc.endpoint.clone(),
+            credentials: arc.credentials.clone(),
+            timeouts: arc.timeouts,
+            spare_users: arc.spare_users.clone(),
+            idle: Mutex::new(None),
+            flavor: Mutex::new(None),
+        });
+        for u in users {
+            if !inner.spare_users.iter().any(|s| s == u) {
+                inner.spare_users.push((*u).to_string());
+            }
+        }
+        SiteClient {
+            inner: Arc::new(inner),
+        }
+    }
+
+    pub fn label(&self) -> &str {
+        &self.inner.label
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.inner.endpoint
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.inner.timeouts
+    }
+
+    fn opts(&self) -> OptsBuilder {
+        let ep = &self.inner.endpoint;
+        let mut b = OptsBuilder::default()
+            .user(Some(self.inner.credentials.user.clone()))
+            .pass(Some(self.inner.credentials.password.expose().to_string()))
+            // Never switch to a Unix socket behind our back: the TCP path is the one that is
+            // monitored (and, in the playground, the one that can be cut).
+            .prefer_socket(false)
+            .tcp_nodelay(true)
+            .stmt_cache_size(0)
+            // Quoting in `sql::quote` assumes backslash escapes are on.
+            .init(vec![
+                "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'NO_BACKSLASH_ESCAPES', '')",
+            ]);
+        b = match &ep.socket {
+            Some(p) => b.socket(Some(p.display().to_string())),
+            None => b.ip_or_hostname(ep.host.clone()).tcp_port(ep.port),
+        };
+        b
+    }
+
+    async fn connect(&self, op: Op) -> Result<Conn, MysqlError> {
+        let t = self.inner.timeouts.connect;
+        match timeout(t, Conn::new(self.opts())).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => {
+                let cause = match cause_of(&e, false) {
+                    Cause::Server { code, message } => {
+                        Cause::Connect(format!("server error {code}: {message}"))
+                    }
+                    Cause::Driver(d) | Cause::Unexpected(d) | Cause::Connect(d) => {
+                        Cause::Connect(d)
+                    }
+                    Cause::TimedOut(d) => Cause::TimedOut(d),
+                };
+                Err(op.error(&self.inner.label, cause))
+            }
+            Err(_) => Err(op.error(
+                &self.inner.label,
+                Cause::Connect(format!("no handshake within {} ms", t.as_millis())),
+            )),
+        }
+    }
+
+    fn take_idle(&self) -> Option<Conn> {
+        self.inner
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    fn put_idle(&self, conn: Conn) {
+        let mut slot = self
+            .inner
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(conn);
+        }
+    }
+
+    /// Drops the cached connection (e.g. after the server restarted).
+    pub fn reset_connection(&self) {
+        drop(self.take_idle());
+    }
+
+    /// Runs `f` on the cached control connection (or a new one) within `bound`. The connection
+    /// goes back to the cache only when the statement completed or the server refused it;
+    /// after a timeout or a broken connection it is dropped.
+    async fn run<T: Send>(
+        &self,
+        op: Op,
+        bound: Duration,
+        secret: bool,
+        f: impl for<'c> FnOnce(&'c mut Conn) -> BoxFut<'c, T> + Send,
+    ) -> Result<T, MysqlError> {
+        let mut conn = match self.take_idle() {
+            Some(c) => c,
+            None => self.connect(op).await?,
+        };
+        match timeout(bound, f(&mut conn)).await {
+            Ok(Ok(v)) => {
+                self.put_idle(conn);
+                Ok(v)
+            }
+            Ok(Err(e)) => {
+                let cause = cause_of(&e, secret);
+                if matches!(cause, Cause::Server { .. }) {
+                    self.put_idle(conn);
+                } else {
+                    // A cached sibling may be broken the same way (the server restarted).
+                    self.reset_connection();
+                }
+                Err(op.error(&self.inner.label, cause))
+            }
+            Err(_) => Err(op.error(&self.inner.label, Cause::TimedOut(bound))),
+        }
+    }
+
+    /// Same as [`SiteClient::run`], retrying once on a fresh connection when the cached one
+    /// turns out to be dead before the statement was sent (server restarted, idle timeout).
+    /// Only for statements that are safe to send twice (reads).
+    async fn run_read<T: Send>(
+        &self,
+        op: Op,
+        f: impl for<'c> Fn(&'c mut Conn) -> BoxFut<'c, T> + Send + Sync,
+    ) -> Result<T, MysqlError> {
+        let bound = self.inner.timeouts.statement;
+        match self.run(op, bound, false, &f).await {
+            Err(e) if matches!(e.cause(), Cause::Driver(_)) => {
+                self.reset_connection();
+                self.run(op, bound, false, &f).await
+            }
+            other => other,
+        }
+    }
+
+    /// The server's flavour and version, detected once and cached.
+    pub async fn flavor(&self) -> Result<Flavor, MysqlError> {
+        if let Some(f) = *self
+            .inner
+            .flavor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            return Ok(f);
+        }
+        let version: Option<String> = self
+            .run_read(Op::DetectFlavor, |c| {
+                Box::pin(c.query_first::<String, _>("SELECT VERSION()"))
+            })
+            .await?;
+        let version = version.unwrap_or_default();
+        let f = Flavor::from_version(&version).ok_or_else(|| {
+            Op::DetectFlavor.error(
+                &self.inner.label,
+                Cause::Unexpected(format!("unrecognised version string {version:?}")),
+            )
+        })?;
+        *self
+            .inner
+            .flavor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(f);
+        Ok(f)
+    }
+
+    /// Reads `(read_only, super_read_only, gtid, server_id)`.
+    async fn read_variables(
+        &self,
+        op: Op,
+    ) -> Result<(Flavor, bool, Option<bool>, GtidSet, u32), MysqlError> {
+        let flavor = self.flavor().await?;
+        let q = flavor.variables_query();
+        let row: Option<Vars> = self
+            .run_read(op, move |c| Box::pin(c.query_first::<Vars, _>(q)))
+            .await?;
+        let (ro, sro, gtid, server_id) = row.ok_or_else(|| {
+            op.error(
+                &self.inner.label,
+                Cause::Unexpected("no row for the variables query".into()),
+            )
+        })?;
+        let gtid_text = gtid.unwrap_or_default();
+        let gtid = GtidSet::parse(flavor.gtid_flavor(), &gtid_text)
+            .map_err(|e| op.error(&self.inner.label, Cause::Unexpected(e.to_string())))?;
+        Ok((flavor, ro != 0, sro.map(|v| v != 0), gtid, server_id))
+    }
+
+    /// Reads the replica status, `None` when the server is not a replica.
+    async fn replica_status(
+        &self,
+        flavor: Flavor,
+        op: Op,
+    ) -> Result<Option<ReplicaStatus>, MysqlError> {
+        let q = flavor.replica_status_query();
+        let rows: Vec<Row> = self
+            .run_read(op, move |c| Box::pin(c.query::<Row, _>(q)))
+            .await?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .map(|row| ReplicaStatus::from_columns(&row_map(row))))
+    }
+
+    /// Reads everything the operator and the sidecar decide on.
+    pub async fn probe(&self) -> Result<Probe, MysqlError> {
+        let (flavor, read_only, super_read_only, gtid, server_id) =
+            self.read_variables(Op::Probe).await?;
+        let replica = self.replica_status(flavor, Op::Probe).await?;
+        Ok(Probe {
+            flavor,
+            server_id,
+            read_only,
+            super_read_only,
+            gtid,
+            replica,
+        })
+    }
+
+    /// Whether the fence variables are set.
+    pub async fn is_fenced(&self) -> Result<bool, MysqlError> {
+        let (flavor, ro, sro, _, _) = self.read_variables(Op::Probe).await?;
+        Ok(if flavor.has_super_read_only() {
+            sro.unwrap_or(false)
+        } else {
+            ro
+        })
+    }
+
+    /// Sets the fence (`read_only` on MariaDB, `super_read_only` on MySQL), bounded by `bound`.
+    ///
+    /// The statement can wait behind running statements, commits and `LOCK TABLES … WRITE`,
+    /// so the session's `lock_wait_timeout` is lowered first (its default is a day). If the
+    /// statement errors or does not answer in time, its wait is cancelled (`KILL QUERY`) and
+    /// the variables are read back: an error is not proof that nothing happened.
+    pub async fn fence(&self, bound: Duration) -> FenceOutcome {
+        let flavor = match self.flavor().await {
+            Ok(f) => f,
+            Err(e) => {
+                return FenceOutcome::Unknown {
+                    reason: e.to_string(),
+                };
+            }
+        };
+        let started = Instant::now();
+        let lock_wait = bound.as_secs().max(1);
+        let attempt = async {
+            let mut conn = self.connect(Op::Fence).await?;
+            let id = u64::from(conn.id());
+            let res = timeout(bound.saturating_sub(started.elapsed()), async {
+                conn.query_drop(format!("SET SESSION lock_wait_timeout = {lock_wait}"))
+                    .await?;
+                conn.query_drop(flavor.fence_statement()).await
+            })
+            .await;
+            Ok::<_, MysqlError>((id, res, conn))
+        };
+        let failure = match attempt.await {
+            Ok((_, Ok(Ok(())), conn)) => {
+                drop(conn);
+                None
+            }
+            Ok((id, Ok(Err(e)), conn)) => {
+                drop(conn);
+                Some((Some(id), cause_of(&e, false).to_string()))
+            }
+            Ok((id, Err(_), conn)) => {
+                // Close the waiting connection and cancel the statement server-side, so a late
+                // landing cannot surprise a caller that moved on.
+                drop(conn);
+                Some((
+                    Some(id),
+                    format!("no answer within {} ms", bound.as_millis()),
+                ))
+            }
+            Err(e) => Some((None, e.to_string())),
+        };
+        if let Some((Some(id), _)) = &failure {
+            let id = *id;
+            let _ = self
+                .run(Op::Fence, self.inner.timeouts.statement, false, move |c| {
+                    Box::pin(c.query_drop(format!("KILL QUERY {id}")))
+                })
+                .await;
+        }
+        match self.is_fenced().await {
+            Ok(true) => FenceOutcome::Fenced,
+            Ok(false) => FenceOutcome::NotFenced {
+                reason: failure.map_or_else(
+                    || {
+                        "the fence statement succeeded but the variable reads back unset"
+                            .to_string()
+                    },
+                    |(_, r)| r,
+                ),
+            },
+            Err(e) => FenceOutcome::Unknown {
+                reason: match failure {
+                    Some((_, r)) => format!("{r}; then could not read the variables back: {e}"),
+                    None => format!("could not read the variables back: {e}"),
+                },
+            },
+        }
+    }
+
+    /// Clears the fence and confirms the server is writable.
+    pub async fn unfence(&self) -> Result<(), MysqlError> {
+        let flavor = self.flavor().await?;
+        let stmts = flavor.unfence_statements();
+        self.run(
+            Op::Unfence,
+            self.inner.timeouts.statement,
+            false,
+            move |c| {
+                Box::pin(async move {
+                    for s in stmts {
+                        c.query_drop(*s).await?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+        .await?;
+        let (_, ro, _, _, _) = self.read_variables(Op::Unfence).await?;
+        if ro {
+            return Err(Op::Unfence.error(
+                &self.inner.label,
+                Cause::Unexpected("read_only still reads 1 after clearing it".into()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Lists the server's sessions (needs `PROCESS` to see other accounts').
+    pub async fn sessions(&self) -> Result<(u64, Vec<Session>), MysqlError> {
+        type R = (u64, String, String);
+        let (own, rows): (Option<u64>, Vec<R>) = self
+            .run_read(Op::KillSessions, |c| {
+                Box::pin(async move {
+                    let own: Option<u64> = c.query_first("SELECT CONNECTION_ID()").await?;
+                    let rows: Vec<R> = c
+                        .query("SELECT ID, IFNULL(USER, ''), IFNULL(COMMAND, '') FROM information_schema.PROCESSLIST")
+                        .await?;
+                    Ok((own, rows))
+                })
+            })
+            .await?;
+        let sessions = rows
+            .into_iter()
+            .map(|(id, user, command)| Session { id, user, command })
+            .collect();
+        Ok((own.unwrap_or(0), sessions))
+    }
+
+    /// Kills every application session: never replication threads, server threads, this
+    /// client's own connection, or the control-plane accounts (`spare_users`).
+    pub async fn kill_application_sessions(&self) -> Result<KillReport, MysqlError> {
+        let (own, sessions) = self.sessions().await?;
+        let spare: Vec<&str> = self.inner.spare_users.iter().map(String::as_str).collect();
+        let targets: Vec<u64> = sessions
+            .iter()
+            .filter(|s| is_application_session(s, own, &spare))
+            .map(|s| s.id)
+            .collect();
+        if targets.is_empty() {
+            return Ok(KillReport::default());
+        }
+        let report = self
+            .run(
+                Op::KillSessions,
+                self.inner.timeouts.statement,
+                false,
+                move |c| {
+                    Box::pin(async move {
+                        let mut report = KillReport::default();
+                        for id in targets {
+                            match c.query_drop(format!("KILL CONNECTION {id}")).await {
+                                Ok(()) => report.killed.push(id),
+                                // 1094: unknown thread id, it ended on its own.
+                                Err(mysql_async::Error::Server(se)) if se.code == 1094 => {
+                                    report.killed.push(id);
+                                }
+                                Err(mysql_async::Error::Server(se)) => {
+                                    report
+                                        .failed
+                                        .push((id, format!("error {}: {}", se.code, se.message)));
+                                }
+                                Err(other) => return Err(other),
+                            }
+                        }
+                        Ok(report)
+                    })
+                },
+            )
+            .await?;
+        Ok(report)
+    }
+
+    /// Waits until the server has applied every transaction of `target`, up to `bound`.
+    /// Returns `Ok(true)` when it has, `Ok(false)` on timeout.
+    pub async fn wait_for_gtid(
+        &self,
+        target: &GtidSet,
+        bound: Duration,
+    ) -> Result<bool, MysqlError> {
+        let (flavor, _, _, have, _) = self.read_variables(Op::WaitForGtid).await?;
+        if have.contains(target) {
+            return Ok(true);
+        }
+        let sql = flavor.wait_for_gtid(&target.to_string(), bound.as_secs_f64());
+        // A fresh connection: the wait blocks it for up to `bound`.
+        let mut conn = self.connect(Op::WaitForGtid).await?;
+        let grace = bound + self.inner.timeouts.statement;
+        let res: Result<Option<i64>, _> =
+            match timeout(grace, conn.query_first::<Option<i64>, _>(sql)).await {
+                Ok(r) => r.map(Option::flatten),
+                Err(_) => {
+                    return Err(Op::WaitForGtid.error(&self.inner.label, Cause::TimedOut(grace)));
+                }
+            };
+        match res {
+            Ok(Some(0)) => Ok(true),
+            Ok(Some(_) | None) => {
+                // Timed out server-side (MariaDB -1, MySQL 1), or NULL (not a replica):
+                // confirm by reading what the server has.
+                let (_, _, _, have, _) = self.read_variables(Op::WaitForGtid).await?;
+                Ok(have.contains(target))
+            }
+            Err(e) => Err(Op::WaitForGtid.error(&self.inner.label, cause_of(&e, false))),
+        }
+    }
+
+    /// Waits until the replica's SQL thread has applied everything its IO thread received
+    /// (the relay log is drained), up to `bound`. Returns `Ok(true)` when drained, `Ok(false)`
+    /// on timeout or when there is nothing to drain from (not a replica).
+    pub async fn drain_relay_log(&self, bound: Duration) -> Result<bool, MysqlError> {
+        let flavor = self.flavor().await?;
+        let Some(status) = self.replica_status(flavor, Op::WaitForGtid).await? else {
+            return Ok(false);
+        };
+        if !flavor.is_mariadb() || status.gtid_io_pos.is_empty() {
+            // MySQL: the received set is Retrieved_Gtid_Set; waiting on gtid_executed to reach
+            // it is the same wait. Without a position there is nothing to wait for.
+            return Ok(true);
+        }
+        let received = GtidSet::parse(flavor.gtid_flavor(), &status.gtid_io_pos).map_err(|e| {
+            Op::WaitForGtid.error(&self.inner.label, Cause::Unexpected(e.to_string()))
+        })?;
+        self.wait_for_gtid(&received, bound).await
+    }
+
+    /// Promotes the server: stops and resets replication, records its GTID set (the promotion
+    /// point), clears the fence and confirms it is writable.
+    pub async fn promote(&self) -> Result<Promotion, MysqlError> {
+        let flavor = self.flavor().await?;
+        let unfence = flavor.unfence_statements();
+        let stop = flavor.stop_replica();
+        let reset = flavor.reset_replica_all();
+        let vars = flavor.variables_query();
+        let (ro, gtid_text) = self
+            .run(
+                Op::Promote,
+                self.inner.timeouts.statement,
+                false,
+                move |c| {
+                    Box::pin(async move {
+                        c.query_drop(stop).await?;
+                        c.query_drop(reset).await?;
+                        let before: Option<Vars> = c.query_first(vars).await?;
+                        for s in unfence {
+                            c.query_drop(*s).await?;
+                        }
+                        let after: Option<Vars> = c.query_first(vars).await?;
+                        let gtid = before.and_then(|v| v.2).unwrap_or_default();
+                        Ok((after.map_or(1, |v| v.0), gtid))
+                    })
+                },
+            )
+            .await?;
+        if ro != 0 {
+            return Err(Op::Promote.error(
+                &self.inner.label,
+                Cause::Unexpected("read_only still reads 1 after clearing it".into()),
+            ));
+        }
+        let gtid = GtidSet::parse(flavor.gtid_flavor(), &gtid_text)
+            .map_err(|e| Op::Promote.error(&self.inner.label, Cause::Unexpected(e.to_string())))?;
+        Ok(Promotion { gtid })
+    }
+
+    /// Makes the server a fenced replica of `source` with GTID auto-positioning.
+    pub async fn repoint(&self, source: &SourceSpec) -> Result<(), MysqlError> {
+        let flavor = self.flavor().await?;
+        let change = flavor.change_source(
+            &source.host,
+            source.port,
+            &source.credentials.user,
+            source.credentials.password.expose(),
+        );
+        let fence = flavor.fence_statement();
+        let stop = flavor.stop_replica();
+        let prepare = flavor.prepare_replica_position();
+        let start = flavor.start_replica();
+        // The first statements carry no secret; run them with messages kept.
+        self.run(
+            Op::Repoint,
+            self.inner.timeouts.statement,
+            false,
+            move |c| {
+                Box::pin(async move {
+                    c.query_drop("SET SESSION lock_wait_timeout = 5").await?;
+                    c.query_drop(fence).await?;
+                    c.query_drop(stop).await?;
+                    if let Some(p) = prepare {
+                        c.query_drop(p).await?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+        .await?;
+        self.run(Op::Repoint, self.inner.timeouts.statement, true, move |c| {
+            Box::pin(c.query_drop(change))
+        })
+        .await?;
+        self.run(
+            Op::Repoint,
+            self.inner.timeouts.statement,
+            false,
+            move |c| Box::pin(c.query_drop(start)),
+        )
+        .await
+    }
+
+    /// Runs an administrative statement (harness setup, tests). The statement is not logged.
+    pub async fn execute(&self, sql: impl Into<String>) -> Result<(), MysqlError> {
+        let sql = sql.into();
+        self.run(Op::Admin, self.inner.timeouts.statement, true, move |c| {
+            Box::pin(c.query_drop(sql))
+        })
+        .await
+    }
+
+    /// Runs a query returning one string column, first row.
+    pub async fn query_string(&self, sql: impl Into<String>) -> Result<Option<String>, MysqlError> {
+        let sql = sql.into();
+        self.run(Op::Admin, self.inner.timeouts.statement, false, move |c| {
+            Box::pin(async move {
+                let v: Option<Option<String>> = c.query_first(sql).await?;
+                Ok(v.flatten())
+            })
+        })
+        .await
+    }
+
+    /// Audits an account's global privileges for ways around the fence
+    /// (`SHOW GRANTS FOR`, which needs `SELECT` on the `mysql` schema).
+    pub async fn audit_account(&self, user: &str, host: &str) -> Result<AccountAudit, MysqlError> {
+        let flavor = self.flavor().await?;
+        let sql = format!(
+            "SHOW GRANTS FOR {}@{}",
+            crate::sql::quote(user),
+            crate::sql::quote(host)
+        );
+        let grants: Vec<String> = self
+            .run(Op::Audit, self.inner.timeouts.statement, false, move |c| {
+                Box::pin(c.query::<String, _>(sql))
+            })
+            .await?;
+        Ok(AccountAudit {
+            account: format!("'{user}'@'{host}'"),
+            bypass_privileges: flavor.fence_bypass_privileges(&grants),
+        })
+    }
+
+    /// Audits the account this client connects as (`SHOW GRANTS`, no privilege needed).
+    pub async fn audit_self(&self) -> Result<AccountAudit, MysqlError> {
+        let flavor = self.flavor().await?;
+        let grants: Vec<String> = self
+            .run(Op::Audit, self.inner.timeouts.statement, false, |c| {
+                Box::pin(c.query::<String, _>("SHOW GRANTS"))
+            })
+            .await?;
+        Ok(AccountAudit {
+            account: self.inner.credentials.user.clone(),
+            bypass_privileges: flavor.fence_bypass_privileges(&grants),
+        })
+    }
+}
+
+/// A row as column name → text value (`None` for SQL NULL).
+fn row_map(row: Row) -> BTreeMap<String, Option<String>> {
+    let names: Vec<String> = row
+        .columns_ref()
+        .iter()
+        .map(|c| c.name_str().into_owned())
+        .collect();
+    let values = row.unwrap();
+    names
+        .into_iter()
+        .zip(values)
+        .map(|(n, v)| {
+            let s = match v {
+                mysql_async::Value::NULL => None,
+                mysql_async::Value::Bytes(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+                other => Some(other.as_sql(true).trim_matches('\'').to_string()),
+            };
+            (n, s)
+        })
+        .collect()
+}

@@ -1,0 +1,564 @@
+//! The statements Bloodraven sends, per server flavour, and the parsers for what comes back.
+//!
+//! Everything here is pure so both flavours are unit-tested on the generated SQL; MariaDB's
+//! statements are also exercised against real servers by the integration tests. MySQL 8.4
+//! cannot be installed on the project's machines, so its statements are checked here only.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use bloodraven_core::gtid::GtidFlavor;
+use serde::Serialize;
+
+/// A server's family and version, from `SELECT VERSION()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Flavor {
+    pub kind: FlavorKind,
+    pub major: u16,
+    pub minor: u16,
+    pub patch: u16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum FlavorKind {
+    MariaDb,
+    MySql,
+}
+
+impl fmt::Display for Flavor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.kind {
+            FlavorKind::MariaDb => "MariaDB",
+            FlavorKind::MySql => "MySQL",
+        };
+        write!(f, "{name} {}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl Flavor {
+    /// Parses `SELECT VERSION()` output, e.g. `10.11.19-MariaDB-0+deb12u1-log` or `8.4.3`.
+    pub fn from_version(version: &str) -> Option<Flavor> {
+        let kind = if version.to_ascii_lowercase().contains("mariadb") {
+            FlavorKind::MariaDb
+        } else {
+            FlavorKind::MySql
+        };
+        let numeric: String = version
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let mut it = numeric.split('.').map(str::parse::<u16>);
+        let major = it.next()?.ok()?;
+        let minor = it.next().and_then(Result::ok).unwrap_or(0);
+        let patch = it.next().and_then(Result::ok).unwrap_or(0);
+        Some(Flavor {
+            kind,
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    pub fn gtid_flavor(self) -> GtidFlavor {
+        match self.kind {
+            FlavorKind::MariaDb => GtidFlavor::MariaDb,
+            FlavorKind::MySql => GtidFlavor::MySql,
+        }
+    }
+
+    pub fn is_mariadb(self) -> bool {
+        self.kind == FlavorKind::MariaDb
+    }
+
+    fn at_least(self, major: u16, minor: u16) -> bool {
+        (self.major, self.minor) >= (major, minor)
+    }
+
+    /// Whether `read_only` alone stops SUPER holders. MariaDB ≥ 10.11 split `READ ONLY ADMIN`
+    /// out of SUPER; MySQL has `super_read_only` for that.
+    pub fn read_only_blocks_super(self) -> bool {
+        match self.kind {
+            FlavorKind::MariaDb => self.at_least(10, 11),
+            FlavorKind::MySql => false,
+        }
+    }
+
+    /// Whether the server has `super_read_only`.
+    pub fn has_super_read_only(self) -> bool {
+        self.kind == FlavorKind::MySql
+    }
+
+    /// Statement that reads the fence variables and the executed GTID set in one row:
+    /// `(read_only, super_read_only or NULL, gtid set, server_id)`.
+    pub fn variables_query(self) -> &'static str {
+        match self.kind {
+            FlavorKind::MariaDb => {
+                "SELECT @@global.read_only, NULL, @@global.gtid_current_pos, @@global.server_id"
+            }
+            FlavorKind::MySql => {
+                "SELECT @@global.read_only, @@global.super_read_only, @@global.gtid_executed, @@global.server_id"
+            }
+        }
+    }
+
+    pub fn fence_statement(self) -> &'static str {
+        match self.kind {
+            FlavorKind::MariaDb => "SET GLOBAL read_only = ON",
+            // super_read_only=ON implies read_only=ON.
+            FlavorKind::MySql => "SET GLOBAL super_read_only = ON",
+        }
+    }
+
+    pub fn unfence_statements(self) -> &'static [&'static str] {
+        match self.kind {
+            FlavorKind::MariaDb => &["SET GLOBAL read_only = OFF"],
+            // read_only=OFF implies super_read_only=OFF; be explicit anyway.
+            FlavorKind::MySql => &[
+                "SET GLOBAL super_read_only = OFF",
+                "SET GLOBAL read_only = OFF",
+            ],
+        }
+    }
+
+    pub fn replica_status_query(self) -> &'static str {
+        match self.kind {
+            FlavorKind::MariaDb => "SHOW SLAVE STATUS",
+            FlavorKind::MySql => "SHOW REPLICA STATUS",
+        }
+    }
+
+    pub fn stop_replica(self) -> &'static str {
+        match self.kind {
+            FlavorKind::MariaDb => "STOP SLAVE",
+            FlavorKind::MySql => "STOP REPLICA",
+        }
+    }
+
+    pub fn start_replica(self) -> &'static str {
+        match self.kind {
+            FlavorKind::MariaDb => "START SLAVE",
+            FlavorKind::MySql => "START REPLICA",
+        }
+    }
+
+    pub fn reset_replica_all(self) -> &'static str {
+        match self.kind {
+            FlavorKind::MariaDb => "RESET SLAVE ALL",
+            FlavorKind::MySql => "RESET REPLICA ALL",
+        }
+    }
+
+    /// Before a server replicates from a new source it must know what it already has.
+    /// MariaDB keeps the replication position in `gtid_slave_pos`, which is stale on a former
+    /// primary: copy the binlog position over (`log_slave_updates` makes it complete).
+    /// MySQL's auto-positioning uses `gtid_executed` directly.
+    pub fn prepare_replica_position(self) -> Option<&'static str> {
+        match self.kind {
+            FlavorKind::MariaDb => Some("SET GLOBAL gtid_slave_pos = @@global.gtid_binlog_pos"),
+            FlavorKind::MySql => None,
+        }
+    }
+
+    /// `CHANGE MASTER TO …` / `CHANGE REPLICATION SOURCE TO …` with GTID auto-positioning.
+    /// The result carries a password: never log it, never echo an error about it.
+    pub fn change_source(self, host: &str, port: u16, user: &str, password: &str) -> String {
+        match self.kind {
+            FlavorKind::MariaDb => format!(
+                "CHANGE MASTER TO MASTER_HOST={}, MASTER_PORT={port}, MASTER_USER={}, MASTER_PASSWORD={}, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+                quote(host),
+                quote(user),
+                quote(password)
+            ),
+            FlavorKind::MySql => format!(
+                "CHANGE REPLICATION SOURCE TO SOURCE_HOST={}, SOURCE_PORT={port}, SOURCE_USER={}, SOURCE_PASSWORD={}, SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, GET_SOURCE_PUBLIC_KEY=1",
+                quote(host),
+                quote(user),
+                quote(password)
+            ),
+        }
+    }
+
+    /// A statement returning 0 once the server has applied `gtid`, or a timeout marker
+    /// (MariaDB `-1`, MySQL `1`) after `timeout_secs`.
+    pub fn wait_for_gtid(self, gtid: &str, timeout_secs: f64) -> String {
+        match self.kind {
+            FlavorKind::MariaDb => format!(
+                "SELECT MASTER_GTID_WAIT({}, {timeout_secs:.3})",
+                quote(gtid)
+            ),
+            FlavorKind::MySql => format!(
+                "SELECT WAIT_FOR_EXECUTED_GTID_SET({}, {timeout_secs:.3})",
+                quote(gtid)
+            ),
+        }
+    }
+
+    /// Privileges that let an account write through the fence (or lift it).
+    pub fn fence_bypass_privileges(self, grants: &[String]) -> Vec<String> {
+        let mut found = Vec::new();
+        for g in grants {
+            let upper = g.to_ascii_uppercase().replace('_', " ");
+            let global = upper.contains(" ON *.* ");
+            if !global {
+                continue;
+            }
+            let mut flag = |p: &str| {
+                if !found.iter().any(|f: &String| f == p) {
+                    found.push(p.to_string());
+                }
+            };
+            if upper.contains("ALL PRIVILEGES") {
+                flag("ALL PRIVILEGES");
+            }
+            match self.kind {
+                FlavorKind::MariaDb => {
+                    if upper.contains("READ ONLY ADMIN") {
+                        flag("READ ONLY ADMIN");
+                    }
+                    if !self.read_only_blocks_super() && has_word(&upper, "SUPER") {
+                        flag("SUPER");
+                    }
+                }
+                FlavorKind::MySql => {
+                    // Nothing writes through super_read_only, but these may switch it off.
+                    if has_word(&upper, "SUPER") {
+                        flag("SUPER");
+                    }
+                    if upper.contains("SYSTEM VARIABLES ADMIN") {
+                        flag("SYSTEM_VARIABLES_ADMIN");
+                    }
+                }
+            }
+        }
+        found
+    }
+}
+
+fn has_word(haystack: &str, word: &str) -> bool {
+    haystack
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|w| w == word)
+}
+
+/// Quotes a string literal for MySQL/MariaDB. Doubles quotes and escapes backslashes: correct
+/// for the default `sql_mode` (connections Bloodraven opens clear `NO_BACKSLASH_ESCAPES`).
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            '\0' => out.push_str("\\0"),
+            _ => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// A replica's replication state, from `SHOW SLAVE STATUS` / `SHOW REPLICA STATUS`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    pub io_running: bool,
+    /// `Connecting`: the IO thread is trying to reach its source.
+    pub io_connecting: bool,
+    pub sql_running: bool,
+    pub seconds_behind: Option<u64>,
+    pub source_host: String,
+    pub source_port: u16,
+    pub last_io_error: String,
+    pub last_sql_error: String,
+    pub last_sql_errno: u32,
+    /// MariaDB `Gtid_IO_Pos`: what the IO thread has received.
+    pub gtid_io_pos: String,
+}
+
+impl ReplicaStatus {
+    /// Both threads running.
+    pub fn running(&self) -> bool {
+        self.io_running && self.sql_running
+    }
+
+    /// Builds the status from one row, as column name → value (`None` for SQL NULL).
+    /// Reads MySQL 8 names (`Replica_*`, `Source_*`) and MariaDB/legacy names (`Slave_*`,
+    /// `Master_*`).
+    pub fn from_columns(cols: &BTreeMap<String, Option<String>>) -> ReplicaStatus {
+        let get = |names: &[&str]| -> Option<String> {
+            names.iter().find_map(|n| cols.get(*n).cloned().flatten())
+        };
+        let io = get(&["Replica_IO_Running", "Slave_IO_Running"]).unwrap_or_default();
+        let sql = get(&["Replica_SQL_Running", "Slave_SQL_Running"]).unwrap_or_default();
+        ReplicaStatus {
+            io_running: io.eq_ignore_ascii_case("yes"),
+            io_connecting: io.eq_ignore_ascii_case("connecting"),
+            sql_running: sql.eq_ignore_ascii_case("yes"),
+            seconds_behind: get(&["Seconds_Behind_Source", "Seconds_Behind_Master"])
+                .and_then(|s| s.parse().ok()),
+            source_host: get(&["Source_Host", "Master_Host"]).unwrap_or_default(),
+            source_port: get(&["Source_Port", "Master_Port"])
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+            last_io_error: get(&["Last_IO_Error"]).unwrap_or_default(),
+            last_sql_error: get(&["Last_SQL_Error"]).unwrap_or_default(),
+            last_sql_errno: get(&["Last_SQL_Errno"])
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+            gtid_io_pos: get(&["Gtid_IO_Pos"]).unwrap_or_default(),
+        }
+    }
+}
+
+/// One row of the process list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    pub id: u64,
+    pub user: String,
+    pub command: String,
+}
+
+/// Commands of threads that belong to replication or the server itself.
+const SYSTEM_COMMANDS: &[&str] = &[
+    "Binlog Dump",
+    "Binlog Dump GTID",
+    "Slave_IO",
+    "Slave_SQL",
+    "Slave_worker",
+    "Daemon",
+    "Connect",
+    "Register Slave",
+];
+
+/// Users of the server's own threads.
+const SYSTEM_USERS: &[&str] = &["system user", "event_scheduler", "unauthenticated user"];
+
+/// Whether a session is an application session that a fence must kill: not a replication
+/// thread (`Binlog Dump` on a source, applier threads on a replica), not a server thread, not
+/// our own connection, and not an account on the `spare_users` list (the control-plane accounts).
+pub fn is_application_session(s: &Session, own_id: u64, spare_users: &[&str]) -> bool {
+    if s.id == own_id {
+        return false;
+    }
+    if SYSTEM_USERS.iter().any(|u| s.user.eq_ignore_ascii_case(u)) || s.user.is_empty() {
+        return false;
+    }
+    if SYSTEM_COMMANDS
+        .iter()
+        .any(|c| s.command.eq_ignore_ascii_case(c))
+    {
+        return false;
+    }
+    !spare_users.iter().any(|u| s.user == *u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mysql84() -> Flavor {
+        Flavor::from_version("8.4.3").unwrap()
+    }
+    fn maria1011() -> Flavor {
+        Flavor::from_version("10.11.19-MariaDB-0+deb12u1-log").unwrap()
+    }
+
+    #[test]
+    fn detects_flavours() {
+        assert_eq!(
+            maria1011(),
+            Flavor {
+                kind: FlavorKind::MariaDb,
+                major: 10,
+                minor: 11,
+                patch: 19
+            }
+        );
+        assert_eq!(mysql84().kind, FlavorKind::MySql);
+        assert_eq!(mysql84().to_string(), "MySQL 8.4.3");
+        assert_eq!(Flavor::from_version("11.4.2-MariaDB").unwrap().minor, 4);
+        assert!(Flavor::from_version("garbage").is_none());
+        assert!(maria1011().read_only_blocks_super());
+        assert!(
+            !Flavor::from_version("10.6.1-MariaDB")
+                .unwrap()
+                .read_only_blocks_super()
+        );
+    }
+
+    #[test]
+    fn mysql_statements() {
+        let f = mysql84();
+        assert_eq!(f.fence_statement(), "SET GLOBAL super_read_only = ON");
+        assert_eq!(
+            f.unfence_statements(),
+            &[
+                "SET GLOBAL super_read_only = OFF",
+                "SET GLOBAL read_only = OFF"
+            ]
+        );
+        assert_eq!(f.replica_status_query(), "SHOW REPLICA STATUS");
+        assert_eq!(f.stop_replica(), "STOP REPLICA");
+        assert_eq!(f.reset_replica_all(), "RESET REPLICA ALL");
+        assert!(f.variables_query().contains("@@global.gtid_executed"));
+        assert!(f.variables_query().contains("@@global.super_read_only"));
+        assert_eq!(f.prepare_replica_position(), None);
+        assert_eq!(
+            f.change_source("10.0.0.1", 3306, "repl", "p'w"),
+            "CHANGE REPLICATION SOURCE TO SOURCE_HOST='10.0.0.1', SOURCE_PORT=3306, SOURCE_USER='repl', SOURCE_PASSWORD='p''w', SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, GET_SOURCE_PUBLIC_KEY=1"
+        );
+        assert_eq!(
+            f.wait_for_gtid("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", 2.5),
+            "SELECT WAIT_FOR_EXECUTED_GTID_SET('3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5', 2.500)"
+        );
+    }
+
+    #[test]
+    fn mariadb_statements() {
+        let f = maria1011();
+        assert_eq!(f.fence_statement(), "SET GLOBAL read_only = ON");
+        assert_eq!(f.unfence_statements(), &["SET GLOBAL read_only = OFF"]);
+        assert_eq!(f.replica_status_query(), "SHOW SLAVE STATUS");
+        assert!(f.variables_query().contains("gtid_current_pos"));
+        assert!(!f.has_super_read_only());
+        assert_eq!(
+            f.change_source("127.0.0.1", 3307, "repl", "a\\b"),
+            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=3307, MASTER_USER='repl', MASTER_PASSWORD='a\\\\b', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1"
+        );
+        assert_eq!(
+            f.wait_for_gtid("0-1-5", 1.0),
+            "SELECT MASTER_GTID_WAIT('0-1-5', 1.000)"
+        );
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote("plain"), "'plain'");
+        assert_eq!(quote("it's"), "'it''s'");
+        assert_eq!(quote("back\\slash"), "'back\\\\slash'");
+        assert_eq!(quote("nul\0"), "'nul\\0'");
+    }
+
+    #[test]
+    fn replica_status_from_either_naming() {
+        let maria: BTreeMap<String, Option<String>> = [
+            ("Slave_IO_Running", Some("Yes")),
+            ("Slave_SQL_Running", Some("No")),
+            ("Seconds_Behind_Master", None),
+            ("Master_Host", Some("127.0.0.1")),
+            ("Master_Port", Some("3307")),
+            ("Last_SQL_Errno", Some("1950")),
+            (
+                "Last_SQL_Error",
+                Some("An attempt was made to binlog GTID 0-2-5"),
+            ),
+            ("Gtid_IO_Pos", Some("0-1-10")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+        .collect();
+        let s = ReplicaStatus::from_columns(&maria);
+        assert!(s.io_running && !s.sql_running && !s.running());
+        assert_eq!(s.seconds_behind, None);
+        assert_eq!((s.source_host.as_str(), s.source_port), ("127.0.0.1", 3307));
+        assert_eq!(s.last_sql_errno, 1950);
+        assert_eq!(s.gtid_io_pos, "0-1-10");
+
+        let mysql: BTreeMap<String, Option<String>> = [
+            ("Replica_IO_Running", Some("Connecting")),
+            ("Replica_SQL_Running", Some("Yes")),
+            ("Seconds_Behind_Source", Some("4")),
+            ("Source_Host", Some("db1")),
+            ("Source_Port", Some("3306")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+        .collect();
+        let s = ReplicaStatus::from_columns(&mysql);
+        assert!(s.io_connecting && !s.io_running && s.sql_running);
+        assert_eq!(s.seconds_behind, Some(4));
+        assert_eq!(s.source_host, "db1");
+    }
+
+    #[test]
+    fn application_sessions() {
+        let s = |id, user: &str, command: &str| Session {
+            id,
+            user: user.into(),
+            command: command.into(),
+        };
+        let spare = ["bloodraven"];
+        assert!(is_application_session(&s(5, "app", "Query"), 1, &spare));
+        assert!(is_application_session(&s(6, "root", "Sleep"), 1, &spare));
+        assert!(
+            !is_application_session(&s(1, "app", "Query"), 1, &spare),
+            "own connection"
+        );
+        assert!(!is_application_session(
+            &s(7, "repl", "Binlog Dump"),
+            1,
+            &spare
+        ));
+        assert!(!is_application_session(
+            &s(8, "system user", "Slave_SQL"),
+            1,
+            &spare
+        ));
+        assert!(!is_application_session(
+            &s(9, "event_scheduler", "Daemon"),
+            1,
+            &spare
+        ));
+        assert!(!is_application_session(
+            &s(10, "bloodraven", "Query"),
+            1,
+            &spare
+        ));
+        assert!(!is_application_session(&s(11, "", "Daemon"), 1, &spare));
+    }
+
+    #[test]
+    fn fence_bypass_detection() {
+        let maria = maria1011();
+        let grants = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        assert!(
+            maria
+                .fence_bypass_privileges(&grants(&[
+                    "GRANT USAGE ON *.* TO `app`@`127.0.0.1`",
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.* TO `app`@`127.0.0.1`"
+                ]))
+                .is_empty()
+        );
+        assert_eq!(
+            maria.fence_bypass_privileges(&grants(&[
+                "GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"
+            ])),
+            vec!["ALL PRIVILEGES"]
+        );
+        assert_eq!(
+            maria.fence_bypass_privileges(&grants(&[
+                "GRANT SELECT, INSERT, READ_ONLY ADMIN ON *.* TO `x`@`%`"
+            ])),
+            vec!["READ ONLY ADMIN"]
+        );
+        // SUPER no longer bypasses read_only on 10.11, but does on older MariaDB.
+        let super_grant = grants(&["GRANT SUPER, SELECT ON *.* TO `s`@`%`"]);
+        assert!(maria.fence_bypass_privileges(&super_grant).is_empty());
+        let old = Flavor::from_version("10.6.12-MariaDB").unwrap();
+        assert_eq!(old.fence_bypass_privileges(&super_grant), vec!["SUPER"]);
+        // ALL PRIVILEGES on one schema is not global.
+        assert!(
+            maria
+                .fence_bypass_privileges(&grants(&["GRANT ALL PRIVILEGES ON `app`.* TO `a`@`%`"]))
+                .is_empty()
+        );
+        let my = mysql84();
+        assert_eq!(
+            my.fence_bypass_privileges(&grants(&[
+                "GRANT SELECT ON *.* TO `a`@`%`",
+                "GRANT SYSTEM_VARIABLES_ADMIN ON *.* TO `a`@`%`"
+            ])),
+            vec!["SYSTEM_VARIABLES_ADMIN"]
+        );
+    }
+}
