@@ -9,6 +9,7 @@
 //! |---|---|
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
 //! | [`health`] | `stable` / `unstableReason` and the grant and renewal gates |
+//! | [`release`] | release plans (pre-checks, store), the per-Deployment Lease, the rollout verdict |
 //! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
 //! | [`token`] | lease tokens and their hashes |
 //! | [`time`] | wall-clock instants as values |
@@ -20,5 +21,6 @@ pub mod duration;
 pub mod health;
 pub mod lease;
 pub mod names;
+pub mod release;
 pub mod time;
 pub mod token;
