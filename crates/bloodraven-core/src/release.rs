@@ -373,6 +373,9 @@ pub struct Plan {
     pub desired_replicas: i32,
     /// The Deployment's `progressDeadlineSeconds`, defaulted.
     pub progress_deadline_seconds: i32,
+    /// For a rollback: the ID of the release record whose image this plan restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_of: Option<String>,
 }
 
 impl Plan {
@@ -405,6 +408,7 @@ impl Plan {
             progress_deadline_seconds: facts
                 .progress_deadline_seconds
                 .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS),
+            rollback_of: None,
         }
     }
 
