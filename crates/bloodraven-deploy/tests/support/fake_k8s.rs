@@ -111,7 +111,7 @@ fn status(code: u16, reason: &str, message: &str) -> Reply {
     )
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Value {
+fn to_json<T: k8s_openapi::serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
