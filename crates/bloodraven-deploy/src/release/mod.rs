@@ -133,6 +133,8 @@ pub enum PlanningError {
     DryRunRejected { failure: WriteFailure },
     #[error(transparent)]
     Store(#[from] PlanStoreError),
+    #[error("failed to draw a random plan ID: {0}")]
+    MintPlanId(String),
     #[error(transparent)]
     Records(#[from] RecordError),
     #[error(
@@ -330,14 +332,11 @@ impl std::fmt::Debug for Releaser {
     }
 }
 
-fn plan_id() -> PlanId {
+/// Mints a plan ID from the operating system's random source.
+fn plan_id() -> Result<PlanId, PlanningError> {
     let mut bytes = [0u8; 16];
-    // Without an operating-system random source, fall back on the clock-free zero ID: plans
-    // would then collide in the store (refused as duplicates) rather than silently share IDs.
-    if getrandom::fill(&mut bytes).is_err() {
-        bytes = [0u8; 16];
-    }
-    PlanId::from_random(bytes)
+    getrandom::fill(&mut bytes).map_err(|e| PlanningError::MintPlanId(e.to_string()))?;
+    Ok(PlanId::from_random(bytes))
 }
 
 fn common_fields(plan: &Plan) -> Map<String, Value> {
@@ -451,7 +450,7 @@ impl Releaser {
     ) -> Result<Plan, PlanningError> {
         let facts = deployment_facts(current);
         let change = check_action(&facts, action)?;
-        let id = plan_id();
+        let id = plan_id()?;
         let updated = updated_deployment(current, &change, &id);
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &facts.namespace);
         let dry_run = PostParams {
