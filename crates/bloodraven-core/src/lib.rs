@@ -9,6 +9,7 @@
 //! |---|---|
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
 //! | [`health`] | `stable` / `unstableReason` and the grant and renewal gates |
+//! | [`release`] | release plans (pre-checks, store), the per-Deployment Lease, the rollout verdict |
 //! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
 //! | [`gtid`] | GTID sets of MariaDB and MySQL: parse, contains, subtract |
 //! | [`token`] | lease tokens and their hashes |
@@ -22,5 +23,6 @@ pub mod gtid;
 pub mod health;
 pub mod lease;
 pub mod names;
+pub mod release;
 pub mod time;
 pub mod token;

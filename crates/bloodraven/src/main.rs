@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod release_cmd;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "bloodraven",
@@ -20,6 +22,8 @@ enum Command {
         /// Requested TTL in seconds.
         seconds: i64,
     },
+    /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
+    Release(release_cmd::ReleaseArgs),
 }
 
 fn main() {
@@ -28,5 +32,6 @@ fn main() {
         Command::ClampTtl { seconds } => {
             println!("{}", bloodraven_core::lease::clamp_ttl(seconds));
         }
+        Command::Release(args) => std::process::exit(release_cmd::run(args)),
     }
 }

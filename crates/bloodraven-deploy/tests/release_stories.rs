@@ -1,0 +1,743 @@
+//! Release stories against the fake Kubernetes API server (real HTTP, real kube client).
+//!
+//! Each story plans and applies through the production [`Releaser`] and checks what the cluster
+//! saw, what the record says and what the caller was told.
+
+mod support;
+
+use std::time::Duration;
+
+use bloodraven_core::release::{
+    Change, LEASE_DURATION, PlanId, PlanStoreError, RELEASE_ANNOTATION, ReleaseAction, lease_name,
+};
+use bloodraven_core::time::ManualClock;
+use bloodraven_deploy::record::RecordLine;
+use bloodraven_deploy::release::{ApplyError, Outcome, PlanningError, WriteFailure};
+use k8s_openapi::api::apps::v1::Deployment;
+use support::fake_k8s::{Behavior, FakeK8s, foreign_lease};
+use support::{lines, releaser, start_time, steps, timeouts};
+
+const NS: &str = "shop";
+const APP: &str = "web";
+
+fn image(img: &str) -> ReleaseAction {
+    ReleaseAction::Image {
+        container: "app".into(),
+        image: img.into(),
+    }
+}
+
+fn app_image(d: &Deployment) -> String {
+    d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .image
+        .clone()
+        .unwrap()
+}
+
+fn template_annotation(d: &Deployment) -> Option<String> {
+    d.spec
+        .as_ref()?
+        .template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(RELEASE_ANNOTATION)
+        .cloned()
+}
+
+fn quiet() -> impl FnMut(&RecordLine) + Send {
+    |_: &RecordLine| {}
+}
+
+struct Env {
+    fake: FakeK8s,
+    clock: ManualClock,
+    records: tempfile::TempDir,
+}
+
+async fn env() -> Env {
+    let fake = FakeK8s::start().await;
+    fake.add_deployment(NS, APP, "registry.example/web:1.0", 3);
+    Env {
+        fake,
+        clock: ManualClock::new(start_time()),
+        records: tempfile::tempdir().expect("tempdir"),
+    }
+}
+
+impl Env {
+    fn releaser(&self, bound: Duration) -> bloodraven_deploy::release::Releaser {
+        releaser(
+            &self.fake.url,
+            &self.clock,
+            self.records.path(),
+            timeouts(bound),
+        )
+    }
+}
+
+#[tokio::test]
+async fn happy_image_release_reaches_ready() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let before = env.fake.deployment(NS, APP);
+
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    // The plan shows what will happen and pins the object and the cluster.
+    assert_eq!(plan.namespace, NS);
+    assert_eq!(plan.deployment, APP);
+    assert_eq!(
+        plan.change,
+        Change::Image {
+            container: "app".into(),
+            current_image: "registry.example/web:1.0".into(),
+            target_image: "registry.example/web:2.0".into(),
+        }
+    );
+    assert_eq!(plan.uid, before.metadata.uid.clone().unwrap());
+    assert_eq!(
+        plan.resource_version,
+        before.metadata.resource_version.clone().unwrap()
+    );
+    assert_eq!(plan.cluster, format!("{}/", env.fake.url));
+    assert_eq!(plan.progress_deadline_seconds, 60);
+    assert_eq!(env.fake.dry_runs(), 1);
+    // The dry-run persisted nothing.
+    assert_eq!(
+        app_image(&env.fake.deployment(NS, APP)),
+        "registry.example/web:1.0"
+    );
+    assert_eq!(env.fake.deployment_updates(NS, APP), 0);
+
+    let mut shown = Vec::new();
+    let report = r
+        .apply(&plan.id, &mut |l: &RecordLine| shown.push(l.step.clone()))
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Ready { generation: 2 });
+
+    let after = env.fake.deployment(NS, APP);
+    assert_eq!(app_image(&after), "registry.example/web:2.0");
+    assert_eq!(template_annotation(&after), Some(plan.id.to_string()));
+    assert_eq!(env.fake.deployment_updates(NS, APP), 1);
+
+    let recorded = steps(&report.record);
+    assert_eq!(
+        recorded,
+        [
+            "lease-acquired",
+            "pre-check-passed",
+            "deployment-updated",
+            "ready",
+            "lease-released"
+        ]
+    );
+    assert_eq!(shown, recorded, "each step is shown as it is recorded");
+    let l = lines(&report.record);
+    assert!(l.iter().all(|l| l.id == plan.id.as_str()));
+    assert_eq!(l[2].str_field("image"), Some("registry.example/web:2.0"));
+    assert_eq!(l[3].outcome.as_deref(), Some("ready"));
+
+    // The Lease is released by an update that clears the holder, not deleted.
+    let lease = env.fake.lease(NS, &lease_name(APP)).expect("lease kept");
+    assert_eq!(lease.spec.unwrap().holder_identity, None);
+    assert_eq!(report.lease_released, Some(true));
+    assert_eq!(
+        lease.metadata.labels.unwrap()["bloodraven.shipstream.io/release-deployment"],
+        APP
+    );
+
+    // Single use: the plan is gone.
+    let again = r.apply(&plan.id, &mut quiet()).await.unwrap_err();
+    assert!(
+        matches!(again, ApplyError::Plan(PlanStoreError::NotFound(_))),
+        "{again}"
+    );
+    assert_eq!(env.fake.deployment_updates(NS, APP), 1);
+}
+
+#[tokio::test]
+async fn rejected_dry_run_gives_no_plan() {
+    let env = env().await;
+    env.fake.reject_dry_runs(
+        403,
+        "Forbidden",
+        "admission webhook \"images.policy.example\" denied the request: registry not allowed",
+    );
+    let r = env.releaser(Duration::from_secs(20));
+    let err = r
+        .plan(NS, APP, &image("evil.example/web:2.0"))
+        .await
+        .unwrap_err();
+    let PlanningError::DryRunRejected {
+        failure: WriteFailure::Rejected { code, .. },
+    } = &err
+    else {
+        panic!("expected a rejected dry-run, got {err}");
+    };
+    assert_eq!(*code, 403);
+    assert!(err.to_string().contains("registry not allowed"), "{err}");
+    assert_eq!(r.pending_plans(), 0, "no plan was stored");
+    assert_eq!(env.fake.deployment_updates(NS, APP), 0);
+    assert!(env.fake.lease(NS, &lease_name(APP)).is_none());
+}
+
+#[tokio::test]
+async fn pre_checks_refuse_without_a_dry_run() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let err = r
+        .plan(NS, APP, &image("registry.example/web:1.0"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().starts_with("IMAGE: must differ"), "{err}");
+    let err = r
+        .plan(NS, APP, &ReleaseAction::Scale { replicas: 1001 })
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("REPLICAS: must be between 0 and 1000"),
+        "{err}"
+    );
+    let err = r
+        .plan(NS, "nope", &ReleaseAction::Restart)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, PlanningError::DeploymentNotFound { .. }),
+        "{err}"
+    );
+    assert_eq!(env.fake.dry_runs(), 0);
+    assert_eq!(r.pending_plans(), 0);
+}
+
+#[tokio::test]
+async fn resource_version_changed_between_plan_and_apply_stops() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    env.fake.bump_resource_version(NS, APP);
+
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    let Outcome::StalePlan { detail } = &report.outcome else {
+        panic!("expected a stale plan, got {:?}", report.outcome);
+    };
+    assert!(detail.contains("resourceVersion"), "{detail}");
+    assert!(report.outcome.describe().contains("make a new plan"));
+    assert_eq!(env.fake.deployment_updates(NS, APP), 0, "nothing was sent");
+    assert_eq!(
+        app_image(&env.fake.deployment(NS, APP)),
+        "registry.example/web:1.0"
+    );
+    assert_eq!(
+        steps(&report.record),
+        ["lease-acquired", "stale-plan", "lease-released"]
+    );
+    assert_eq!(report.lease_released, Some(true));
+}
+
+#[tokio::test]
+async fn two_clients_racing_on_one_deployment_exactly_one_applies() {
+    let env = env().await;
+    // The rollout does not progress until we say so: the winner holds the Lease meanwhile.
+    env.fake.set_behavior(Behavior::Stalled);
+    let a = env.releaser(Duration::from_secs(20));
+    let b = env.releaser(Duration::from_secs(20));
+    let plan_a = a
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    let plan_b = b
+        .plan(NS, APP, &image("registry.example/web:3.0"))
+        .await
+        .unwrap();
+
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    for (r, id) in [(a, plan_a.id.clone()), (b, plan_b.id.clone())] {
+        let tx = done_tx.clone();
+        tokio::spawn(async move {
+            let report = r.apply(&id, &mut |_: &RecordLine| {}).await;
+            let _ = tx.send((id, report));
+        });
+    }
+    // The loser returns first: it never gets past the Lease.
+    let (loser_id, loser) = done_rx.recv().await.unwrap();
+    let loser = loser.unwrap();
+    let winner_id = if loser_id == plan_a.id {
+        plan_b.id.clone()
+    } else {
+        plan_a.id.clone()
+    };
+    let Outcome::LeaseHeld {
+        holder,
+        until,
+        lease,
+    } = &loser.outcome
+    else {
+        panic!("expected lease-held, got {:?}", loser.outcome);
+    };
+    assert_eq!(holder, winner_id.as_str(), "the loser names the holder");
+    assert_eq!(
+        *until,
+        Some(
+            start_time()
+                .plus(LEASE_DURATION)
+                .plus(bloodraven_core::release::CLOCK_SKEW_MARGIN)
+        )
+    );
+    assert_eq!(*lease, lease_name(APP));
+    assert!(
+        loser
+            .outcome
+            .describe()
+            .contains("being released by another client")
+    );
+    assert_eq!(steps(&loser.record), ["lease-held"]);
+
+    env.fake.set_behavior(Behavior::Ready);
+    let (_, winner) = done_rx.recv().await.unwrap();
+    let winner = winner.unwrap();
+    assert_eq!(winner.plan.id, winner_id);
+    assert!(
+        matches!(winner.outcome, Outcome::Ready { .. }),
+        "{:?}",
+        winner.outcome
+    );
+    assert_eq!(
+        env.fake.deployment_updates(NS, APP),
+        1,
+        "exactly one update"
+    );
+    assert_eq!(
+        template_annotation(&env.fake.deployment(NS, APP)),
+        Some(winner_id.to_string())
+    );
+}
+
+#[tokio::test]
+async fn dropped_update_response_is_unconfirmed_and_not_retried() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    env.fake.drop_next_update();
+
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    let Outcome::Unconfirmed { detail } = &report.outcome else {
+        panic!("expected unconfirmed, got {:?}", report.outcome);
+    };
+    assert!(
+        !detail.contains("HTTP"),
+        "a transport failure, not a status: {detail}"
+    );
+    assert!(report.outcome.describe().contains("check the cluster"));
+    // The cluster did apply it; we just never heard back, and never sent it again.
+    assert_eq!(
+        app_image(&env.fake.deployment(NS, APP)),
+        "registry.example/web:2.0"
+    );
+    assert_eq!(env.fake.deployment_updates(NS, APP), 1);
+    let l = lines(&report.record);
+    let outcome_line = l.iter().find(|l| l.outcome.is_some()).unwrap();
+    assert_eq!(outcome_line.outcome.as_deref(), Some("unconfirmed"));
+    assert_eq!(
+        steps(&report.record),
+        [
+            "lease-acquired",
+            "pre-check-passed",
+            "unconfirmed",
+            "lease-released"
+        ]
+    );
+    // No verification polls after an unconfirmed update.
+    let gets_after_update = env
+        .fake
+        .seen()
+        .iter()
+        .skip_while(|s| {
+            s.method != hyper::Method::PUT || s.is_dry_run() || !s.path.contains("deployments")
+        })
+        .filter(|s| s.method == hyper::Method::GET && s.path.contains("deployments"))
+        .count();
+    assert_eq!(gets_after_update, 0);
+}
+
+#[tokio::test]
+async fn a_503_on_the_update_is_not_retried() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    env.fake.fail_next_update(503);
+
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    let Outcome::Unconfirmed { detail } = &report.outcome else {
+        panic!("expected unconfirmed, got {:?}", report.outcome);
+    };
+    assert!(detail.contains("503"), "{detail}");
+    assert_eq!(
+        env.fake.deployment_updates(NS, APP),
+        1,
+        "exactly one update reached the server: client retries are off"
+    );
+}
+
+/// The control for the test above: kube's default client *does* resend a 503'd update, so
+/// counting requests at the server is a test that can fail.
+#[tokio::test]
+async fn kube_default_client_would_have_retried() {
+    let env = env().await;
+    let config = kube::Config::new(env.fake.url.parse().unwrap());
+    assert!(config.default_retry, "kube retries by default");
+    let client = kube::Client::try_from(config).unwrap();
+    let api: kube::Api<Deployment> = kube::Api::namespaced(client, NS);
+    let d = api.get(APP).await.unwrap();
+    env.fake.fail_next_update(503);
+    api.replace(APP, &kube::api::PostParams::default(), &d)
+        .await
+        .unwrap();
+    assert_eq!(env.fake.deployment_updates(NS, APP), 2);
+}
+
+#[tokio::test]
+async fn progress_deadline_exceeded_is_failed_and_nothing_rolled_back() {
+    let env = env().await;
+    env.fake.set_behavior(Behavior::DeadlineExceeded);
+    let r = env.releaser(Duration::from_secs(20));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    let Outcome::Failed { message } = &report.outcome else {
+        panic!("expected failed, got {:?}", report.outcome);
+    };
+    assert!(message.contains("timed out progressing"), "{message}");
+    assert_eq!(
+        env.fake.deployment_updates(NS, APP),
+        1,
+        "no rollback update"
+    );
+    assert_eq!(
+        app_image(&env.fake.deployment(NS, APP)),
+        "registry.example/web:2.0"
+    );
+    assert_eq!(
+        steps(&report.record),
+        [
+            "lease-acquired",
+            "pre-check-passed",
+            "deployment-updated",
+            "failed",
+            "lease-released"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn stale_status_from_the_previous_rollout_is_not_read_as_ready() {
+    let env = env().await;
+    // The controller never looks: the status keeps showing generation 1 as complete.
+    env.fake.set_behavior(Behavior::Stalled);
+    let r = env.releaser(Duration::from_millis(600));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    let Outcome::StillProgressing { progress } = &report.outcome else {
+        panic!("expected still-progressing, got {:?}", report.outcome);
+    };
+    assert!(
+        progress.contains("has not observed generation 2"),
+        "{progress}"
+    );
+    assert_eq!(
+        steps(&report.record),
+        [
+            "lease-acquired",
+            "pre-check-passed",
+            "deployment-updated",
+            "still-progressing",
+            "lease-released"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn another_actor_changing_the_spec_mid_rollout_is_superseded() {
+    let env = env().await;
+    env.fake.set_behavior(Behavior::Stalled);
+    let r = env.releaser(Duration::from_secs(20));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    let fake = &env.fake;
+    let mut changed = false;
+    let report = r
+        .apply(&plan.id, &mut |l: &RecordLine| {
+            if l.step == "deployment-updated" && !changed {
+                fake.change_spec_out_of_band(NS, APP);
+                changed = true;
+            }
+        })
+        .await
+        .unwrap();
+    let Outcome::Superseded { detail } = &report.outcome else {
+        panic!("expected superseded, got {:?}", report.outcome);
+    };
+    assert!(detail.contains("generation moved to 3"), "{detail}");
+}
+
+#[tokio::test]
+async fn scale_leaves_the_template_and_the_annotation_untouched() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let before = env.fake.deployment(NS, APP);
+    let plan = r
+        .plan(NS, APP, &ReleaseAction::Scale { replicas: 5 })
+        .await
+        .unwrap();
+    assert_eq!(plan.desired_replicas, 5);
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    assert!(
+        matches!(report.outcome, Outcome::Ready { .. }),
+        "{:?}",
+        report.outcome
+    );
+
+    let after = env.fake.deployment(NS, APP);
+    assert_eq!(after.spec.as_ref().unwrap().replicas, Some(5));
+    assert_eq!(
+        after.spec.as_ref().unwrap().template,
+        before.spec.as_ref().unwrap().template,
+        "the Pod template is byte-for-byte the same"
+    );
+    assert_eq!(template_annotation(&after), None);
+    let l = lines(&report.record);
+    assert_eq!(l[2].fields["replicas"], serde_json::json!(5));
+}
+
+#[tokio::test]
+async fn restart_annotates_the_template_only() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let plan = r.plan(NS, APP, &ReleaseAction::Restart).await.unwrap();
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    assert!(
+        matches!(report.outcome, Outcome::Ready { .. }),
+        "{:?}",
+        report.outcome
+    );
+    let after = env.fake.deployment(NS, APP);
+    assert_eq!(template_annotation(&after), Some(plan.id.to_string()));
+    assert_eq!(app_image(&after), "registry.example/web:1.0");
+}
+
+#[tokio::test]
+async fn rollback_from_a_record() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    let v2 = format!("registry.example/web@{digest}");
+    for img in [v2.as_str(), "registry.example/web:3.0"] {
+        env.clock.advance(Duration::from_secs(60));
+        let plan = r.plan(NS, APP, &image(img)).await.unwrap();
+        let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+        assert!(matches!(report.outcome, Outcome::Ready { .. }));
+    }
+    let first_release = steps_dir_ids(env.records.path());
+
+    // Without --record: the newest successful release with another image than the current one.
+    env.clock.advance(Duration::from_secs(60));
+    let plan = r.plan_rollback(NS, APP, None).await.unwrap();
+    assert_eq!(
+        plan.change,
+        Change::Image {
+            container: "app".into(),
+            current_image: "registry.example/web:3.0".into(),
+            target_image: v2.clone(),
+        }
+    );
+    assert!(plan.rollback_of.is_some());
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    assert!(matches!(report.outcome, Outcome::Ready { .. }));
+    assert_eq!(app_image(&env.fake.deployment(NS, APP)), v2);
+    let l = lines(&report.record);
+    assert!(l.iter().all(|l| l.str_field("action") == Some("rollback")));
+    assert_eq!(l[2].str_field("digest"), Some(digest));
+
+    // With --record: that record's image, through the same pipeline (dry-run included).
+    let named = first_release
+        .iter()
+        .find(|(_, img)| img.as_deref() == Some("registry.example/web:3.0"))
+        .map(|(id, _)| id.clone())
+        .unwrap();
+    env.clock.advance(Duration::from_secs(60));
+    let dry_runs = env.fake.dry_runs();
+    let plan = r.plan_rollback(NS, APP, Some(&named)).await.unwrap();
+    assert_eq!(env.fake.dry_runs(), dry_runs + 1);
+    assert_eq!(plan.rollback_of.as_deref(), Some(named.as_str()));
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    assert!(matches!(report.outcome, Outcome::Ready { .. }));
+    assert_eq!(
+        app_image(&env.fake.deployment(NS, APP)),
+        "registry.example/web:3.0"
+    );
+
+    // A record of another Deployment, or an unknown one, is refused with the rule.
+    let err = r.plan_rollback(NS, APP, Some("0000")).await.unwrap_err();
+    assert!(
+        err.to_string().starts_with("--record 0000: no such record"),
+        "{err}"
+    );
+}
+
+fn steps_dir_ids(dir: &std::path::Path) -> Vec<(String, Option<String>)> {
+    bloodraven_deploy::release::history::summaries(dir)
+        .unwrap()
+        .releases
+        .into_iter()
+        .map(|s| (s.id, s.image))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_valid_foreign_lease_stops_and_an_expired_one_is_taken_over() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let name = lease_name(APP);
+    env.fake.put_lease(
+        NS,
+        foreign_lease(&name, "someone-else", "2026-11-30T09:58:00Z", 300),
+    );
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    assert_eq!(
+        report.outcome,
+        Outcome::LeaseHeld {
+            lease: name.clone(),
+            holder: "someone-else".into(),
+            // 09:58 + 300s + the 30s clock-skew margin.
+            until: Some(
+                bloodraven_core::time::Timestamp::parse_rfc3339("2026-11-30T10:03:30Z").unwrap()
+            ),
+        }
+    );
+    assert_eq!(env.fake.deployment_updates(NS, APP), 0);
+    assert_eq!(
+        report.lease_released, None,
+        "a Lease we never held is left alone"
+    );
+    assert_eq!(
+        env.fake
+            .lease(NS, &name)
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("someone-else")
+    );
+
+    // Past its expiry plus the margin, the Lease is free and taken over by an update.
+    env.clock.advance(Duration::from_secs(211));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    assert!(
+        matches!(report.outcome, Outcome::Ready { .. }),
+        "{:?}",
+        report.outcome
+    );
+    let spec = env.fake.lease(NS, &name).unwrap().spec.unwrap();
+    assert_eq!(spec.lease_transitions, Some(1));
+}
+
+#[tokio::test]
+async fn a_record_that_cannot_be_written_stops_before_the_change() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    // The record file of this plan points at a device that refuses every write.
+    std::os::unix::fs::symlink(
+        "/dev/full",
+        env.records.path().join(format!("{}.jsonl", plan.id)),
+    )
+    .unwrap();
+    let err = r.apply(&plan.id, &mut quiet()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ApplyError::WriteRecord {
+                after_change: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("before changing the Deployment"),
+        "{err}"
+    );
+    assert_eq!(env.fake.deployment_updates(NS, APP), 0);
+    // The Lease taken before the failed line was given back.
+    assert_eq!(
+        env.fake
+            .lease(NS, &lease_name(APP))
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity,
+        None
+    );
+}
+
+#[tokio::test]
+async fn expired_plans_are_refused() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    let plan = r
+        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .await
+        .unwrap();
+    env.clock.advance(Duration::from_secs(600));
+    let err = r.apply(&plan.id, &mut quiet()).await.unwrap_err();
+    assert!(
+        matches!(err, ApplyError::Plan(PlanStoreError::Expired { .. })),
+        "{err}"
+    );
+    assert_eq!(env.fake.deployment_updates(NS, APP), 0);
+    assert!(env.fake.lease(NS, &lease_name(APP)).is_none());
+    let unknown = PlanId::from_random([9; 16]);
+    assert!(r.apply(&unknown, &mut quiet()).await.is_err());
+}

@@ -1,0 +1,178 @@
+//! `bloodraven release` end to end: the real binary, a kubeconfig pointing at the fake
+//! Kubernetes API server of `bloodraven-deploy`'s tests.
+
+#[path = "../../bloodraven-deploy/tests/support/fake_k8s.rs"]
+#[allow(dead_code)]
+mod fake_k8s;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use fake_k8s::FakeK8s;
+use serde_json::Value;
+
+struct Env {
+    fake: FakeK8s,
+    dir: tempfile::TempDir,
+}
+
+async fn env() -> Env {
+    let fake = FakeK8s::start().await;
+    fake.add_deployment("shop", "web", "registry.example/web:1.0", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\n    \
+         namespace: shop\ncurrent-context: fake\nusers:\n- name: nobody\n  user: {{}}\n",
+        fake.url
+    );
+    std::fs::write(dir.path().join("kubeconfig"), kubeconfig).unwrap();
+    Env { fake, dir }
+}
+
+impl Env {
+    async fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bloodraven"));
+        cmd.arg("release")
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(self.dir.path().join("kubeconfig"))
+            .arg("--records-dir")
+            .arg(self.dir.path().join("records"))
+            .stdin(Stdio::null())
+            .env_remove("KUBECONFIG");
+        tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn image(&self) -> String {
+        let d = self.fake.deployment("shop", "web");
+        d.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap()
+    }
+}
+
+fn json(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yes_with_json_output_applies_and_records() {
+    let env = env().await;
+    let out = env
+        .run(&[
+            "image",
+            "web",
+            "app=registry.example/web:2.0",
+            "--yes",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["outcome"], "ready");
+    assert_eq!(
+        v["plan"]["namespace"], "shop",
+        "namespace from the kubeconfig context"
+    );
+    assert_eq!(
+        v["plan"]["change"]["targetImage"],
+        "registry.example/web:2.0"
+    );
+    assert_eq!(env.image(), "registry.example/web:2.0");
+    let record = v["record"].as_str().unwrap();
+    assert!(Path::new(record).exists());
+
+    let out = env.run(&["history", "web", "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(0));
+    let h = json(&out);
+    assert_eq!(h["releases"][0]["id"], v["plan"]["id"]);
+    assert_eq!(h["releases"][0]["outcome"], "ready");
+
+    // Nothing older to go back to: no plan, its own exit code.
+    let out = env.run(&["rollback", "web", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no successful image release"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_yes_and_without_a_terminal_nothing_is_applied() {
+    let env = env().await;
+    let out = env
+        .run(&["image", "web", "app=registry.example/web:2.0"])
+        .await;
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stdin is not a terminal"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("registry.example/web:1.0 → registry.example/web:2.0")
+    );
+    assert_eq!(env.image(), "registry.example/web:1.0");
+    assert_eq!(env.fake.deployment_updates("shop", "web"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_pre_check_is_no_plan() {
+    let env = env().await;
+    let out = env
+        .run(&["image", "web", "app=registry.example/web:1.0", "--yes"])
+        .await;
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        stderr(&out).contains("IMAGE: must differ"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_names_the_argument_and_the_rule() {
+    let env = env().await;
+    for (args, message) in [
+        (
+            vec!["scale", "web", "1001"],
+            "REPLICAS: must be between 0 and 1000",
+        ),
+        (
+            vec!["scale", "web", "-3"],
+            "REPLICAS: must be between 0 and 1000",
+        ),
+        (
+            vec!["image", "web", "registry.example/web:2.0"],
+            "CONTAINER=IMAGE: must be",
+        ),
+        (
+            vec!["restart", "Web_App"],
+            "DEPLOYMENT: must consist of lowercase",
+        ),
+        (
+            vec!["restart", "web", "-n", "Shop"],
+            "--namespace: must consist of lowercase",
+        ),
+    ] {
+        let out = env.run(&args).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+    }
+    assert!(
+        env.fake.seen().is_empty(),
+        "bad input never reaches the cluster"
+    );
+}
