@@ -16,8 +16,11 @@
 //! | [`time`] | wall-clock instants as values |
 //! | [`duration`] | Kubernetes-style duration strings |
 //! | [`names`] | DNS-1123 name rules |
+//! | [`contract`] | names that are interfaces: annotation keys, log messages, events, metrics |
+//! | [`wire`] | JSON bodies between Bloodraven's own processes (`/active-site`) |
 
 pub mod config;
+pub mod contract;
 pub mod duration;
 pub mod gtid;
 pub mod health;
@@ -26,3 +29,4 @@ pub mod names;
 pub mod release;
 pub mod time;
 pub mod token;
+pub mod wire;

@@ -1,5 +1,13 @@
 //! Runtime pieces shared by Bloodraven's processes (operator, sidecar, clients, playground).
 //!
-//! [`clock`] is the one module allowed to read the system's wall clock.
+//! | module | owns |
+//! |---|---|
+//! | [`clock`] | the one module allowed to read the system's wall clock |
+//! | [`logging`] | structured JSON log lines (`ts`, `level`, `msg`, fields) and test capture |
+//! | [`tls`] | the process-wide rustls crypto provider (ring) |
+//! | [`shutdown`] | SIGINT/SIGTERM as a future |
 
 pub mod clock;
+pub mod logging;
+pub mod shutdown;
+pub mod tls;

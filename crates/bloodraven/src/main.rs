@@ -17,11 +17,6 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the effective lease TTL for a requested value (the [5, 120] clamp).
-    ClampTtl {
-        /// Requested TTL in seconds.
-        seconds: i64,
-    },
     /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
     Release(release_cmd::ReleaseArgs),
 }
@@ -29,9 +24,6 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
-        Command::ClampTtl { seconds } => {
-            println!("{}", bloodraven_core::lease::clamp_ttl(seconds));
-        }
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
     }
 }
