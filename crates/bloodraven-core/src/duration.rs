@@ -105,7 +105,7 @@ impl fmt::Display for HumanDuration {
             return f.write_str("0s");
         }
         if d < Duration::from_secs(1) {
-            if d.subsec_nanos() % 1_000_000 == 0 {
+            if d.subsec_nanos().is_multiple_of(1_000_000) {
                 return write!(f, "{}ms", d.as_millis());
             }
             return write!(f, "{}ns", d.as_nanos());

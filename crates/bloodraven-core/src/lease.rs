@@ -478,11 +478,11 @@ impl GroupLeases {
     /// and records an `Expired` event for each. Returns how many were removed.
     pub fn expire(&mut self, now: Timestamp) -> usize {
         let mut n = 0;
-        if self.migration.as_ref().is_some_and(|m| !m.is_live(now)) {
-            if let Some(m) = self.migration.take() {
-                self.events.push(LeaseEvent::Expired(m.view()));
-                n += 1;
-            }
+        if self.migration.as_ref().is_some_and(|m| !m.is_live(now))
+            && let Some(m) = self.migration.take()
+        {
+            self.events.push(LeaseEvent::Expired(m.view()));
+            n += 1;
         }
         let hold_dead = self.hold.as_ref().is_some_and(|h| {
             !h.is_live(now)
@@ -491,11 +491,9 @@ impl GroupLeases {
                     .as_ref()
                     .is_some_and(|m| m.operation_id == h.operation_id && m.instance == h.instance)
         });
-        if hold_dead {
-            if let Some(h) = self.hold.take() {
-                self.events.push(LeaseEvent::Expired(h.view()));
-                n += 1;
-            }
+        if hold_dead && let Some(h) = self.hold.take() {
+            self.events.push(LeaseEvent::Expired(h.view()));
+            n += 1;
         }
         n
     }
@@ -723,10 +721,10 @@ impl GroupLeases {
             self.events.push(LeaseEvent::Released(r.view()));
         }
         // The hold is subordinate to the mutex: releasing the migration lease ends it too.
-        if kind == LeaseKind::Migration {
-            if let Some(h) = self.hold.take() {
-                self.events.push(LeaseEvent::Released(h.view()));
-            }
+        if kind == LeaseKind::Migration
+            && let Some(h) = self.hold.take()
+        {
+            self.events.push(LeaseEvent::Released(h.view()));
         }
         Ok(Release::Released)
     }
