@@ -10,6 +10,8 @@
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
 //! | [`health`] | `stable` / `unstableReason` and the grant and renewal gates |
 //! | [`release`] | release plans (pre-checks, store), the per-Deployment Lease, the rollout verdict |
+//! | [`status`] | `MysqlFailoverGroup.status` and the health inputs it yields |
+//! | [`resources`] | stored object shapes: metadata, group, database, event bodies |
 //! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
 //! | [`gtid`] | GTID sets of MariaDB and MySQL: parse, contains, subtract |
 //! | [`token`] | lease tokens and their hashes |
@@ -27,6 +29,8 @@ pub mod health;
 pub mod lease;
 pub mod names;
 pub mod release;
+pub mod resources;
+pub mod status;
 pub mod time;
 pub mod token;
 pub mod wire;

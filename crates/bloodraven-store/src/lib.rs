@@ -1,0 +1,213 @@
+//! Bloodraven's storage interface, with Kubernetes semantics, and its embedded back-end.
+//!
+//! Objects are Kubernetes-shaped (`apiVersion`, `kind`, `metadata`, body). Writes are
+//! compare-and-swap on `metadata.resourceVersion`; every write gets a new, store-wide
+//! monotonically increasing resource version; `watch` streams every change in order.
+//!
+//! [`Store`] is the interface; [`sqlite::SqliteStore`] is the embedded back-end (one SQLite
+//! file, WAL, synchronous commits: an acknowledged write survives `kill -9` and, with
+//! [`Durability::Full`], power loss). Several processes may open the same file: the CLI writes
+//! annotations while the operator runs, and the operator's watch picks them up.
+//!
+//! [`Store::apply`] takes several writes at once. The embedded back-end applies them in one
+//! transaction; a back-end without transactions (Kubernetes) applies them in order, so callers
+//! order them to be safe if only a prefix lands (write tombstones before deleting leases).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use bloodraven_core::resources::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub mod sqlite;
+
+pub use sqlite::{Durability, SqliteStore};
+
+/// Identifies an object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(kind: &str, namespace: &str, name: &str) -> Self {
+        ObjectKey {
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// A stored object: `apiVersion`, `kind`, `metadata`, and the rest of its fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawObject {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    #[serde(flatten)]
+    pub body: Map<String, Value>,
+}
+
+impl RawObject {
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey::new(&self.kind, &self.metadata.namespace, &self.metadata.name)
+    }
+
+    /// Builds an object from a typed body (which must serialise to a JSON object).
+    pub fn from_body<T: Serialize>(
+        api_version: &str,
+        kind: &str,
+        metadata: ObjectMeta,
+        body: &T,
+    ) -> Result<Self, StoreError> {
+        match serde_json::to_value(body) {
+            Ok(Value::Object(map)) => Ok(RawObject {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                metadata,
+                body: map,
+            }),
+            Ok(_) => Err(StoreError::Invalid {
+                reason: format!("the body of a {kind} must be a JSON object"),
+            }),
+            Err(e) => Err(StoreError::Invalid {
+                reason: format!("cannot encode a {kind}: {e}"),
+            }),
+        }
+    }
+
+    /// Decodes the body as `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, StoreError> {
+        serde_json::from_value(Value::Object(self.body.clone())).map_err(|e| StoreError::Invalid {
+            reason: format!("stored {} does not decode: {e}", self.key()),
+        })
+    }
+}
+
+/// One write of [`Store::apply`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteOp {
+    /// Fails with `AlreadyExists` when the object exists.
+    Create(RawObject),
+    /// Compare-and-swap: fails with `Conflict` unless `metadata.resourceVersion` is current.
+    Replace(RawObject),
+    /// Fails with `NotFound`; with `resource_version`, also with `Conflict`.
+    Delete {
+        key: ObjectKey,
+        resource_version: Option<String>,
+    },
+    /// Deletes when present; never fails for a missing object.
+    DeleteIfExists { key: ObjectKey },
+}
+
+/// A change seen by a watcher.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent {
+    /// Created or replaced.
+    Put(RawObject),
+    /// Deleted; the object as it was, with the deletion's resource version.
+    Deleted(RawObject),
+    /// The watcher fell behind and missed changes: re-list what you care about.
+    Resync,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{key} not found")]
+    NotFound { key: ObjectKey },
+    #[error("{key} already exists")]
+    AlreadyExists { key: ObjectKey },
+    #[error("{key} changed since it was read (resourceVersion {expected}, now {actual})")]
+    Conflict {
+        key: ObjectKey,
+        expected: String,
+        actual: String,
+    },
+    #[error("invalid object: {reason}")]
+    Invalid { reason: String },
+    #[error("store failed to {operation}: {detail}")]
+    Backend {
+        operation: &'static str,
+        detail: String,
+    },
+    /// The write was sent but its answer was lost: it may or may not have been applied.
+    #[error("store did not confirm {operation} (it may have been applied): {detail}")]
+    Unconfirmed {
+        operation: &'static str,
+        detail: String,
+    },
+}
+
+/// A boxed future, so [`Store`] can be used as a trait object.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The storage interface.
+pub trait Store: Send + Sync + fmt::Debug {
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>>;
+
+    /// Every object of `kind`, in `namespace` or in all namespaces.
+    fn list<'a>(
+        &'a self,
+        kind: &'a str,
+        namespace: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<RawObject>>;
+
+    /// Applies `ops` (see the crate docs for atomicity). Returns, per op, the object as
+    /// written (`None` for deletes).
+    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>>;
+
+    /// A stream of every change from now on.
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent>;
+}
+
+/// Single-object helpers over [`Store::apply`].
+pub trait StoreExt: Store {
+    fn create(&self, obj: RawObject) -> StoreFuture<'_, RawObject> {
+        Box::pin(async move { first(self.apply(vec![WriteOp::Create(obj)]).await?) })
+    }
+
+    fn replace(&self, obj: RawObject) -> StoreFuture<'_, RawObject> {
+        Box::pin(async move { first(self.apply(vec![WriteOp::Replace(obj)]).await?) })
+    }
+
+    fn delete(&self, key: ObjectKey, resource_version: Option<String>) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            self.apply(vec![WriteOp::Delete {
+                key,
+                resource_version,
+            }])
+            .await
+            .map(|_| ())
+        })
+    }
+}
+
+impl<S: Store + ?Sized> StoreExt for S {}
+
+fn first(mut v: Vec<Option<RawObject>>) -> Result<RawObject, StoreError> {
+    v.pop().flatten().ok_or_else(|| StoreError::Backend {
+        operation: "write",
+        detail: "the write returned no object".into(),
+    })
+}
+
+/// Labels to select objects by, e.g. the deploy leases of one group.
+pub fn has_labels(obj: &RawObject, want: &BTreeMap<String, String>) -> bool {
+    want.iter()
+        .all(|(k, v)| obj.metadata.labels.get(k) == Some(v))
+}

@@ -1,0 +1,457 @@
+//! The embedded back-end: one SQLite file in WAL mode.
+//!
+//! Tables: `objects` (current state, keyed by kind/namespace/name), `changes` (one row per
+//! write, keyed by the store-wide resource version: the watch feed), `meta` (schema version and
+//! the resource-version counter). Every [`Store::apply`] call is one transaction. Watchers are
+//! fed by a poller that reads `changes` after every local write and every 100 ms, so writes
+//! made by another process on the same file are seen too.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tokio::sync::{Notify, broadcast};
+
+use crate::{ObjectKey, RawObject, Store, StoreError, StoreFuture, WatchEvent, WriteOp};
+
+const SCHEMA_VERSION: i64 = 1;
+/// Change rows kept for watchers that reconnect; older rows are compacted away.
+const CHANGES_KEPT: i64 = 10_000;
+
+/// How hard a commit is pushed to disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=FULL`: a commit survives power loss. The default.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: survives a crash of the process (`kill -9`), not power loss.
+    Normal,
+    /// `synchronous=OFF`: for benchmarks only; an acknowledged write can be lost on power loss.
+    Off,
+}
+
+struct Inner {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    events: broadcast::Sender<WatchEvent>,
+    /// The newest resource version already broadcast.
+    seen: Mutex<i64>,
+    wake: Notify,
+}
+
+/// The embedded store. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn backend(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |e| StoreError::Backend {
+        operation,
+        detail: e.to_string(),
+    }
+}
+
+fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    // The uid only has to be unique; if the OS cannot provide randomness, fall back to zeros
+    // plus the resource version mixed in by the caller.
+    let _ = getrandom::fill(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`. Must be called inside a tokio runtime
+    /// (the watch poller runs on it).
+    pub fn open(path: &Path, durability: Durability) -> Result<SqliteStore, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Backend {
+                operation: "create the data directory",
+                detail: format!("{}: {e}", dir.display()),
+            })?;
+        }
+        let conn = Connection::open(path).map_err(backend("open the database"))?;
+        let sync = match durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+            Durability::Off => "OFF",
+        };
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA busy_timeout=10000;
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS objects (
+               kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+               rv INTEGER NOT NULL, data TEXT NOT NULL,
+               PRIMARY KEY (kind, namespace, name));
+             CREATE TABLE IF NOT EXISTS changes (
+               rv INTEGER PRIMARY KEY, kind TEXT NOT NULL, namespace TEXT NOT NULL,
+               name TEXT NOT NULL, op TEXT NOT NULL, data TEXT NOT NULL);
+             INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', {SCHEMA_VERSION});
+             INSERT OR IGNORE INTO meta (key, value) VALUES ('rv', 0);"
+        ))
+        .map_err(backend("initialise the database"))?;
+        let schema: i64 = conn
+            .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
+                r.get(0)
+            })
+            .map_err(backend("read the schema version"))?;
+        if schema != SCHEMA_VERSION {
+            return Err(StoreError::Backend {
+                operation: "open the database",
+                detail: format!(
+                    "{} has schema version {schema}, this build reads {SCHEMA_VERSION}",
+                    path.display()
+                ),
+            });
+        }
+        let current: i64 = conn
+            .query_row("SELECT value FROM meta WHERE key='rv'", [], |r| r.get(0))
+            .map_err(backend("read the resource version"))?;
+        let (events, _) = broadcast::channel(4096);
+        let inner = Arc::new(Inner {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+            events,
+            seen: Mutex::new(current),
+            wake: Notify::new(),
+        });
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(poll_changes(weak));
+        Ok(SqliteStore { inner })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The store-wide resource version of the newest write.
+    pub async fn resource_version(&self) -> Result<i64, StoreError> {
+        let inner = self.inner.clone();
+        blocking(move || {
+            let conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            conn.query_row("SELECT value FROM meta WHERE key='rv'", [], |r| r.get(0))
+                .map_err(backend("read the resource version"))
+        })
+        .await
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Backend {
+            operation: "run a database task",
+            detail: e.to_string(),
+        })?
+}
+
+fn decode_row(data: &str) -> Result<RawObject, StoreError> {
+    serde_json::from_str(data).map_err(|e| StoreError::Backend {
+        operation: "decode a stored object",
+        detail: e.to_string(),
+    })
+}
+
+fn encode(obj: &RawObject) -> Result<String, StoreError> {
+    serde_json::to_string(obj).map_err(|e| StoreError::Invalid {
+        reason: e.to_string(),
+    })
+}
+
+fn load(tx: &Connection, key: &ObjectKey) -> Result<Option<RawObject>, StoreError> {
+    let data: Option<String> = tx
+        .query_row(
+            "SELECT data FROM objects WHERE kind=?1 AND namespace=?2 AND name=?3",
+            params![key.kind, key.namespace, key.name],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(backend("read an object"))?;
+    data.as_deref().map(decode_row).transpose()
+}
+
+fn next_rv(tx: &Connection) -> Result<i64, StoreError> {
+    tx.query_row(
+        "UPDATE meta SET value = value + 1 WHERE key='rv' RETURNING value",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(backend("allocate a resource version"))
+}
+
+fn record(tx: &Connection, rv: i64, obj: &RawObject, op: &str) -> Result<(), StoreError> {
+    let data = encode(obj)?;
+    let key = obj.key();
+    tx.execute(
+        "INSERT INTO changes (rv, kind, namespace, name, op, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![rv, key.kind, key.namespace, key.name, op, data],
+    )
+    .map_err(backend("record a change"))?;
+    if op == "put" {
+        tx.execute(
+            "INSERT INTO objects (kind, namespace, name, rv, data) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (kind, namespace, name) DO UPDATE SET rv = excluded.rv, data = excluded.data",
+            params![key.kind, key.namespace, key.name, rv, data],
+        )
+        .map_err(backend("write an object"))?;
+    } else {
+        tx.execute(
+            "DELETE FROM objects WHERE kind=?1 AND namespace=?2 AND name=?3",
+            params![key.kind, key.namespace, key.name],
+        )
+        .map_err(backend("delete an object"))?;
+    }
+    if rv % 1000 == 0 {
+        tx.execute(
+            "DELETE FROM changes WHERE rv < ?1",
+            params![rv - CHANGES_KEPT],
+        )
+        .map_err(backend("compact the change log"))?;
+    }
+    Ok(())
+}
+
+fn validate(obj: &RawObject) -> Result<(), StoreError> {
+    if obj.metadata.name.is_empty() || obj.kind.is_empty() {
+        return Err(StoreError::Invalid {
+            reason: "an object needs a kind and metadata.name".into(),
+        });
+    }
+    Ok(())
+}
+
+fn apply_op(tx: &Connection, op: WriteOp) -> Result<Option<RawObject>, StoreError> {
+    match op {
+        WriteOp::Create(mut obj) => {
+            validate(&obj)?;
+            let key = obj.key();
+            if load(tx, &key)?.is_some() {
+                return Err(StoreError::AlreadyExists { key });
+            }
+            let rv = next_rv(tx)?;
+            obj.metadata.resource_version = rv.to_string();
+            obj.metadata.uid = new_uid();
+            obj.metadata.generation = 1;
+            record(tx, rv, &obj, "put")?;
+            Ok(Some(obj))
+        }
+        WriteOp::Replace(mut obj) => {
+            validate(&obj)?;
+            let key = obj.key();
+            let Some(current) = load(tx, &key)? else {
+                return Err(StoreError::NotFound { key });
+            };
+            if obj.metadata.resource_version != current.metadata.resource_version {
+                return Err(StoreError::Conflict {
+                    key,
+                    expected: obj.metadata.resource_version,
+                    actual: current.metadata.resource_version,
+                });
+            }
+            let rv = next_rv(tx)?;
+            obj.metadata.resource_version = rv.to_string();
+            obj.metadata.uid.clone_from(&current.metadata.uid);
+            obj.metadata.creation_timestamp = current.metadata.creation_timestamp;
+            obj.metadata.generation = if obj.body.get("spec") == current.body.get("spec") {
+                current.metadata.generation
+            } else {
+                current.metadata.generation + 1
+            };
+            record(tx, rv, &obj, "put")?;
+            Ok(Some(obj))
+        }
+        WriteOp::Delete {
+            key,
+            resource_version,
+        } => {
+            let Some(mut current) = load(tx, &key)? else {
+                return Err(StoreError::NotFound { key });
+            };
+            if let Some(expected) = resource_version
+                && expected != current.metadata.resource_version
+            {
+                return Err(StoreError::Conflict {
+                    key,
+                    expected,
+                    actual: current.metadata.resource_version,
+                });
+            }
+            let rv = next_rv(tx)?;
+            current.metadata.resource_version = rv.to_string();
+            record(tx, rv, &current, "delete")?;
+            Ok(None)
+        }
+        WriteOp::DeleteIfExists { key } => {
+            if let Some(mut current) = load(tx, &key)? {
+                let rv = next_rv(tx)?;
+                current.metadata.resource_version = rv.to_string();
+                record(tx, rv, &current, "delete")?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Change rows `(rv, op, data)` after a position, and the oldest rv still in the log.
+type ChangeBatch = (Vec<(i64, String, String)>, i64);
+
+/// Feeds watchers from the change log: after local writes (woken) and every 100 ms (writes by
+/// other processes). Ends when the store is dropped.
+async fn poll_changes(weak: Weak<Inner>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let _ = tokio::time::timeout(Duration::from_millis(100), inner.wake.notified()).await;
+        if inner.events.receiver_count() == 0 {
+            // Nobody listens: just remember where the log is.
+            let inner2 = inner.clone();
+            if let Ok(Ok(rv)) = tokio::task::spawn_blocking(move || {
+                let conn = inner2.conn.lock().unwrap_or_else(PoisonError::into_inner);
+                conn.query_row("SELECT value FROM meta WHERE key='rv'", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+            })
+            .await
+            {
+                *inner.seen.lock().unwrap_or_else(PoisonError::into_inner) = rv;
+            }
+            continue;
+        }
+        let since = *inner.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let inner2 = inner.clone();
+        let rows = tokio::task::spawn_blocking(move || -> Result<ChangeBatch, rusqlite::Error> {
+            let conn = inner2.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let oldest: Option<i64> =
+                conn.query_row("SELECT MIN(rv) FROM changes", [], |r| r.get(0))?;
+            let mut stmt = conn.prepare_cached(
+                "SELECT rv, op, data FROM changes WHERE rv > ?1 ORDER BY rv LIMIT 1000",
+            )?;
+            let rows = stmt
+                .query_map(params![since], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((rows, oldest.unwrap_or(0)))
+        })
+        .await;
+        let Ok(Ok((rows, oldest))) = rows else {
+            continue;
+        };
+        if since > 0 && oldest > since + 1 {
+            let _ = inner.events.send(WatchEvent::Resync);
+        }
+        let mut last = since;
+        for (rv, op, data) in rows {
+            last = rv;
+            let Ok(obj) = decode_row(&data) else { continue };
+            let ev = if op == "put" {
+                WatchEvent::Put(obj)
+            } else {
+                WatchEvent::Deleted(obj)
+            };
+            let _ = inner.events.send(ev);
+        }
+        *inner.seen.lock().unwrap_or_else(PoisonError::into_inner) = last;
+    }
+}
+
+impl Store for SqliteStore {
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
+        let inner = self.inner.clone();
+        let key = key.clone();
+        Box::pin(blocking(move || {
+            let conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            load(&conn, &key)
+        }))
+    }
+
+    fn list<'a>(
+        &'a self,
+        kind: &'a str,
+        namespace: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<RawObject>> {
+        let inner = self.inner.clone();
+        let kind = kind.to_string();
+        let namespace = namespace.map(str::to_string);
+        Box::pin(blocking(move || {
+            let conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut out = Vec::new();
+            let mut push = |data: String| -> Result<(), StoreError> {
+                out.push(decode_row(&data)?);
+                Ok(())
+            };
+            if let Some(ns) = namespace {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT data FROM objects WHERE kind=?1 AND namespace=?2 ORDER BY name",
+                    )
+                    .map_err(backend("list objects"))?;
+                let rows = stmt
+                    .query_map(params![kind, ns], |r| r.get::<_, String>(0))
+                    .map_err(backend("list objects"))?;
+                for r in rows {
+                    push(r.map_err(backend("list objects"))?)?;
+                }
+            } else {
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT data FROM objects WHERE kind=?1 ORDER BY namespace, name",
+                    )
+                    .map_err(backend("list objects"))?;
+                let rows = stmt
+                    .query_map(params![kind], |r| r.get::<_, String>(0))
+                    .map_err(backend("list objects"))?;
+                for r in rows {
+                    push(r.map_err(backend("list objects"))?)?;
+                }
+            }
+            Ok(out)
+        }))
+    }
+
+    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let wake = inner.clone();
+            let out = blocking(move || {
+                let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(backend("begin a transaction"))?;
+                let mut out = Vec::with_capacity(ops.len());
+                for op in ops {
+                    out.push(apply_op(&tx, op)?);
+                }
+                tx.commit().map_err(backend("commit"))?;
+                Ok(out)
+            })
+            .await?;
+            wake.wake.notify_one();
+            Ok(out)
+        })
+    }
+
+    fn watch(&self) -> broadcast::Receiver<WatchEvent> {
+        let rx = self.inner.events.subscribe();
+        self.inner.wake.notify_one();
+        rx
+    }
+}
