@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod deploy_cmd;
+mod operator_cmd;
 mod release_cmd;
 
 #[derive(Debug, Parser)]
@@ -17,13 +19,27 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the operator: failover controller, deploy lease API (TLS), status endpoints.
+    Operator(operator_cmd::OperatorArgs),
+    /// Deploy tokens for the lease API (embedded mode): issue one, or create a signing key.
+    Token(operator_cmd::TokenArgs),
+    /// Deploy-lease tools: revoke every lease of a group.
+    Deploy(deploy_cmd::DeployArgs),
     /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
     Release(release_cmd::ReleaseArgs),
+}
+
+/// Per-group tasks the operator runs once it leads.
+fn controller_tasks() -> Vec<std::sync::Arc<dyn bloodraven_operator::operator::GroupTask>> {
+    Vec::new()
 }
 
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        Command::Operator(args) => std::process::exit(operator_cmd::run_operator(&args)),
+        Command::Token(args) => std::process::exit(operator_cmd::run_token(args)),
+        Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
     }
 }

@@ -1,0 +1,537 @@
+//! `/deploy/v1` (SPEC §3): served only on the TLS listener, only by the leader.
+//!
+//! Every request goes through the same steps, in this order: leader (`503 not_leader`, before
+//! anything else) → bearer token (`401`) → body size (`413`) and shape (`400`) → authorization
+//! by `MysqlDatabase.spec.deploymentClients`, re-read from the store on every request (`403`,
+//! identical for unknown and forbidden groups) → the lease engine. Every answer is JSON with
+//! `Cache-Control: no-store`, and every request logs exactly one `deploy api` line. Tokens
+//! (bearer and lease) never reach a log line, a metric or an error.
+
+// Handlers return `Result<_, Response>` so an early answer is one `?`-free match arm; a
+// response is large, but it is built once per request and never on a hot inner loop.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use axum::routing::any;
+use bloodraven_core::contract::logs::DEPLOY_API;
+use bloodraven_core::lease::{
+    GrantRequest, LeaseError, LeaseKind, Release, validate_instance, validate_operation_id,
+};
+use bloodraven_core::resources::{DatabaseBody, KIND_DATABASE};
+use serde::Deserialize;
+use serde_json::{Map, json};
+use tokio::time::Instant;
+
+use super::{AppState, error_response, json_response};
+use crate::auth::{Identity, verify};
+use crate::group::{GroupRuntime, RequestError};
+use crate::metrics::{Handler, HandlerCode};
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 4096;
+
+const FORBIDDEN_MESSAGE: &str = "this service account may not coordinate deployments of that group";
+
+/// The deploy API's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/deploy/v1/groups/{group}", any(observe))
+        .route("/deploy/v1/groups/{group}/leases", any(leases))
+        .route(
+            "/deploy/v1/groups/{group}/leases/{kind}/{operation}",
+            any(lease),
+        )
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// What the request log line says.
+#[derive(Default)]
+struct Log {
+    handler: &'static str,
+    group: String,
+    instance: String,
+    operation_id: String,
+}
+
+fn finish(state: &AppState, log: &Log, started: Instant, response: Response) -> Response {
+    let status = response.status().as_u16();
+    let elapsed = started.elapsed();
+    tracing::info!(
+        handler = log.handler,
+        group = %log.group,
+        instance = %log.instance,
+        operationId = %log.operation_id,
+        status,
+        duration_ms = elapsed.as_secs_f64() * 1e3,
+        "{}",
+        DEPLOY_API
+    );
+    state
+        .metrics
+        .api_requests
+        .get_or_create(&HandlerCode {
+            handler: log.handler.to_string(),
+            code: status.to_string(),
+        })
+        .inc();
+    state
+        .metrics
+        .api_request_duration
+        .get_or_create(&Handler {
+            handler: log.handler.to_string(),
+        })
+        .observe(elapsed.as_secs_f64());
+    response
+}
+
+fn not_leader() -> Response {
+    error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_leader",
+        "this operator is not the leader; retry against the leader",
+        Map::new(),
+    )
+}
+
+fn unauthorized(reason: &str) -> Response {
+    let mut r = error_response(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        &format!("authentication failed: {reason}"),
+        Map::new(),
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"bloodraven-deploy\""),
+    );
+    r
+}
+
+fn forbidden() -> Response {
+    error_response(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        FORBIDDEN_MESSAGE,
+        Map::new(),
+    )
+}
+
+fn invalid(message: &str) -> Response {
+    error_response(
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        message,
+        Map::new(),
+    )
+}
+
+fn method_not_allowed(allow: &'static str) -> Response {
+    let mut r = error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        &format!("this resource allows {allow}"),
+        Map::new(),
+    );
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+fn unavailable(message: &str) -> Response {
+    error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        message,
+        Map::new(),
+    )
+}
+
+async fn not_found(State(state): State<AppState>) -> Response {
+    let started = Instant::now();
+    let log = Log {
+        handler: "unknown",
+        ..Log::default()
+    };
+    let r = error_response(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such deploy API resource",
+        Map::new(),
+    );
+    finish(&state, &log, started, r)
+}
+
+/// Checks the bearer token. Never logs or echoes it.
+fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity, Response> {
+    let Some(key) = &state.key else {
+        return Err(unavailable("the deploy API has no token key configured"));
+    };
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .unwrap_or_default();
+    verify(key, &state.audience, token, state.clock.now()).map_err(|e| unauthorized(&e.to_string()))
+}
+
+/// Finds the group this identity may coordinate, re-reading the databases from the store.
+/// `instance`: the database the request is about, when it names one.
+async fn authorize(
+    state: &AppState,
+    group: &str,
+    id: &Identity,
+    instance: Option<&str>,
+) -> Result<Arc<GroupRuntime>, Response> {
+    let dbs = state
+        .store
+        .list(KIND_DATABASE, None)
+        .await
+        .map_err(|e| unavailable(&format!("cannot read MysqlDatabase objects: {e}")))?;
+    let runtime = state.group(group).await;
+    let allowed = dbs.iter().any(|o| {
+        let Ok(body) = o.decode::<DatabaseBody>() else {
+            return false;
+        };
+        body.spec
+            .authorizes(group, &id.namespace, &id.service_account)
+            && instance.is_none_or(|i| o.metadata.name == i)
+            && runtime
+                .as_ref()
+                .is_some_and(|rt| rt.namespace == o.metadata.namespace)
+    });
+    match runtime {
+        Some(rt) if allowed => Ok(rt),
+        _ => Err(forbidden()),
+    }
+}
+
+async fn read_body(body: Body) -> Result<axum::body::Bytes, Response> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| {
+            error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                &format!("the request body must be at most {MAX_BODY_BYTES} bytes"),
+                Map::new(),
+            )
+        })
+}
+
+fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, Response> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() || path == "." || path == "?" || path.is_empty() {
+            invalid(&format!(
+                "the body is not valid JSON for this request: {inner}"
+            ))
+        } else {
+            invalid(&format!("field {path}: {inner}"))
+        }
+    })
+}
+
+fn lease_error(e: &LeaseError) -> Response {
+    match e {
+        LeaseError::InvalidRequest { .. } => invalid(&e.to_string()),
+        LeaseError::Held { holder } => {
+            let mut extra = Map::new();
+            extra.insert("holder".into(), json!(holder));
+            error_response(StatusCode::CONFLICT, "held", &e.to_string(), extra)
+        }
+        LeaseError::HoldRequiresMigration => error_response(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &e.to_string(),
+            Map::new(),
+        ),
+        LeaseError::Unstable {
+            reason,
+            retry_after_seconds,
+        } => {
+            let mut extra = Map::new();
+            extra.insert("reason".into(), json!(reason.as_str()));
+            extra.insert("retryAfterSeconds".into(), json!(retry_after_seconds));
+            let mut r = error_response(StatusCode::LOCKED, "unstable", &e.to_string(), extra);
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
+            r
+        }
+        LeaseError::Revoked {
+            reason,
+            topology_generation,
+        } => {
+            let mut extra = Map::new();
+            extra.insert("reason".into(), json!(reason.as_str()));
+            extra.insert("topologyGeneration".into(), json!(topology_generation));
+            error_response(StatusCode::CONFLICT, "revoked", &e.to_string(), extra)
+        }
+        LeaseError::NotFound => error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &e.to_string(),
+            Map::new(),
+        ),
+        LeaseError::TokenMismatch => error_response(
+            StatusCode::FORBIDDEN,
+            "token_mismatch",
+            &e.to_string(),
+            Map::new(),
+        ),
+    }
+}
+
+fn request_error(e: &RequestError) -> Response {
+    match e {
+        RequestError::Lease(l) => lease_error(l),
+        RequestError::Store(s) => {
+            tracing::warn!(error = %s, "deploy API request could not be persisted");
+            unavailable("the decision could not be persisted; nothing was granted or renewed")
+        }
+        RequestError::Random => unavailable("no secure randomness available for a lease token"),
+    }
+}
+
+async fn observe(
+    State(state): State<AppState>,
+    method: Method,
+    Path(group): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let log = Log {
+        handler: "observe",
+        group: group.clone(),
+        ..Log::default()
+    };
+    let r = async {
+        if !state.is_leader() {
+            return not_leader();
+        }
+        if method != Method::GET {
+            return method_not_allowed("GET");
+        }
+        let id = match authenticate(&state, &headers) {
+            Ok(id) => id,
+            Err(r) => return r,
+        };
+        let rt = match authorize(&state, &group, &id, None).await {
+            Ok(rt) => rt,
+            Err(r) => return r,
+        };
+        let obs = rt.observe().await;
+        json_response(StatusCode::OK, &json!(obs))
+    }
+    .await;
+    finish(&state, &log, started, r)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GrantBody {
+    kind: String,
+    operation_id: String,
+    instance: String,
+    #[serde(default)]
+    ttl_seconds: Option<i64>,
+}
+
+async fn leases(
+    State(state): State<AppState>,
+    method: Method,
+    Path(group): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let mut log = Log {
+        handler: "grant",
+        group: group.clone(),
+        ..Log::default()
+    };
+    let r = async {
+        if !state.is_leader() {
+            return not_leader();
+        }
+        if method != Method::POST {
+            return method_not_allowed("POST");
+        }
+        let id = match authenticate(&state, &headers) {
+            Ok(id) => id,
+            Err(r) => return r,
+        };
+        let bytes = match read_body(body).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let b: GrantBody = match parse_json(&bytes) {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        log.instance.clone_from(&b.instance);
+        log.operation_id = loggable(&b.operation_id);
+        let kind: LeaseKind = match b.kind.parse() {
+            Ok(k) => k,
+            Err(e) => return lease_error(&e),
+        };
+        if let Err(e) = validate_operation_id(&b.operation_id).and(validate_instance(&b.instance)) {
+            return lease_error(&e);
+        }
+        let rt = match authorize(&state, &group, &id, Some(&b.instance)).await {
+            Ok(rt) => rt,
+            Err(r) => return r,
+        };
+        let req = GrantRequest {
+            kind,
+            operation_id: b.operation_id,
+            instance: b.instance,
+            ttl_seconds: b.ttl_seconds,
+        };
+        match rt.grant(&req).await {
+            Ok(g) => {
+                let status = if g.regranted {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                };
+                json_response(
+                    status,
+                    &json!({
+                        "kind": g.kind,
+                        "operationId": g.operation_id,
+                        "token": g.token.expose(),
+                        "expiresAt": g.expires_at,
+                        "topologyGeneration": g.topology_generation,
+                    }),
+                )
+            }
+            Err(e) => request_error(&e),
+        }
+    }
+    .await;
+    finish(&state, &log, started, r)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RenewBody {
+    token: String,
+    #[serde(default)]
+    ttl_seconds: Option<i64>,
+}
+
+/// An operation id as it may appear in a log line (bounded, printable).
+fn loggable(op: &str) -> String {
+    op.chars()
+        .take(bloodraven_core::lease::MAX_OPERATION_ID_CHARS)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+async fn lease(
+    State(state): State<AppState>,
+    method: Method,
+    Path((group, kind, operation)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let mut log = Log {
+        handler: if method == Method::DELETE {
+            "release"
+        } else {
+            "renew"
+        },
+        group: group.clone(),
+        operation_id: loggable(&operation),
+        ..Log::default()
+    };
+    let r = async {
+        if !state.is_leader() {
+            return not_leader();
+        }
+        if method != Method::PUT && method != Method::DELETE {
+            return method_not_allowed("PUT, DELETE");
+        }
+        let id = match authenticate(&state, &headers) {
+            Ok(id) => id,
+            Err(r) => return r,
+        };
+        let bytes = match read_body(body).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        let kind: LeaseKind = match kind.parse() {
+            Ok(k) => k,
+            Err(e) => return lease_error(&e),
+        };
+        if let Err(e) = validate_operation_id(&operation) {
+            return lease_error(&e);
+        }
+        // Authorize against the lease's own instance when the operation is known.
+        let known_instance = match state.group(&group).await {
+            Some(rt) => rt.instance_of(&operation).await,
+            None => None,
+        };
+        if let Some(i) = &known_instance {
+            log.instance.clone_from(i);
+        }
+        let rt = match authorize(&state, &group, &id, known_instance.as_deref()).await {
+            Ok(rt) => rt,
+            Err(r) => return r,
+        };
+        if method == Method::PUT {
+            let b: RenewBody = match parse_json(&bytes) {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            match rt.renew(kind, &operation, &b.token, b.ttl_seconds).await {
+                Ok(r) => json_response(
+                    StatusCode::OK,
+                    &json!({"expiresAt": r.expires_at, "topologyGeneration": r.topology_generation}),
+                ),
+                Err(e) => request_error(&e),
+            }
+        } else {
+            if !bytes.is_empty() {
+                return invalid("DELETE takes no body; send the lease token in X-Lease-Token");
+            }
+            let token = headers
+                .get("x-lease-token")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            if token.is_empty() {
+                return invalid("header X-Lease-Token is required");
+            }
+            match rt.release(kind, &operation, token).await {
+                Ok(Release::Released | Release::NothingToRelease) => {
+                    let mut r = Response::new(Body::empty());
+                    *r.status_mut() = StatusCode::NO_CONTENT;
+                    r.headers_mut()
+                        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                    r
+                }
+                Err(e) => request_error(&e),
+            }
+        }
+    }
+    .await;
+    finish(&state, &log, started, r)
+}
+
+/// How long the deploy API waits for a request's headers before closing the connection.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,0 +1,72 @@
+//! The operator's HTTP surface: the deploy API (`deploy`, TLS only) and the plain status
+//! endpoints (`plain`). Both read the same [`AppState`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bloodraven_runtime::clock::SharedClock;
+use bloodraven_store::Store;
+use serde_json::{Map, Value, json};
+use tokio::sync::{RwLock, watch};
+
+use crate::auth::SigningKey;
+use crate::group::GroupRuntime;
+use crate::metrics::Metrics;
+
+pub mod deploy;
+pub mod plain;
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub clock: SharedClock,
+    pub metrics: Metrics,
+    /// `true` while this process is the leader.
+    pub leader: watch::Receiver<bool>,
+    /// Groups by name; filled once this process leads.
+    pub groups: Arc<RwLock<BTreeMap<String, Arc<GroupRuntime>>>>,
+    /// The deploy API's token key and audience (when the API is enabled).
+    pub key: Option<Arc<SigningKey>>,
+    pub audience: String,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    pub async fn group(&self, name: &str) -> Option<Arc<GroupRuntime>> {
+        self.groups.read().await.get(name).cloned()
+    }
+}
+
+/// A JSON response with `Cache-Control: no-store`.
+pub fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut r = (status, axum::Json(body)).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// An error body: `{"error": code, "message": sentence, ...extra}`.
+pub fn error_response(
+    status: StatusCode,
+    code: &str,
+    message: &str,
+    extra: Map<String, Value>,
+) -> Response {
+    let mut body = Map::new();
+    body.insert("error".into(), json!(code));
+    body.insert("message".into(), json!(message));
+    body.extend(extra);
+    json_response(status, &Value::Object(body))
+}

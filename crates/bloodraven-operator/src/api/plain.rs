@@ -1,0 +1,183 @@
+//! The plain listener (`:8082`): liveness, readiness, `/active-site` for sidecars, the
+//! groups' status, and metrics. It never serves `/deploy/v1` (that answers `404`).
+
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bloodraven_core::wire::ActiveSite;
+use serde::Deserialize;
+use serde_json::{Map, json};
+
+use super::{AppState, error_response, json_response};
+
+/// The plain listener's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/active-site", get(active_site))
+        .route("/status", get(status))
+        .route("/metrics", get(metrics))
+        .fallback(fallback)
+        .with_state(state)
+}
+
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, &json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    if state.is_leader() && !state.groups.read().await.is_empty() {
+        json_response(StatusCode::OK, &json!({"ready": true, "leader": true}))
+    } else {
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"ready": false, "leader": state.is_leader()}),
+        )
+    }
+}
+
+#[derive(Deserialize)]
+struct GroupQuery {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    group: Option<String>,
+}
+
+async fn active_site(
+    State(state): State<AppState>,
+    q: Result<Query<GroupQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "query parameters: namespace and group",
+            Map::new(),
+        );
+    };
+    let Some(group) = q.group.filter(|g| !g.is_empty()) else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "query parameter group is required",
+            Map::new(),
+        );
+    };
+    if !state.is_leader() {
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_leader",
+            "this operator is not the leader",
+            Map::new(),
+        );
+    }
+    let namespace = q.namespace.unwrap_or_else(|| "default".into());
+    let Some(rt) = state
+        .group(&group)
+        .await
+        .filter(|rt| rt.namespace == namespace)
+    else {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such group",
+            Map::new(),
+        );
+    };
+    let snap = rt.snapshot();
+    let s = snap.status();
+    let Some(observed_at) = s.observed_at else {
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_observed",
+            "the group has not been observed yet",
+            Map::new(),
+        );
+    };
+    json_response(
+        StatusCode::OK,
+        &json!(ActiveSite {
+            active_site: s.active_site.clone(),
+            topology_generation: s.topology_generation,
+            observed_at,
+        }),
+    )
+}
+
+async fn status(
+    State(state): State<AppState>,
+    q: Result<Query<GroupQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if !state.is_leader() {
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_leader",
+            "this operator is not the leader",
+            Map::new(),
+        );
+    }
+    let want = q.ok().and_then(|Query(q)| q.group);
+    let groups = state.groups.read().await.clone();
+    let mut out = BTreeMap::new();
+    for (name, rt) in groups {
+        if want.as_ref().is_some_and(|w| *w != name) {
+            continue;
+        }
+        let snap = rt.snapshot();
+        let obs = rt.observe().await;
+        let events = crate::events::list(rt.store(), &rt.namespace, &name)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .rev()
+            .take(30)
+            .map(|(_, e)| e)
+            .collect::<Vec<_>>();
+        out.insert(
+            name,
+            json!({
+                "namespace": rt.namespace,
+                "spec": snap.body.spec,
+                "status": snap.body.status,
+                "annotations": snap.annotations,
+                "deploy": obs,
+                "events": events,
+            }),
+        );
+    }
+    if let Some(w) = want
+        && out.is_empty()
+    {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no group {w:?}"),
+            Map::new(),
+        );
+    }
+    json_response(StatusCode::OK, &json!({"groups": out}))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let mut r = state.metrics.render().into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    r
+}
+
+async fn fallback(uri: axum::http::Uri) -> Response {
+    let message = if uri.path().starts_with("/deploy/") {
+        "the deploy API is served only on the TLS listener"
+    } else {
+        "no such endpoint"
+    };
+    error_response(StatusCode::NOT_FOUND, "not_found", message, Map::new())
+}

@@ -1,0 +1,601 @@
+//! The operator's configuration file: YAML documents shaped like the CRDs
+//! (`MysqlFailoverGroup`, `MysqlDatabase`) plus one `OperatorConfig` document.
+//!
+//! Everything is validated here, once: unknown fields, rule violations, duplicate objects,
+//! missing files. Each problem names the document (its position, kind and name), the field and
+//! the rule, and all problems are reported together. Nothing downstream sees an invalid value.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use bloodraven_core::config::{FailoverGroupSpec, GroupConfig, validate_group};
+use bloodraven_core::contract::DEPLOY_AUDIENCE;
+use bloodraven_core::names::check_dns1123_label;
+use bloodraven_core::resources::{
+    API_VERSION, DatabaseBody, DatabaseSpec, KIND_DATABASE, KIND_GROUP, ObjectMeta,
+};
+use bloodraven_store::Durability;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `kind` of the operator's own settings document.
+pub const KIND_OPERATOR_CONFIG: &str = "OperatorConfig";
+
+/// One problem in the configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// e.g. `document 2 (MysqlFailoverGroup default/playground)`.
+    pub document: String,
+    /// e.g. `spec.sidecar.leaseTimeout`.
+    pub field: String,
+    pub rule: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}", self.document, self.rule)
+        } else {
+            write!(f, "{}: {}: {}", self.document, self.field, self.rule)
+        }
+    }
+}
+
+/// The configuration file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("{path} is not valid YAML: {reason}")]
+    Yaml { path: String, reason: String },
+    #[error("{path} has {} problem(s):\n  - {}", problems.len(), problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  - "))]
+    Invalid {
+        path: String,
+        problems: Vec<ConfigProblem>,
+    },
+}
+
+impl ConfigError {
+    pub fn problems(&self) -> &[ConfigProblem] {
+        match self {
+            ConfigError::Invalid { problems, .. } => problems,
+            _ => &[],
+        }
+    }
+}
+
+/// The deploy API's settings (only when enabled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeployApiSettings {
+    pub listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub token_key_file: PathBuf,
+    pub audience: String,
+}
+
+/// The operator's own settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorSettings {
+    pub data_dir: PathBuf,
+    pub http_listen: SocketAddr,
+    pub deploy_api: Option<DeployApiSettings>,
+    pub durability: Durability,
+}
+
+/// A validated group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupDoc {
+    pub metadata: ObjectMeta,
+    pub spec: FailoverGroupSpec,
+    pub config: GroupConfig,
+}
+
+/// A validated database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatabaseDoc {
+    pub metadata: ObjectMeta,
+    pub spec: DatabaseSpec,
+}
+
+/// A whole validated configuration file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedConfig {
+    pub settings: OperatorSettings,
+    pub groups: Vec<GroupDoc>,
+    pub databases: Vec<DatabaseDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OperatorDoc {
+    #[allow(dead_code)]
+    api_version: String,
+    #[allow(dead_code)]
+    kind: String,
+    data_dir: String,
+    #[serde(default)]
+    listen: ListenDoc,
+    #[serde(default)]
+    tls: Option<TlsDoc>,
+    #[serde(default)]
+    token_signing_key_file: Option<String>,
+    #[serde(default, rename = "deployAPI")]
+    deploy_api: DeployApiDoc,
+    #[serde(default)]
+    store: StoreDoc,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListenDoc {
+    #[serde(default)]
+    http: Option<String>,
+    #[serde(default)]
+    https: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TlsDoc {
+    cert_file: String,
+    key_file: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DeployApiDoc {
+    #[serde(default)]
+    enabled: bool,
+    #[serde(default)]
+    audience: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StoreDoc {
+    #[serde(default)]
+    durability: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GroupObjectDoc {
+    #[allow(dead_code)]
+    api_version: String,
+    #[allow(dead_code)]
+    kind: String,
+    metadata: ObjectMeta,
+    spec: FailoverGroupSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DatabaseObjectDoc {
+    #[allow(dead_code)]
+    api_version: String,
+    #[allow(dead_code)]
+    kind: String,
+    metadata: ObjectMeta,
+    spec: DatabaseSpec,
+}
+
+fn typed<T: for<'de> Deserialize<'de>>(v: &Value) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        (path, e.into_inner().to_string())
+    })
+}
+
+fn resolve(base: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+/// Reads and validates a configuration file.
+pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let base = path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    parse(&text, &path.display().to_string(), &base)
+}
+
+/// Validates configuration text; relative paths are resolved against `base`.
+pub fn parse(text: &str, path: &str, base: &Path) -> Result<LoadedConfig, ConfigError> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| ConfigError::Yaml {
+        path: path.to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut problems = Vec::new();
+    let mut settings = None;
+    let mut groups: Vec<GroupDoc> = Vec::new();
+    let mut databases: Vec<DatabaseDoc> = Vec::new();
+    let mut seen = BTreeSet::new();
+
+    for (i, doc) in docs.iter().enumerate() {
+        let n = i + 1;
+        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let name = doc
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let namespace = doc
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        let label = if name.is_empty() {
+            format!(
+                "document {n} ({})",
+                if kind.is_empty() { "no kind" } else { kind }
+            )
+        } else {
+            format!("document {n} ({kind} {namespace}/{name})")
+        };
+        let mut problem = |field: &str, rule: String| {
+            problems.push(ConfigProblem {
+                document: label.clone(),
+                field: field.to_string(),
+                rule,
+            });
+        };
+        if !doc.is_object() {
+            problem("", "must be a mapping with apiVersion and kind".into());
+            continue;
+        }
+        let api_version = doc
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if api_version != API_VERSION {
+            problem(
+                "apiVersion",
+                format!("must be {API_VERSION} (got {api_version:?})"),
+            );
+            continue;
+        }
+        match kind {
+            KIND_OPERATOR_CONFIG => {
+                if settings.is_some() {
+                    problem("kind", "only one OperatorConfig document is allowed".into());
+                    continue;
+                }
+                match typed::<OperatorDoc>(doc) {
+                    Err((field, rule)) => problem(&field, rule),
+                    Ok(d) => match operator_settings(d, base) {
+                        Ok(s) => settings = Some(s),
+                        Err(list) => {
+                            for (field, rule) in list {
+                                problem(&field, rule);
+                            }
+                        }
+                    },
+                }
+            }
+            KIND_GROUP => match typed::<GroupObjectDoc>(doc) {
+                Err((field, rule)) => problem(&field, rule),
+                Ok(mut d) => {
+                    if d.metadata.namespace.is_empty() {
+                        d.metadata.namespace = "default".into();
+                    }
+                    if let Err(rule) = check_dns1123_label(&d.metadata.name) {
+                        // Group names appear in label values and object names: a label.
+                        problem(
+                            "metadata.name",
+                            format!("{rule} (a group name is a DNS-1123 label)"),
+                        );
+                        continue;
+                    }
+                    if !seen.insert((
+                        KIND_GROUP,
+                        d.metadata.namespace.clone(),
+                        d.metadata.name.clone(),
+                    )) {
+                        problem("metadata.name", "duplicate MysqlFailoverGroup".into());
+                        continue;
+                    }
+                    if groups.iter().any(|g| g.metadata.name == d.metadata.name) {
+                        problem(
+                            "metadata.name",
+                            "group names must be unique across namespaces (the deploy API addresses groups by name)".into(),
+                        );
+                        continue;
+                    }
+                    match validate_group(&d.metadata.name, &d.metadata.namespace, &d.spec) {
+                        Ok(config) => groups.push(GroupDoc {
+                            metadata: d.metadata,
+                            spec: d.spec,
+                            config,
+                        }),
+                        Err(errs) => {
+                            for e in errs.0 {
+                                problem(&e.field, e.rule);
+                            }
+                        }
+                    }
+                }
+            },
+            KIND_DATABASE => match typed::<DatabaseObjectDoc>(doc) {
+                Err((field, rule)) => problem(&field, rule),
+                Ok(mut d) => {
+                    if d.metadata.namespace.is_empty() {
+                        d.metadata.namespace = "default".into();
+                    }
+                    if !seen.insert((
+                        KIND_DATABASE,
+                        d.metadata.namespace.clone(),
+                        d.metadata.name.clone(),
+                    )) {
+                        problem("metadata.name", "duplicate MysqlDatabase".into());
+                        continue;
+                    }
+                    match d.spec.validate(&d.metadata.name, &d.metadata.namespace) {
+                        Ok(()) => databases.push(DatabaseDoc {
+                            metadata: d.metadata,
+                            spec: d.spec,
+                        }),
+                        Err(errs) => {
+                            for e in errs.0 {
+                                problem(&e.field, e.rule);
+                            }
+                        }
+                    }
+                }
+            },
+            other => problem(
+                "kind",
+                format!(
+                    "must be one of {KIND_OPERATOR_CONFIG}, {KIND_GROUP}, {KIND_DATABASE} (got {other:?})"
+                ),
+            ),
+        }
+    }
+    for db in &databases {
+        let target = &db.spec.failover_group_ref.name;
+        let exists = groups
+            .iter()
+            .any(|g| &g.metadata.name == target && g.metadata.namespace == db.metadata.namespace);
+        if !exists {
+            problems.push(ConfigProblem {
+                document: format!(
+                    "{KIND_DATABASE} {}/{}",
+                    db.metadata.namespace, db.metadata.name
+                ),
+                field: "spec.failoverGroupRef.name".into(),
+                rule: format!(
+                    "names no MysqlFailoverGroup {target:?} in namespace {:?}",
+                    db.metadata.namespace
+                ),
+            });
+        }
+    }
+    let Some(settings) = settings else {
+        problems.push(ConfigProblem {
+            document: path.to_string(),
+            field: String::new(),
+            rule: format!("needs one {KIND_OPERATOR_CONFIG} document (with at least dataDir)"),
+        });
+        return Err(ConfigError::Invalid {
+            path: path.to_string(),
+            problems,
+        });
+    };
+    if !problems.is_empty() {
+        return Err(ConfigError::Invalid {
+            path: path.to_string(),
+            problems,
+        });
+    }
+    Ok(LoadedConfig {
+        settings,
+        groups,
+        databases,
+    })
+}
+
+fn operator_settings(
+    d: OperatorDoc,
+    base: &Path,
+) -> Result<OperatorSettings, Vec<(String, String)>> {
+    let mut errs = Vec::new();
+    if d.data_dir.trim().is_empty() {
+        errs.push(("dataDir".to_string(), "must not be empty".to_string()));
+    }
+    let addr = |field: &str, v: Option<String>, default: &str, errs: &mut Vec<(String, String)>| {
+        let raw = v.unwrap_or_else(|| default.to_string());
+        raw.parse::<SocketAddr>().unwrap_or_else(|_| {
+            errs.push((
+                field.to_string(),
+                format!("must be an address such as 0.0.0.0:8082 (got {raw:?})"),
+            ));
+            SocketAddr::from(([0, 0, 0, 0], 0))
+        })
+    };
+    let http_listen = addr("listen.http", d.listen.http, "0.0.0.0:8082", &mut errs);
+    let https_listen = addr("listen.https", d.listen.https, "0.0.0.0:8443", &mut errs);
+    let durability = match d.store.durability.as_deref() {
+        None | Some("full") => Durability::Full,
+        Some("normal") => Durability::Normal,
+        Some("off") => Durability::Off,
+        Some(other) => {
+            errs.push((
+                "store.durability".into(),
+                format!("must be full, normal or off (got {other:?})"),
+            ));
+            Durability::Full
+        }
+    };
+    let deploy_api = if d.deploy_api.enabled {
+        match (&d.tls, &d.token_signing_key_file) {
+            (None, _) => {
+                errs.push((
+                    "tls".into(),
+                    "deployAPI.enabled needs tls.certFile and tls.keyFile (the deploy API is served only over TLS)".into(),
+                ));
+                None
+            }
+            (_, None) => {
+                errs.push((
+                    "tokenSigningKeyFile".into(),
+                    "deployAPI.enabled needs a token signing key file (create one with `bloodraven token keygen`)".into(),
+                ));
+                None
+            }
+            (Some(tls), Some(key)) => {
+                let cert = resolve(base, &tls.cert_file);
+                let tls_key = resolve(base, &tls.key_file);
+                let token_key = resolve(base, key);
+                for (field, p) in [
+                    ("tls.certFile", &cert),
+                    ("tls.keyFile", &tls_key),
+                    ("tokenSigningKeyFile", &token_key),
+                ] {
+                    if !p.is_file() {
+                        errs.push((field.into(), format!("file {} does not exist", p.display())));
+                    }
+                }
+                Some(DeployApiSettings {
+                    listen: https_listen,
+                    tls_cert: cert,
+                    tls_key,
+                    token_key_file: token_key,
+                    audience: d
+                        .deploy_api
+                        .audience
+                        .unwrap_or_else(|| DEPLOY_AUDIENCE.to_string()),
+                })
+            }
+        }
+    } else {
+        None
+    };
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    Ok(OperatorSettings {
+        data_dir: resolve(base, &d.data_dir),
+        http_listen,
+        deploy_api,
+        durability,
+    })
+}
+
+/// A minimal database body for storing.
+pub fn database_body(spec: &DatabaseSpec) -> DatabaseBody {
+    DatabaseBody { spec: spec.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: OperatorConfig
+dataDir: data
+listen: {http: "127.0.0.1:0"}
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlFailoverGroup
+metadata: {name: playground, namespace: default}
+spec:
+  sites:
+    - name: iad
+      mysql: {host: 127.0.0.1, port: 3307, credentials: {file: iad.cred}}
+      sidecar: {url: "http://127.0.0.1:18080"}
+    - name: pdx
+      mysql: {host: 127.0.0.1, port: 3308, credentials: {file: pdx.cred}}
+      sidecar: {url: "http://127.0.0.1:18081"}
+  sidecar: {leaseTimeout: 20s, peerCheckInterval: 5s}
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlDatabase
+metadata: {name: counter-app, namespace: default}
+spec:
+  failoverGroupRef: {name: playground}
+  deploymentClients: [{namespace: ci, serviceAccount: deployer}]
+"#;
+
+    #[test]
+    fn good_config_loads() {
+        let c = parse(GOOD, "cfg.yaml", Path::new("/etc/bloodraven")).unwrap();
+        assert_eq!(c.settings.data_dir, PathBuf::from("/etc/bloodraven/data"));
+        assert_eq!(c.settings.http_listen.to_string(), "127.0.0.1:0");
+        assert!(c.settings.deploy_api.is_none());
+        assert_eq!(c.groups.len(), 1);
+        assert_eq!(c.groups[0].config.sites.len(), 2);
+        assert_eq!(
+            c.databases[0].spec.deployment_clients[0].service_account,
+            "deployer"
+        );
+    }
+
+    #[test]
+    fn unknown_field_names_document_and_field() {
+        let bad = GOOD.replace("sidecar: {leaseTimeout", "sidecar: {leaseTimout");
+        let err = parse(&bad, "cfg.yaml", Path::new(".")).unwrap_err();
+        let p = &err.problems()[0];
+        assert_eq!(
+            p.document,
+            "document 2 (MysqlFailoverGroup default/playground)"
+        );
+        assert_eq!(p.field, "spec.sidecar.leaseTimout");
+        assert!(p.rule.contains("leaseTimout"), "{p}");
+    }
+
+    #[test]
+    fn rule_violations_are_reported_together() {
+        let bad = GOOD
+            .replace("peerCheckInterval: 5s", "peerCheckInterval: 10s")
+            .replace(
+                "name: playground}\n  deploymentClients",
+                "name: nope}\n  deploymentClients",
+            );
+        let err = parse(&bad, "cfg.yaml", Path::new(".")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("spec.sidecar.leaseTimeout"), "{text}");
+        assert!(text.contains("spec.failoverGroupRef.name"), "{text}");
+        assert_eq!(err.problems().len(), 2, "{text}");
+    }
+
+    #[test]
+    fn deploy_api_needs_tls_and_key() {
+        let bad = GOOD.replace("dataDir: data", "dataDir: data\ndeployAPI: {enabled: true}");
+        let err = parse(&bad, "cfg.yaml", Path::new(".")).unwrap_err();
+        assert!(err.problems().iter().any(|p| p.field == "tls"), "{err}");
+    }
+
+    #[test]
+    fn duplicates_kinds_and_versions() {
+        let mut bad = GOOD.to_string();
+        bad.push_str("---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlDatabase\nmetadata: {name: counter-app}\nspec: {failoverGroupRef: {name: playground}}\n");
+        bad.push_str("---\napiVersion: v1\nkind: Secret\nmetadata: {name: x}\n");
+        bad.push_str("---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: Widget\n");
+        let err = parse(&bad, "cfg.yaml", Path::new(".")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("duplicate MysqlDatabase"), "{text}");
+        assert!(text.contains("apiVersion"), "{text}");
+        assert!(text.contains("kind"), "{text}");
+    }
+
+    #[test]
+    fn missing_operator_config_and_bad_yaml() {
+        let only_group = GOOD.split("---").nth(1).unwrap();
+        let err = parse(only_group, "cfg.yaml", Path::new(".")).unwrap_err();
+        assert!(err.to_string().contains("OperatorConfig"));
+        let err = parse("a: [", "cfg.yaml", Path::new(".")).unwrap_err();
+        assert!(matches!(err, ConfigError::Yaml { .. }));
+        let err = load(Path::new("/nonexistent/cfg.yaml")).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }));
+    }
+}

@@ -1,0 +1,769 @@
+//! One failover group at run time: its stored object (spec, status, annotations), its deploy
+//! leases, and the in-memory "pending" flags.
+//!
+//! Two locks, on purpose: `group` guards the stored group object (the controller writes the
+//! status through it) and `leases` guards the lease engine (deploy API requests, expiry,
+//! revocations). The controller never takes the lease lock, so the emergency path never waits
+//! on lease bookkeeping: a topology change sets an atomic flag (renewals and grants answer
+//! `423` from then on), persists the new generation, and hands the revocation to a task.
+//!
+//! Every lease decision is persisted before it is answered. A request that raced a topology
+//! change (the flag was raised while its write was in flight) answers `423` rather than a grant
+//! or renewal stamped with the old generation; its lease is revoked by that change.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use bloodraven_core::config::GroupConfig;
+use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
+use bloodraven_core::contract::events::DEPLOYMENT_LEASE_REVOKED;
+use bloodraven_core::health::{Assessment, UnstableReason, assess};
+use bloodraven_core::lease::{
+    Grant, GrantRequest, GroupLeases, LeaseError, LeaseEvent, LeaseGate, LeaseKind, LeaseView,
+    Release, Renewal, RevocationReason,
+};
+use bloodraven_core::resources::{API_VERSION, FailoverGroupBody, KIND_GROUP, KIND_LEASE};
+use bloodraven_core::status::{GroupStatus, PendingFlags, condition, health_inputs};
+use bloodraven_core::time::Timestamp;
+use bloodraven_core::token::{TOKEN_BYTES, TokenSource};
+use bloodraven_runtime::clock::SharedClock;
+use bloodraven_store::{ObjectKey, RawObject, Store, StoreError, WriteOp};
+use serde::Serialize;
+
+use crate::events::{self, EventType};
+use crate::lease_objects::{self, LABEL_GROUP};
+use crate::metrics::Metrics;
+
+/// What a `423` asks clients to wait before retrying.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+
+/// Randomness for one lease token, drawn from the OS before the engine runs (so a failing
+/// RNG fails the request instead of producing a weak token).
+#[derive(Debug)]
+pub struct PrefilledTokens([u8; TOKEN_BYTES]);
+
+impl PrefilledTokens {
+    pub fn from_os() -> Result<Self, getrandom::Error> {
+        let mut b = [0u8; TOKEN_BYTES];
+        getrandom::fill(&mut b)?;
+        Ok(PrefilledTokens(b))
+    }
+}
+
+impl TokenSource for PrefilledTokens {
+    fn fill(&mut self, buf: &mut [u8; TOKEN_BYTES]) {
+        buf.copy_from_slice(&self.0);
+    }
+}
+
+/// A read-only view of the group object, cheap to share.
+#[derive(Clone, Debug)]
+pub struct GroupSnapshot {
+    pub body: FailoverGroupBody,
+    pub annotations: BTreeMap<String, String>,
+    pub resource_version: String,
+    pub generation: i64,
+}
+
+impl GroupSnapshot {
+    pub fn status(&self) -> &GroupStatus {
+        &self.body.status
+    }
+}
+
+struct LeaseState {
+    engine: GroupLeases,
+    objects: BTreeMap<String, RawObject>,
+}
+
+#[derive(Default)]
+struct Flags {
+    topology_change_pending: AtomicBool,
+    revocation_pending: AtomicBool,
+    automatic_failover_held: AtomicBool,
+}
+
+/// Why a lease request could not be answered with a decision.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error("the decision could not be persisted: {0}")]
+    Store(#[from] StoreError),
+    #[error("the operating system's random number generator failed")]
+    Random,
+}
+
+/// `GET /deploy/v1/groups/{group}` (SPEC §3.3).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observation {
+    pub group: String,
+    pub namespace: String,
+    pub active_site: String,
+    pub topology_generation: u64,
+    pub health: HealthView,
+    pub operations: Operations,
+    pub stable: bool,
+    pub unstable_reason: String,
+    pub leases: Vec<LeaseView>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthView {
+    pub ready: bool,
+    pub degraded_reason: String,
+    pub replication_running: bool,
+    pub replication_lag_seconds: Option<f64>,
+    pub recovery_pending: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Operations {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned_failover: Option<PlannedFailoverView>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedFailoverView {
+    pub phase: String,
+    pub target: String,
+    pub admission: bloodraven_core::status::Admission,
+}
+
+/// A failover group at run time.
+pub struct GroupRuntime {
+    pub namespace: String,
+    pub name: String,
+    pub config: GroupConfig,
+    store: Arc<dyn Store>,
+    clock: SharedClock,
+    metrics: Metrics,
+    group: tokio::sync::Mutex<RawObject>,
+    snapshot: RwLock<Arc<GroupSnapshot>>,
+    leases: tokio::sync::Mutex<LeaseState>,
+    flags: Flags,
+}
+
+impl std::fmt::Debug for GroupRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupRuntime")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loading a group failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("group {0} is not in the store")]
+    Missing(String),
+    #[error("group {group}: {source}")]
+    Store { group: String, source: StoreError },
+    #[error("group {group}: deploy leases: {source}")]
+    Leases {
+        group: String,
+        source: lease_objects::LoadError,
+    },
+}
+
+fn snapshot_of(obj: &RawObject) -> Result<GroupSnapshot, StoreError> {
+    Ok(GroupSnapshot {
+        body: obj.decode()?,
+        annotations: obj.metadata.annotations.clone(),
+        resource_version: obj.metadata.resource_version.clone(),
+        generation: obj.metadata.generation,
+    })
+}
+
+impl GroupRuntime {
+    /// Loads a group and its leases from the store. Leases stamped with an older generation
+    /// than the stored status (a crash between the two writes) are revoked now.
+    pub async fn load(
+        store: Arc<dyn Store>,
+        clock: SharedClock,
+        metrics: Metrics,
+        config: GroupConfig,
+    ) -> Result<Arc<GroupRuntime>, LoadError> {
+        let ns = config.namespace.clone();
+        let name = config.name.clone();
+        let err = |source| LoadError::Store {
+            group: name.clone(),
+            source,
+        };
+        let obj = store
+            .get(&ObjectKey::new(KIND_GROUP, &ns, &name))
+            .await
+            .map_err(err)?
+            .ok_or_else(|| LoadError::Missing(name.clone()))?;
+        let snap = snapshot_of(&obj).map_err(err)?;
+        let lease_objs: Vec<RawObject> = store
+            .list(KIND_LEASE, Some(&ns))
+            .await
+            .map_err(err)?
+            .into_iter()
+            .filter(|o| o.metadata.labels.get(LABEL_GROUP) == Some(&name))
+            .collect();
+        let engine = lease_objects::restore(snap.body.status.topology_generation, &lease_objs)
+            .map_err(|source| LoadError::Leases {
+                group: name.clone(),
+                source,
+            })?;
+        let objects = lease_objs
+            .into_iter()
+            .map(|o| (o.metadata.name.clone(), o))
+            .collect();
+        let rt = Arc::new(GroupRuntime {
+            namespace: ns,
+            name: name.clone(),
+            config,
+            store,
+            clock,
+            metrics,
+            group: tokio::sync::Mutex::new(obj),
+            snapshot: RwLock::new(Arc::new(snap)),
+            leases: tokio::sync::Mutex::new(LeaseState { engine, objects }),
+            flags: Flags::default(),
+        });
+        rt.metrics
+            .topology_generation
+            .get_or_create(&crate::metrics::GroupLabel {
+                group: name.clone(),
+            })
+            .set(i64::try_from(rt.snapshot().status().topology_generation).unwrap_or(i64::MAX));
+        rt.sync_leases_to_status().await.map_err(err)?;
+        Ok(rt)
+    }
+
+    pub fn snapshot(&self) -> Arc<GroupSnapshot> {
+        self.snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn flags(&self) -> PendingFlags {
+        PendingFlags {
+            topology_change_pending: self.flags.topology_change_pending.load(Ordering::SeqCst),
+            revocation_pending: self.flags.revocation_pending.load(Ordering::SeqCst),
+            automatic_failover_held: self.flags.automatic_failover_held.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Holds (or releases) automatic failover outside a planned failover's executing phases.
+    pub fn set_automatic_failover_held(&self, held: bool) {
+        self.flags
+            .automatic_failover_held
+            .store(held, Ordering::SeqCst);
+    }
+
+    /// `stable`, `unstableReason` and the lease gates, from the status and the flags.
+    pub fn assessment(&self, snap: &GroupSnapshot) -> Assessment {
+        assess(&health_inputs(snap.status(), self.flags()))
+    }
+
+    fn gate(&self, snap: &GroupSnapshot) -> LeaseGate {
+        LeaseGate {
+            topology_generation: snap.status().topology_generation,
+            assessment: self.assessment(snap),
+            retry_after_seconds: RETRY_AFTER_SECONDS,
+        }
+    }
+
+    /// The observation of SPEC §3.3.
+    pub async fn observe(&self) -> Observation {
+        let snap = self.snapshot();
+        let now = self.now();
+        let live = self.leases.lock().await.engine.live(now);
+        let status = snap.status();
+        let inputs = health_inputs(status, self.flags());
+        let a = assess(&inputs);
+        let degraded = status
+            .condition(condition::DEGRADED)
+            .filter(|c| c.is_true());
+        let ready = status.condition(condition::READY).map_or_else(
+            || !status.active_site.is_empty() && degraded.is_none(),
+            bloodraven_core::status::Condition::is_true,
+        );
+        Observation {
+            group: self.name.clone(),
+            namespace: self.namespace.clone(),
+            active_site: status.active_site.clone(),
+            topology_generation: status.topology_generation,
+            health: HealthView {
+                ready,
+                degraded_reason: degraded.map(|c| c.reason.clone()).unwrap_or_default(),
+                replication_running: inputs.replication_running,
+                replication_lag_seconds: inputs.replication_lag_seconds,
+                recovery_pending: inputs.recovery_pending,
+            },
+            operations: Operations {
+                planned_failover: status
+                    .planned_failover
+                    .as_ref()
+                    .filter(|p| !p.phase.is_terminal())
+                    .map(|p| PlannedFailoverView {
+                        phase: p.phase.as_str().to_string(),
+                        target: p.target.clone(),
+                        admission: p.admission.clone(),
+                    }),
+            },
+            stable: a.stable,
+            unstable_reason: a
+                .unstable_reason
+                .map(|r| r.as_str().to_string())
+                .unwrap_or_default(),
+            leases: live,
+        }
+    }
+
+    /// Persists `next` as the lease state (writes only what changed), then records its events.
+    async fn commit(&self, ls: &mut LeaseState, mut next: GroupLeases) -> Result<(), StoreError> {
+        let desired = lease_objects::desired(&self.namespace, &self.name, &next)?;
+        let ops = lease_objects::plan_writes(&ls.objects, &desired);
+        if !ops.is_empty() {
+            let names: Vec<Option<String>> = ops
+                .iter()
+                .map(|op| match op {
+                    WriteOp::Delete { key, .. } | WriteOp::DeleteIfExists { key } => {
+                        Some(key.name.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            let written = self.store.apply(ops).await?;
+            for (deleted, obj) in names.into_iter().zip(written) {
+                match (deleted, obj) {
+                    (Some(name), _) => {
+                        ls.objects.remove(&name);
+                    }
+                    (None, Some(o)) => {
+                        ls.objects.insert(o.metadata.name.clone(), o);
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        let evs = next.take_events();
+        ls.engine = next;
+        self.account(&ls.engine, evs).await;
+        Ok(())
+    }
+
+    async fn account(&self, engine: &GroupLeases, evs: Vec<LeaseEvent>) {
+        let g = &self.name;
+        let mut revoked: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+        let mut new_generation = 0;
+        for e in &evs {
+            match e {
+                LeaseEvent::Granted(v) | LeaseEvent::Regranted(v) => {
+                    self.metrics
+                        .lease_grants
+                        .get_or_create(&Metrics::kind(g, v.kind))
+                        .inc();
+                }
+                LeaseEvent::Renewed(v) => {
+                    self.metrics
+                        .lease_renewals
+                        .get_or_create(&Metrics::kind(g, v.kind))
+                        .inc();
+                }
+                LeaseEvent::Released(v) => {
+                    self.metrics
+                        .lease_releases
+                        .get_or_create(&Metrics::kind(g, v.kind))
+                        .inc();
+                }
+                LeaseEvent::Expired(v) => {
+                    self.metrics
+                        .lease_expirations
+                        .get_or_create(&Metrics::kind(g, v.kind))
+                        .inc();
+                    tracing::info!(group = %g, kind = %v.kind, operationId = %v.operation_id, instance = %v.instance, "deploy lease expired");
+                }
+                LeaseEvent::Revoked {
+                    lease,
+                    reason,
+                    topology_generation,
+                } => {
+                    self.metrics
+                        .lease_revocations
+                        .get_or_create(&Metrics::reason(g, reason.as_str()))
+                        .inc();
+                    new_generation = *topology_generation;
+                    revoked.entry(reason.as_str()).or_default().push(format!(
+                        "{} {} (instance {})",
+                        lease.kind, lease.operation_id, lease.instance
+                    ));
+                }
+            }
+        }
+        let now = self.now();
+        let live = engine.live(now);
+        for kind in LeaseKind::ALL {
+            let n = live.iter().filter(|v| v.kind == kind).count();
+            self.metrics
+                .leases_active
+                .get_or_create(&Metrics::kind(g, kind))
+                .set(i64::try_from(n).unwrap_or(0));
+        }
+        for (reason, list) in revoked {
+            let message = format!(
+                "revoked {} deploy lease(s) ({reason}) at topologyGeneration {new_generation}: {}",
+                list.len(),
+                list.join(", ")
+            );
+            events::record(
+                &self.store,
+                &self.namespace,
+                &self.name,
+                EventType::Warning,
+                DEPLOYMENT_LEASE_REVOKED,
+                &message,
+                now,
+            )
+            .await;
+        }
+    }
+
+    /// A request that raced a topology change must not be answered with the old generation.
+    fn raced(&self, snap: &GroupSnapshot) -> Option<LeaseError> {
+        let moved =
+            self.snapshot().status().topology_generation != snap.status().topology_generation;
+        (moved || self.flags.topology_change_pending.load(Ordering::SeqCst)).then_some(
+            LeaseError::Unstable {
+                reason: UnstableReason::TopologyChangePending,
+                retry_after_seconds: RETRY_AFTER_SECONDS,
+            },
+        )
+    }
+
+    /// `POST /leases`.
+    pub async fn grant(&self, req: &GrantRequest) -> Result<Grant, RequestError> {
+        let mut tokens = PrefilledTokens::from_os().map_err(|_| RequestError::Random)?;
+        let snap = self.snapshot();
+        let gate = self.gate(&snap);
+        let now = self.now();
+        let mut ls = self.leases.lock().await;
+        let mut next = ls.engine.clone();
+        let result = next.grant(req, &gate, now, &mut tokens);
+        // Sync and expiry inside the engine may have changed state even on a refusal.
+        self.commit(&mut ls, next).await?;
+        let grant = result?;
+        if let Some(e) = self.raced(&snap) {
+            return Err(e.into());
+        }
+        Ok(grant)
+    }
+
+    /// `PUT /leases/{kind}/{operationId}`.
+    pub async fn renew(
+        &self,
+        kind: LeaseKind,
+        operation_id: &str,
+        token: &str,
+        ttl_seconds: Option<i64>,
+    ) -> Result<Renewal, RequestError> {
+        let snap = self.snapshot();
+        let gate = self.gate(&snap);
+        let now = self.now();
+        let mut ls = self.leases.lock().await;
+        let mut next = ls.engine.clone();
+        let result = next.renew(kind, operation_id, token, ttl_seconds, &gate, now);
+        self.commit(&mut ls, next).await?;
+        let renewal = result?;
+        if let Some(e) = self.raced(&snap) {
+            return Err(e.into());
+        }
+        Ok(renewal)
+    }
+
+    /// `DELETE /leases/{kind}/{operationId}`.
+    pub async fn release(
+        &self,
+        kind: LeaseKind,
+        operation_id: &str,
+        token: &str,
+    ) -> Result<Release, RequestError> {
+        let snap = self.snapshot();
+        let gate = self.gate(&snap);
+        let now = self.now();
+        let mut ls = self.leases.lock().await;
+        let mut next = ls.engine.clone();
+        let result = next.release(kind, operation_id, token, &gate, now);
+        self.commit(&mut ls, next).await?;
+        Ok(result?)
+    }
+
+    /// The instance a lease or tombstone of `operation_id` belongs to, for authorization.
+    pub async fn instance_of(&self, operation_id: &str) -> Option<String> {
+        let ls = self.leases.lock().await;
+        ls.engine
+            .records()
+            .find(|r| r.operation_id == operation_id)
+            .map(|r| r.instance.clone())
+            .or_else(|| {
+                ls.engine
+                    .tombstone(operation_id)
+                    .map(|t| t.instance.clone())
+            })
+    }
+
+    /// The earliest expiry among live failover-holds, with its holder (planned failovers
+    /// defer until then).
+    pub async fn live_hold(&self) -> Option<LeaseView> {
+        let now = self.now();
+        let ls = self.leases.lock().await;
+        ls.engine
+            .live_hold(now)
+            .map(bloodraven_core::lease::LeaseRecord::view)
+    }
+
+    /// Removes expired leases (and persists that). Returns how many expired.
+    pub async fn sweep(&self) -> Result<usize, StoreError> {
+        let now = self.now();
+        let mut ls = self.leases.lock().await;
+        let mut next = ls.engine.clone();
+        let n = next.expire(now);
+        if n > 0 {
+            self.commit(&mut ls, next).await?;
+        }
+        Ok(n)
+    }
+
+    /// Brings the lease state to the stored status's generation: a larger generation revokes
+    /// every live lease (`TopologyChanged`). Clears the topology-change flag once persisted.
+    pub async fn sync_leases_to_status(&self) -> Result<usize, StoreError> {
+        let generation = self.snapshot().status().topology_generation;
+        let now = self.now();
+        let mut ls = self.leases.lock().await;
+        let mut next = ls.engine.clone();
+        let mut n = next.advance_generation(generation, now);
+        n += next.expire(now);
+        let res = if n > 0 || next != ls.engine {
+            self.commit(&mut ls, next).await.map(|()| n)
+        } else {
+            Ok(0)
+        };
+        if res.is_ok() {
+            self.flags
+                .topology_change_pending
+                .store(false, Ordering::SeqCst);
+        }
+        res
+    }
+
+    /// Revokes every live lease with `OperatorRevoked` and removes the revoke annotation.
+    pub async fn revoke_all(&self) -> Result<usize, StoreError> {
+        self.flags.revocation_pending.store(true, Ordering::SeqCst);
+        let now = self.now();
+        let res = async {
+            let mut ls = self.leases.lock().await;
+            let mut next = ls.engine.clone();
+            let n = next.revoke_all(now);
+            self.commit(&mut ls, next).await?;
+            Ok::<_, StoreError>(n)
+        }
+        .await;
+        self.flags.revocation_pending.store(false, Ordering::SeqCst);
+        let n = res?;
+        tracing::info!(group = %self.name, revoked = n, reason = RevocationReason::OperatorRevoked.as_str(), "revoked every deploy lease");
+        self.update(|obj| {
+            obj.metadata
+                .annotations
+                .remove(REVOKE_DEPLOYMENT_LEASES)
+                .is_some()
+        })
+        .await?;
+        Ok(n)
+    }
+
+    /// Applies `change` to the stored group object with compare-and-swap, re-reading and
+    /// retrying on conflicts. `change` returns whether it changed anything.
+    pub async fn update(
+        &self,
+        mut change: impl FnMut(&mut RawObject) -> bool,
+    ) -> Result<Arc<GroupSnapshot>, StoreError> {
+        let mut current = self.group.lock().await;
+        for _ in 0..5 {
+            let mut next = current.clone();
+            if !change(&mut next) {
+                return Ok(self.snapshot());
+            }
+            match self.store.apply(vec![WriteOp::Replace(next)]).await {
+                Ok(mut written) => {
+                    let obj = written.pop().flatten().ok_or_else(|| StoreError::Backend {
+                        operation: "replace the group",
+                        detail: "no object returned".into(),
+                    })?;
+                    self.install(&mut current, obj)?;
+                    return Ok(self.snapshot());
+                }
+                Err(StoreError::Conflict { .. }) => {
+                    let fresh = self
+                        .store
+                        .get(&ObjectKey::new(KIND_GROUP, &self.namespace, &self.name))
+                        .await?
+                        .ok_or_else(|| StoreError::NotFound {
+                            key: ObjectKey::new(KIND_GROUP, &self.namespace, &self.name),
+                        })?;
+                    self.install(&mut current, fresh)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Conflict {
+            key: ObjectKey::new(KIND_GROUP, &self.namespace, &self.name),
+            expected: current.metadata.resource_version.clone(),
+            actual: "changing concurrently".into(),
+        })
+    }
+
+    fn install(&self, current: &mut RawObject, obj: RawObject) -> Result<(), StoreError> {
+        let snap = snapshot_of(&obj)?;
+        self.metrics
+            .topology_generation
+            .get_or_create(&crate::metrics::GroupLabel {
+                group: self.name.clone(),
+            })
+            .set(i64::try_from(snap.body.status.topology_generation).unwrap_or(i64::MAX));
+        *self
+            .snapshot
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(snap);
+        *current = obj;
+        Ok(())
+    }
+
+    /// Updates the status (the controller's write path).
+    pub async fn update_status(
+        &self,
+        mut change: impl FnMut(&mut GroupStatus),
+    ) -> Result<Arc<GroupSnapshot>, StoreError> {
+        self.update(|obj| {
+            let Ok(mut body) = obj.decode::<FailoverGroupBody>() else {
+                return false;
+            };
+            let before = body.status.clone();
+            change(&mut body.status);
+            if body.status == before {
+                return false;
+            }
+            let Ok(status) = serde_json::to_value(&body.status) else {
+                return false;
+            };
+            obj.body.insert("status".into(), status);
+            true
+        })
+        .await
+    }
+
+    /// An authoritative change of active site: raises the topology-change flag (grants and
+    /// renewals answer `423`), persists the status with `topologyGeneration + 1` (and whatever
+    /// `change` adds), then revokes every live lease in a background task. Returns the new
+    /// generation once it is persisted — before the revocation, which the caller never waits on.
+    pub async fn change_active_site(
+        self: &Arc<Self>,
+        new_active_site: &str,
+        mut change: impl FnMut(&mut GroupStatus),
+    ) -> Result<u64, StoreError> {
+        self.flags
+            .topology_change_pending
+            .store(true, Ordering::SeqCst);
+        let mut generation = 0;
+        let result = self
+            .update_status(|s| {
+                s.topology_generation += 1;
+                generation = s.topology_generation;
+                s.active_site = new_active_site.to_string();
+                change(s);
+            })
+            .await;
+        if let Err(e) = result {
+            // Nothing changed: lift the flag again.
+            self.flags
+                .topology_change_pending
+                .store(false, Ordering::SeqCst);
+            return Err(e);
+        }
+        tracing::info!(group = %self.name, activeSite = new_active_site, topologyGeneration = generation, "topology generation persisted");
+        let me = self.clone();
+        tokio::spawn(async move {
+            // Retry until the revocation is persisted: the flag keeps renewals at 423 meanwhile.
+            let mut delay = std::time::Duration::from_millis(50);
+            loop {
+                match me.sync_leases_to_status().await {
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(group = %me.name, error = %e, "revoking deploy leases after a topology change failed; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(std::time::Duration::from_secs(5));
+                    }
+                }
+            }
+        });
+        Ok(generation)
+    }
+
+    /// Adopts a newer version of the group object written by someone else (seen by the
+    /// watch): a larger generation revokes leases, a revoke annotation revokes them all.
+    pub async fn adopt(&self, obj: RawObject) -> Result<(), StoreError> {
+        {
+            let mut current = self.group.lock().await;
+            let newer = obj.metadata.resource_version.parse::<i64>().unwrap_or(0)
+                > current
+                    .metadata
+                    .resource_version
+                    .parse::<i64>()
+                    .unwrap_or(0);
+            if !newer {
+                return Ok(());
+            }
+            self.install(&mut current, obj)?;
+        }
+        self.react().await
+    }
+
+    /// Acts on what the stored object asks for: a newer generation, a revoke annotation.
+    pub async fn react(&self) -> Result<(), StoreError> {
+        let snap = self.snapshot();
+        let lease_generation = self.leases.lock().await.engine.topology_generation();
+        if snap.status().topology_generation > lease_generation {
+            self.sync_leases_to_status().await?;
+        }
+        if snap.annotations.contains_key(REVOKE_DEPLOYMENT_LEASES) {
+            self.revoke_all().await?;
+        }
+        Ok(())
+    }
+
+    /// The stored group object, as it is now.
+    pub async fn object(&self) -> RawObject {
+        self.group.lock().await.clone()
+    }
+}
+
+/// Builds the stored object for a group defined in configuration (status empty).
+pub fn new_group_object(
+    meta: bloodraven_core::resources::ObjectMeta,
+    body: &FailoverGroupBody,
+) -> Result<RawObject, StoreError> {
+    RawObject::from_body(API_VERSION, KIND_GROUP, meta, body)
+}

@@ -1,0 +1,27 @@
+//! Bloodraven's operator.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`config`] | the configuration file (YAML documents shaped like the CRDs) and its validation |
+//! | [`auth`] | deploy tokens: issue and verify (HMAC-signed, ServiceAccount-shaped) |
+//! | [`group`] | one group at run time: stored object, deploy leases, pending flags, topology changes |
+//! | [`lease_objects`] | deploy leases and tombstones as stored `Lease` objects |
+//! | [`api`] | the deploy API (TLS) and the plain endpoints |
+//! | [`server`] | TLS and plain listeners |
+//! | [`leader`] | leader election by file lock (embedded mode) |
+//! | [`events`] | events on groups |
+//! | [`metrics`] | Prometheus metrics |
+//! | [`operator`] | wiring and start-up |
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod events;
+pub mod group;
+pub mod leader;
+pub mod lease_objects;
+pub mod metrics;
+pub mod operator;
+pub mod server;
+
+pub use operator::{OperatorHandle, StartError, start};

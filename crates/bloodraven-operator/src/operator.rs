@@ -1,0 +1,402 @@
+//! Wiring: store, leadership, listeners, group runtimes and their background loops.
+//!
+//! Start-up order: open the store, bind the listeners (they answer `503 not_leader` until this
+//! process leads), compete for leadership; once leading, write the configured groups and
+//! databases into the store, load every group (its leases and status), then start the watch
+//! loop (changes made by others: a revoke annotation, a planned-failover request) and the
+//! expiry sweeper.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::resources::{
+    API_VERSION, DatabaseBody, FailoverGroupBody, KIND_DATABASE, KIND_EVENT, KIND_GROUP, KIND_LEASE,
+};
+use bloodraven_runtime::clock::SharedClock;
+use bloodraven_store::{ObjectKey, RawObject, SqliteStore, Store, StoreError, WatchEvent, WriteOp};
+use tokio::sync::{RwLock, watch};
+use tokio::task::JoinHandle;
+
+use crate::api::{self, AppState};
+use crate::auth::{KeyError, SigningKey};
+use crate::config::LoadedConfig;
+use crate::group::{self, GroupRuntime};
+use crate::lease_objects::LABEL_GROUP;
+use crate::metrics::Metrics;
+use crate::server::{self, ServerError};
+
+/// The store file inside the data directory.
+pub const STORE_FILE: &str = "bloodraven.db";
+/// How often expired leases are swept.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The operator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
+
+/// Something that runs per group once the operator leads (the failover controller).
+pub trait GroupTask: Send + Sync {
+    fn spawn(&self, runtime: Arc<GroupRuntime>, shutdown: watch::Receiver<bool>) -> JoinHandle<()>;
+}
+
+/// A running operator.
+pub struct OperatorHandle {
+    pub http_addr: SocketAddr,
+    pub https_addr: Option<SocketAddr>,
+    pub state: AppState,
+    pub data_dir: PathBuf,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    leader_task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for OperatorHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorHandle")
+            .field("http_addr", &self.http_addr)
+            .field("https_addr", &self.https_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OperatorHandle {
+    /// Waits until this process leads and has loaded its groups (or `limit` passes).
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if self.state.is_leader() && !self.state.groups.read().await.is_empty() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    pub async fn group(&self, name: &str) -> Option<Arc<GroupRuntime>> {
+        self.state.group(name).await
+    }
+
+    /// Stops every task and listener (releasing the leader lock).
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        self.leader_task.abort();
+        for t in self.tasks {
+            t.abort();
+            let _ = t.await;
+        }
+        let _ = self.leader_task.await;
+    }
+}
+
+/// Starts the operator with `cfg` on the embedded store in its data directory. `group_tasks`
+/// run per group once this process leads.
+pub async fn start(
+    cfg: LoadedConfig,
+    clock: SharedClock,
+    group_tasks: Vec<Arc<dyn GroupTask>>,
+) -> Result<OperatorHandle, StartError> {
+    let data_dir = cfg.settings.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).map_err(|e| StoreError::Backend {
+        operation: "create the data directory",
+        detail: format!("{}: {e}", data_dir.display()),
+    })?;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(
+        &data_dir.join(STORE_FILE),
+        cfg.settings.durability,
+    )?);
+    start_with_store(cfg, store, clock, group_tasks).await
+}
+
+/// Starts the operator on a given store (tests wrap the embedded store to inject faults).
+pub async fn start_with_store(
+    cfg: LoadedConfig,
+    store: Arc<dyn Store>,
+    clock: SharedClock,
+    group_tasks: Vec<Arc<dyn GroupTask>>,
+) -> Result<OperatorHandle, StartError> {
+    bloodraven_runtime::tls::install_crypto_provider();
+    let data_dir = cfg.settings.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).map_err(|e| StoreError::Backend {
+        operation: "create the data directory",
+        detail: format!("{}: {e}", data_dir.display()),
+    })?;
+    let metrics = Metrics::new();
+    let (key, audience, acceptor) = match &cfg.settings.deploy_api {
+        Some(d) => (
+            Some(Arc::new(SigningKey::load(&d.token_key_file)?)),
+            d.audience.clone(),
+            Some(server::tls_acceptor(&d.tls_cert, &d.tls_key)?),
+        ),
+        None => (None, String::new(), None),
+    };
+    let (leader, leader_task) = crate::leader::start(&data_dir);
+    let state = AppState {
+        store: store.clone(),
+        clock: clock.clone(),
+        metrics: metrics.clone(),
+        leader: leader.clone(),
+        groups: Arc::new(RwLock::new(BTreeMap::new())),
+        key,
+        audience,
+    };
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let http = server::bind(cfg.settings.http_listen).await?;
+    let http_addr = http.local_addr().map_err(|e| ServerError::Bind {
+        addr: cfg.settings.http_listen,
+        detail: e.to_string(),
+    })?;
+    tasks.push(tokio::spawn(server::serve_plain(
+        http,
+        api::plain::router(state.clone()),
+        shutdown.clone(),
+    )));
+    let mut https_addr = None;
+    if let (Some(d), Some(acceptor)) = (&cfg.settings.deploy_api, acceptor) {
+        let l = server::bind(d.listen).await?;
+        https_addr = Some(l.local_addr().map_err(|e| ServerError::Bind {
+            addr: d.listen,
+            detail: e.to_string(),
+        })?);
+        tasks.push(tokio::spawn(server::serve_tls(
+            l,
+            acceptor,
+            api::deploy::router(state.clone()),
+            shutdown.clone(),
+        )));
+    }
+    tracing::info!(http = %http_addr, https = ?https_addr, data_dir = %data_dir.display(), "operator listening");
+
+    let lead_state = state.clone();
+    let lead_shutdown = shutdown.clone();
+    tasks.push(tokio::spawn(async move {
+        lead(cfg, lead_state, clock, group_tasks, lead_shutdown).await;
+    }));
+
+    Ok(OperatorHandle {
+        http_addr,
+        https_addr,
+        state,
+        data_dir,
+        shutdown: shutdown_tx,
+        tasks,
+        leader_task,
+    })
+}
+
+/// Once leading: sync configuration, load groups, run the loops.
+async fn lead(
+    cfg: LoadedConfig,
+    state: AppState,
+    clock: SharedClock,
+    group_tasks: Vec<Arc<dyn GroupTask>>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut leader = state.leader.clone();
+    while !*leader.borrow() {
+        if leader.changed().await.is_err() {
+            return;
+        }
+    }
+    // Subscribe before loading so no change between the load and the loop is missed.
+    let mut watch_rx = state.store.watch();
+    let mut delay = Duration::from_millis(200);
+    let runtimes = loop {
+        match load_all(&cfg, &state, &clock).await {
+            Ok(r) => break r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot load the configured groups; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    };
+    {
+        let mut groups = state.groups.write().await;
+        for rt in &runtimes {
+            groups.insert(rt.name.clone(), rt.clone());
+        }
+    }
+    tracing::info!(groups = runtimes.len(), "operator ready");
+    let mut handles = Vec::new();
+    for rt in &runtimes {
+        if let Err(e) = rt.react().await {
+            tracing::warn!(group = %rt.name, error = %e, "acting on stored annotations failed");
+        }
+        for t in &group_tasks {
+            handles.push(t.spawn(rt.clone(), shutdown.clone()));
+        }
+    }
+    let sweep_groups = runtimes.clone();
+    handles.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        loop {
+            tick.tick().await;
+            for rt in &sweep_groups {
+                if let Err(e) = rt.sweep().await {
+                    tracing::warn!(group = %rt.name, error = %e, "sweeping expired deploy leases failed");
+                }
+            }
+        }
+    }));
+    let by_key: BTreeMap<(String, String), Arc<GroupRuntime>> = runtimes
+        .iter()
+        .map(|rt| ((rt.namespace.clone(), rt.name.clone()), rt.clone()))
+        .collect();
+    let mut shutdown = shutdown;
+    loop {
+        tokio::select! {
+            ev = watch_rx.recv() => match ev {
+                Ok(WatchEvent::Put(obj)) if obj.kind == KIND_GROUP => {
+                    if let Some(rt) = by_key.get(&(obj.metadata.namespace.clone(), obj.metadata.name.clone()))
+                        && let Err(e) = rt.adopt(obj).await {
+                            tracing::warn!(group = %rt.name, error = %e, "acting on a group change failed");
+                        }
+                }
+                Ok(WatchEvent::Resync) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    for rt in by_key.values() {
+                        let key = ObjectKey::new(KIND_GROUP, &rt.namespace, &rt.name);
+                        if let Ok(Some(obj)) = state.store.get(&key).await {
+                            let _ = rt.adopt(obj).await;
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            },
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() { break; }
+            }
+        }
+    }
+    for h in handles {
+        h.abort();
+    }
+}
+
+/// Writes the configured groups and databases into the store (keeping status and
+/// annotations of existing groups, deleting what the configuration no longer has), then loads
+/// every group.
+async fn load_all(
+    cfg: &LoadedConfig,
+    state: &AppState,
+    clock: &SharedClock,
+) -> Result<Vec<Arc<GroupRuntime>>, String> {
+    let store = &state.store;
+    let now = clock.now();
+    let mut ops = Vec::new();
+    let stored_groups = store
+        .list(KIND_GROUP, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    for g in &cfg.groups {
+        let existing = stored_groups.iter().find(|o| {
+            o.metadata.name == g.metadata.name && o.metadata.namespace == g.metadata.namespace
+        });
+        match existing {
+            None => {
+                let mut meta = g.metadata.clone();
+                meta.creation_timestamp = Some(now);
+                let body = FailoverGroupBody {
+                    spec: g.spec.clone(),
+                    status: bloodraven_core::status::GroupStatus::default(),
+                };
+                ops.push(WriteOp::Create(
+                    group::new_group_object(meta, &body).map_err(|e| e.to_string())?,
+                ));
+            }
+            Some(o) => {
+                let spec = serde_json::to_value(&g.spec).map_err(|e| e.to_string())?;
+                if o.body.get("spec") != Some(&spec) {
+                    let mut next = o.clone();
+                    next.body.insert("spec".into(), spec);
+                    for (k, v) in &g.metadata.labels {
+                        next.metadata.labels.insert(k.clone(), v.clone());
+                    }
+                    ops.push(WriteOp::Replace(next));
+                }
+            }
+        }
+    }
+    for o in &stored_groups {
+        let configured = cfg.groups.iter().any(|g| {
+            g.metadata.name == o.metadata.name && g.metadata.namespace == o.metadata.namespace
+        });
+        if !configured {
+            tracing::warn!(group = %o.metadata.name, namespace = %o.metadata.namespace, "group removed from configuration: deleting it with its leases, tombstones and events");
+            for kind in [KIND_LEASE, KIND_EVENT] {
+                for child in store
+                    .list(kind, Some(&o.metadata.namespace))
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    if child.metadata.labels.get(LABEL_GROUP) == Some(&o.metadata.name) {
+                        ops.push(WriteOp::DeleteIfExists { key: child.key() });
+                    }
+                }
+            }
+            ops.push(WriteOp::DeleteIfExists { key: o.key() });
+        }
+    }
+    let stored_dbs = store
+        .list(KIND_DATABASE, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    for d in &cfg.databases {
+        let obj = RawObject::from_body(
+            API_VERSION,
+            KIND_DATABASE,
+            d.metadata.clone(),
+            &DatabaseBody {
+                spec: d.spec.clone(),
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        match stored_dbs.iter().find(|o| o.key() == obj.key()) {
+            None => ops.push(WriteOp::Create(obj)),
+            Some(o) if o.body != obj.body => {
+                let mut next = obj;
+                next.metadata
+                    .resource_version
+                    .clone_from(&o.metadata.resource_version);
+                ops.push(WriteOp::Replace(next));
+            }
+            Some(_) => {}
+        }
+    }
+    for o in &stored_dbs {
+        let configured = cfg.databases.iter().any(|d| {
+            d.metadata.name == o.metadata.name && d.metadata.namespace == o.metadata.namespace
+        });
+        if !configured {
+            ops.push(WriteOp::DeleteIfExists { key: o.key() });
+        }
+    }
+    if !ops.is_empty() {
+        store.apply(ops).await.map_err(|e| e.to_string())?;
+    }
+    let mut out = Vec::new();
+    for g in &cfg.groups {
+        let rt = GroupRuntime::load(
+            store.clone(),
+            clock.clone(),
+            state.metrics.clone(),
+            g.config.clone(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        out.push(rt);
+    }
+    Ok(out)
+}

@@ -1,0 +1,936 @@
+//! Contract tests of `/deploy/v1` (SPEC §3) over real TLS, with a real HTTP client and a test CA.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
+use bloodraven_core::contract::events::DEPLOYMENT_LEASE_REVOKED;
+use bloodraven_core::resources::{KIND_EVENT, KIND_GROUP, KIND_LEASE};
+use bloodraven_core::time::{Clock, Timestamp};
+use bloodraven_operator::auth;
+use bloodraven_store::{ObjectKey, RawObject, Store, StoreExt, StoreFuture, WatchEvent, WriteOp};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use sha2::Digest;
+use support::{Client, Env, GROUP, bootstrap};
+
+struct Fixture {
+    env: Env,
+    op: bloodraven_operator::OperatorHandle,
+    client: Client,
+    token: String,
+}
+
+async fn fixture() -> Fixture {
+    let env = Env::new();
+    let op = env.start().await;
+    let rt = op.group(GROUP).await.unwrap();
+    bootstrap(&rt, env.clock.now()).await;
+    let client = Client::new(&env.ca, op.https_addr.unwrap());
+    let token = env.token("ci", "deployer");
+    Fixture {
+        env,
+        op,
+        client,
+        token,
+    }
+}
+
+fn ts(v: &serde_json::Value) -> Timestamp {
+    Timestamp::parse_rfc3339(v.as_str().expect("timestamp string")).unwrap()
+}
+
+#[tokio::test]
+async fn grant_clamps_ttl_and_answers_the_documented_body() {
+    let f = fixture().await;
+    let now = f.env.clock.now();
+    let a = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 1)
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    assert_eq!(a.headers["cache-control"], "no-store");
+    assert_eq!(a.body["kind"], "migration");
+    assert_eq!(a.body["operationId"], "op-1");
+    assert_eq!(a.body["topologyGeneration"], 1);
+    assert!(a.body["token"].as_str().unwrap().len() >= 43);
+    assert_eq!(
+        ts(&a.body["expiresAt"]).since(now),
+        Duration::from_secs(5),
+        "ttl 1 → 5"
+    );
+    let keys: BTreeSet<&str> = a
+        .body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from([
+            "kind",
+            "operationId",
+            "token",
+            "expiresAt",
+            "topologyGeneration"
+        ])
+    );
+    // 999 → 120, on a re-POST (200) of the same operation.
+    let b = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 999)
+        .await;
+    assert_eq!(b.status, StatusCode::OK, "{}", b.text);
+    assert_eq!(
+        ts(&b.body["expiresAt"]).since(now),
+        Duration::from_secs(120),
+        "ttl 999 → 120"
+    );
+}
+
+#[tokio::test]
+async fn repost_rotates_the_token_and_the_old_one_is_refused() {
+    let f = fixture().await;
+    let a = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    let b = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(b.status, StatusCode::OK);
+    let (old, new) = (
+        a.body["token"].as_str().unwrap(),
+        b.body["token"].as_str().unwrap(),
+    );
+    assert_ne!(old, new);
+    let r = f.client.renew(&f.token, "migration", "op-1", old).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.body["error"], "token_mismatch");
+    let r = f.client.renew(&f.token, "migration", "op-1", new).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["topologyGeneration"], 1);
+    assert!(r.body["expiresAt"].is_string());
+}
+
+#[tokio::test]
+async fn second_operation_gets_held_with_exactly_the_holder_fields() {
+    let f = fixture().await;
+    let a = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    let b = f
+        .client
+        .grant(&f.token, "migration", "op-2", "counter-app", 30)
+        .await;
+    assert_eq!(b.status, StatusCode::CONFLICT);
+    assert_eq!(b.body["error"], "held");
+    assert!(b.body["message"].as_str().unwrap().contains("op-1"));
+    assert_eq!(
+        b.body["holder"],
+        json!({"operationId": "op-1", "instance": "counter-app", "expiresAt": a.body["expiresAt"]})
+    );
+}
+
+#[tokio::test]
+async fn failover_hold_only_for_the_migration_holder() {
+    let f = fixture().await;
+    let none = f
+        .client
+        .grant(&f.token, "failover-hold", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(none.status, StatusCode::FORBIDDEN, "no migration lease yet");
+    assert_eq!(none.body["error"], "forbidden");
+    f.client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    let other = f
+        .client
+        .grant(&f.token, "failover-hold", "op-2", "counter-app", 30)
+        .await;
+    assert_eq!(other.status, StatusCode::FORBIDDEN);
+    let holder = f
+        .client
+        .grant(&f.token, "failover-hold", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(holder.status, StatusCode::CREATED, "{}", holder.text);
+    let obs = f.client.observe(&f.token, GROUP).await;
+    assert_eq!(obs.body["leases"].as_array().unwrap().len(), 2);
+    let listed = obs.text.clone();
+    assert!(
+        !listed.contains(holder.body["token"].as_str().unwrap()),
+        "observation lists no token"
+    );
+}
+
+#[tokio::test]
+async fn generation_bump_revokes_and_the_tombstone_refuses_a_repost() {
+    let f = fixture().await;
+    let m = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    let h = f
+        .client
+        .grant(&f.token, "failover-hold", "op-1", "counter-app", 30)
+        .await;
+    let rt = f.op.group(GROUP).await.unwrap();
+    let now = f.env.clock.now();
+    let generation = rt
+        .change_active_site("pdx", |s| support::healthy(s, now))
+        .await
+        .unwrap();
+    assert_eq!(generation, 2);
+    support::wait_leases_synced(&rt).await;
+    for (kind, a) in [("migration", &m), ("failover-hold", &h)] {
+        let r = f
+            .client
+            .renew(&f.token, kind, "op-1", a.body["token"].as_str().unwrap())
+            .await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+        assert_eq!(r.body["error"], "revoked");
+        assert_eq!(r.body["reason"], "TopologyChanged");
+        assert_eq!(r.body["topologyGeneration"], 2);
+    }
+    // Another operation takes the mutex; the revoked one still gets `revoked`.
+    let other = f
+        .client
+        .grant(&f.token, "migration", "op-2", "counter-app", 30)
+        .await;
+    assert_eq!(other.status, StatusCode::CREATED, "{}", other.text);
+    assert_eq!(other.body["topologyGeneration"], 2);
+    let again = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert_eq!(again.body["error"], "revoked");
+    assert_eq!(again.body["reason"], "TopologyChanged");
+    // The revocation raised an event on the group.
+    let events = bloodraven_operator::events::list(rt.store(), "default", GROUP)
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|(_, e)| e.reason == DEPLOYMENT_LEASE_REVOKED && e.message.contains("op-1"))
+    );
+}
+
+#[tokio::test]
+async fn revoke_all_by_annotation_answers_operator_revoked() {
+    let f = fixture().await;
+    let m = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    // As `bloodraven deploy revoke-all` does: annotate the stored group from another handle.
+    let store = f.env.open_store();
+    let key = ObjectKey::new(KIND_GROUP, "default", GROUP);
+    let mut g = store.get(&key).await.unwrap().unwrap();
+    g.metadata
+        .annotations
+        .insert(REVOKE_DEPLOYMENT_LEASES.into(), "now".into());
+    store.replace(g).await.unwrap();
+    let mut revoked = None;
+    for _ in 0..200 {
+        let r = f
+            .client
+            .renew(
+                &f.token,
+                "migration",
+                "op-1",
+                m.body["token"].as_str().unwrap(),
+            )
+            .await;
+        if r.status == StatusCode::CONFLICT {
+            revoked = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = revoked.expect("the operator revoked the lease");
+    assert_eq!(r.body["reason"], "OperatorRevoked");
+    assert_eq!(r.body["topologyGeneration"], 1);
+    // The annotation is removed once done.
+    for _ in 0..100 {
+        let g = store.get(&key).await.unwrap().unwrap();
+        if !g
+            .metadata
+            .annotations
+            .contains_key(REVOKE_DEPLOYMENT_LEASES)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the revoke annotation was never removed");
+}
+
+#[tokio::test]
+async fn expired_released_and_unknown_leases_are_404() {
+    let f = fixture().await;
+    let a = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 10)
+        .await;
+    f.env.clock.advance(Duration::from_secs(11));
+    let r = f
+        .client
+        .renew(
+            &f.token,
+            "migration",
+            "op-1",
+            a.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert_eq!(r.body["error"], "not_found");
+    let b = f
+        .client
+        .grant(&f.token, "migration", "op-2", "counter-app", 10)
+        .await;
+    assert_eq!(
+        b.status,
+        StatusCode::CREATED,
+        "the expired mutex is free again"
+    );
+    let tok = b.body["token"].as_str().unwrap();
+    let d = f.client.release(&f.token, "migration", "op-2", tok).await;
+    assert_eq!(d.status, StatusCode::NO_CONTENT);
+    assert_eq!(d.headers["cache-control"], "no-store");
+    let d2 = f.client.release(&f.token, "migration", "op-2", tok).await;
+    assert_eq!(d2.status, StatusCode::NO_CONTENT, "release is idempotent");
+    assert_eq!(
+        f.client
+            .renew(&f.token, "migration", "op-2", tok)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        f.client
+            .renew(&f.token, "failover-hold", "never", "x")
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+/// A store that can hold writes of one kind until released (to observe the 423 window).
+#[derive(Debug)]
+struct GatedStore {
+    inner: Arc<dyn Store>,
+    gate: tokio::sync::watch::Sender<bool>,
+}
+
+impl Store for GatedStore {
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
+        self.inner.get(key)
+    }
+    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
+        self.inner.list(kind, ns)
+    }
+    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
+        let touches_group = ops
+            .iter()
+            .any(|o| matches!(o, WriteOp::Replace(obj) if obj.kind == KIND_GROUP));
+        let mut rx = self.gate.subscribe();
+        Box::pin(async move {
+            if touches_group {
+                while *rx.borrow_and_update() {
+                    let _ = rx.changed().await;
+                }
+            }
+            self.inner.apply(ops).await
+        })
+    }
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
+        self.inner.watch()
+    }
+}
+
+#[tokio::test]
+async fn a_423_while_a_topology_change_is_persisted_never_extends_the_deadline() {
+    let env = Env::new();
+    let sqlite: Arc<dyn Store> = Arc::new(env.open_store());
+    let (gate, _) = tokio::sync::watch::channel(false);
+    let store = Arc::new(GatedStore {
+        inner: sqlite,
+        gate,
+    });
+    let op = env.start_with_store(store.clone()).await;
+    let rt = op.group(GROUP).await.unwrap();
+    bootstrap(&rt, env.clock.now()).await;
+    let client = Client::new(&env.ca, op.https_addr.unwrap());
+    let token = env.token("ci", "deployer");
+    let a = client
+        .grant(&token, "migration", "op-1", "counter-app", 30)
+        .await;
+    let expires = a.body["expiresAt"].clone();
+    let lease_token = a.body["token"].as_str().unwrap().to_string();
+
+    // Hold the status write of a topology change in flight.
+    store.gate.send_replace(true);
+    let rt2 = rt.clone();
+    let now = env.clock.now();
+    let change = tokio::spawn(async move {
+        rt2.change_active_site("pdx", |s| support::healthy(s, now))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    env.clock.advance(Duration::from_secs(10));
+    for _ in 0..3 {
+        let r = client
+            .renew(&token, "migration", "op-1", &lease_token)
+            .await;
+        assert_eq!(r.status, StatusCode::LOCKED, "{}", r.text);
+        assert_eq!(r.body["error"], "unstable");
+        assert_eq!(r.body["reason"], "TopologyChangePending");
+        assert!(r.body["retryAfterSeconds"].as_u64().unwrap() >= 1);
+        assert!(r.headers.contains_key("retry-after"));
+        let g = client
+            .grant(&token, "migration", "op-9", "counter-app", 30)
+            .await;
+        assert!(
+            g.status == StatusCode::LOCKED || g.status == StatusCode::CONFLICT,
+            "{}",
+            g.text
+        );
+    }
+    let obs = client.observe(&token, GROUP).await;
+    assert_eq!(obs.body["stable"], false);
+    assert_eq!(obs.body["unstableReason"], "TopologyChangePending");
+    assert_eq!(
+        obs.body["leases"][0]["expiresAt"], expires,
+        "a 423 never extends expiresAt"
+    );
+    store.gate.send_replace(false);
+    assert_eq!(change.await.unwrap().unwrap(), 2);
+    support::wait_leases_synced(&rt).await;
+    let r = client
+        .renew(&token, "migration", "op-1", &lease_token)
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(r.body["reason"], "TopologyChanged");
+}
+
+#[tokio::test]
+async fn authentication_failures_are_401() {
+    let f = fixture().await;
+    let path = format!("/deploy/v1/groups/{GROUP}");
+    let none = f.client.call(Method::GET, &path, None, None, &[]).await;
+    assert_eq!(none.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(none.body["error"], "unauthorized");
+    assert!(none.headers.contains_key("www-authenticate"));
+    let wrong_aud = auth::issue(
+        &f.env.key,
+        "kubernetes",
+        "ci",
+        "deployer",
+        Duration::from_secs(60),
+        f.env.clock.now(),
+    )
+    .unwrap();
+    let r = f.client.observe(&wrong_aud, GROUP).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(r.body["message"].as_str().unwrap().contains("audience"));
+    let expired = auth::issue(
+        &f.env.key,
+        "bloodraven-deploy",
+        "ci",
+        "deployer",
+        Duration::from_secs(1),
+        f.env.clock.now().minus(Duration::from_secs(600)),
+    )
+    .unwrap();
+    assert_eq!(
+        f.client.observe(&expired, GROUP).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        f.client.observe("garbage.token.here", GROUP).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let other_key = auth::SigningKey::from_bytes(vec![9; 32]).unwrap();
+    let forged = auth::issue(
+        &other_key,
+        "bloodraven-deploy",
+        "ci",
+        "deployer",
+        Duration::from_secs(60),
+        f.env.clock.now(),
+    )
+    .unwrap();
+    assert_eq!(
+        f.client.observe(&forged, GROUP).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn forbidden_and_unknown_group_are_indistinguishable() {
+    let f = fixture().await;
+    let stranger = f.env.token("ci", "stranger");
+    let a = f.client.observe(&stranger, GROUP).await;
+    let b = f.client.observe(&f.token, "no-such-group").await;
+    // `second` exists but `ci:deployer` may not coordinate it.
+    let c = f.client.observe(&f.token, "second").await;
+    for r in [&a, &b, &c] {
+        assert_eq!(r.status, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(a.text, b.text);
+    assert_eq!(b.text, c.text);
+    // A lease for an instance the caller is not listed on is forbidden too.
+    let d = f
+        .client
+        .grant(&f.token, "migration", "op-1", "other-db", 30)
+        .await;
+    assert_eq!(d.status, StatusCode::FORBIDDEN);
+    assert_eq!(d.text, a.text);
+    let e = f
+        .client
+        .grant(&f.token, "migration", "op-1", "not-a-database", 30)
+        .await;
+    assert_eq!(e.text, a.text);
+    // The right service account for `second` may observe it.
+    let other = f.env.token("ci", "other");
+    assert_eq!(
+        f.client.observe(&other, "second").await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn follower_answers_503_before_authentication() {
+    let f = fixture().await;
+    // A second operator on the same data directory cannot take the leader lock.
+    let follower =
+        bloodraven_operator::start(f.env.config(), Arc::new(f.env.clock.clone()), Vec::new())
+            .await
+            .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!follower.state.is_leader());
+    let c = Client::new(&f.env.ca, follower.https_addr.unwrap());
+    let r = c
+        .call(
+            Method::GET,
+            &format!("/deploy/v1/groups/{GROUP}"),
+            None,
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.body["error"], "not_leader");
+    let r = c
+        .grant("not-even-a-token", "migration", "x", "counter-app", 30)
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    // The plain endpoint of a follower refuses /active-site too.
+    let plain = reqwest::get(format!(
+        "http://{}/active-site?namespace=default&group={GROUP}",
+        follower.http_addr
+    ))
+    .await
+    .unwrap();
+    assert_eq!(plain.status(), StatusCode::SERVICE_UNAVAILABLE);
+    follower.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_413_405_400() {
+    let f = fixture().await;
+    let big = format!(
+        r#"{{"kind":"migration","operationId":"{}","instance":"counter-app"}}"#,
+        "x".repeat(5000)
+    );
+    let r = f
+        .client
+        .call(
+            Method::POST,
+            &format!("/deploy/v1/groups/{GROUP}/leases"),
+            Some(&f.token),
+            Some(&big),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.body["error"], "payload_too_large");
+
+    let r = f
+        .client
+        .call(
+            Method::DELETE,
+            &format!("/deploy/v1/groups/{GROUP}"),
+            Some(&f.token),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.headers["allow"], "GET");
+    let r = f
+        .client
+        .call(
+            Method::GET,
+            &format!("/deploy/v1/groups/{GROUP}/leases"),
+            Some(&f.token),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(r.headers["allow"], "POST");
+    let r = f
+        .client
+        .call(
+            Method::POST,
+            &format!("/deploy/v1/groups/{GROUP}/leases/migration/x"),
+            Some(&f.token),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.headers["allow"], "PUT, DELETE");
+
+    let leases = format!("/deploy/v1/groups/{GROUP}/leases");
+    let long = "y".repeat(129);
+    for (body, needle) in [
+        ("{not json", "not valid JSON"),
+        (
+            r#"{"kind":"migration","operationId":"a","instance":"counter-app","extra":1}"#,
+            "extra",
+        ),
+        (
+            r#"{"kind":"hold","operationId":"a","instance":"counter-app"}"#,
+            "kind",
+        ),
+        (
+            r#"{"kind":"migration","operationId":"","instance":"counter-app"}"#,
+            "operationId",
+        ),
+        (
+            &format!(r#"{{"kind":"migration","operationId":"{long}","instance":"counter-app"}}"#),
+            "128",
+        ),
+        (
+            r#"{"kind":"migration","operationId":"a","instance":"Counter_App"}"#,
+            "instance",
+        ),
+        (
+            r#"{"kind":"migration","operationId":"a","instance":"counter-app","ttlSeconds":"ten"}"#,
+            "ttlSeconds",
+        ),
+    ] {
+        let r = f
+            .client
+            .call(Method::POST, &leases, Some(&f.token), Some(body), &[])
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.text);
+        assert_eq!(r.body["error"], "invalid_request");
+        assert!(
+            r.body["message"].as_str().unwrap().contains(needle),
+            "{body}: {}",
+            r.text
+        );
+    }
+    let r = f
+        .client
+        .call(
+            Method::PUT,
+            &format!("{leases}/bogus/a"),
+            Some(&f.token),
+            Some(r#"{"token":"t"}"#),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = f
+        .client
+        .call(
+            Method::DELETE,
+            &format!("{leases}/migration/a"),
+            Some(&f.token),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::BAD_REQUEST,
+        "X-Lease-Token is required"
+    );
+    let r = f
+        .client
+        .call(Method::GET, "/deploy/v1/nothing", Some(&f.token), None, &[])
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.headers["cache-control"], "no-store");
+}
+
+#[tokio::test]
+async fn plain_listener_never_serves_the_deploy_api_and_serves_status() {
+    let f = fixture().await;
+    let base = format!("http://{}", f.op.http_addr);
+    let r = reqwest::get(format!("{base}/deploy/v1/groups/{GROUP}"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.text().await.unwrap().contains("TLS"));
+    assert_eq!(
+        reqwest::get(format!("{base}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let a: serde_json::Value = reqwest::get(format!(
+        "{base}/active-site?namespace=default&group={GROUP}"
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(a["activeSite"], "iad");
+    assert_eq!(a["topologyGeneration"], 1);
+    assert!(a["observedAt"].is_string());
+    assert_eq!(
+        reqwest::get(format!("{base}/active-site?namespace=default&group=nope"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    // `second` was never observed: 503.
+    assert_eq!(
+        reqwest::get(format!("{base}/active-site?namespace=default&group=second"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let s: serde_json::Value = reqwest::get(format!("{base}/status?group={GROUP}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(s["groups"][GROUP]["status"]["activeSite"], "iad");
+}
+
+#[tokio::test]
+async fn no_token_or_token_hash_in_logs_events_metrics_or_status() {
+    let logs = bloodraven_runtime::logging::capture();
+    let f = fixture().await;
+    let mut secrets = vec![f.token.clone()];
+    for op in ["op-a", "op-b"] {
+        let m = f
+            .client
+            .grant(&f.token, "migration", op, "counter-app", 30)
+            .await;
+        let t = m.body["token"].as_str().unwrap().to_string();
+        f.client.renew(&f.token, "migration", op, &t).await;
+        f.client
+            .renew(&f.token, "migration", op, "wrong-token-value")
+            .await;
+        let h = f
+            .client
+            .grant(&f.token, "failover-hold", op, "counter-app", 30)
+            .await;
+        secrets.push(t.clone());
+        if let Some(ht) = h.body["token"].as_str() {
+            secrets.push(ht.to_string());
+        }
+        if op == "op-a" {
+            f.client
+                .release(
+                    &f.token,
+                    "failover-hold",
+                    op,
+                    h.body["token"].as_str().unwrap(),
+                )
+                .await;
+            f.client.release(&f.token, "migration", op, &t).await;
+        }
+    }
+    let rt = f.op.group(GROUP).await.unwrap();
+    let now = f.env.clock.now();
+    rt.change_active_site("pdx", |s| support::healthy(s, now))
+        .await
+        .unwrap();
+    support::wait_leases_synced(&rt).await;
+    let mut forbidden: Vec<String> = secrets.clone();
+    forbidden.extend(
+        secrets
+            .iter()
+            .map(|s| hex::encode(sha2::Sha256::digest(s.as_bytes()))),
+    );
+
+    let base = format!("http://{}", f.op.http_addr);
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let status = reqwest::get(format!("{base}/status"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<String> = f
+        .env
+        .open_store()
+        .list(KIND_EVENT, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    let log_text = logs.text();
+    assert!(log_text.contains("deploy api"), "requests were logged");
+    for s in &forbidden {
+        assert!(
+            !log_text.contains(s.as_str()),
+            "a token or hash reached the logs"
+        );
+        assert!(
+            !metrics.contains(s.as_str()),
+            "a token or hash reached the metrics"
+        );
+        assert!(
+            !status.contains(s.as_str()),
+            "a token or hash reached /status"
+        );
+        assert!(
+            events.iter().all(|e| !e.contains(s.as_str())),
+            "a token or hash reached an event"
+        );
+    }
+    // Lease objects hold hashes (that is their job) but never tokens.
+    let leases: Vec<String> = f
+        .env
+        .open_store()
+        .list(KIND_LEASE, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    for s in &secrets {
+        assert!(leases.iter().all(|l| !l.contains(s.as_str())));
+    }
+    assert!(metrics.contains("bloodraven_deploy_leases_active"));
+    assert!(metrics.contains("bloodraven_deploy_lease_revocations_total"));
+}
+
+#[tokio::test]
+async fn every_request_logs_one_deploy_api_line() {
+    let logs = bloodraven_runtime::logging::capture();
+    let f = fixture().await;
+    let a = f
+        .client
+        .grant(&f.token, "migration", "op-log-1", "counter-app", 30)
+        .await;
+    f.client
+        .renew(
+            &f.token,
+            "migration",
+            "op-log-1",
+            a.body["token"].as_str().unwrap(),
+        )
+        .await;
+    let lines: Vec<_> = logs
+        .records()
+        .into_iter()
+        .filter(|r| {
+            r.get("msg").and_then(|m| m.as_str()) == Some("deploy api")
+                && r.get("operationId").and_then(|o| o.as_str()) == Some("op-log-1")
+        })
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["handler"], "grant");
+    assert_eq!(lines[0]["group"], GROUP);
+    assert_eq!(lines[0]["instance"], "counter-app");
+    assert_eq!(lines[0]["status"], 201);
+    assert!(lines[0]["duration_ms"].is_number());
+    assert_eq!(lines[1]["handler"], "renew");
+    assert_eq!(lines[1]["status"], 200);
+    assert_eq!(lines[1]["instance"], "counter-app");
+}
+
+#[tokio::test]
+async fn unstable_group_refuses_grants_but_renews() {
+    let f = fixture().await;
+    let a = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    let rt = f.op.group(GROUP).await.unwrap();
+    rt.update_status(|s| s.sites[1].replicating = false)
+        .await
+        .unwrap();
+    let obs = f.client.observe(&f.token, GROUP).await;
+    assert_eq!(obs.body["stable"], false);
+    assert_eq!(obs.body["unstableReason"], "ReplicationNotRunning");
+    assert_eq!(obs.body["health"]["replicationRunning"], false);
+    let r = f
+        .client
+        .renew(
+            &f.token,
+            "migration",
+            "op-1",
+            a.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "a renewal only needs no pending change"
+    );
+    let g = f
+        .client
+        .grant(&f.token, "migration", "op-2", "counter-app", 30)
+        .await;
+    assert_eq!(g.status, StatusCode::CONFLICT, "held comes before unstable");
+    f.client
+        .release(
+            &f.token,
+            "migration",
+            "op-1",
+            a.body["token"].as_str().unwrap(),
+        )
+        .await;
+    let g = f
+        .client
+        .grant(&f.token, "migration", "op-2", "counter-app", 30)
+        .await;
+    assert_eq!(g.status, StatusCode::LOCKED, "{}", g.text);
+    assert_eq!(g.body["reason"], "ReplicationNotRunning");
+    // Lag alone keeps it stable.
+    rt.update_status(|s| {
+        s.sites[1].replicating = true;
+        s.sites[1].seconds_behind_source = Some(5000);
+    })
+    .await
+    .unwrap();
+    let obs = f.client.observe(&f.token, GROUP).await;
+    assert_eq!(obs.body["stable"], true);
+    assert_eq!(obs.body["health"]["replicationLagSeconds"], 5000.0);
+}

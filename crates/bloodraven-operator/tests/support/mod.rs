@@ -1,0 +1,307 @@
+//! Test support: an operator started in-process with a test PKI, a signing key, a manual
+//! clock, and an HTTPS client that trusts only the test CA.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus};
+use bloodraven_core::time::{Clock, ManualClock};
+use bloodraven_operator::auth::{self, SigningKey};
+use bloodraven_operator::config;
+use bloodraven_operator::group::GroupRuntime;
+use bloodraven_operator::operator::{self, OperatorHandle};
+use bloodraven_runtime::clock::SystemClock;
+use bloodraven_store::{Durability, SqliteStore, Store};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+pub const GROUP: &str = "playground";
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub clock: ManualClock,
+    pub key: SigningKey,
+    pub config_path: PathBuf,
+    pub ca: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = bloodraven_runtime::tls::generate_pki(
+            &dir.path().join("tls"),
+            &["127.0.0.1", "localhost"],
+        )
+        .unwrap();
+        let key_path = dir.path().join("token.key");
+        std::fs::write(&key_path, SigningKey::generate_text().unwrap()).unwrap();
+        let config_path = dir.path().join("bloodraven.yaml");
+        std::fs::write(&config_path, config_text(dir.path())).unwrap();
+        Env {
+            clock: ManualClock::new(SystemClock.now()),
+            key: SigningKey::load(&key_path).unwrap(),
+            config_path,
+            ca: pki.ca_cert,
+            dir,
+        }
+    }
+
+    pub fn config(&self) -> config::LoadedConfig {
+        config::load(&self.config_path).unwrap()
+    }
+
+    pub fn token(&self, namespace: &str, sa: &str) -> String {
+        auth::issue(
+            &self.key,
+            "bloodraven-deploy",
+            namespace,
+            sa,
+            Duration::from_secs(3600),
+            self.clock.now(),
+        )
+        .unwrap()
+    }
+
+    pub async fn start(&self) -> OperatorHandle {
+        let h = operator::start(self.config(), Arc::new(self.clock.clone()), Vec::new())
+            .await
+            .unwrap();
+        assert!(
+            h.wait_ready(Duration::from_secs(10)).await,
+            "operator did not become ready"
+        );
+        h
+    }
+
+    pub async fn start_with_store(&self, store: Arc<dyn Store>) -> OperatorHandle {
+        let h = operator::start_with_store(
+            self.config(),
+            store,
+            Arc::new(self.clock.clone()),
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+        assert!(
+            h.wait_ready(Duration::from_secs(10)).await,
+            "operator did not become ready"
+        );
+        h
+    }
+
+    pub fn open_store(&self) -> SqliteStore {
+        SqliteStore::open(
+            &self.dir.path().join("data").join(operator::STORE_FILE),
+            Durability::Full,
+        )
+        .unwrap()
+    }
+}
+
+pub fn config_text(dir: &Path) -> String {
+    format!(
+        r#"apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: OperatorConfig
+dataDir: {data}
+listen: {{http: "127.0.0.1:0", https: "127.0.0.1:0"}}
+tls: {{certFile: tls/server.crt, keyFile: tls/server.key}}
+tokenSigningKeyFile: token.key
+deployAPI: {{enabled: true}}
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlFailoverGroup
+metadata: {{name: playground, namespace: default}}
+spec:
+  sites:
+    - name: iad
+      mysql: {{host: 127.0.0.1, port: 1, credentials: {{file: none}}}}
+      sidecar: {{url: "http://127.0.0.1:1"}}
+    - name: pdx
+      mysql: {{host: 127.0.0.1, port: 2, credentials: {{file: none}}}}
+      sidecar: {{url: "http://127.0.0.1:2"}}
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlFailoverGroup
+metadata: {{name: second, namespace: default}}
+spec:
+  sites:
+    - name: a
+      mysql: {{host: 127.0.0.1, port: 3, credentials: {{file: none}}}}
+      sidecar: {{url: "http://127.0.0.1:3"}}
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlDatabase
+metadata: {{name: counter-app, namespace: default}}
+spec:
+  failoverGroupRef: {{name: playground}}
+  deploymentClients: [{{namespace: ci, serviceAccount: deployer}}]
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlDatabase
+metadata: {{name: other-db, namespace: default}}
+spec:
+  failoverGroupRef: {{name: second}}
+  deploymentClients: [{{namespace: ci, serviceAccount: other}}]
+"#,
+        data = dir.join("data").display()
+    )
+}
+
+/// A healthy status: the active site writable, the other replicating.
+pub fn healthy(s: &mut GroupStatus, now: bloodraven_core::time::Timestamp) {
+    s.sites = ["iad", "pdx"]
+        .into_iter()
+        .map(|name| {
+            let active = s.active_site == name;
+            SiteStatus {
+                name: name.into(),
+                state: if active {
+                    SiteState::Writable
+                } else {
+                    SiteState::ReadOnly
+                },
+                replicating: !active,
+                seconds_behind_source: (!active).then_some(0),
+                ..SiteStatus::default()
+            }
+        })
+        .collect();
+    s.observed_at = Some(now);
+}
+
+/// Makes the group healthy with `iad` active (generation +1, as the controller would).
+pub async fn bootstrap(rt: &Arc<GroupRuntime>, now: bloodraven_core::time::Timestamp) -> u64 {
+    let g = rt
+        .change_active_site("iad", |s| healthy(s, now))
+        .await
+        .unwrap();
+    wait_leases_synced(rt).await;
+    g
+}
+
+/// Waits until the background revocation after a topology change is persisted.
+pub async fn wait_leases_synced(rt: &Arc<GroupRuntime>) {
+    for _ in 0..500 {
+        if !rt.flags().topology_change_pending {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("leases never synced to the new generation");
+}
+
+pub struct Client {
+    pub http: reqwest::Client,
+    pub base: String,
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Client {
+    pub fn new(ca: &Path, addr: std::net::SocketAddr) -> Client {
+        let tls = bloodraven_runtime::tls::client_config(Some(ca)).unwrap();
+        Client {
+            http: reqwest::Client::builder()
+                .tls_backend_preconfigured(tls)
+                .build()
+                .unwrap(),
+            base: format!("https://{addr}"),
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        if let Some(b) = body {
+            r = r
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    pub async fn grant(
+        &self,
+        token: &str,
+        kind: &str,
+        op: &str,
+        instance: &str,
+        ttl: i64,
+    ) -> Answer {
+        let body = format!(
+            r#"{{"kind":"{kind}","operationId":"{op}","instance":"{instance}","ttlSeconds":{ttl}}}"#
+        );
+        self.call(
+            Method::POST,
+            &format!("/deploy/v1/groups/{GROUP}/leases"),
+            Some(token),
+            Some(&body),
+            &[],
+        )
+        .await
+    }
+
+    pub async fn renew(&self, token: &str, kind: &str, op: &str, lease_token: &str) -> Answer {
+        let body = format!(r#"{{"token":"{lease_token}"}}"#);
+        self.call(
+            Method::PUT,
+            &format!("/deploy/v1/groups/{GROUP}/leases/{kind}/{op}"),
+            Some(token),
+            Some(&body),
+            &[],
+        )
+        .await
+    }
+
+    pub async fn release(&self, token: &str, kind: &str, op: &str, lease_token: &str) -> Answer {
+        self.call(
+            Method::DELETE,
+            &format!("/deploy/v1/groups/{GROUP}/leases/{kind}/{op}"),
+            Some(token),
+            None,
+            &[("x-lease-token", lease_token)],
+        )
+        .await
+    }
+
+    pub async fn observe(&self, token: &str, group: &str) -> Answer {
+        self.call(
+            Method::GET,
+            &format!("/deploy/v1/groups/{group}"),
+            Some(token),
+            None,
+            &[],
+        )
+        .await
+    }
+}

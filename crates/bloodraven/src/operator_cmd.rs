@@ -1,0 +1,226 @@
+//! `bloodraven operator` (run the operator) and `bloodraven token` (deploy tokens).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use bloodraven_core::contract::DEPLOY_AUDIENCE;
+use bloodraven_core::duration::parse_duration;
+use bloodraven_operator::auth::{self, SigningKey};
+use bloodraven_operator::config;
+use bloodraven_runtime::clock::{self, Clock as _};
+use bloodraven_runtime::logging;
+use clap::{Args, Subcommand, ValueEnum};
+
+/// Exit codes shared by the service commands.
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const ERROR: i32 = 1;
+    pub const USAGE: i32 = 2;
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+impl From<LogFormat> for logging::Format {
+    fn from(f: LogFormat) -> Self {
+        match f {
+            LogFormat::Json => logging::Format::Json,
+            LogFormat::Text => logging::Format::Text,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    /// The configuration file (YAML: `OperatorConfig`, `MysqlFailoverGroup` and `MysqlDatabase` documents).
+    #[arg(long, env = "BLOODRAVEN_CONFIG")]
+    config: PathBuf,
+    /// Log line format.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "json",
+        env = "BLOODRAVEN_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+}
+
+/// Runs the operator until SIGINT/SIGTERM.
+pub fn run_operator(args: &OperatorArgs) -> i32 {
+    logging::init(args.log_format.into());
+    let cfg = match config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::ERROR;
+        }
+    };
+    rt.block_on(async move {
+        let tasks = crate::controller_tasks();
+        let handle = match bloodraven_operator::start(cfg, clock::system(), tasks).await {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::ERROR;
+            }
+        };
+        bloodraven_runtime::shutdown::signal().await;
+        tracing::info!("shutting down");
+        handle.stop().await;
+        exit::OK
+    })
+}
+
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    #[command(subcommand)]
+    command: TokenCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Print a deploy token for a service account (embedded mode).
+    Issue {
+        /// The service account's namespace.
+        #[arg(long)]
+        namespace: String,
+        /// The service account's name.
+        #[arg(long)]
+        service_account: String,
+        /// How long the token is valid, e.g. 1h, 30m (at most 30 days).
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        /// The operator's token signing key file.
+        #[arg(long, conflicts_with = "config")]
+        key_file: Option<PathBuf>,
+        /// Read the key file (and audience) from the operator's configuration instead.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The audience (default bloodraven-deploy).
+        #[arg(long)]
+        audience: Option<String>,
+    },
+    /// Write a new random token signing key to a file (refuses to overwrite one).
+    Keygen {
+        /// Where to write the key.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+pub fn run_token(args: TokenArgs) -> i32 {
+    match args.command {
+        TokenCommand::Issue {
+            namespace,
+            service_account,
+            ttl,
+            key_file,
+            config,
+            audience,
+        } => {
+            let ttl = match parse_duration(&ttl) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("error: --ttl: {e}");
+                    return exit::USAGE;
+                }
+            };
+            let (key_path, cfg_audience) = match (key_file, config) {
+                (Some(k), _) => (k, None),
+                (None, Some(c)) => match config::load(&c) {
+                    Ok(cfg) => {
+                        if let Some(d) = cfg.settings.deploy_api {
+                            (d.token_key_file, Some(d.audience))
+                        } else {
+                            eprintln!("error: --config: {} has deployAPI disabled", c.display());
+                            return exit::USAGE;
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return exit::USAGE;
+                    }
+                },
+                (None, None) => {
+                    eprintln!("error: give --key-file or --config");
+                    return exit::USAGE;
+                }
+            };
+            let key = match SigningKey::load(&key_path) {
+                Ok(k) => k,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return exit::USAGE;
+                }
+            };
+            let audience = audience
+                .or(cfg_audience)
+                .unwrap_or_else(|| DEPLOY_AUDIENCE.to_string());
+            match auth::issue(
+                &key,
+                &audience,
+                &namespace,
+                &service_account,
+                ttl,
+                clock::SystemClock.now(),
+            ) {
+                Ok(token) => {
+                    println!("{token}");
+                    exit::OK
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    exit::USAGE
+                }
+            }
+        }
+        TokenCommand::Keygen { out } => {
+            let text = match SigningKey::generate_text() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: no secure randomness available: {e}");
+                    return exit::ERROR;
+                }
+            };
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&out);
+            match file {
+                Ok(mut f) => {
+                    if let Err(e) = set_private(&out).and_then(|()| writeln!(f, "{text}")) {
+                        eprintln!("error: cannot write {}: {e}", out.display());
+                        return exit::ERROR;
+                    }
+                    eprintln!("wrote a new token signing key to {}", out.display());
+                    exit::OK
+                }
+                Err(e) => {
+                    eprintln!(
+                        "error: --out {}: {e} (an existing key is never overwritten)",
+                        out.display()
+                    );
+                    exit::USAGE
+                }
+            }
+        }
+    }
+}
+
+fn set_private(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
