@@ -145,6 +145,10 @@ pub struct SiteSpec {
 pub struct ReplicationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_lag_seconds: Option<u64>,
+    /// The account replicas use to connect to their source (`REPLICATION SLAVE`), needed to
+    /// re-point replicas after a failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsRef>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -226,6 +230,8 @@ pub struct GroupConfig {
     pub lease_timeout: Duration,
     pub peer_check_interval: Duration,
     pub site_priorities: Vec<String>,
+    /// Where the replication account's credentials come from, if configured.
+    pub replication_credentials: Option<CredentialsRef>,
 }
 
 impl GroupConfig {
@@ -433,6 +439,18 @@ pub fn validate_group(
         .as_ref()
         .and_then(|r| r.max_lag_seconds)
         .unwrap_or(defaults::MAX_LAG_SECONDS);
+    let replication_credentials = spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.credentials.clone());
+    if let Some(c) = &replication_credentials
+        && c.secret_name.is_some() == c.file.is_some()
+    {
+        e.push(
+            "spec.replication.credentials",
+            "must set exactly one of secretName and file",
+        );
+    }
     let pf = spec.planned_failover.clone().unwrap_or_default();
     let max_lag_wait = duration_field(
         &mut e,
@@ -504,6 +522,7 @@ pub fn validate_group(
         lease_timeout,
         peer_check_interval,
         site_priorities,
+        replication_credentials,
     })
 }
 

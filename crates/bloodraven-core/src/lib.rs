@@ -8,6 +8,8 @@
 //! | module | owns |
 //! |---|---|
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
+//! | [`controller`] | the failover decisions: debounce, emergency failover, intruder fencing, reassertion |
+//! | [`planned`] | admission of a planned failover: proceed, defer (hold, cooldown) or reject |
 //! | [`health`] | `stable` / `unstableReason` and the grant and renewal gates |
 //! | [`release`] | release plans (pre-checks, store), the per-Deployment Lease, the rollout verdict |
 //! | [`status`] | `MysqlFailoverGroup.status` and the health inputs it yields |
@@ -23,11 +25,13 @@
 
 pub mod config;
 pub mod contract;
+pub mod controller;
 pub mod duration;
 pub mod gtid;
 pub mod health;
 pub mod lease;
 pub mod names;
+pub mod planned;
 pub mod release;
 pub mod resources;
 pub mod status;

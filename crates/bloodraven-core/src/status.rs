@@ -126,6 +126,9 @@ pub struct PlannedFailoverStatus {
     pub message: String,
     #[serde(default)]
     pub admission: Admission,
+    /// The fenced source's GTID set, recorded while draining (what the target must contain).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source_gtid_executed: String,
 }
 
 /// `MysqlFailoverGroup.status`.
@@ -389,6 +392,7 @@ mod tests {
             reason: String::new(),
             message: String::new(),
             admission: Admission::default(),
+            source_gtid_executed: String::new(),
         });
         assert_eq!(reason_of(&s), Some(UnstableReason::PlannedFailover));
         if let Some(p) = s.planned_failover.as_mut() {

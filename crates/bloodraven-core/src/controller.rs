@@ -1,0 +1,527 @@
+//! The failover controller's decisions (SPEC §2.3), as pure functions of a snapshot.
+//!
+//! Each poll the operator gathers a probe per site, feeds it through [`debounce`], builds a
+//! [`DecideInput`] and calls [`decide`]. The result lists what to do (at most one change of
+//! active site per poll), what to alert on, and the conditions to report. Nothing here reads a
+//! deploy lease: emergency failover, returning-primary fencing, primary reassertion and
+//! split-brain fencing never consult one (seed 01).
+//!
+//! # States of a site (debounced)
+//! `unreachable` after `failureThreshold` consecutive failed probes; `writable` after
+//! `recoveryThreshold` consecutive probes with `read_only=0`; `read-only` at once.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::SiteRole;
+use crate::gtid::GtidSet;
+use crate::status::SiteState;
+use crate::time::Timestamp;
+
+/// What one probe of one site showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeResult {
+    Unreachable,
+    ReadOnly,
+    Writable,
+}
+
+/// The debounce counters of one site.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteTracker {
+    pub state: SiteState,
+    pub failures: u32,
+    pub writable_streak: u32,
+}
+
+/// Applies one probe result to a site's counters.
+pub fn debounce(
+    t: SiteTracker,
+    probe: ProbeResult,
+    failure_threshold: u32,
+    recovery_threshold: u32,
+) -> SiteTracker {
+    match probe {
+        ProbeResult::Unreachable => {
+            let failures = t.failures.saturating_add(1);
+            SiteTracker {
+                state: if failures >= failure_threshold {
+                    SiteState::Unreachable
+                } else {
+                    t.state
+                },
+                failures,
+                writable_streak: 0,
+            }
+        }
+        ProbeResult::ReadOnly => SiteTracker {
+            state: SiteState::ReadOnly,
+            failures: 0,
+            writable_streak: 0,
+        },
+        ProbeResult::Writable => {
+            let streak = t.writable_streak.saturating_add(1);
+            SiteTracker {
+                state: if streak >= recovery_threshold || t.state == SiteState::Writable {
+                    SiteState::Writable
+                } else if t.state == SiteState::Unreachable {
+                    // Seen again, not yet confirmed writable.
+                    SiteState::Unknown
+                } else {
+                    t.state
+                },
+                failures: 0,
+                writable_streak: streak,
+            }
+        }
+    }
+}
+
+/// One site as the decision sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiteView {
+    pub name: String,
+    pub role: SiteRole,
+    pub priority: i32,
+    /// Position in the spec (earlier wins ties).
+    pub index: usize,
+    pub host: String,
+    pub port: u16,
+    /// Debounced.
+    pub state: SiteState,
+    /// From the last successful probe.
+    pub gtid: Option<GtidSet>,
+    /// `Some` when the server is configured as a replica.
+    pub replica: Option<ReplicaView>,
+    /// The site holds transactions the active site never received; a human must resolve it.
+    pub recovery_blocked: bool,
+}
+
+/// A replica's link, as probed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaView {
+    pub io_running: bool,
+    pub sql_running: bool,
+    pub source_host: String,
+    pub source_port: u16,
+    pub seconds_behind: Option<u64>,
+}
+
+impl SiteView {
+    fn reachable(&self) -> bool {
+        matches!(self.state, SiteState::Writable | SiteState::ReadOnly)
+    }
+
+    /// Whether it replicates, with both threads, from `source`.
+    pub fn replicates_from(&self, source: &SiteView) -> bool {
+        self.replica.as_ref().is_some_and(|r| {
+            r.io_running
+                && r.sql_running
+                && r.source_port == source.port
+                && r.source_host == source.host
+        })
+    }
+}
+
+/// Everything [`decide`] looks at.
+#[derive(Clone, Debug)]
+pub struct DecideInput<'a> {
+    pub sites: &'a [SiteView],
+    /// `status.activeSite` (empty before bootstrap).
+    pub active_site: &'a str,
+    /// `status.lastFailoverTarget` (empty without failover history).
+    pub last_failover_target: &'a str,
+    pub last_failover: Option<Timestamp>,
+    /// `status.promotionGtidExecuted`, parsed.
+    pub promotion_gtid: Option<&'a GtidSet>,
+    pub now: Timestamp,
+    pub cooldown: Duration,
+    /// A planned failover is executing (or automation is held by hand).
+    pub automatic_failover_held: bool,
+    pub site_priorities: &'a [String],
+    pub last_reassertion: Option<Timestamp>,
+    pub reassert_interval: Duration,
+    pub max_lag_seconds: u64,
+}
+
+/// Something the operator must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// The group's first active site (generation 1).
+    Bootstrap { site: String },
+    /// Promote `to`; the active site `from` is unreachable.
+    EmergencyFailover { from: String, to: String },
+    /// A writable site that is not the active one: fence it and kill its sessions; then
+    /// re-point it (`divergent = false`) or block it (`divergent = true`, `DataLossDetected`).
+    FenceIntruder { site: String, divergent: bool },
+    /// Every site read-only: restore writability on the active site.
+    Reassert { site: String },
+    /// A reachable read-only site does not replicate from the active site: re-point it.
+    Repoint { site: String },
+    /// A recovery-blocked site now holds only transactions the active site has: unblock it.
+    ClearRecoveryBlock { site: String },
+}
+
+/// Something a human should know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Alert {
+    /// Two or more writable sites and nothing says which one wins.
+    SplitBrainUndecided { sites: Vec<String> },
+    /// Every reachable site is read-only and no history says which to restore.
+    NoPrimary,
+    /// No site answers.
+    AllUnreachable,
+    /// The active site is down but `failoverCooldown` forbids another failover until then.
+    CooldownBlocksFailover { until: Timestamp },
+    /// The active site is down and no site may be promoted.
+    NoCandidate { reason: String },
+    /// The active site is down while a planned failover (or a human) holds automation.
+    FailoverHeld,
+}
+
+/// Conditions to report (SPEC §2.2).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Conditions {
+    pub ready: bool,
+    /// `(reason, message)` when degraded.
+    pub degraded: Option<(String, String)>,
+    /// A site needs a human (recovery blocked).
+    pub recovery_pending: Option<String>,
+}
+
+/// The result of one decision.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Decision {
+    pub actions: Vec<Action>,
+    pub alerts: Vec<Alert>,
+    pub conditions: Conditions,
+}
+
+fn site<'a>(sites: &'a [SiteView], name: &str) -> Option<&'a SiteView> {
+    sites.iter().find(|s| s.name == name)
+}
+
+/// Picks the site to promote among reachable, read-only, not blocked primary candidates:
+/// the most advanced GTID set first (one that contains every other candidate's), then the
+/// highest `priority`, then spec order. Never a reader or a `dr-only` site.
+pub fn choose_candidate<'a>(sites: &'a [SiteView], exclude: &str) -> Option<&'a SiteView> {
+    let candidates: Vec<&SiteView> = sites
+        .iter()
+        .filter(|s| {
+            s.name != exclude
+                && s.role == SiteRole::PrimaryCandidate
+                && s.state == SiteState::ReadOnly
+                && !s.recovery_blocked
+                && s.gtid.is_some()
+        })
+        .collect();
+    let superset = |s: &SiteView| {
+        candidates.iter().all(|o| match (&s.gtid, &o.gtid) {
+            (Some(a), Some(b)) => a.contains(b),
+            _ => false,
+        })
+    };
+    let mut ranked = candidates.clone();
+    ranked.sort_by(|a, b| {
+        superset(b)
+            .cmp(&superset(a))
+            .then(b.priority.cmp(&a.priority))
+            .then(a.index.cmp(&b.index))
+    });
+    ranked.first().copied()
+}
+
+/// Decides one poll.
+pub fn decide(input: &DecideInput<'_>) -> Decision {
+    let mut d = Decision::default();
+    let sites = input.sites;
+    let writable: Vec<&SiteView> = sites
+        .iter()
+        .filter(|s| s.state == SiteState::Writable)
+        .collect();
+    let all_unreachable =
+        !sites.is_empty() && sites.iter().all(|s| s.state == SiteState::Unreachable);
+    let history = !input.last_failover_target.is_empty();
+
+    // Recovery-blocked sites that a human has brought back in line are unblocked.
+    let active = site(sites, input.active_site);
+    if let Some(a) = active.filter(|a| a.state == SiteState::Writable) {
+        for s in sites
+            .iter()
+            .filter(|s| s.recovery_blocked && s.state == SiteState::ReadOnly)
+        {
+            if let (Some(sg), Some(ag)) = (&s.gtid, &a.gtid)
+                && ag.contains(sg)
+            {
+                d.actions.push(Action::ClearRecoveryBlock {
+                    site: s.name.clone(),
+                });
+            }
+        }
+    }
+
+    if all_unreachable {
+        d.alerts.push(Alert::AllUnreachable);
+    }
+
+    let Some(active) = active else {
+        // No active site yet: bootstrap from what is writable.
+        match writable.as_slice() {
+            [one] => d.actions.push(Action::Bootstrap {
+                site: one.name.clone(),
+            }),
+            [] => {
+                if !all_unreachable && sites.iter().any(SiteView::reachable) {
+                    let every_reachable_ro = sites
+                        .iter()
+                        .filter(|s| s.reachable())
+                        .all(|s| s.state == SiteState::ReadOnly);
+                    if every_reachable_ro {
+                        d.alerts.push(Alert::NoPrimary);
+                    }
+                }
+            }
+            many => {
+                let keeper = input
+                    .site_priorities
+                    .iter()
+                    .find(|p| many.iter().any(|w| &w.name == *p));
+                match keeper {
+                    Some(k) => {
+                        let keep = site(sites, k);
+                        for w in many.iter().filter(|w| &w.name != k) {
+                            d.actions.push(Action::FenceIntruder {
+                                site: w.name.clone(),
+                                divergent: divergent(w, keep.and_then(|k| k.gtid.as_ref())),
+                            });
+                        }
+                        d.actions.push(Action::Bootstrap { site: k.clone() });
+                    }
+                    None => d.alerts.push(Alert::SplitBrainUndecided {
+                        sites: many.iter().map(|w| w.name.clone()).collect(),
+                    }),
+                }
+            }
+        }
+        d.conditions = conditions(input, None, &writable, &d);
+        return d;
+    };
+
+    // Writable sites other than the one that must win.
+    let keeper = if history {
+        input.last_failover_target
+    } else {
+        input.active_site
+    };
+    let intruders: Vec<&&SiteView> = writable.iter().filter(|w| w.name != keeper).collect();
+    if !intruders.is_empty() {
+        let decided = history || !input.site_priorities.is_empty();
+        let prioritized_keeper = if history {
+            Some(keeper.to_string())
+        } else {
+            input
+                .site_priorities
+                .iter()
+                .find(|p| writable.iter().any(|w| &w.name == *p))
+                .cloned()
+        };
+        match prioritized_keeper {
+            Some(k) if decided && k == keeper => {
+                for w in &intruders {
+                    let reference = if history {
+                        input.promotion_gtid
+                    } else {
+                        active.gtid.as_ref()
+                    };
+                    d.actions.push(Action::FenceIntruder {
+                        site: w.name.clone(),
+                        divergent: divergent(w, reference),
+                    });
+                }
+            }
+            _ => d.alerts.push(Alert::SplitBrainUndecided {
+                sites: writable.iter().map(|w| w.name.clone()).collect(),
+            }),
+        }
+    }
+
+    match active.state {
+        SiteState::Unreachable => {
+            if input.automatic_failover_held {
+                d.alerts.push(Alert::FailoverHeld);
+            } else if let Some(until) = input
+                .last_failover
+                .map(|t| t.plus(input.cooldown))
+                .filter(|until| *until > input.now)
+            {
+                d.alerts.push(Alert::CooldownBlocksFailover { until });
+            } else {
+                match choose_candidate(sites, &active.name) {
+                    Some(c) => d.actions.push(Action::EmergencyFailover {
+                        from: active.name.clone(),
+                        to: c.name.clone(),
+                    }),
+                    None => d.alerts.push(Alert::NoCandidate {
+                        reason:
+                            "no reachable, read-only primary-candidate site with a known GTID set"
+                                .into(),
+                    }),
+                }
+            }
+        }
+        SiteState::ReadOnly => {
+            let every_reachable_ro = sites.iter().all(|s| s.state == SiteState::ReadOnly);
+            if every_reachable_ro && history && active.name == input.last_failover_target {
+                let contains_all = active.gtid.as_ref().is_some_and(|ag| {
+                    sites
+                        .iter()
+                        .all(|s| s.gtid.as_ref().is_some_and(|sg| ag.contains(sg)))
+                });
+                let rate_ok = input
+                    .last_reassertion
+                    .is_none_or(|t| input.now >= t.plus(input.reassert_interval));
+                if contains_all && rate_ok {
+                    d.actions.push(Action::Reassert {
+                        site: active.name.clone(),
+                    });
+                } else if !contains_all {
+                    d.alerts.push(Alert::NoPrimary);
+                }
+            } else if every_reachable_ro && !input.automatic_failover_held {
+                d.alerts.push(Alert::NoPrimary);
+            }
+        }
+        SiteState::Writable => {
+            for s in sites {
+                if s.name != active.name
+                    && s.state == SiteState::ReadOnly
+                    && !s.recovery_blocked
+                    && !s.replicates_from(active)
+                    && !input.automatic_failover_held
+                {
+                    // A broken applier (an errant transaction) is not fixed by re-pointing.
+                    let applier_broken = s.replica.as_ref().is_some_and(|r| {
+                        r.source_port == active.port
+                            && r.source_host == active.host
+                            && r.io_running
+                            && !r.sql_running
+                    });
+                    if !applier_broken {
+                        d.actions.push(Action::Repoint {
+                            site: s.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        SiteState::Unknown => {}
+    }
+    d.conditions = conditions(input, Some(active), &writable, &d);
+    d
+}
+
+/// Whether `site` holds transactions that `reference` does not (unknown counts as divergent).
+fn divergent(site: &SiteView, reference: Option<&GtidSet>) -> bool {
+    match (&site.gtid, reference) {
+        (Some(s), Some(r)) => !r.contains(s),
+        _ => true,
+    }
+}
+
+fn conditions(
+    input: &DecideInput<'_>,
+    active: Option<&SiteView>,
+    writable: &[&SiteView],
+    d: &Decision,
+) -> Conditions {
+    let sites = input.sites;
+    let ready = active.is_some_and(|a| a.state == SiteState::Writable) && writable.len() == 1;
+    let degraded = if writable.len() > 1 {
+        Some((
+            crate::status::reason::SPLIT_BRAIN.to_string(),
+            format!(
+                "{} sites are writable: {}",
+                writable.len(),
+                writable
+                    .iter()
+                    .map(|w| w.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ))
+    } else if writable.is_empty() && !sites.is_empty() {
+        Some((
+            crate::status::reason::NO_PRIMARY.to_string(),
+            if d.alerts.contains(&Alert::AllUnreachable) {
+                "no site answers".to_string()
+            } else {
+                "no site is writable".to_string()
+            },
+        ))
+    } else if let Some(a) = active.filter(|a| a.state == SiteState::Writable) {
+        let not_replicating: Vec<&str> = sites
+            .iter()
+            .filter(|s| s.name != a.name && s.state == SiteState::ReadOnly && !s.replicates_from(a))
+            .map(|s| s.name.as_str())
+            .collect();
+        let unreachable: Vec<&str> = sites
+            .iter()
+            .filter(|s| s.state == SiteState::Unreachable)
+            .map(|s| s.name.as_str())
+            .collect();
+        let lagging: Vec<String> = sites
+            .iter()
+            .filter_map(|s| {
+                let lag = s.replica.as_ref()?.seconds_behind?;
+                (lag > input.max_lag_seconds).then(|| format!("{} ({lag}s)", s.name))
+            })
+            .collect();
+        if !not_replicating.is_empty() {
+            Some((
+                crate::status::reason::REPLICATION_NOT_RUNNING.to_string(),
+                format!(
+                    "not replicating from {}: {}",
+                    a.name,
+                    not_replicating.join(", ")
+                ),
+            ))
+        } else if !unreachable.is_empty() {
+            Some((
+                "SiteUnreachable".to_string(),
+                format!("unreachable: {}", unreachable.join(", ")),
+            ))
+        } else if !lagging.is_empty() {
+            Some((
+                crate::status::reason::REPLICATION_LAGGING.to_string(),
+                format!(
+                    "lag above {}s: {}",
+                    input.max_lag_seconds,
+                    lagging.join(", ")
+                ),
+            ))
+        } else {
+            None
+        }
+    } else {
+        None
+    };
+    let blocked: Vec<&str> = sites
+        .iter()
+        .filter(|s| s.recovery_blocked)
+        .map(|s| s.name.as_str())
+        .collect();
+    Conditions {
+        ready,
+        degraded,
+        recovery_pending: (!blocked.is_empty()).then(|| {
+            format!(
+                "recovery blocked (divergent transactions): {}",
+                blocked.join(", ")
+            )
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,461 @@
+//! Decision tables for every case of SPEC §2.3.
+
+use super::*;
+use crate::gtid::GtidFlavor;
+
+fn g(s: &str) -> GtidSet {
+    GtidSet::parse(GtidFlavor::MariaDb, s).unwrap()
+}
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_unix_seconds(1_796_000_000 + s)
+}
+
+fn site(name: &str, index: usize, state: SiteState, gtid: &str) -> SiteView {
+    SiteView {
+        name: name.into(),
+        role: SiteRole::PrimaryCandidate,
+        priority: 0,
+        index,
+        host: "127.0.0.1".into(),
+        port: 3300 + u16::try_from(index).unwrap(),
+        state,
+        gtid: Some(g(gtid)),
+        replica: None,
+        recovery_blocked: false,
+    }
+}
+
+fn replicating(mut s: SiteView, from: &SiteView) -> SiteView {
+    s.replica = Some(ReplicaView {
+        io_running: true,
+        sql_running: true,
+        source_host: from.host.clone(),
+        source_port: from.port,
+        seconds_behind: Some(0),
+    });
+    s
+}
+
+fn input<'a>(sites: &'a [SiteView], active: &'a str, last_target: &'a str) -> DecideInput<'a> {
+    DecideInput {
+        sites,
+        active_site: active,
+        last_failover_target: last_target,
+        last_failover: None,
+        promotion_gtid: None,
+        now: t(1000),
+        cooldown: Duration::from_secs(300),
+        automatic_failover_held: false,
+        site_priorities: &[],
+        last_reassertion: None,
+        reassert_interval: Duration::from_secs(30),
+        max_lag_seconds: 300,
+    }
+}
+
+fn healthy_trio() -> Vec<SiteView> {
+    let iad = site("iad", 0, SiteState::Writable, "0-1-100");
+    let pdx = replicating(site("pdx", 1, SiteState::ReadOnly, "0-1-100"), &iad);
+    let mut reader = replicating(site("reader", 2, SiteState::ReadOnly, "0-1-100"), &iad);
+    reader.role = SiteRole::ReadOnly;
+    vec![iad, pdx, reader]
+}
+
+#[test]
+fn debounce_thresholds() {
+    let mut tr = SiteTracker::default();
+    tr = debounce(tr, ProbeResult::Writable, 3, 2);
+    assert_eq!(
+        tr.state,
+        SiteState::Unknown,
+        "one writable probe is not enough"
+    );
+    tr = debounce(tr, ProbeResult::Writable, 3, 2);
+    assert_eq!(tr.state, SiteState::Writable);
+    tr = debounce(tr, ProbeResult::Unreachable, 3, 2);
+    tr = debounce(tr, ProbeResult::Unreachable, 3, 2);
+    assert_eq!(tr.state, SiteState::Writable, "two failures keep the state");
+    tr = debounce(tr, ProbeResult::Unreachable, 3, 2);
+    assert_eq!(
+        tr.state,
+        SiteState::Unreachable,
+        "the third makes it unreachable"
+    );
+    tr = debounce(tr, ProbeResult::Writable, 3, 2);
+    assert_eq!(
+        tr.state,
+        SiteState::Unknown,
+        "back, not yet confirmed writable"
+    );
+    tr = debounce(tr, ProbeResult::ReadOnly, 3, 2);
+    assert_eq!(tr.state, SiteState::ReadOnly, "read-only at once");
+    assert_eq!((tr.failures, tr.writable_streak), (0, 0));
+    // A blip does not reset a writable site.
+    let w = SiteTracker {
+        state: SiteState::Writable,
+        failures: 0,
+        writable_streak: 5,
+    };
+    let w = debounce(w, ProbeResult::Unreachable, 3, 2);
+    assert_eq!(
+        debounce(w, ProbeResult::Writable, 3, 2).state,
+        SiteState::Writable
+    );
+}
+
+#[test]
+fn healthy_group_does_nothing() {
+    let sites = healthy_trio();
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert!(d.alerts.is_empty());
+    assert!(d.conditions.ready);
+    assert_eq!(d.conditions.degraded, None);
+}
+
+#[test]
+fn bootstrap_cases() {
+    let mut sites = healthy_trio();
+    let d = decide(&input(&sites, "", ""));
+    assert_eq!(d.actions, vec![Action::Bootstrap { site: "iad".into() }]);
+    for s in &mut sites {
+        s.state = SiteState::ReadOnly;
+    }
+    let d = decide(&input(&sites, "", ""));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.alerts, vec![Alert::NoPrimary]);
+    assert_eq!(d.conditions.degraded.unwrap().0, "NoPrimary");
+    sites[0].state = SiteState::Writable;
+    sites[1].state = SiteState::Writable;
+    let d = decide(&input(&sites, "", ""));
+    assert!(
+        d.actions.is_empty(),
+        "two writable, no history, no policy: alert only"
+    );
+    assert_eq!(
+        d.alerts,
+        vec![Alert::SplitBrainUndecided {
+            sites: vec!["iad".into(), "pdx".into()]
+        }]
+    );
+    assert_eq!(d.conditions.degraded.unwrap().0, "SplitBrain");
+    let prio = vec!["pdx".to_string(), "iad".to_string()];
+    let mut i = input(&sites, "", "");
+    i.site_priorities = &prio;
+    let d = decide(&i);
+    assert_eq!(
+        d.actions,
+        vec![
+            Action::FenceIntruder {
+                site: "iad".into(),
+                divergent: false
+            },
+            Action::Bootstrap { site: "pdx".into() }
+        ]
+    );
+    for s in &mut sites {
+        s.state = SiteState::Unreachable;
+    }
+    let d = decide(&input(&sites, "", ""));
+    assert_eq!(d.alerts, vec![Alert::AllUnreachable]);
+}
+
+#[test]
+fn emergency_failover_picks_the_most_advanced_candidate() {
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    sites.push(site("sfo", 3, SiteState::ReadOnly, "0-1-90"));
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(
+        d.actions,
+        vec![Action::EmergencyFailover {
+            from: "iad".into(),
+            to: "pdx".into()
+        }]
+    );
+    // The more advanced one wins over priority and spec order.
+    sites[3].gtid = Some(g("0-1-120"));
+    sites[1].priority = 100;
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(
+        d.actions,
+        vec![Action::EmergencyFailover {
+            from: "iad".into(),
+            to: "sfo".into()
+        }]
+    );
+    // Equal sets: priority, then spec order.
+    sites[3].gtid = Some(g("0-1-100"));
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(
+        d.actions,
+        vec![Action::EmergencyFailover {
+            from: "iad".into(),
+            to: "pdx".into()
+        }]
+    );
+    sites[1].priority = 0;
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(
+        d.actions,
+        vec![Action::EmergencyFailover {
+            from: "iad".into(),
+            to: "pdx".into()
+        }]
+    );
+}
+
+#[test]
+fn never_a_reader_or_dr_only_or_blocked_site() {
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    sites[2].gtid = Some(g("0-1-500"));
+    sites[1].role = SiteRole::DrOnly;
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert!(matches!(d.alerts.as_slice(), [Alert::NoCandidate { .. }]));
+    sites[1].role = SiteRole::PrimaryCandidate;
+    sites[1].recovery_blocked = true;
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(d.actions.is_empty());
+    assert!(d.conditions.recovery_pending.is_some());
+}
+
+#[test]
+fn cooldown_and_holds_block_emergency_failover() {
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    let mut i = input(&sites, "iad", "iad");
+    i.last_failover = Some(t(900));
+    let d = decide(&i);
+    assert!(d.actions.is_empty());
+    assert_eq!(
+        d.alerts,
+        vec![Alert::CooldownBlocksFailover { until: t(1200) }]
+    );
+    i.last_failover = Some(t(600));
+    assert_eq!(decide(&i).actions.len(), 1, "cooldown over");
+    let mut i = input(&sites, "iad", "");
+    i.automatic_failover_held = true;
+    let d = decide(&i);
+    assert!(d.actions.is_empty());
+    assert_eq!(d.alerts, vec![Alert::FailoverHeld]);
+}
+
+#[test]
+fn a_lease_cannot_influence_emergency_failover() {
+    // There is no lease input at all: DecideInput has no field for one. This test documents
+    // that, and checks the decision is the same whatever else is set.
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    let a = decide(&input(&sites, "iad", ""));
+    let mut i = input(&sites, "iad", "");
+    i.last_reassertion = Some(t(999));
+    assert_eq!(decide(&i).actions, a.actions);
+}
+
+#[test]
+fn returning_primary_is_fenced_and_compared_with_the_promotion_point() {
+    let pdx = site("pdx", 1, SiteState::Writable, "0-2-150");
+    let iad = site("iad", 0, SiteState::Writable, "0-1-100");
+    let sites = vec![iad, pdx];
+    let promo = g("0-1-100");
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promo);
+    let d = decide(&i);
+    assert_eq!(
+        d.actions,
+        vec![Action::FenceIntruder {
+            site: "iad".into(),
+            divergent: false
+        }]
+    );
+    assert_eq!(d.conditions.degraded.as_ref().unwrap().0, "SplitBrain");
+    assert!(!d.conditions.ready);
+    // The old primary wrote past the promotion point: divergent.
+    let mut sites2 = sites.clone();
+    sites2[0].gtid = Some(g("0-1-103"));
+    let mut i = input(&sites2, "pdx", "pdx");
+    i.promotion_gtid = Some(&promo);
+    assert_eq!(
+        decide(&i).actions,
+        vec![Action::FenceIntruder {
+            site: "iad".into(),
+            divergent: true
+        }]
+    );
+    // Even though pdx's current position is numerically ahead (0-2-150 > 0-1-103):
+    // positions alone would have hidden the divergence.
+    assert!(
+        sites2[1]
+            .gtid
+            .as_ref()
+            .unwrap()
+            .contains(sites2[0].gtid.as_ref().unwrap())
+    );
+}
+
+#[test]
+fn split_brain_after_failover_fences_all_but_the_last_target() {
+    let mut sites = vec![
+        site("iad", 0, SiteState::Writable, "0-1-100"),
+        site("pdx", 1, SiteState::Writable, "0-2-110"),
+        site("sfo", 2, SiteState::Writable, "0-1-100"),
+    ];
+    sites[2].role = SiteRole::DrOnly;
+    let promo = g("0-1-100");
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promo);
+    let d = decide(&i);
+    assert_eq!(
+        d.actions,
+        vec![
+            Action::FenceIntruder {
+                site: "iad".into(),
+                divergent: false
+            },
+            Action::FenceIntruder {
+                site: "sfo".into(),
+                divergent: false
+            }
+        ]
+    );
+}
+
+#[test]
+fn split_brain_without_history_alerts_unless_a_priority_list_decides() {
+    let sites = vec![
+        site("iad", 0, SiteState::Writable, "0-1-100"),
+        site("pdx", 1, SiteState::Writable, "0-1-100"),
+    ];
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(d.actions.is_empty());
+    assert_eq!(
+        d.alerts,
+        vec![Alert::SplitBrainUndecided {
+            sites: vec!["iad".into(), "pdx".into()]
+        }]
+    );
+    let prio = vec!["iad".to_string()];
+    let mut i = input(&sites, "iad", "");
+    i.site_priorities = &prio;
+    assert_eq!(
+        decide(&i).actions,
+        vec![Action::FenceIntruder {
+            site: "pdx".into(),
+            divergent: false
+        }]
+    );
+    // A policy naming the other site does not move the active site by itself.
+    let prio = vec!["pdx".to_string()];
+    let mut i = input(&sites, "iad", "");
+    i.site_priorities = &prio;
+    let d = decide(&i);
+    assert!(d.actions.is_empty());
+    assert!(matches!(
+        d.alerts.as_slice(),
+        [Alert::SplitBrainUndecided { .. }]
+    ));
+}
+
+#[test]
+fn reassertion_restores_the_last_target_when_it_has_everything() {
+    let mut sites = healthy_trio();
+    for s in &mut sites {
+        s.state = SiteState::ReadOnly;
+    }
+    sites[0].gtid = Some(g("0-2-120"));
+    let mut i = input(&sites, "iad", "iad");
+    let d = decide(&i);
+    assert_eq!(d.actions, vec![Action::Reassert { site: "iad".into() }]);
+    i.last_reassertion = Some(t(990));
+    let d = decide(&i);
+    assert!(d.actions.is_empty(), "rate-limited");
+    i.last_reassertion = Some(t(900));
+    assert_eq!(decide(&i).actions.len(), 1);
+    // Another site has transactions the last target lacks: never restore it.
+    sites[1].gtid = Some(g("0-2-121"));
+    let d = decide(&input(&sites, "iad", "iad"));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.alerts, vec![Alert::NoPrimary]);
+    // Without history: alert only.
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.alerts, vec![Alert::NoPrimary]);
+}
+
+#[test]
+fn replicas_not_following_the_active_site_are_repointed() {
+    let mut sites = healthy_trio();
+    let pdx = sites[1].clone();
+    sites[2] = replicating(sites[2].clone(), &pdx);
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(
+        d.actions,
+        vec![Action::Repoint {
+            site: "reader".into()
+        }]
+    );
+    assert_eq!(
+        d.conditions.degraded.as_ref().unwrap().0,
+        "ReplicationNotRunning"
+    );
+    // A replica with no replication configured at all (an old primary after a restart).
+    sites[2].replica = None;
+    assert_eq!(
+        decide(&input(&sites, "iad", "")).actions,
+        vec![Action::Repoint {
+            site: "reader".into()
+        }]
+    );
+    // A stopped applier on the right source is an errant transaction: no blind re-point.
+    let iad = sites[0].clone();
+    sites[2] = replicating(sites[2].clone(), &iad);
+    if let Some(r) = sites[2].replica.as_mut() {
+        r.sql_running = false;
+    }
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(d.actions.is_empty());
+    assert_eq!(
+        d.conditions.degraded.as_ref().unwrap().0,
+        "ReplicationNotRunning"
+    );
+}
+
+#[test]
+fn recovery_block_clears_once_the_site_is_contained() {
+    let mut sites = healthy_trio();
+    sites[1].recovery_blocked = true;
+    sites[1].replica = None;
+    sites[1].gtid = Some(g("0-1-90"));
+    let d = decide(&input(&sites, "iad", "iad"));
+    assert_eq!(
+        d.actions,
+        vec![Action::ClearRecoveryBlock { site: "pdx".into() }]
+    );
+    sites[1].gtid = Some(g("0-1-101"));
+    let d = decide(&input(&sites, "iad", "iad"));
+    assert!(
+        d.actions.is_empty(),
+        "still divergent: no repoint, no unblock"
+    );
+    assert!(d.conditions.recovery_pending.is_some());
+}
+
+#[test]
+fn lag_and_unreachable_replicas_degrade_with_their_reasons() {
+    let mut sites = healthy_trio();
+    if let Some(r) = sites[1].replica.as_mut() {
+        r.seconds_behind = Some(301);
+    }
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(
+        d.conditions.degraded.as_ref().unwrap().0,
+        "ReplicationLagging"
+    );
+    assert!(d.conditions.ready);
+    sites[2].state = SiteState::Unreachable;
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(d.conditions.degraded.as_ref().unwrap().0, "SiteUnreachable");
+}
