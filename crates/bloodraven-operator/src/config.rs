@@ -311,6 +311,46 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<LoadedConfig, Config
                         );
                         continue;
                     }
+                    // Credential files are read by the operator: resolve them against the
+                    // configuration's directory and check they exist now, not at the first poll.
+                    let mut refs: Vec<(String, &mut bloodraven_core::config::CredentialsRef)> = d
+                        .spec
+                        .sites
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(i, s)| {
+                            (
+                                format!("spec.sites[{i}].mysql.credentials"),
+                                &mut s.mysql.credentials,
+                            )
+                        })
+                        .collect();
+                    if let Some(r) = d
+                        .spec
+                        .replication
+                        .as_mut()
+                        .and_then(|r| r.credentials.as_mut())
+                    {
+                        refs.push(("spec.replication.credentials".into(), r));
+                    }
+                    for (field, r) in refs {
+                        if r.secret_name.is_some() {
+                            problem(
+                                &format!("{field}.secretName"),
+                                "needs the Kubernetes back-end; in embedded mode use file".into(),
+                            );
+                        }
+                        if let Some(f) = r.file.as_mut() {
+                            let p = resolve(base, f);
+                            if !p.is_file() {
+                                problem(
+                                    &format!("{field}.file"),
+                                    format!("file {} does not exist", p.display()),
+                                );
+                            }
+                            *f = p.display().to_string();
+                        }
+                    }
                     match validate_group(&d.metadata.name, &d.metadata.namespace, &d.spec) {
                         Ok(config) => groups.push(GroupDoc {
                             metadata: d.metadata,
@@ -526,10 +566,24 @@ spec:
   deploymentClients: [{namespace: ci, serviceAccount: deployer}]
 "#;
 
+    fn base() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for f in ["iad.cred", "pdx.cred"] {
+            std::fs::write(d.path().join(f), "username=u\npassword=p\n").unwrap();
+        }
+        d
+    }
+
     #[test]
     fn good_config_loads() {
-        let c = parse(GOOD, "cfg.yaml", Path::new("/etc/bloodraven")).unwrap();
-        assert_eq!(c.settings.data_dir, PathBuf::from("/etc/bloodraven/data"));
+        let b = base();
+        let c = parse(GOOD, "cfg.yaml", b.path()).unwrap();
+        assert_eq!(c.settings.data_dir, b.path().join("data"));
+        assert_eq!(
+            c.groups[0].spec.sites[0].mysql.credentials.file.as_deref(),
+            Some(b.path().join("iad.cred").to_str().unwrap()),
+            "credential paths are resolved against the configuration's directory"
+        );
         assert_eq!(c.settings.http_listen.to_string(), "127.0.0.1:0");
         assert!(c.settings.deploy_api.is_none());
         assert_eq!(c.groups.len(), 1);
@@ -543,7 +597,8 @@ spec:
     #[test]
     fn unknown_field_names_document_and_field() {
         let bad = GOOD.replace("sidecar: {leaseTimeout", "sidecar: {leaseTimout");
-        let err = parse(&bad, "cfg.yaml", Path::new(".")).unwrap_err();
+        let b = base();
+        let err = parse(&bad, "cfg.yaml", b.path()).unwrap_err();
         let p = &err.problems()[0];
         assert_eq!(
             p.document,
@@ -561,11 +616,37 @@ spec:
                 "name: playground}\n  deploymentClients",
                 "name: nope}\n  deploymentClients",
             );
-        let err = parse(&bad, "cfg.yaml", Path::new(".")).unwrap_err();
+        let b = base();
+        let err = parse(&bad, "cfg.yaml", b.path()).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("spec.sidecar.leaseTimeout"), "{text}");
         assert!(text.contains("spec.failoverGroupRef.name"), "{text}");
         assert_eq!(err.problems().len(), 2, "{text}");
+    }
+
+    #[test]
+    fn missing_credential_files_and_secrets_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let err = parse(GOOD, "cfg.yaml", d.path()).unwrap_err();
+        assert!(
+            err.problems()
+                .iter()
+                .any(|p| p.field == "spec.sites[0].mysql.credentials.file"
+                    && p.rule.contains("does not exist")),
+            "{err}"
+        );
+        let b = base();
+        let bad = GOOD.replace(
+            "credentials: {file: iad.cred}",
+            "credentials: {secretName: iad-mysql}",
+        );
+        let err = parse(&bad, "cfg.yaml", b.path()).unwrap_err();
+        assert!(
+            err.problems()
+                .iter()
+                .any(|p| p.field.ends_with("secretName")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -581,7 +662,8 @@ spec:
         bad.push_str("---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlDatabase\nmetadata: {name: counter-app}\nspec: {failoverGroupRef: {name: playground}}\n");
         bad.push_str("---\napiVersion: v1\nkind: Secret\nmetadata: {name: x}\n");
         bad.push_str("---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: Widget\n");
-        let err = parse(&bad, "cfg.yaml", Path::new(".")).unwrap_err();
+        let b = base();
+        let err = parse(&bad, "cfg.yaml", b.path()).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("duplicate MysqlDatabase"), "{text}");
         assert!(text.contains("apiVersion"), "{text}");

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`config`] | the configuration file (YAML documents shaped like the CRDs) and its validation |
 //! | [`auth`] | deploy tokens: issue and verify (HMAC-signed, ServiceAccount-shaped) |
+//! | [`controller`] | the failover controller: gather → decide → act, planned failover phases |
 //! | [`group`] | one group at run time: stored object, deploy leases, pending flags, topology changes |
 //! | [`lease_objects`] | deploy leases and tombstones as stored `Lease` objects |
 //! | [`api`] | the deploy API (TLS) and the plain endpoints |
@@ -16,6 +17,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod controller;
 pub mod events;
 pub mod group;
 pub mod leader;

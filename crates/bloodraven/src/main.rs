@@ -31,7 +31,9 @@ enum Command {
 
 /// Per-group tasks the operator runs once it leads.
 fn controller_tasks() -> Vec<std::sync::Arc<dyn bloodraven_operator::operator::GroupTask>> {
-    Vec::new()
+    vec![std::sync::Arc::new(
+        bloodraven_operator::controller::ControllerTask,
+    )]
 }
 
 fn main() {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,11 @@ impl Env {
         .unwrap();
         let key_path = dir.path().join("token.key");
         std::fs::write(&key_path, SigningKey::generate_text().unwrap()).unwrap();
+        std::fs::write(
+            dir.path().join("site.cred"),
+            "username=bloodraven\npassword=unused\n",
+        )
+        .unwrap();
         let config_path = dir.path().join("bloodraven.yaml");
         std::fs::write(&config_path, config_text(dir.path())).unwrap();
         Env {
@@ -117,10 +123,10 @@ metadata: {{name: playground, namespace: default}}
 spec:
   sites:
     - name: iad
-      mysql: {{host: 127.0.0.1, port: 1, credentials: {{file: none}}}}
+      mysql: {{host: 127.0.0.1, port: 1, credentials: {{file: site.cred}}}}
       sidecar: {{url: "http://127.0.0.1:1"}}
     - name: pdx
-      mysql: {{host: 127.0.0.1, port: 2, credentials: {{file: none}}}}
+      mysql: {{host: 127.0.0.1, port: 2, credentials: {{file: site.cred}}}}
       sidecar: {{url: "http://127.0.0.1:2"}}
 ---
 apiVersion: bloodraven.shipstream.io/v1alpha1
@@ -129,7 +135,7 @@ metadata: {{name: second, namespace: default}}
 spec:
   sites:
     - name: a
-      mysql: {{host: 127.0.0.1, port: 3, credentials: {{file: none}}}}
+      mysql: {{host: 127.0.0.1, port: 3, credentials: {{file: site.cred}}}}
       sidecar: {{url: "http://127.0.0.1:3"}}
 ---
 apiVersion: bloodraven.shipstream.io/v1alpha1
@@ -303,5 +309,203 @@ impl Client {
             &[],
         )
         .await
+    }
+}
+
+/// A group of real MariaDB servers (`iad`, `pdx`, `reader`) and an operator controlling it.
+pub struct Live {
+    pub harness: bloodraven_mysql::harness::Harness,
+    pub dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+    pub ca: PathBuf,
+    pub key: SigningKey,
+}
+
+/// Timings of a live group (short, for tests).
+#[derive(Clone, Copy)]
+pub struct Timings {
+    pub poll: &'static str,
+    pub cooldown: &'static str,
+    pub drain: &'static str,
+    pub max_lag_wait: &'static str,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            poll: "300ms",
+            cooldown: "0s",
+            drain: "2s",
+            max_lag_wait: "20s",
+        }
+    }
+}
+
+impl Live {
+    pub async fn start(t: Timings) -> Live {
+        let harness = bloodraven_mysql::harness::Harness::start_group(&["iad", "pdx", "reader"])
+            .await
+            .unwrap();
+        harness
+            .admin(0)
+            .unwrap()
+            .execute(bloodraven_mysql::writer::WRITES_TABLE_DDL)
+            .await
+            .unwrap();
+        harness
+            .wait_replicas_caught_up(0, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let pki = bloodraven_runtime::tls::generate_pki(
+            &dir.path().join("tls"),
+            &["127.0.0.1", "localhost"],
+        )
+        .unwrap();
+        let key_path = dir.path().join("token.key");
+        std::fs::write(&key_path, SigningKey::generate_text().unwrap()).unwrap();
+        let a = harness.accounts();
+        std::fs::write(
+            dir.path().join("site.cred"),
+            format!(
+                "username={}\npassword={}\n",
+                a.failover.user,
+                a.failover.password.expose()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("repl.cred"),
+            format!(
+                "username={}\npassword={}\n",
+                a.replication.user,
+                a.replication.password.expose()
+            ),
+        )
+        .unwrap();
+        let mut sites = String::new();
+        for i in 0..3 {
+            let role = if harness.name(i) == "reader" {
+                "read-only"
+            } else {
+                "primary-candidate"
+            };
+            let _ = writeln!(
+                sites,
+                "    - name: {}\n      role: {role}\n      mysql: {{host: 127.0.0.1, port: {}, credentials: {{file: site.cred}}}}\n      sidecar: {{url: \"http://127.0.0.1:9\"}}",
+                harness.name(i),
+                harness.port(i)
+            );
+        }
+        let text = format!(
+            r#"apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: OperatorConfig
+dataDir: data
+listen: {{http: "127.0.0.1:0", https: "127.0.0.1:0"}}
+tls: {{certFile: tls/server.crt, keyFile: tls/server.key}}
+tokenSigningKeyFile: token.key
+deployAPI: {{enabled: true}}
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlFailoverGroup
+metadata: {{name: playground, namespace: default}}
+spec:
+  pollInterval: {poll}
+  failureThreshold: 3
+  recoveryThreshold: 2
+  failoverCooldown: {cooldown}
+  replication: {{credentials: {{file: repl.cred}}}}
+  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}
+  sites:
+{sites}---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlDatabase
+metadata: {{name: counter-app, namespace: default}}
+spec:
+  failoverGroupRef: {{name: playground}}
+  deploymentClients: [{{namespace: ci, serviceAccount: deployer}}]
+"#,
+            poll = t.poll,
+            cooldown = t.cooldown,
+            drain = t.drain,
+            lag = t.max_lag_wait,
+        );
+        let config_path = dir.path().join("bloodraven.yaml");
+        std::fs::write(&config_path, text).unwrap();
+        Live {
+            harness,
+            key: SigningKey::load(&key_path).unwrap(),
+            config_path,
+            ca: pki.ca_cert,
+            dir,
+        }
+    }
+
+    pub fn config(&self) -> config::LoadedConfig {
+        config::load(&self.config_path).unwrap()
+    }
+
+    pub async fn operator(&self) -> OperatorHandle {
+        let h = operator::start(
+            self.config(),
+            bloodraven_runtime::clock::system(),
+            vec![Arc::new(bloodraven_operator::controller::ControllerTask)],
+        )
+        .await
+        .unwrap();
+        assert!(h.wait_ready(Duration::from_secs(10)).await);
+        h
+    }
+
+    pub async fn operator_on(&self, store: Arc<dyn Store>) -> OperatorHandle {
+        let h = operator::start_with_store(
+            self.config(),
+            store,
+            bloodraven_runtime::clock::system(),
+            vec![Arc::new(bloodraven_operator::controller::ControllerTask)],
+        )
+        .await
+        .unwrap();
+        assert!(h.wait_ready(Duration::from_secs(15)).await);
+        h
+    }
+
+    pub fn store_path(&self) -> PathBuf {
+        self.dir.path().join("data").join(operator::STORE_FILE)
+    }
+
+    pub fn token(&self) -> String {
+        auth::issue(
+            &self.key,
+            "bloodraven-deploy",
+            "ci",
+            "deployer",
+            Duration::from_secs(3600),
+            SystemClock.now(),
+        )
+        .unwrap()
+    }
+}
+
+/// Waits until `pred` holds for the group's status (or panics after `limit`).
+pub async fn wait_status(
+    op: &OperatorHandle,
+    limit: Duration,
+    what: &str,
+    pred: impl Fn(&GroupStatus) -> bool,
+) -> GroupStatus {
+    let rt = op.group(GROUP).await.unwrap();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let s = rt.snapshot().status().clone();
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() <= deadline,
+            "timed out waiting for {what}; status: {}",
+            serde_json::to_string_pretty(&s).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

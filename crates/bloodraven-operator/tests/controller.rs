@@ -1,0 +1,641 @@
+//! The failover controller on real MariaDB servers: bootstrap, emergency failover (with lease
+//! revocation, a live hold that is not read, the old primary coming back with and without
+//! divergent transactions), planned failover (deferred by a hold, 20 switchovers under a
+//! writer, resumed after an operator restart), intruder fencing and reassertion.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
+use bloodraven_core::health::PlannedFailoverPhase;
+use bloodraven_core::resources::KIND_GROUP;
+use bloodraven_core::status::{SiteState, condition};
+use bloodraven_mysql::writer::{Writer, percentile};
+use bloodraven_operator::OperatorHandle;
+use bloodraven_store::{
+    ObjectKey, RawObject, SqliteStore, Store, StoreFuture, WatchEvent, WriteOp,
+};
+use mysql_async::prelude::Queryable;
+use reqwest::StatusCode;
+use support::{Client, GROUP, Live, Timings, wait_status};
+
+async fn request_failover(op: &OperatorHandle, to: &str) {
+    let rt = op.group(GROUP).await.unwrap();
+    let to = to.to_string();
+    rt.update(|o| {
+        o.metadata
+            .annotations
+            .insert(PLANNED_FAILOVER.into(), to.clone());
+        true
+    })
+    .await
+    .unwrap();
+}
+
+async fn events(op: &OperatorHandle) -> Vec<(String, String)> {
+    let rt = op.group(GROUP).await.unwrap();
+    bloodraven_operator::events::list(rt.store(), "default", GROUP)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| (e.reason, e.message))
+        .collect()
+}
+
+async fn wait_event(op: &OperatorHandle, reason: &str, count: usize) {
+    for _ in 0..300 {
+        if events(op).await.iter().filter(|(r, _)| r == reason).count() >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no {count}th {reason} event: {:?}", events(op).await);
+}
+
+async fn bootstrapped(live: &Live) -> OperatorHandle {
+    let op = live.operator().await;
+    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
+        s.active_site == "iad"
+            && s.topology_generation == 1
+            && s.condition(condition::READY)
+                .is_some_and(bloodraven_core::status::Condition::is_true)
+    })
+    .await;
+    op
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_sets_generation_one_and_reports_the_sites() {
+    let live = Live::start(Timings::default()).await;
+    let op = bootstrapped(&live).await;
+    let s = wait_status(&op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    assert_eq!(s.site("iad").unwrap().state, SiteState::Writable);
+    assert_eq!(s.site("pdx").unwrap().state, SiteState::ReadOnly);
+    assert!(s.site("reader").unwrap().replicating);
+    assert!(!s.site("iad").unwrap().gtid_executed.is_empty());
+    assert!(
+        events(&op)
+            .await
+            .iter()
+            .any(|(r, _)| r == "ActiveSiteBootstrapped")
+    );
+    let a: serde_json::Value = reqwest::get(format!(
+        "http://{}/active-site?namespace=default&group={GROUP}",
+        op.http_addr
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(a["activeSite"], "iad");
+    assert_eq!(a["topologyGeneration"], 1);
+    let metrics = reqwest::get(format!("http://{}/metrics", op.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "bloodraven_site_state{group=\"playground\",site=\"iad\",state=\"writable\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("bloodraven_poll_duration_seconds"));
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
+    let mut live = Live::start(Timings::default()).await;
+    let op = bootstrapped(&live).await;
+    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    let client = Client::new(&live.ca, op.https_addr.unwrap());
+    let token = live.token();
+    let m = client
+        .grant(&token, "migration", "mig-1", "counter-app", 60)
+        .await;
+    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
+    let h = client
+        .grant(&token, "failover-hold", "mig-1", "counter-app", 60)
+        .await;
+    assert_eq!(
+        h.status,
+        StatusCode::CREATED,
+        "a live hold; emergency failover must not read it"
+    );
+    let writer = Writer::start(
+        (0..3)
+            .map(|i| (live.harness.name(i).to_string(), live.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(2),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    live.harness.kill(0).unwrap();
+    let killed_at = tokio::time::Instant::now();
+    let s = wait_status(&op, Duration::from_secs(20), "failover to pdx", |s| {
+        s.active_site == "pdx"
+    })
+    .await;
+    let took = killed_at.elapsed();
+    assert_eq!(s.topology_generation, 2);
+    assert_eq!(s.last_failover_target, "pdx");
+    assert!(!s.promotion_gtid_executed.is_empty());
+    // Detection budget 3 × 300 ms, plus the failover itself: generous bound for a loaded machine.
+    assert!(took < Duration::from_secs(15), "failover took {took:?}");
+    support::wait_leases_synced(&op.group(GROUP).await.unwrap()).await;
+    let r = client
+        .renew(
+            &token,
+            "migration",
+            "mig-1",
+            m.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(r.body["reason"], "TopologyChanged");
+    assert_eq!(r.body["topologyGeneration"], 2);
+    // The reader follows the new primary.
+    wait_status(&op, Duration::from_secs(15), "reader re-pointed", |s| {
+        s.site("reader").is_some_and(|r| r.replicating)
+    })
+    .await;
+    let log = writer.stop().await;
+    let first_on_pdx = log.acked.iter().find(|a| a.site == 1).map(|a| a.at);
+    assert!(first_on_pdx.is_some(), "writes resumed on the new primary");
+    println!(
+        "kill → status shows pdx: {took:?}; kill → first acknowledged write on pdx: {:?}",
+        first_on_pdx.unwrap() - killed_at
+    );
+
+    // The old primary comes back writable (mariadbd starts with read_only=OFF): fenced,
+    // compared with the promotion point, re-pointed.
+    live.harness.restart(0).await.unwrap();
+    let s = wait_status(
+        &op,
+        Duration::from_secs(20),
+        "old primary fenced and re-pointed",
+        |s| {
+            s.site("iad").is_some_and(|i| {
+                i.state == SiteState::ReadOnly && i.replicating && i.recovery_state.is_empty()
+            })
+        },
+    )
+    .await;
+    assert_eq!(s.active_site, "pdx");
+    let ev = events(&op).await;
+    assert!(ev.iter().any(|(r, _)| r == "FailoverSucceeded"), "{ev:?}");
+    assert!(ev.iter().any(|(r, _)| r == "SiteFenced"), "{ev:?}");
+    assert!(
+        ev.iter().any(|(r, _)| r == "DeploymentLeaseRevoked"),
+        "{ev:?}"
+    );
+    // Every acknowledged write is on the new primary.
+    let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
+        .await
+        .unwrap();
+    let present: BTreeSet<u64> = c
+        .query::<u64, _>("SELECT id FROM app.writes")
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let lost: Vec<u64> = log
+        .acked
+        .iter()
+        .filter(|a| a.site == 1)
+        .map(|a| a.id)
+        .filter(|id| !present.contains(id))
+        .collect();
+    assert!(lost.is_empty(), "{lost:?}");
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_primary_with_divergent_transactions_is_blocked() {
+    let mut live = Live::start(Timings::default()).await;
+    let op = bootstrapped(&live).await;
+    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    // Cut replication, then write on iad: these transactions exist only on iad.
+    for i in [1, 2] {
+        live.harness
+            .admin(i)
+            .unwrap()
+            .execute("STOP SLAVE")
+            .await
+            .unwrap();
+    }
+    let mut c = mysql_async::Conn::new(live.harness.app_opts(0))
+        .await
+        .unwrap();
+    c.query_drop("INSERT INTO app.writes (id, site) VALUES (9001, 'iad-only'), (9002, 'iad-only')")
+        .await
+        .unwrap();
+    drop(c);
+    live.harness.kill(0).unwrap();
+    wait_status(&op, Duration::from_secs(20), "failover to pdx", |s| {
+        s.active_site == "pdx"
+    })
+    .await;
+    live.harness.restart(0).await.unwrap();
+    let s = wait_status(&op, Duration::from_secs(20), "iad blocked", |s| {
+        s.site("iad").is_some_and(|i| {
+            i.recovery_state == "RecoveryBlocked" && i.state == SiteState::ReadOnly
+        })
+    })
+    .await;
+    assert!(
+        s.condition(condition::RECOVERY_PENDING)
+            .is_some_and(bloodraven_core::status::Condition::is_true)
+    );
+    let ev = events(&op).await;
+    assert!(
+        ev.iter()
+            .any(|(r, m)| r == "DataLossDetected" && m.contains("iad")),
+        "{ev:?}"
+    );
+    // It stays fenced and is not re-pointed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = live.harness.failover_client(0).probe().await.unwrap();
+    assert!(p.read_only);
+    assert!(
+        p.replica.is_none(),
+        "a divergent site must not be re-pointed"
+    );
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
+    let live = Live::start(Timings::default()).await;
+    let op = bootstrapped(&live).await;
+    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    let client = Client::new(&live.ca, op.https_addr.unwrap());
+    let token = live.token();
+    let m = client
+        .grant(&token, "migration", "mig-2", "counter-app", 30)
+        .await;
+    let h = client
+        .grant(&token, "failover-hold", "mig-2", "counter-app", 30)
+        .await;
+    assert_eq!(h.status, StatusCode::CREATED);
+    request_failover(&op, "pdx").await;
+    let s = wait_status(&op, Duration::from_secs(10), "deferred", |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase == PlannedFailoverPhase::Deferred)
+    })
+    .await;
+    let pf = s.planned_failover.unwrap();
+    assert_eq!(pf.admission.defer_reason, "DeploymentHold");
+    assert_eq!(
+        pf.admission
+            .retry_time
+            .map(bloodraven_core::time::Timestamp::to_rfc3339)
+            .as_deref(),
+        h.body["expiresAt"].as_str()
+    );
+    assert_eq!(
+        pf.admission.message,
+        "deferred by failover-hold mig-2 (instance counter-app)"
+    );
+    let obs = client.observe(&token, GROUP).await;
+    assert_eq!(obs.body["stable"], false);
+    assert_eq!(obs.body["unstableReason"], "PlannedFailover");
+    assert_eq!(
+        obs.body["operations"]["plannedFailover"]["phase"],
+        "Deferred"
+    );
+    // A renewal of the hold pushes retryTime along.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = client
+        .renew(
+            &token,
+            "failover-hold",
+            "mig-2",
+            h.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let s = wait_status(&op, Duration::from_secs(5), "retryTime moved", |s| {
+        s.planned_failover
+            .as_ref()
+            .and_then(|p| p.admission.retry_time)
+            .map(bloodraven_core::time::Timestamp::to_rfc3339)
+            .as_deref()
+            == r.body["expiresAt"].as_str()
+    })
+    .await;
+    assert_eq!(s.active_site, "iad");
+    let metrics = reqwest::get(format!("http://{}/metrics", op.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("bloodraven_planned_failovers_deferred_total{group=\"playground\",reason=\"DeploymentHold\"} 1"), "once per deferral: {metrics}");
+    assert!(
+        events(&op)
+            .await
+            .iter()
+            .any(|(r, _)| r == "PlannedFailoverDeferred")
+    );
+    // Release the hold: the failover revalidates and proceeds by itself.
+    let d = client
+        .release(
+            &token,
+            "failover-hold",
+            "mig-2",
+            h.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(d.status, StatusCode::NO_CONTENT);
+    let s = wait_status(
+        &op,
+        Duration::from_secs(15),
+        "planned failover succeeded",
+        |s| {
+            s.planned_failover
+                .as_ref()
+                .is_some_and(|p| p.phase == PlannedFailoverPhase::Succeeded)
+        },
+    )
+    .await;
+    assert_eq!(s.active_site, "pdx");
+    assert_eq!(s.topology_generation, 2);
+    assert_eq!(s.planned_failover.unwrap().transactions_lost, Some(0));
+    // The migration lease (no hold any more) was revoked by the generation change.
+    support::wait_leases_synced(&op.group(GROUP).await.unwrap()).await;
+    let r = client
+        .renew(
+            &token,
+            "migration",
+            "mig-2",
+            m.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(r.body["reason"], "TopologyChanged");
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_planned_switchovers_through_the_operator_lose_nothing() {
+    let live = Live::start(Timings {
+        poll: "200ms",
+        ..Timings::default()
+    })
+    .await;
+    let op = bootstrapped(&live).await;
+    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    let writer = Writer::start(
+        (0..3)
+            .map(|i| (live.harness.name(i).to_string(), live.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(1),
+    );
+    let mut target = "pdx";
+    for n in 0..20u64 {
+        wait_status(
+            &op,
+            Duration::from_secs(15),
+            "replication running before a switchover",
+            bloodraven_core::status::GroupStatus::replication_running,
+        )
+        .await;
+        request_failover(&op, target).await;
+        let s = wait_status(&op, Duration::from_secs(30), "switchover done", |s| {
+            s.planned_failover
+                .as_ref()
+                .is_some_and(|p| p.phase.is_terminal() && p.target == target)
+                && s.topology_generation == n + 2
+        })
+        .await;
+        let pf = s.planned_failover.unwrap();
+        assert_eq!(pf.phase, PlannedFailoverPhase::Succeeded, "{pf:?}");
+        assert_eq!(pf.transactions_lost, Some(0));
+        assert_eq!(s.active_site, target);
+        target = if target == "pdx" { "iad" } else { "pdx" };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = writer.stop().await;
+    let active = op
+        .group(GROUP)
+        .await
+        .unwrap()
+        .snapshot()
+        .status()
+        .active_site
+        .clone();
+    let idx = live.harness.index_of(&active).unwrap();
+    live.harness
+        .wait_replicas_caught_up(idx, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let mut c = mysql_async::Conn::new(live.harness.app_opts(idx))
+        .await
+        .unwrap();
+    let present: BTreeSet<u64> = c
+        .query::<u64, _>("SELECT id FROM app.writes")
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let lost: Vec<u64> = log
+        .acked_ids()
+        .into_iter()
+        .filter(|id| !present.contains(id))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    let mut gaps = log.unavailability_gaps();
+    assert!(gaps.len() >= 20, "{} changes of writable site", gaps.len());
+    println!(
+        "planned switchover through the operator, write unavailability over {} switchovers: p50 {:?} p99 {:?} (acked {}, refused {}, ambiguous {})",
+        gaps.len(),
+        percentile(&mut gaps, 50.0).unwrap(),
+        percentile(&mut gaps, 99.0).unwrap(),
+        log.acked.len(),
+        log.refused,
+        log.ambiguous.len()
+    );
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intruders_are_fenced_and_a_stale_fence_on_the_primary_is_reasserted() {
+    let live = Live::start(Timings::default()).await;
+    let op = bootstrapped(&live).await;
+    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    // Give the group failover history.
+    request_failover(&op, "pdx").await;
+    wait_status(&op, Duration::from_secs(20), "on pdx", |s| {
+        s.active_site == "pdx" && s.replication_running()
+    })
+    .await;
+    // Split brain: someone makes iad writable again.
+    live.harness
+        .admin(0)
+        .unwrap()
+        .execute("SET GLOBAL read_only = OFF")
+        .await
+        .unwrap();
+    wait_event(&op, "SiteFenced", 1).await;
+    let s = wait_status(&op, Duration::from_secs(15), "iad fenced again", |s| {
+        s.site("iad")
+            .is_some_and(|i| i.state == SiteState::ReadOnly && i.replicating)
+    })
+    .await;
+    assert_eq!(s.active_site, "pdx");
+    assert!(
+        live.harness
+            .failover_client(0)
+            .probe()
+            .await
+            .unwrap()
+            .read_only
+    );
+    // A stale fence on the primary: every site read-only → reasserted.
+    live.harness
+        .admin(1)
+        .unwrap()
+        .execute("SET GLOBAL read_only = ON")
+        .await
+        .unwrap();
+    wait_event(&op, "PrimaryReasserted", 1).await;
+    wait_status(&op, Duration::from_secs(15), "pdx writable again", |s| {
+        s.site("pdx")
+            .is_some_and(|p| p.state == SiteState::Writable)
+    })
+    .await;
+    assert!(
+        !live
+            .harness
+            .failover_client(1)
+            .probe()
+            .await
+            .unwrap()
+            .read_only
+    );
+    let ev = events(&op).await;
+    assert!(ev.iter().any(|(r, _)| r == "SiteFenced"), "{ev:?}");
+    assert!(ev.iter().any(|(r, _)| r == "PrimaryReasserted"), "{ev:?}");
+    op.stop().await;
+}
+
+/// A store that refuses to let one kind of group write through (the operator "crashes" there).
+#[derive(Debug)]
+struct StallAt {
+    inner: Arc<dyn Store>,
+    phase: &'static str,
+}
+
+impl Store for StallAt {
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
+        self.inner.get(key)
+    }
+    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
+        self.inner.list(kind, ns)
+    }
+    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
+        let stall = ops.iter().any(|o| match o {
+            WriteOp::Replace(obj) if obj.kind == KIND_GROUP => {
+                obj.body
+                    .get("status")
+                    .and_then(|s| s.pointer("/plannedFailover/phase"))
+                    .and_then(|p| p.as_str())
+                    == Some(self.phase)
+            }
+            _ => false,
+        });
+        Box::pin(async move {
+            if stall {
+                std::future::pending::<()>().await;
+            }
+            self.inner.apply(ops).await
+        })
+    }
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
+        self.inner.watch()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
+    let live = Live::start(Timings::default()).await;
+    let path = live.store_path();
+    // First run: bootstrap normally, then stall the write that would record `Resuming`
+    // (after the target was promoted, before the generation bump is persisted).
+    let first: Arc<dyn Store> = Arc::new(StallAt {
+        inner: Arc::new(SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap()),
+        phase: "Resuming",
+    });
+    let op = live.operator_on(first).await;
+    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
+        s.active_site == "iad" && s.replication_running()
+    })
+    .await;
+    request_failover(&op, "pdx").await;
+    wait_status(&op, Duration::from_secs(15), "promoting", |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase == PlannedFailoverPhase::Promoting)
+    })
+    .await;
+    // The target gets promoted by the stalled run.
+    for _ in 0..100 {
+        if !live
+            .harness
+            .failover_client(1)
+            .probe()
+            .await
+            .unwrap()
+            .read_only
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    op.stop().await;
+    // Second run on the same data: it resumes from the persisted phase.
+    let op = live.operator().await;
+    let s = wait_status(&op, Duration::from_secs(20), "resumed and finished", |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase == PlannedFailoverPhase::Succeeded)
+    })
+    .await;
+    assert_eq!(s.active_site, "pdx");
+    assert_eq!(s.topology_generation, 2);
+    assert_eq!(s.planned_failover.unwrap().transactions_lost, Some(0));
+    wait_status(
+        &op,
+        Duration::from_secs(15),
+        "all replicating from pdx",
+        bloodraven_core::status::GroupStatus::replication_running,
+    )
+    .await;
+    op.stop().await;
+}
