@@ -3,8 +3,10 @@
 use clap::{Parser, Subcommand};
 
 mod deploy_cmd;
+mod failover_cmd;
 mod operator_cmd;
 mod release_cmd;
+mod status_cmd;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,6 +25,10 @@ enum Command {
     Operator(operator_cmd::OperatorArgs),
     /// Deploy tokens for the lease API (embedded mode): issue one, or create a signing key.
     Token(operator_cmd::TokenArgs),
+    /// Request a planned failover of a group to a site and follow its phases.
+    Failover(failover_cmd::FailoverArgs),
+    /// Show the groups: sites, states, lag, active site, generation, operations, leases.
+    Status(status_cmd::StatusArgs),
     /// Deploy-lease tools: revoke every lease of a group.
     Deploy(deploy_cmd::DeployArgs),
     /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
@@ -41,6 +47,8 @@ fn main() {
     match cli.command {
         Command::Operator(args) => std::process::exit(operator_cmd::run_operator(&args)),
         Command::Token(args) => std::process::exit(operator_cmd::run_token(args)),
+        Command::Failover(args) => std::process::exit(failover_cmd::run(&args)),
+        Command::Status(args) => std::process::exit(status_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
     }

@@ -1,0 +1,208 @@
+//! `bloodraven failover --group G --to SITE`: requests a planned failover (embedded mode: the
+//! `bloodraven.shipstream.io/planned-failover` annotation on the stored group, exactly what
+//! annotating the `MysqlFailoverGroup` does in Kubernetes) and follows its phases.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
+use bloodraven_core::duration::parse_duration;
+use bloodraven_core::health::PlannedFailoverPhase;
+use bloodraven_core::resources::{FailoverGroupBody, KIND_GROUP};
+use bloodraven_operator::config;
+use bloodraven_operator::operator::STORE_FILE;
+use bloodraven_store::{ObjectKey, SqliteStore, Store, StoreError, StoreExt};
+use clap::Args;
+
+/// Exit codes of `bloodraven failover`.
+pub mod exit {
+    pub const SUCCEEDED: i32 = 0;
+    pub const ERROR: i32 = 1;
+    pub const USAGE: i32 = 2;
+    /// The failover ended in `Failed`.
+    pub const FAILED: i32 = 3;
+    /// `--wait` passed before it finished (it goes on without this command).
+    pub const NOT_FINISHED: i32 = 4;
+}
+
+#[derive(Debug, Args)]
+pub struct FailoverArgs {
+    /// The group.
+    #[arg(long)]
+    group: String,
+    /// The site to promote.
+    #[arg(long)]
+    to: String,
+    /// The operator's configuration file (for its data directory).
+    #[arg(long, env = "BLOODRAVEN_CONFIG")]
+    config: PathBuf,
+    /// How long to follow the failover; 0s requests it and returns at once.
+    #[arg(long, default_value = "5m")]
+    wait: String,
+}
+
+pub fn run(args: &FailoverArgs) -> i32 {
+    let wait = match parse_duration(&args.wait) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: --wait: {e}");
+            return exit::USAGE;
+        }
+    };
+    let cfg = match config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let Some(g) = cfg.groups.iter().find(|g| g.metadata.name == args.group) else {
+        eprintln!(
+            "error: --group: no group {:?} in {}",
+            args.group,
+            args.config.display()
+        );
+        return exit::USAGE;
+    };
+    if g.config.site(&args.to).is_none() {
+        eprintln!(
+            "error: --to: {:?} is not a site of {} (sites: {})",
+            args.to,
+            args.group,
+            g.config
+                .sites
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return exit::USAGE;
+    }
+    let key = ObjectKey::new(KIND_GROUP, &g.metadata.namespace, &args.group);
+    let path = cfg.settings.data_dir.join(STORE_FILE);
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        eprintln!("error: cannot start the async runtime");
+        return exit::ERROR;
+    };
+    rt.block_on(request_and_follow(&path, &key, &args.to, wait))
+}
+
+async fn request_and_follow(
+    path: &std::path::Path,
+    key: &ObjectKey,
+    to: &str,
+    wait: Duration,
+) -> i32 {
+    let store = match SqliteStore::open(path, bloodraven_store::Durability::Full) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::ERROR;
+        }
+    };
+    let before = match annotate(&store, key, to).await {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::ERROR;
+        }
+    };
+    eprintln!("requested a planned failover of {} to {to}", key.name);
+    if wait.is_zero() {
+        return exit::SUCCEEDED;
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut last_phase: Option<PlannedFailoverPhase> = None;
+    let mut last_message = String::new();
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Some(obj)) = store.get(key).await
+            && let Ok(body) = obj.decode::<FailoverGroupBody>()
+            && let Some(pf) = body.status.planned_failover
+            && pf.target == to
+            && pf.start_time != before
+        {
+            let message = format!("{} {}", pf.admission.message, pf.message);
+            if last_phase != Some(pf.phase) || message != last_message {
+                let mut line = format!("phase {}", pf.phase.as_str());
+                if !pf.admission.defer_reason.is_empty()
+                    && pf.phase == PlannedFailoverPhase::Deferred
+                {
+                    let retry = pf
+                        .admission
+                        .retry_time
+                        .map(bloodraven_core::time::Timestamp::to_rfc3339)
+                        .unwrap_or_default();
+                    let _ = write!(
+                        line,
+                        " ({}; retry at {retry}): {}",
+                        pf.admission.defer_reason, pf.admission.message
+                    );
+                }
+                eprintln!("{line}");
+                last_phase = Some(pf.phase);
+                last_message = message;
+            }
+            match pf.phase {
+                PlannedFailoverPhase::Succeeded => {
+                    println!(
+                        "planned failover to {to} succeeded in {:.3} s ({} transactions lost); topologyGeneration {}",
+                        pf.duration_seconds.unwrap_or(0.0),
+                        pf.transactions_lost.unwrap_or(0),
+                        body.status.topology_generation
+                    );
+                    return exit::SUCCEEDED;
+                }
+                PlannedFailoverPhase::Failed => {
+                    println!(
+                        "planned failover to {to} failed: {}: {}",
+                        pf.reason, pf.message
+                    );
+                    return exit::FAILED;
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
+        wait.as_secs()
+    );
+    exit::NOT_FINISHED
+}
+
+/// Sets the annotation (compare-and-swap) and returns the start time of the planned failover
+/// the status held before, to recognise the new one.
+async fn annotate(
+    store: &SqliteStore,
+    key: &ObjectKey,
+    to: &str,
+) -> Result<Option<bloodraven_core::time::Timestamp>, StoreError> {
+    for _ in 0..5 {
+        let Some(obj) = store.get(key).await? else {
+            return Err(StoreError::NotFound { key: key.clone() });
+        };
+        let before = obj
+            .decode::<FailoverGroupBody>()
+            .ok()
+            .and_then(|b| b.status.planned_failover)
+            .and_then(|p| p.start_time);
+        let mut next = obj;
+        next.metadata
+            .annotations
+            .insert(PLANNED_FAILOVER.to_string(), to.to_string());
+        match store.replace(next).await {
+            Ok(_) => return Ok(before),
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::Backend {
+        operation: "annotate the group",
+        detail: "the group kept changing; try again".into(),
+    })
+}
