@@ -43,6 +43,8 @@ fn controller_tasks() -> Vec<std::sync::Arc<dyn bloodraven_operator::operator::G
 }
 
 fn main() {
+    // One TLS crypto provider for every client and server of the process.
+    bloodraven_runtime::tls::install_crypto_provider();
     let cli = Cli::parse();
     match cli.command {
         Command::Operator(args) => std::process::exit(operator_cmd::run_operator(&args)),

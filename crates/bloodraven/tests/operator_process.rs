@@ -1,0 +1,631 @@
+//! The operator as a real process on real MariaDB servers: the CLI (`token`, `failover`,
+//! `status`, `deploy revoke-all`, bad configuration), and restart durability — `kill -9` in the
+//! middle of deploy-API traffic, restart, and every acknowledged lease, tombstone and the
+//! generation are as acknowledged.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bloodraven_mysql::harness::Harness;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Setup {
+    harness: Harness,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    http: u16,
+    https: u16,
+}
+
+async fn setup() -> Setup {
+    bloodraven_runtime::tls::install_crypto_provider();
+    let harness = Harness::start_group(&["iad", "pdx", "reader"])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    bloodraven_runtime::tls::generate_pki(&d.join("tls"), &["127.0.0.1", "localhost"]).unwrap();
+    let out = Command::new(BIN)
+        .args(["token", "keygen", "--out"])
+        .arg(d.join("token.key"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again = Command::new(BIN)
+        .args(["token", "keygen", "--out"])
+        .arg(d.join("token.key"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "an existing key is never overwritten"
+    );
+    let a = harness.accounts();
+    std::fs::write(
+        d.join("site.cred"),
+        format!(
+            "username={}\npassword={}\n",
+            a.failover.user,
+            a.failover.password.expose()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("repl.cred"),
+        format!(
+            "username={}\npassword={}\n",
+            a.replication.user,
+            a.replication.password.expose()
+        ),
+    )
+    .unwrap();
+    let (http, https) = (free_port(), free_port());
+    let mut sites = String::new();
+    for i in 0..3 {
+        let role = if harness.name(i) == "reader" {
+            "read-only"
+        } else {
+            "primary-candidate"
+        };
+        sites.push_str(&format!(
+            "    - name: {}\n      role: {role}\n      mysql: {{host: 127.0.0.1, port: {}, credentials: {{file: site.cred}}}}\n      sidecar: {{url: \"http://127.0.0.1:9\"}}\n",
+            harness.name(i),
+            harness.port(i)
+        ));
+    }
+    let text = format!(
+        r#"apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: OperatorConfig
+dataDir: data
+listen: {{http: "127.0.0.1:{http}", https: "127.0.0.1:{https}"}}
+tls: {{certFile: tls/server.crt, keyFile: tls/server.key}}
+tokenSigningKeyFile: token.key
+deployAPI: {{enabled: true}}
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlFailoverGroup
+metadata: {{name: playground, namespace: default}}
+spec:
+  pollInterval: 300ms
+  failoverCooldown: 0s
+  replication: {{credentials: {{file: repl.cred}}}}
+  sites:
+{sites}---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlDatabase
+metadata: {{name: counter-app, namespace: default}}
+spec:
+  failoverGroupRef: {{name: playground}}
+  deploymentClients: [{{namespace: ci, serviceAccount: deployer}}]
+"#
+    );
+    let config = d.join("bloodraven.yaml");
+    std::fs::write(&config, text).unwrap();
+    Setup {
+        harness,
+        dir,
+        config,
+        http,
+        https,
+    }
+}
+
+fn spawn_operator(s: &Setup, log: &str) -> Child {
+    let log = std::fs::File::create(s.dir.path().join(log)).unwrap();
+    Command::new(BIN)
+        .args(["operator", "--config"])
+        .arg(&s.config)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_active(s: &Setup, site: &str, generation: u64) {
+    let url = format!(
+        "http://127.0.0.1:{}/active-site?namespace=default&group=playground",
+        s.http
+    );
+    for _ in 0..300 {
+        if let Ok(r) = reqwest::get(&url).await
+            && let Ok(v) = r.json::<Value>().await
+            && v["activeSite"] == site
+            && v["topologyGeneration"] == generation
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("active site never became {site} at generation {generation}");
+}
+
+fn token(s: &Setup) -> String {
+    let out = Command::new(BIN)
+        .args([
+            "token",
+            "issue",
+            "--namespace",
+            "ci",
+            "--service-account",
+            "deployer",
+            "--ttl",
+            "1h",
+            "--config",
+        ])
+        .arg(&s.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn client(s: &Setup) -> reqwest::Client {
+    let tls =
+        bloodraven_runtime::tls::client_config(Some(&s.dir.path().join("tls/ca.crt"))).unwrap();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Known {
+    Live { token: String, expires_at: String },
+    Released,
+    Revoked,
+}
+
+struct Traffic {
+    base: String,
+    bearer: String,
+    http: reqwest::Client,
+    known: BTreeMap<(String, String), Known>,
+    /// The lease a request was in flight for when the operator died: its state is unknown.
+    in_flight: Option<(String, String)>,
+}
+
+impl Traffic {
+    async fn send(
+        &mut self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<String>,
+        lease_token: Option<&str>,
+        about: (&str, &str),
+    ) -> Option<(u16, Value)> {
+        self.in_flight = Some((about.0.to_string(), about.1.to_string()));
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.bearer);
+        if let Some(b) = body {
+            r = r.header("content-type", "application/json").body(b);
+        }
+        if let Some(t) = lease_token {
+            r = r.header("x-lease-token", t);
+        }
+        let resp = r.send().await.ok()?;
+        let code = resp.status().as_u16();
+        let text = resp.text().await.ok()?;
+        self.in_flight = None;
+        Some((code, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    async fn grant(&mut self, kind: &str, op: &str) -> Option<()> {
+        let body = format!(
+            r#"{{"kind":"{kind}","operationId":"{op}","instance":"counter-app","ttlSeconds":120}}"#
+        );
+        let (code, v) = self
+            .send(
+                reqwest::Method::POST,
+                "/deploy/v1/groups/playground/leases",
+                Some(body),
+                None,
+                (op, kind),
+            )
+            .await?;
+        assert!(code == 201 || code == 200, "grant {op} {kind}: {code} {v}");
+        self.known.insert(
+            (op.into(), kind.into()),
+            Known::Live {
+                token: v["token"].as_str()?.into(),
+                expires_at: v["expiresAt"].as_str()?.into(),
+            },
+        );
+        Some(())
+    }
+
+    fn token_of(&self, op: &str, kind: &str) -> String {
+        match self.known.get(&(op.to_string(), kind.to_string())) {
+            Some(Known::Live { token, .. }) => token.clone(),
+            other => panic!("no live lease {op} {kind}: {other:?}"),
+        }
+    }
+
+    async fn renew(&mut self, kind: &str, op: &str) -> Option<u16> {
+        let t = self.token_of(op, kind);
+        let body = format!(r#"{{"token":"{t}"}}"#);
+        let (code, v) = self
+            .send(
+                reqwest::Method::PUT,
+                &format!("/deploy/v1/groups/playground/leases/{kind}/{op}"),
+                Some(body),
+                None,
+                (op, kind),
+            )
+            .await?;
+        match code {
+            200 => {
+                self.known.insert(
+                    (op.into(), kind.into()),
+                    Known::Live {
+                        token: t,
+                        expires_at: v["expiresAt"].as_str()?.into(),
+                    },
+                );
+            }
+            409 => {
+                assert_eq!(v["error"], "revoked");
+                self.known.insert((op.into(), kind.into()), Known::Revoked);
+            }
+            other => panic!("renew {op} {kind}: {other} {v}"),
+        }
+        Some(code)
+    }
+
+    async fn release(&mut self, kind: &str, op: &str) -> Option<()> {
+        let t = self.token_of(op, kind);
+        let (code, _) = self
+            .send(
+                reqwest::Method::DELETE,
+                &format!("/deploy/v1/groups/playground/leases/{kind}/{op}"),
+                None,
+                Some(&t),
+                (op, kind),
+            )
+            .await?;
+        assert_eq!(code, 204);
+        self.known.insert((op.into(), kind.into()), Known::Released);
+        if kind == "migration" {
+            // Releasing the mutex releases the hold too.
+            if let Some(Known::Live { .. }) = self
+                .known
+                .get(&(op.to_string(), "failover-hold".to_string()))
+            {
+                self.known
+                    .insert((op.into(), "failover-hold".into()), Known::Released);
+            }
+        }
+        Some(())
+    }
+}
+
+async fn revoke_all_cli(config: &Path) -> bool {
+    let config = config.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args([
+                "deploy",
+                "revoke-all",
+                "--group",
+                "playground",
+                "--wait",
+                "10s",
+                "--config",
+            ])
+            .arg(&config)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    })
+    .await
+    .unwrap()
+}
+
+/// One sequential traffic run; returns when a request fails (the operator died).
+async fn traffic(t: &mut Traffic, config: &Path) {
+    for k in 0u32.. {
+        let op = format!("op-{k}");
+        if t.grant("migration", &op).await.is_none() {
+            return;
+        }
+        if t.grant("failover-hold", &op).await.is_none() {
+            return;
+        }
+        if t.renew("migration", &op).await.is_none() {
+            return;
+        }
+        if t.renew("failover-hold", &op).await.is_none() {
+            return;
+        }
+        if k % 4 == 3 {
+            // The revocation request is in flight until the CLI confirms it.
+            t.in_flight = Some((op.clone(), "*".into()));
+            if !revoke_all_cli(config).await {
+                return;
+            }
+            t.in_flight = None;
+            match t.renew("migration", &op).await {
+                Some(409) => {}
+                Some(code) => panic!("after revoke-all, renew answered {code}"),
+                None => return,
+            }
+            t.known
+                .insert((op.clone(), "failover-hold".into()), Known::Revoked);
+        } else {
+            if t.release("failover-hold", &op).await.is_none() {
+                return;
+            }
+            if t.release("migration", &op).await.is_none() {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation() {
+    let s = setup().await;
+    let mut op = spawn_operator(&s, "operator-1.log");
+    wait_active(&s, "iad", 1).await;
+    // A planned failover through the CLI: generation 2, persisted.
+    let out = tokio::task::spawn_blocking({
+        let config = s.config.clone();
+        move || {
+            Command::new(BIN)
+                .args([
+                    "failover",
+                    "--group",
+                    "playground",
+                    "--to",
+                    "pdx",
+                    "--wait",
+                    "60s",
+                    "--config",
+                ])
+                .arg(&config)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout {} stderr {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("succeeded"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("phase Draining")
+            || String::from_utf8_lossy(&out.stderr).contains("phase")
+    );
+    wait_active(&s, "pdx", 2).await;
+    // Wait until replication is healthy again (grants need a stable group).
+    let base = format!("https://127.0.0.1:{}", s.https);
+    let bearer = token(&s);
+    let http = client(&s);
+    for _ in 0..200 {
+        let v: Value = http
+            .get(format!("{base}/deploy/v1/groups/playground"))
+            .bearer_auth(&bearer)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["stable"] == true {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let mut t = Traffic {
+        base,
+        bearer,
+        http,
+        known: BTreeMap::new(),
+        in_flight: None,
+    };
+    let pid = op.id();
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    });
+    traffic(&mut t, &s.config).await;
+    killer.await.unwrap();
+    let _ = op.wait();
+    let acked = t.known.len();
+    assert!(
+        acked >= 8,
+        "too little traffic before the kill: {acked} leases"
+    );
+    let tombstoned: Vec<String> = t
+        .known
+        .iter()
+        .filter(|(_, k)| **k == Known::Revoked)
+        .map(|((o, _), _)| o.clone())
+        .collect();
+    assert!(
+        !tombstoned.is_empty(),
+        "the run revoked nothing before the kill"
+    );
+
+    // Restart on the same data directory.
+    op = spawn_operator(&s, "operator-2.log");
+    wait_active(&s, "pdx", 2).await;
+    let in_flight = t.in_flight.clone();
+    let known = t.known.clone();
+    for ((opid, kind), k) in known {
+        if in_flight.as_ref() == Some(&(opid.clone(), kind.clone())) {
+            continue;
+        }
+        if in_flight
+            .as_ref()
+            .is_some_and(|(o, k)| *o == opid && (kind == "failover-hold" || k == "*"))
+        {
+            // A request on this operation's migration lease may have released the hold, and a
+            // revoke-all in flight may have revoked every lease of the operation.
+            continue;
+        }
+        match k {
+            Known::Live { token, expires_at } => {
+                let body = format!(r#"{{"token":"{token}"}}"#);
+                let r = t
+                    .http
+                    .put(format!(
+                        "{}/deploy/v1/groups/playground/leases/{kind}/{opid}",
+                        t.base
+                    ))
+                    .bearer_auth(&t.bearer)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    r.status().as_u16(),
+                    200,
+                    "acknowledged live lease {opid} {kind} was lost"
+                );
+                let v: Value = r.json().await.unwrap();
+                assert!(v["expiresAt"].as_str().unwrap() >= expires_at.as_str());
+            }
+            Known::Released => {
+                let r = t
+                    .http
+                    .put(format!(
+                        "{}/deploy/v1/groups/playground/leases/{kind}/{opid}",
+                        t.base
+                    ))
+                    .bearer_auth(&t.bearer)
+                    .header("content-type", "application/json")
+                    .body(r#"{"token":"x"}"#)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    r.status().as_u16(),
+                    404,
+                    "released lease {opid} {kind} came back"
+                );
+            }
+            Known::Revoked => {
+                let body = format!(
+                    r#"{{"kind":"migration","operationId":"{opid}","instance":"counter-app"}}"#
+                );
+                let r = t
+                    .http
+                    .post(format!("{}/deploy/v1/groups/playground/leases", t.base))
+                    .bearer_auth(&t.bearer)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                let code = r.status().as_u16();
+                let v: Value = r.json().await.unwrap();
+                assert_eq!(
+                    (code, v["error"].as_str()),
+                    (409, Some("revoked")),
+                    "tombstone of {opid} lost"
+                );
+                assert_eq!(v["reason"], "OperatorRevoked");
+            }
+        }
+    }
+    // `bloodraven status` shows the group.
+    let out = Command::new(BIN)
+        .args([
+            "status",
+            "--operator",
+            &format!("http://127.0.0.1:{}", s.http),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("active site: pdx  topologyGeneration: 2"),
+        "{text}"
+    );
+    assert!(text.contains("reader"), "{text}");
+    let _ = op.kill();
+    let _ = op.wait();
+    drop(s.harness);
+}
+
+#[test]
+fn a_bad_configuration_exits_2_naming_document_field_and_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: data\n---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {name: g}\nspec:\n  sites: []\n  sidecar: {peerCheckInterval: 10s}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["operator", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("document 2 (MysqlFailoverGroup default/g)"),
+        "{err}"
+    );
+    assert!(err.contains("spec.sites"), "{err}");
+    assert!(err.contains("spec.sidecar.leaseTimeout"), "{err}");
+    assert!(
+        !dir.path().join("data").exists(),
+        "a refused configuration changes nothing"
+    );
+    let out = Command::new(BIN)
+        .args([
+            "token",
+            "issue",
+            "--namespace",
+            "Bad_NS",
+            "--service-account",
+            "sa",
+            "--key-file",
+            "/nonexistent",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
