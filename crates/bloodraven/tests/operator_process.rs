@@ -4,6 +4,7 @@
 //! generation are as acknowledged.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -85,11 +86,12 @@ async fn setup() -> Setup {
         } else {
             "primary-candidate"
         };
-        sites.push_str(&format!(
+        let _ = write!(
+            sites,
             "    - name: {}\n      role: {role}\n      mysql: {{host: 127.0.0.1, port: {}, credentials: {{file: site.cred}}}}\n      sidecar: {{url: \"http://127.0.0.1:9\"}}\n",
             harness.name(i),
             harness.port(i)
-        ));
+        );
     }
     let text = format!(
         r#"apiVersion: bloodraven.shipstream.io/v1alpha1
@@ -338,8 +340,7 @@ async fn revoke_all_cli(config: &Path) -> bool {
             ])
             .arg(&config)
             .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
+            .is_ok_and(|s| s.success())
     })
     .await
     .unwrap()
