@@ -6,6 +6,7 @@
 //! | [`auth`] | deploy tokens: issue and verify (HMAC-signed, ServiceAccount-shaped) |
 //! | [`controller`] | the failover controller: gather → decide → act, planned failover phases |
 //! | [`group`] | one group at run time: stored object, deploy leases, pending flags, topology changes |
+//! | [`local`] | configuration for a group over local MariaDB servers (playground, benchmarks, tests) |
 //! | [`lease_objects`] | deploy leases and tombstones as stored `Lease` objects |
 //! | [`api`] | the deploy API (TLS) and the plain endpoints |
 //! | [`server`] | TLS and plain listeners |
@@ -22,6 +23,7 @@ pub mod events;
 pub mod group;
 pub mod leader;
 pub mod lease_objects;
+pub mod local;
 pub mod metrics;
 pub mod operator;
 pub mod server;

@@ -4,13 +4,14 @@
 //! generation are as acknowledged.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use bloodraven_core::config::SiteRole;
 use bloodraven_mysql::harness::Harness;
+use bloodraven_operator::local::{LocalOptions, write_files};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
@@ -38,7 +39,6 @@ async fn setup() -> Setup {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    bloodraven_runtime::tls::generate_pki(&d.join("tls"), &["127.0.0.1", "localhost"]).unwrap();
     let out = Command::new(BIN)
         .args(["token", "keygen", "--out"])
         .arg(d.join("token.key"))
@@ -59,68 +59,20 @@ async fn setup() -> Setup {
         Some(2),
         "an existing key is never overwritten"
     );
-    let a = harness.accounts();
-    std::fs::write(
-        d.join("site.cred"),
-        format!(
-            "username={}\npassword={}\n",
-            a.failover.user,
-            a.failover.password.expose()
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("repl.cred"),
-        format!(
-            "username={}\npassword={}\n",
-            a.replication.user,
-            a.replication.password.expose()
-        ),
-    )
-    .unwrap();
     let (http, https) = (free_port(), free_port());
-    let mut sites = String::new();
-    for i in 0..3 {
-        let role = if harness.name(i) == "reader" {
-            "read-only"
-        } else {
-            "primary-candidate"
-        };
-        let _ = write!(
-            sites,
-            "    - name: {}\n      role: {role}\n      mysql: {{host: 127.0.0.1, port: {}, credentials: {{file: site.cred}}}}\n      sidecar: {{url: \"http://127.0.0.1:9\"}}\n",
-            harness.name(i),
-            harness.port(i)
-        );
-    }
-    let text = format!(
-        r#"apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: OperatorConfig
-dataDir: data
-listen: {{http: "127.0.0.1:{http}", https: "127.0.0.1:{https}"}}
-tls: {{certFile: tls/server.crt, keyFile: tls/server.key}}
-tokenSigningKeyFile: token.key
-deployAPI: {{enabled: true}}
----
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlFailoverGroup
-metadata: {{name: playground, namespace: default}}
-spec:
-  pollInterval: 300ms
-  failoverCooldown: 0s
-  replication: {{credentials: {{file: repl.cred}}}}
-  sites:
-{sites}---
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlDatabase
-metadata: {{name: counter-app, namespace: default}}
-spec:
-  failoverGroupRef: {{name: playground}}
-  deploymentClients: [{{namespace: ci, serviceAccount: deployer}}]
-"#
+    let mut o = LocalOptions::new(
+        "playground",
+        vec![
+            SiteRole::PrimaryCandidate,
+            SiteRole::PrimaryCandidate,
+            SiteRole::ReadOnly,
+        ],
     );
-    let config = d.join("bloodraven.yaml");
-    std::fs::write(&config, text).unwrap();
+    o.poll_interval = "300ms".into();
+    o.http_listen = format!("127.0.0.1:{http}").parse().unwrap();
+    o.https_listen = format!("127.0.0.1:{https}").parse().unwrap();
+    let files = write_files(d, &harness, &o).unwrap();
+    let config = files.config;
     Setup {
         harness,
         dir,

@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -343,6 +342,7 @@ impl Default for Timings {
 
 impl Live {
     pub async fn start(t: Timings) -> Live {
+        use bloodraven_core::config::SiteRole;
         let harness = bloodraven_mysql::harness::Harness::start_group(&["iad", "pdx", "reader"])
             .await
             .unwrap();
@@ -357,86 +357,24 @@ impl Live {
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let pki = bloodraven_runtime::tls::generate_pki(
-            &dir.path().join("tls"),
-            &["127.0.0.1", "localhost"],
-        )
-        .unwrap();
-        let key_path = dir.path().join("token.key");
-        std::fs::write(&key_path, SigningKey::generate_text().unwrap()).unwrap();
-        let a = harness.accounts();
-        std::fs::write(
-            dir.path().join("site.cred"),
-            format!(
-                "username={}\npassword={}\n",
-                a.failover.user,
-                a.failover.password.expose()
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join("repl.cred"),
-            format!(
-                "username={}\npassword={}\n",
-                a.replication.user,
-                a.replication.password.expose()
-            ),
-        )
-        .unwrap();
-        let mut sites = String::new();
-        for i in 0..3 {
-            let role = if harness.name(i) == "reader" {
-                "read-only"
-            } else {
-                "primary-candidate"
-            };
-            let _ = writeln!(
-                sites,
-                "    - name: {}\n      role: {role}\n      mysql: {{host: 127.0.0.1, port: {}, credentials: {{file: site.cred}}}}\n      sidecar: {{url: \"http://127.0.0.1:9\"}}",
-                harness.name(i),
-                harness.port(i)
-            );
-        }
-        let text = format!(
-            r#"apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: OperatorConfig
-dataDir: data
-listen: {{http: "127.0.0.1:0", https: "127.0.0.1:0"}}
-tls: {{certFile: tls/server.crt, keyFile: tls/server.key}}
-tokenSigningKeyFile: token.key
-deployAPI: {{enabled: true}}
----
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlFailoverGroup
-metadata: {{name: playground, namespace: default}}
-spec:
-  pollInterval: {poll}
-  failureThreshold: 3
-  recoveryThreshold: 2
-  failoverCooldown: {cooldown}
-  replication: {{credentials: {{file: repl.cred}}}}
-  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}
-  sites:
-{sites}---
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlDatabase
-metadata: {{name: counter-app, namespace: default}}
-spec:
-  failoverGroupRef: {{name: playground}}
-  deploymentClients: [{{namespace: ci, serviceAccount: deployer}}]
-"#,
-            poll = t.poll,
-            cooldown = t.cooldown,
-            drain = t.drain,
-            lag = t.max_lag_wait,
+        let mut o = bloodraven_operator::local::LocalOptions::new(
+            GROUP,
+            vec![
+                SiteRole::PrimaryCandidate,
+                SiteRole::PrimaryCandidate,
+                SiteRole::ReadOnly,
+            ],
         );
-        let config_path = dir.path().join("bloodraven.yaml");
-        std::fs::write(&config_path, text).unwrap();
+        o.poll_interval = t.poll.into();
+        o.failover_cooldown = t.cooldown.into();
+        o.drain_timeout = t.drain.into();
+        o.max_lag_wait = t.max_lag_wait.into();
+        let files = bloodraven_operator::local::write_files(dir.path(), &harness, &o).unwrap();
         Live {
             harness,
-            key: SigningKey::load(&key_path).unwrap(),
-            config_path,
-            ca: pki.ca_cert,
+            key: SigningKey::load(&files.token_key).unwrap(),
+            config_path: files.config,
+            ca: files.pki.ca_cert,
             dir,
         }
     }

@@ -1,0 +1,237 @@
+//! A failover group over local MariaDB servers (the harness): writes everything an operator
+//! needs — a test PKI, a token signing key, credential files for the control-plane and
+//! replication accounts, and the configuration file. Used by the playground, the benchmarks
+//! and the story tests, so all of them run the same configuration an operator reads in
+//! production.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use bloodraven_core::config::SiteRole;
+use bloodraven_mysql::harness::Harness;
+use bloodraven_runtime::tls::{self, Pki};
+
+use crate::auth::SigningKey;
+
+/// What to write.
+#[derive(Clone, Debug)]
+pub struct LocalOptions {
+    pub group: String,
+    pub namespace: String,
+    /// Role per harness server, in order.
+    pub roles: Vec<SiteRole>,
+    /// Address of each site as the operator reaches it (default: the server's own port).
+    /// The playground routes these through its link proxies.
+    pub mysql_ports: Option<Vec<u16>>,
+    /// Sidecar base URL per site.
+    pub sidecar_urls: Vec<String>,
+    pub poll_interval: String,
+    pub failure_threshold: u32,
+    pub recovery_threshold: u32,
+    pub failover_cooldown: String,
+    pub drain_timeout: String,
+    pub max_lag_wait: String,
+    pub lease_timeout: String,
+    pub peer_check_interval: String,
+    pub http_listen: SocketAddr,
+    pub https_listen: SocketAddr,
+    pub deploy_api: bool,
+    /// `(MysqlDatabase name, client namespace, client service account)`.
+    pub databases: Vec<(String, String, String)>,
+    /// More groups with the same sites layout are not supported; extra groups for load tests
+    /// get their own databases: `(group name, database name)`.
+    pub extra_groups: Vec<(String, String)>,
+}
+
+impl LocalOptions {
+    /// Defaults for a three-site group `iad`, `pdx`, `reader`.
+    pub fn new(group: &str, roles: Vec<SiteRole>) -> Self {
+        let n = roles.len();
+        LocalOptions {
+            group: group.to_string(),
+            namespace: "default".into(),
+            roles,
+            mysql_ports: None,
+            sidecar_urls: vec!["http://127.0.0.1:9".to_string(); n],
+            poll_interval: "2s".into(),
+            failure_threshold: 3,
+            recovery_threshold: 2,
+            failover_cooldown: "0s".into(),
+            drain_timeout: "5s".into(),
+            max_lag_wait: "60s".into(),
+            lease_timeout: "20s".into(),
+            peer_check_interval: "5s".into(),
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            https_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            deploy_api: true,
+            databases: vec![("counter-app".into(), "ci".into(), "deployer".into())],
+            extra_groups: Vec::new(),
+        }
+    }
+}
+
+/// Where things were written.
+#[derive(Clone, Debug)]
+pub struct LocalFiles {
+    pub config: PathBuf,
+    pub pki: Pki,
+    pub token_key: PathBuf,
+    pub site_credentials: PathBuf,
+    pub replication_credentials: PathBuf,
+    pub data_dir: PathBuf,
+}
+
+/// Writing the files failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("cannot write {path}: {detail}")]
+    Write { path: String, detail: String },
+    #[error("no secure randomness for the token key: {0}")]
+    Random(String),
+}
+
+fn write(path: &Path, text: &str) -> Result<(), LocalError> {
+    std::fs::write(path, text).map_err(|e| LocalError::Write {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    Ok(())
+}
+
+/// Writes the PKI, key, credentials and configuration for `harness` into `dir`. An existing
+/// PKI and token key are kept (so tokens and `--cacert` stay valid across runs).
+pub fn write_files(
+    dir: &Path,
+    harness: &Harness,
+    o: &LocalOptions,
+) -> Result<LocalFiles, LocalError> {
+    std::fs::create_dir_all(dir).map_err(|e| LocalError::Write {
+        path: dir.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let tls_dir = dir.join("tls");
+    let pki = if tls_dir.join("ca.crt").is_file() && tls_dir.join("server.key").is_file() {
+        Pki {
+            ca_cert: tls_dir.join("ca.crt"),
+            server_cert: tls_dir.join("server.crt"),
+            server_key: tls_dir.join("server.key"),
+        }
+    } else {
+        tls::generate_pki(&tls_dir, &["127.0.0.1", "localhost"])?
+    };
+    let token_key = dir.join("token.key");
+    if !token_key.is_file() {
+        let text = SigningKey::generate_text().map_err(|e| LocalError::Random(e.to_string()))?;
+        write(&token_key, &text)?;
+    }
+    let a = harness.accounts();
+    let site_credentials = dir.join("bloodraven.cred");
+    write(
+        &site_credentials,
+        &format!(
+            "username={}\npassword={}\n",
+            a.failover.user,
+            a.failover.password.expose()
+        ),
+    )?;
+    let replication_credentials = dir.join("replication.cred");
+    write(
+        &replication_credentials,
+        &format!(
+            "username={}\npassword={}\n",
+            a.replication.user,
+            a.replication.password.expose()
+        ),
+    )?;
+    let mut sites = String::new();
+    for (i, role) in o.roles.iter().enumerate() {
+        let port = o
+            .mysql_ports
+            .as_ref()
+            .and_then(|p| p.get(i).copied())
+            .unwrap_or_else(|| harness.port(i));
+        let sidecar = o
+            .sidecar_urls
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| "http://127.0.0.1:9".into());
+        let _ = write!(
+            sites,
+            "    - name: {}\n      role: {}\n      mysql: {{host: 127.0.0.1, port: {port}, credentials: {{file: {}}}}}\n      sidecar: {{url: \"{sidecar}\"}}\n",
+            harness.name(i),
+            role.as_str(),
+            site_credentials.display()
+        );
+    }
+    let data_dir = dir.join("data");
+    let mut text = format!(
+        "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: {data}\nlisten: {{http: \"{http}\", https: \"{https}\"}}\n",
+        data = data_dir.display(),
+        http = o.http_listen,
+        https = o.https_listen,
+    );
+    if o.deploy_api {
+        let _ = write!(
+            text,
+            "tls: {{certFile: {}, keyFile: {}}}\ntokenSigningKeyFile: {}\ndeployAPI: {{enabled: true}}\n",
+            pki.server_cert.display(),
+            pki.server_key.display(),
+            token_key.display()
+        );
+    }
+    let group_doc = |name: &str| {
+        format!(
+            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{credentials: {{file: {repl}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  sites:\n{sites}",
+            ns = o.namespace,
+            poll = o.poll_interval,
+            ft = o.failure_threshold,
+            rt = o.recovery_threshold,
+            cd = o.failover_cooldown,
+            repl = replication_credentials.display(),
+            drain = o.drain_timeout,
+            lag = o.max_lag_wait,
+            lt = o.lease_timeout,
+            pci = o.peer_check_interval,
+        )
+    };
+    text.push_str(&group_doc(&o.group));
+    for (g, _) in &o.extra_groups {
+        text.push_str(&group_doc(g));
+    }
+    let mut dbs: Vec<(String, String, String, String)> = o
+        .databases
+        .iter()
+        .map(|(d, ns, sa)| (d.clone(), o.group.clone(), ns.clone(), sa.clone()))
+        .collect();
+    for (g, d) in &o.extra_groups {
+        let (ns, sa) = o
+            .databases
+            .first()
+            .map_or(("ci".to_string(), "deployer".to_string()), |(_, ns, sa)| {
+                (ns.clone(), sa.clone())
+            });
+        dbs.push((d.clone(), g.clone(), ns, sa));
+    }
+    for (db, group, ns, sa) in dbs {
+        let _ = write!(
+            text,
+            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlDatabase\nmetadata: {{name: {db}, namespace: {}}}\nspec:\n  failoverGroupRef: {{name: {group}}}\n  deploymentClients: [{{namespace: {ns}, serviceAccount: {sa}}}]\n",
+            o.namespace
+        );
+    }
+    let config = dir.join("bloodraven.yaml");
+    write(&config, &text)?;
+    Ok(LocalFiles {
+        config,
+        pki,
+        token_key,
+        site_credentials,
+        replication_credentials,
+        data_dir,
+    })
+}
