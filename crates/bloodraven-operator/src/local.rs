@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use bloodraven_core::config::SiteRole;
@@ -98,7 +99,6 @@ fn write(path: &Path, text: &str) -> Result<(), LocalError> {
         path: path.display().to_string(),
         detail: e.to_string(),
     })?;
-    use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
     Ok(())
 }
