@@ -1,0 +1,190 @@
+//! Failover figures through the operator, on real MariaDB servers:
+//! - planned switchover write-unavailability (a writer tries every millisecond on whichever
+//!   site accepts: last acknowledged write on the old primary → first on the new);
+//! - emergency failover: `kill -9` of the primary's `mariadbd` → first acknowledged write on
+//!   the new primary, against the detection budget (`pollInterval × failureThreshold`).
+//!
+//! Run: `cargo bench -p bloodraven-operator --bench failover` (optionally `-- RUNS`, default 20).
+//! Uses the defaults pollInterval 2s and failureThreshold 3 (detection budget 6 s).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::config::SiteRole;
+use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
+use bloodraven_core::health::PlannedFailoverPhase;
+use bloodraven_core::status::GroupStatus;
+use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::writer::{WRITES_TABLE_DDL, Writer, percentile};
+use bloodraven_operator::OperatorHandle;
+use bloodraven_operator::local::{LocalOptions, write_files};
+use tokio::time::Instant;
+
+async fn wait(
+    op: &OperatorHandle,
+    limit: Duration,
+    pred: impl Fn(&GroupStatus) -> bool,
+) -> GroupStatus {
+    let rt = op.group("playground").await.unwrap();
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = rt.snapshot().status().clone();
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out; status {}",
+            serde_json::to_string(&s).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn show(label: &str, v: &mut [Duration]) {
+    println!(
+        "{label:<62} n={:<3} p50 {:>8.1} ms  p99 {:>8.1} ms",
+        v.len(),
+        percentile(v, 50.0).unwrap_or_default().as_secs_f64() * 1e3,
+        percentile(v, 99.0).unwrap_or_default().as_secs_f64() * 1e3
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    bloodraven_runtime::tls::install_crypto_provider();
+    let runs: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20);
+    let mut h = Harness::start_group(&["iad", "pdx", "reader"])
+        .await
+        .unwrap();
+    h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
+    h.wait_replicas_caught_up(0, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let o = LocalOptions::new(
+        "playground",
+        vec![
+            SiteRole::PrimaryCandidate,
+            SiteRole::PrimaryCandidate,
+            SiteRole::ReadOnly,
+        ],
+    );
+    let files = write_files(dir.path(), &h, &o).unwrap();
+    let cfg = bloodraven_operator::config::load(&files.config).unwrap();
+    let budget = cfg.groups[0].config.detection_budget();
+    let op = bloodraven_operator::start(
+        cfg,
+        bloodraven_runtime::clock::system(),
+        vec![Arc::new(bloodraven_operator::controller::ControllerTask)],
+    )
+    .await
+    .unwrap();
+    assert!(op.wait_ready(Duration::from_secs(20)).await);
+    wait(&op, Duration::from_secs(30), |s| {
+        s.active_site == "iad" && s.replication_running()
+    })
+    .await;
+    let rt = op.group("playground").await.unwrap();
+
+    // Planned switchovers.
+    let writer = Writer::start(
+        (0..3)
+            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
+            .collect(),
+        Duration::from_millis(1),
+    );
+    let mut target = "pdx";
+    let mut durations = Vec::new();
+    for n in 0..runs {
+        wait(&op, Duration::from_secs(30), GroupStatus::replication_running).await;
+        let t = target.to_string();
+        rt.update(|o| {
+            o.metadata
+                .annotations
+                .insert(PLANNED_FAILOVER.into(), t.clone());
+            true
+        })
+        .await
+        .unwrap();
+        let generation = u64::try_from(n).unwrap() + 2;
+        let s = wait(&op, Duration::from_secs(60), |s| {
+            s.topology_generation == generation
+                && s.planned_failover
+                    .as_ref()
+                    .is_some_and(|p| p.phase.is_terminal())
+        })
+        .await;
+        let pf = s.planned_failover.unwrap();
+        assert_eq!(pf.phase, PlannedFailoverPhase::Succeeded);
+        assert_eq!(pf.transactions_lost, Some(0));
+        durations.push(Duration::from_secs_f64(pf.duration_seconds.unwrap_or(0.0)));
+        target = if target == "pdx" { "iad" } else { "pdx" };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let log = writer.stop().await;
+    let mut gaps = log.unavailability_gaps();
+    show(
+        "planned switchover: write unavailability (writer's view)",
+        &mut gaps,
+    );
+    show(
+        "planned switchover: request accepted → Succeeded",
+        &mut durations,
+    );
+    println!(
+        "  writer: {} acknowledged, {} refused, {} ambiguous",
+        log.acked.len(),
+        log.refused,
+        log.ambiguous.len()
+    );
+
+    // Emergency failovers.
+    let mut kill_to_write = Vec::new();
+    for _ in 0..runs {
+        let s = wait(&op, Duration::from_secs(60), |s| {
+            s.replication_running()
+                && s.sites.iter().all(|x| {
+                    x.state != bloodraven_core::status::SiteState::Unreachable
+                        && x.state != bloodraven_core::status::SiteState::Unknown
+                })
+        })
+        .await;
+        let victim = h.index_of(&s.active_site).unwrap();
+        let writer = Writer::start(
+            (0..3)
+                .map(|i| (h.name(i).to_string(), h.app_opts(i)))
+                .collect(),
+            Duration::from_millis(1),
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        h.kill(victim).unwrap();
+        let killed = Instant::now();
+        let generation = s.topology_generation + 1;
+        wait(&op, Duration::from_secs(60), |s| {
+            s.topology_generation == generation
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let log = writer.stop().await;
+        let first = log
+            .acked
+            .iter()
+            .find(|a| a.site != victim && a.at > killed)
+            .map(|a| a.at - killed);
+        kill_to_write.push(first.expect("writes resumed"));
+        h.restart(victim).await.unwrap();
+    }
+    show(
+        "emergency: kill -9 of the primary → first acknowledged write",
+        &mut kill_to_write,
+    );
+    println!(
+        "  detection budget {budget:?}; target budget + 1 s = {:?}",
+        budget + Duration::from_secs(1)
+    );
+    op.stop().await;
+}
