@@ -100,7 +100,12 @@ async fn main() {
     let mut target = "pdx";
     let mut durations = Vec::new();
     for n in 0..runs {
-        wait(&op, Duration::from_secs(30), GroupStatus::replication_running).await;
+        wait(
+            &op,
+            Duration::from_secs(30),
+            GroupStatus::replication_running,
+        )
+        .await;
         let t = target.to_string();
         rt.update(|o| {
             o.metadata
@@ -144,7 +149,7 @@ async fn main() {
 
     // Emergency failovers.
     let mut kill_to_write = Vec::new();
-    for _ in 0..runs {
+    for run in 0..runs {
         let s = wait(&op, Duration::from_secs(60), |s| {
             s.replication_running()
                 && s.sites.iter().all(|x| {
@@ -154,11 +159,12 @@ async fn main() {
         })
         .await;
         let victim = h.index_of(&s.active_site).unwrap();
-        let writer = Writer::start(
+        let writer = Writer::start_from(
             (0..3)
                 .map(|i| (h.name(i).to_string(), h.app_opts(i)))
                 .collect(),
             Duration::from_millis(1),
+            (u64::try_from(run).unwrap() + 1) * 100_000_000,
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
         h.kill(victim).unwrap();

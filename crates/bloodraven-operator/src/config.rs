@@ -156,8 +156,9 @@ struct DeployApiDoc {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct StoreDoc {
+    /// A string; YAML 1.1 readers turn a bare `off` into `false`, so booleans are accepted too.
     #[serde(default)]
-    durability: Option<String>,
+    durability: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -463,7 +464,14 @@ fn operator_settings(
     };
     let http_listen = addr("listen.http", d.listen.http, "0.0.0.0:8082", &mut errs);
     let https_listen = addr("listen.https", d.listen.https, "0.0.0.0:8443", &mut errs);
-    let durability = match d.store.durability.as_deref() {
+    let durability_text = match d.store.durability {
+        None => None,
+        Some(Value::Bool(false)) => Some("off".to_string()),
+        Some(Value::Bool(true)) => Some("full".to_string()),
+        Some(Value::String(s)) => Some(s),
+        Some(other) => Some(other.to_string()),
+    };
+    let durability = match durability_text.as_deref() {
         None | Some("full") => Durability::Full,
         Some("normal") => Durability::Normal,
         Some("off") => Durability::Off,
@@ -645,6 +653,36 @@ spec:
             err.problems()
                 .iter()
                 .any(|p| p.field.ends_with("secretName")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn store_durability_reads_a_bare_off() {
+        let b = base();
+        for (text, want) in [
+            ("off", Durability::Off),
+            ("\"off\"", Durability::Off),
+            ("normal", Durability::Normal),
+            ("full", Durability::Full),
+        ] {
+            let cfg = GOOD.replace(
+                "dataDir: data",
+                &format!("dataDir: data\nstore: {{durability: {text}}}"),
+            );
+            assert_eq!(
+                parse(&cfg, "cfg.yaml", b.path())
+                    .unwrap()
+                    .settings
+                    .durability,
+                want,
+                "{text}"
+            );
+        }
+        let cfg = GOOD.replace("dataDir: data", "dataDir: data\nstore: {durability: fast}");
+        let err = parse(&cfg, "cfg.yaml", b.path()).unwrap_err();
+        assert!(
+            err.problems().iter().any(|p| p.field == "store.durability"),
             "{err}"
         );
     }
