@@ -1,6 +1,8 @@
-//! `bloodraven deploy`: deploy-lease tools for humans.
+//! `bloodraven deploy`: the deploy lease API for pipelines and humans.
 //!
-//! `revoke-all` annotates the stored group with `bloodraven.shipstream.io/revoke-deployment-leases`;
+//! `migrate` runs a migration under the two leases (see `migrate_cmd`); `status` shows the
+//! group's observation; `lease grant|renew|release` drive one lease by hand for scripts that do
+//! their own thing; `revoke-all` annotates the stored group with `bloodraven.shipstream.io/revoke-deployment-leases`;
 //! the operator revokes every lease (`OperatorRevoked`) and removes the annotation. The command
 //! waits (bounded) for that and says what happened.
 
@@ -26,6 +28,21 @@ pub struct DeployArgs {
 
 #[derive(Debug, Subcommand)]
 enum DeployCommand {
+    /// Run a migration command under the migration mutex and a failover-hold.
+    Migrate(Box<crate::migrate_cmd::MigrateArgs>),
+    /// Show the group as the deploy API observes it (stable, reason, lag, leases).
+    Status {
+        #[command(flatten)]
+        api: crate::migrate_cmd::ApiArgs,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take, renew or release one lease by hand (prints JSON).
+    Lease {
+        #[command(subcommand)]
+        action: LeaseAction,
+    },
     /// Revoke every deploy lease of a group (reason `OperatorRevoked`).
     RevokeAll {
         /// The group.
@@ -40,8 +57,222 @@ enum DeployCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum LeaseAction {
+    /// POST a lease; prints {kind, operationId, token, expiresAt, topologyGeneration}.
+    Grant {
+        #[command(flatten)]
+        api: crate::migrate_cmd::ApiArgs,
+        /// migration or failover-hold.
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        operation_id: String,
+        /// The MysqlDatabase resource name.
+        #[arg(long)]
+        instance: String,
+        #[arg(long, default_value_t = 30)]
+        ttl: u32,
+    },
+    /// PUT a renewal; the lease token comes from `BLOODRAVEN_LEASE_TOKEN` or `--lease-token-file`.
+    Renew {
+        #[command(flatten)]
+        api: crate::migrate_cmd::ApiArgs,
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        operation_id: String,
+        #[arg(long, env = "BLOODRAVEN_LEASE_TOKEN_FILE")]
+        lease_token_file: Option<PathBuf>,
+        #[arg(long)]
+        ttl: Option<u32>,
+    },
+    /// DELETE a lease (idempotent).
+    Release {
+        #[command(flatten)]
+        api: crate::migrate_cmd::ApiArgs,
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        operation_id: String,
+        #[arg(long, env = "BLOODRAVEN_LEASE_TOKEN_FILE")]
+        lease_token_file: Option<PathBuf>,
+    },
+}
+
+fn lease_token(file: Option<&PathBuf>) -> Result<String, String> {
+    if let Ok(t) = std::env::var("BLOODRAVEN_LEASE_TOKEN")
+        && !t.is_empty()
+    {
+        return Ok(t);
+    }
+    match file {
+        Some(f) => std::fs::read_to_string(f)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| format!("--lease-token-file {}: {e}", f.display())),
+        None => Err("the lease token: set BLOODRAVEN_LEASE_TOKEN or --lease-token-file (never on the command line)".into()),
+    }
+}
+
+fn api_error_code(e: &bloodraven_deploy::lease::ApiError) -> i32 {
+    use bloodraven_deploy::lease::ApiError as E;
+    match e {
+        E::Held { .. } | E::Unstable { .. } | E::Revoked { .. } => {
+            crate::migrate_cmd::exit::REFUSED
+        }
+        E::Invalid { .. } => exit::USAGE,
+        _ => exit::ERROR,
+    }
+}
+
+fn lease_command(action: &LeaseAction) -> i32 {
+    use bloodraven_deploy::lease::LeaseApi as _;
+    let (api_args, kind, operation_id) = match action {
+        LeaseAction::Grant {
+            api,
+            kind,
+            operation_id,
+            ..
+        }
+        | LeaseAction::Renew {
+            api,
+            kind,
+            operation_id,
+            ..
+        }
+        | LeaseAction::Release {
+            api,
+            kind,
+            operation_id,
+            ..
+        } => (api, kind, operation_id),
+    };
+    let kind: bloodraven_core::lease::LeaseKind = match kind.parse() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("error: --kind: {e}");
+            return exit::USAGE;
+        }
+    };
+    let client = match api_args.client(Duration::from_secs(10)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return exit::ERROR;
+    };
+    let result: Result<serde_json::Value, bloodraven_deploy::lease::ApiError> = rt.block_on(async {
+        match action {
+            LeaseAction::Grant { instance, ttl, .. } => client
+                .grant(kind, operation_id, instance, *ttl)
+                .await
+                .map(|g| serde_json::json!({"kind": kind.as_str(), "operationId": operation_id, "token": g.token, "expiresAt": g.expires_at, "topologyGeneration": g.topology_generation})),
+            LeaseAction::Renew { lease_token_file, ttl, .. } => {
+                let token = lease_token(lease_token_file.as_ref()).map_err(|m| bloodraven_deploy::lease::ApiError::Invalid { message: m })?;
+                client
+                    .renew(kind, operation_id, &token, *ttl)
+                    .await
+                    .map(|r| serde_json::json!({"expiresAt": r.expires_at, "topologyGeneration": r.topology_generation}))
+            }
+            LeaseAction::Release { lease_token_file, .. } => {
+                let token = lease_token(lease_token_file.as_ref()).map_err(|m| bloodraven_deploy::lease::ApiError::Invalid { message: m })?;
+                client.release(kind, operation_id, &token).await.map(|()| serde_json::json!({"released": true}))
+            }
+        }
+    });
+    match result {
+        Ok(v) => {
+            println!("{v}");
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            api_error_code(&e)
+        }
+    }
+}
+
+fn status_command(api: &crate::migrate_cmd::ApiArgs, json: bool) -> i32 {
+    use bloodraven_deploy::lease::LeaseApi as _;
+    let client = match api.client(Duration::from_secs(10)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return exit::ERROR;
+    };
+    match rt.block_on(client.observe()) {
+        Ok(o) if json => {
+            println!(
+                "{}",
+                serde_json::json!({"group": o.group, "namespace": o.namespace, "activeSite": o.active_site,
+                    "topologyGeneration": o.topology_generation, "stable": o.stable, "unstableReason": o.unstable_reason,
+                    "replicationLagSeconds": o.health.replication_lag_seconds, "operations": o.operations, "leases": o.leases})
+            );
+            exit::OK
+        }
+        Ok(o) => {
+            println!(
+                "group {} (namespace {}): active site {}, topologyGeneration {}, stable: {}{}",
+                o.group,
+                o.namespace,
+                if o.active_site.is_empty() {
+                    "(none)"
+                } else {
+                    &o.active_site
+                },
+                o.topology_generation,
+                if o.stable { "yes" } else { "no" },
+                if o.unstable_reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", o.unstable_reason)
+                }
+            );
+            println!(
+                "health: ready {}, replication running {}, lag {}, recovery pending {}",
+                o.health.ready,
+                o.health.replication_running,
+                o.health
+                    .replication_lag_seconds
+                    .map_or_else(|| "-".to_string(), |l| format!("{l}s")),
+                o.health.recovery_pending
+            );
+            if let Some(pf) = o.operations.get("plannedFailover") {
+                println!("planned failover: {pf}");
+            }
+            for l in &o.leases {
+                println!(
+                    "lease {} {} (instance {}) until {} (generation {})",
+                    l.kind, l.operation_id, l.instance, l.expires_at, l.topology_generation
+                );
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            api_error_code(&e)
+        }
+    }
+}
+
 pub fn run(args: DeployArgs) -> i32 {
     match args.command {
+        DeployCommand::Migrate(m) => crate::migrate_cmd::run(&m),
+        DeployCommand::Status { api, json } => status_command(&api, json),
+        DeployCommand::Lease { action } => lease_command(&action),
         DeployCommand::RevokeAll {
             group,
             config: cfg_path,

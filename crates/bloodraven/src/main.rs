@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod deploy_cmd;
 mod failover_cmd;
+mod migrate_cmd;
 mod operator_cmd;
 mod release_cmd;
 mod status_cmd;
@@ -29,7 +30,7 @@ enum Command {
     Failover(failover_cmd::FailoverArgs),
     /// Show the groups: sites, states, lag, active site, generation, operations, leases.
     Status(status_cmd::StatusArgs),
-    /// Deploy-lease tools: revoke every lease of a group.
+    /// The deploy lease API: run a migration under the leases, observe, drive a lease, revoke all.
     Deploy(deploy_cmd::DeployArgs),
     /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
     Release(release_cmd::ReleaseArgs),

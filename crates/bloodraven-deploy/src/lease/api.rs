@@ -1,0 +1,446 @@
+//! The `/deploy/v1` API as a client sees it: one call per endpoint, each answer mapped to a
+//! typed outcome. [`HttpLeaseApi`] talks HTTPS to an operator (trusting only the given CA and
+//! re-reading the bearer token from its file on every request, because projected tokens
+//! rotate); tests use their own [`LeaseApi`] implementations.
+//!
+//! A request that was sent but whose answer never came is [`ApiError::AnswerLost`]: its effect is
+//! unknown, and the caller must not treat it as "nothing happened".
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
+
+use bloodraven_core::lease::{Holder, LeaseKind, LeaseView};
+use bloodraven_core::time::Timestamp;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A new or re-granted lease.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Granted {
+    pub token: String,
+    pub expires_at: Timestamp,
+    pub topology_generation: u64,
+    /// `true` for a same-operation re-grant (200).
+    pub regranted: bool,
+}
+
+impl fmt::Debug for Granted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Granted")
+            .field("token", &"<redacted>")
+            .field("expires_at", &self.expires_at)
+            .field("topology_generation", &self.topology_generation)
+            .field("regranted", &self.regranted)
+            .finish()
+    }
+}
+
+/// A confirmed renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Renewed {
+    pub expires_at: Timestamp,
+    pub topology_generation: u64,
+}
+
+/// `GET /deploy/v1/groups/{group}`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observation {
+    pub group: String,
+    pub namespace: String,
+    pub active_site: String,
+    pub topology_generation: u64,
+    pub health: ObservedHealth,
+    #[serde(default)]
+    pub operations: Value,
+    pub stable: bool,
+    #[serde(default)]
+    pub unstable_reason: String,
+    #[serde(default)]
+    pub leases: Vec<LeaseView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedHealth {
+    pub ready: bool,
+    #[serde(default)]
+    pub degraded_reason: String,
+    pub replication_running: bool,
+    pub replication_lag_seconds: Option<f64>,
+    pub recovery_pending: bool,
+}
+
+/// Every answer other than success.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("the migration lease is held by {} (instance {}) until {}", holder.operation_id, holder.instance, holder.expires_at)]
+    Held { holder: Holder },
+    #[error("the group is between confirmed states ({reason}); retry in {retry_after_seconds}s")]
+    Unstable {
+        reason: String,
+        retry_after_seconds: u32,
+    },
+    #[error("the lease was revoked ({reason}); topologyGeneration is now {topology_generation}")]
+    Revoked {
+        reason: String,
+        topology_generation: u64,
+    },
+    #[error("no such lease (expired, released or never granted)")]
+    NotFound,
+    #[error("the lease token does not match (rotated by a re-grant, or wrong)")]
+    TokenMismatch,
+    #[error("forbidden: {message}")]
+    Forbidden { message: String },
+    #[error("unauthorized: {message}")]
+    Unauthorized { message: String },
+    #[error("the operator answering is not the leader")]
+    NotLeader,
+    #[error("the operator is unavailable: {message}")]
+    Unavailable { message: String },
+    #[error("the request was refused as invalid: {message}")]
+    Invalid { message: String },
+    #[error("no connection to the operator (nothing was sent): {detail}")]
+    NotSent { detail: String },
+    #[error("the request was sent but its answer was lost (its effect is unknown): {detail}")]
+    AnswerLost { detail: String },
+    #[error("cannot read the bearer token file {path}: {detail}")]
+    TokenFile { path: String, detail: String },
+    #[error("unexpected answer {status}: {detail}")]
+    Unexpected { status: u16, detail: String },
+}
+
+type Fut<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
+
+/// The four calls of the deploy API.
+pub trait LeaseApi: Send + Sync + fmt::Debug {
+    fn observe(&self) -> Fut<'_, Observation>;
+    fn grant<'a>(
+        &'a self,
+        kind: LeaseKind,
+        operation_id: &'a str,
+        instance: &'a str,
+        ttl_seconds: u32,
+    ) -> Fut<'a, Granted>;
+    fn renew<'a>(
+        &'a self,
+        kind: LeaseKind,
+        operation_id: &'a str,
+        token: &'a str,
+        ttl_seconds: Option<u32>,
+    ) -> Fut<'a, Renewed>;
+    fn release<'a>(&'a self, kind: LeaseKind, operation_id: &'a str, token: &'a str)
+    -> Fut<'a, ()>;
+}
+
+/// The deploy API over HTTPS.
+#[derive(Clone)]
+pub struct HttpLeaseApi {
+    base: String,
+    group: String,
+    token_file: PathBuf,
+    http: reqwest::Client,
+}
+
+impl fmt::Debug for HttpLeaseApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpLeaseApi")
+            .field("base", &self.base)
+            .field("group", &self.group)
+            .field("token_file", &self.token_file)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientSetupError {
+    #[error("--api must be an https:// URL (the deploy API is served only over TLS), got {0:?}")]
+    NotHttps(String),
+    #[error(transparent)]
+    Tls(#[from] bloodraven_runtime::tls::TlsError),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+impl HttpLeaseApi {
+    /// A client for `group` at `api` (`https://host:8443`), trusting only the CA in `ca_file`.
+    pub fn new(
+        api: &str,
+        ca_file: &Path,
+        token_file: &Path,
+        group: &str,
+        request_timeout: Duration,
+    ) -> Result<Self, ClientSetupError> {
+        let base = api.trim_end_matches('/').to_string();
+        if !base.starts_with("https://") {
+            return Err(ClientSetupError::NotHttps(api.to_string()));
+        }
+        let tls = bloodraven_runtime::tls::client_config(Some(ca_file))?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .timeout(request_timeout)
+            .connect_timeout(request_timeout.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| ClientSetupError::Client(e.to_string()))?;
+        Ok(HttpLeaseApi {
+            base,
+            group: group.to_string(),
+            token_file: token_file.to_path_buf(),
+            http,
+        })
+    }
+
+    fn bearer(&self) -> Result<String, ApiError> {
+        std::fs::read_to_string(&self.token_file)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| ApiError::TokenFile {
+                path: self.token_file.display().to_string(),
+                detail: e.kind().to_string(),
+            })
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value), ApiError> {
+        let req = req.bearer_auth(self.bearer()?);
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => {
+                return Err(ApiError::NotSent {
+                    detail: e.to_string(),
+                });
+            }
+            Err(e) => {
+                return Err(ApiError::AnswerLost {
+                    detail: e.to_string(),
+                });
+            }
+        };
+        let status = resp.status().as_u16();
+        let text = resp.text().await.map_err(|e| ApiError::AnswerLost {
+            detail: e.to_string(),
+        })?;
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).map_err(|e| ApiError::Unexpected {
+                status,
+                detail: format!("not JSON: {e}"),
+            })?
+        };
+        Ok((status, body))
+    }
+
+    fn leases_url(&self) -> String {
+        format!("{}/deploy/v1/groups/{}/leases", self.base, self.group)
+    }
+}
+
+fn text(v: &Value, key: &str) -> String {
+    v.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Maps a non-success answer to its error.
+pub fn error_of(status: u16, body: &Value) -> ApiError {
+    let code = text(body, "error");
+    let message = text(body, "message");
+    match (status, code.as_str()) {
+        (409, "held") => match serde_json::from_value::<Holder>(body["holder"].clone()) {
+            Ok(holder) => ApiError::Held { holder },
+            Err(e) => ApiError::Unexpected {
+                status,
+                detail: format!("held without a holder: {e}"),
+            },
+        },
+        (409, "revoked") => ApiError::Revoked {
+            reason: text(body, "reason"),
+            topology_generation: body["topologyGeneration"].as_u64().unwrap_or(0),
+        },
+        (423, _) => ApiError::Unstable {
+            reason: text(body, "reason"),
+            retry_after_seconds: body["retryAfterSeconds"]
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .unwrap_or(1),
+        },
+        (404, _) => ApiError::NotFound,
+        (403, "token_mismatch") => ApiError::TokenMismatch,
+        (403, _) => ApiError::Forbidden { message },
+        (401, _) => ApiError::Unauthorized { message },
+        (503, "not_leader") => ApiError::NotLeader,
+        (503, _) => ApiError::Unavailable { message },
+        (400 | 405 | 413, _) => ApiError::Invalid { message },
+        _ => ApiError::Unexpected {
+            status,
+            detail: format!("{code}: {message}"),
+        },
+    }
+}
+
+fn ts(v: &Value, key: &str, status: u16) -> Result<Timestamp, ApiError> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .and_then(|s| Timestamp::parse_rfc3339(s).ok())
+        .ok_or(ApiError::Unexpected {
+            status,
+            detail: format!("missing or bad {key}"),
+        })
+}
+
+impl LeaseApi for HttpLeaseApi {
+    fn observe(&self) -> Fut<'_, Observation> {
+        Box::pin(async move {
+            let url = format!("{}/deploy/v1/groups/{}", self.base, self.group);
+            let (status, body) = self.send(self.http.get(url)).await?;
+            if status != 200 {
+                return Err(error_of(status, &body));
+            }
+            serde_json::from_value(body).map_err(|e| ApiError::Unexpected {
+                status,
+                detail: format!("observation: {e}"),
+            })
+        })
+    }
+
+    fn grant<'a>(
+        &'a self,
+        kind: LeaseKind,
+        operation_id: &'a str,
+        instance: &'a str,
+        ttl_seconds: u32,
+    ) -> Fut<'a, Granted> {
+        Box::pin(async move {
+            let body = serde_json::json!({
+                "kind": kind.as_str(),
+                "operationId": operation_id,
+                "instance": instance,
+                "ttlSeconds": ttl_seconds,
+            });
+            let (status, v) = self
+                .send(self.http.post(self.leases_url()).json(&body))
+                .await?;
+            if status != 200 && status != 201 {
+                return Err(error_of(status, &v));
+            }
+            Ok(Granted {
+                token: text(&v, "token"),
+                expires_at: ts(&v, "expiresAt", status)?,
+                topology_generation: v["topologyGeneration"].as_u64().unwrap_or(0),
+                regranted: status == 200,
+            })
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        kind: LeaseKind,
+        operation_id: &'a str,
+        token: &'a str,
+        ttl_seconds: Option<u32>,
+    ) -> Fut<'a, Renewed> {
+        Box::pin(async move {
+            let mut body = serde_json::json!({ "token": token });
+            if let Some(t) = ttl_seconds {
+                body["ttlSeconds"] = t.into();
+            }
+            let url = format!("{}/{}/{}", self.leases_url(), kind.as_str(), operation_id);
+            let (status, v) = self.send(self.http.put(url).json(&body)).await?;
+            if status != 200 {
+                return Err(error_of(status, &v));
+            }
+            Ok(Renewed {
+                expires_at: ts(&v, "expiresAt", status)?,
+                topology_generation: v["topologyGeneration"].as_u64().unwrap_or(0),
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        kind: LeaseKind,
+        operation_id: &'a str,
+        token: &'a str,
+    ) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let url = format!("{}/{}/{}", self.leases_url(), kind.as_str(), operation_id);
+            let (status, v) = self
+                .send(self.http.delete(url).header("x-lease-token", token))
+                .await?;
+            if status != 204 {
+                return Err(error_of(status, &v));
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn answers_map_to_their_errors() {
+        let held = json!({"error":"held","message":"m","holder":{"operationId":"a","instance":"db","expiresAt":"2026-11-30T10:00:30Z"}});
+        assert!(
+            matches!(error_of(409, &held), ApiError::Held { holder } if holder.operation_id == "a")
+        );
+        assert_eq!(
+            error_of(
+                409,
+                &json!({"error":"revoked","reason":"TopologyChanged","topologyGeneration":18})
+            ),
+            ApiError::Revoked {
+                reason: "TopologyChanged".into(),
+                topology_generation: 18
+            }
+        );
+        assert_eq!(
+            error_of(
+                423,
+                &json!({"error":"unstable","reason":"TopologyChangePending","retryAfterSeconds":2})
+            ),
+            ApiError::Unstable {
+                reason: "TopologyChangePending".into(),
+                retry_after_seconds: 2
+            }
+        );
+        assert_eq!(error_of(404, &json!({})), ApiError::NotFound);
+        assert_eq!(
+            error_of(403, &json!({"error":"token_mismatch"})),
+            ApiError::TokenMismatch
+        );
+        assert!(matches!(
+            error_of(403, &json!({"error":"forbidden"})),
+            ApiError::Forbidden { .. }
+        ));
+        assert_eq!(
+            error_of(503, &json!({"error":"not_leader"})),
+            ApiError::NotLeader
+        );
+        assert!(matches!(
+            error_of(413, &json!({})),
+            ApiError::Invalid { .. }
+        ));
+        assert!(matches!(
+            error_of(500, &json!({})),
+            ApiError::Unexpected { .. }
+        ));
+    }
+
+    #[test]
+    fn a_granted_token_never_prints() {
+        let g = Granted {
+            token: "secret-token-value".into(),
+            expires_at: Timestamp::EPOCH,
+            topology_generation: 1,
+            regranted: false,
+        };
+        assert!(!format!("{g:?}").contains("secret-token-value"));
+    }
+}

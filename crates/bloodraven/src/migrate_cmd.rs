@@ -1,0 +1,531 @@
+//! `bloodraven deploy migrate … -- COMMAND`: run a migration under the migration mutex and a
+//! failover-hold (SPEC §5, seed 01).
+//!
+//! 1. Observe the group; refuse unless `stable` and replication lag ≤ `--max-lag`.
+//! 2. Take `migration`, then `failover-hold` (one `operationId` and `instance`); on `409 held`
+//!    wait politely until the holder's expiry (bounded by `--wait`), saying who holds it.
+//! 3. Run the command with `BLOODRAVEN_OPERATION_ID`, `BLOODRAVEN_TOPOLOGY_GENERATION`,
+//!    `BLOODRAVEN_ACTIVE_SITE` (and `BLOODRAVEN_DDL_MARKER` with `--ddl-marker`) while the
+//!    session heartbeats both leases every `ttl/3`.
+//! 4. On lost authority: stop the heartbeat; before the DDL boundary terminate the command and
+//!    run `--abort-command`; at or after it terminate the command and record that a human must
+//!    verify the schema. Never reconnect anywhere.
+//! 5. Release the hold on every path; release the migration mutex only after the outcome line
+//!    is in the append-only record.
+//!
+//! The DDL boundary: with `--ddl-marker`, the moment the command creates the file named by
+//! `BLOODRAVEN_DDL_MARKER`; without it, the moment the command starts (the safe assumption).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::duration::parse_duration;
+use bloodraven_core::lease::LeaseKind;
+use bloodraven_core::time::Clock as _;
+use bloodraven_deploy::lease::{
+    AcquireError, ApiError, AuthorityLost, HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig,
+};
+use bloodraven_deploy::record::RecordWriter;
+use bloodraven_runtime::clock::{self, SystemClock};
+use clap::Args;
+use serde_json::{Map, Value, json};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// Exit codes of `bloodraven deploy migrate` (documented in docs/deploy-client.md).
+pub mod exit {
+    /// The command succeeded under authority; the record says `succeeded`.
+    pub const SUCCEEDED: i32 = 0;
+    /// An unexpected error (connection, local IO, the record).
+    pub const ERROR: i32 = 1;
+    /// Bad command-line input.
+    pub const USAGE: i32 = 2;
+    /// Refused before anything ran: not stable, lag too high, held past `--wait`, revoked.
+    pub const REFUSED: i32 = 3;
+    /// Authority was lost before the DDL boundary: the command was stopped and the abort
+    /// command ran.
+    pub const ABORTED_BEFORE_DDL: i32 = 4;
+    /// Authority was lost at or after the DDL boundary: a human must verify the schema.
+    pub const NEEDS_HUMAN_VERIFICATION: i32 = 5;
+    /// The migration command failed (exit status non-zero) while authority held.
+    pub const MIGRATION_FAILED: i32 = 6;
+}
+
+/// Where the deploy API is and who we are: shared by every `deploy` subcommand.
+#[derive(Debug, Args, Clone)]
+pub struct ApiArgs {
+    /// The deploy API, e.g. `https://bloodraven.example:8443`.
+    #[arg(long, env = "BLOODRAVEN_API")]
+    pub api: String,
+    /// The CA certificate (PEM) to trust for the API.
+    #[arg(long, env = "BLOODRAVEN_CACERT")]
+    pub cacert: PathBuf,
+    /// The bearer token file (re-read on every request: projected tokens rotate).
+    #[arg(long, env = "BLOODRAVEN_TOKEN_FILE")]
+    pub token_file: PathBuf,
+    /// The failover group.
+    #[arg(long, env = "BLOODRAVEN_GROUP")]
+    pub group: String,
+}
+
+impl ApiArgs {
+    pub fn client(&self, request_timeout: Duration) -> Result<HttpLeaseApi, String> {
+        if !self.token_file.is_file() {
+            return Err(format!(
+                "--token-file: {} does not exist",
+                self.token_file.display()
+            ));
+        }
+        HttpLeaseApi::new(
+            &self.api,
+            &self.cacert,
+            &self.token_file,
+            &self.group,
+            request_timeout,
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// The MysqlDatabase resource name the migration is for.
+    #[arg(long)]
+    pub instance: String,
+    /// The operation's ID (default: a new UUID). Re-using a revoked one is refused.
+    #[arg(long)]
+    pub operation_id: Option<String>,
+    /// Lease TTL in seconds (clamped to 5–120); leases are renewed every ttl/3.
+    #[arg(long, default_value_t = 30)]
+    pub ttl: u32,
+    /// Largest replication lag (seconds) accepted before starting.
+    #[arg(long, default_value_t = 10.0)]
+    pub max_lag: f64,
+    /// How long to wait for another operation's migration lease (e.g. 10m).
+    #[arg(long, default_value = "10m")]
+    pub wait: String,
+    /// Run when authority is lost before the DDL boundary (through `sh -c`, same environment).
+    #[arg(long)]
+    pub abort_command: Option<String>,
+    /// The command signals the DDL boundary by creating the file `BLOODRAVEN_DDL_MARKER`.
+    #[arg(long)]
+    pub ddl_marker: bool,
+    /// Where the append-only record is written.
+    #[arg(long, default_value = ".bloodraven/deploys")]
+    pub records_dir: PathBuf,
+    /// How long a terminated command gets to exit before it is killed.
+    #[arg(long, default_value = "10s")]
+    pub grace: String,
+    /// The migration command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+fn new_operation_id() -> Result<String, String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| e.to_string())?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    ))
+}
+
+fn fields(pairs: &[(&str, Value)]) -> Map<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .collect()
+}
+
+/// Validates and runs; returns the exit code.
+pub fn run(args: &MigrateArgs) -> i32 {
+    let wait = match parse_duration(&args.wait) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: --wait: {e}");
+            return exit::USAGE;
+        }
+    };
+    let grace = match parse_duration(&args.grace) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: --grace: {e}");
+            return exit::USAGE;
+        }
+    };
+    if let Err(e) = bloodraven_core::lease::validate_instance(&args.instance) {
+        eprintln!("error: --instance: {e}");
+        return exit::USAGE;
+    }
+    let operation_id = match &args.operation_id {
+        Some(o) => o.clone(),
+        None => match new_operation_id() {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("error: cannot generate an operation ID: {e}");
+                return exit::ERROR;
+            }
+        },
+    };
+    if let Err(e) = bloodraven_core::lease::validate_operation_id(&operation_id) {
+        eprintln!("error: --operation-id: {e}");
+        return exit::USAGE;
+    }
+    if !args.max_lag.is_finite() || args.max_lag < 0.0 {
+        eprintln!("error: --max-lag: must be a number of seconds ≥ 0");
+        return exit::USAGE;
+    }
+    let ttl = bloodraven_core::lease::clamp_ttl(i64::from(args.ttl));
+    let timeout = (Duration::from_secs(u64::from(ttl)) / 3)
+        .clamp(Duration::from_secs(1), Duration::from_secs(10));
+    let api = match args.api.client(timeout) {
+        Ok(a) => Arc::new(a) as Arc<dyn LeaseApi>,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    else {
+        eprintln!("error: cannot start the async runtime");
+        return exit::ERROR;
+    };
+    rt.block_on(migrate(api, args, operation_id, ttl, wait, grace))
+}
+
+async fn migrate(
+    api: Arc<dyn LeaseApi>,
+    args: &MigrateArgs,
+    operation_id: String,
+    ttl: u32,
+    wait: Duration,
+    grace: Duration,
+) -> i32 {
+    let mut record = match RecordWriter::create(&args.records_dir, &operation_id, clock::system()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::ERROR;
+        }
+    };
+    eprintln!(
+        "operation {operation_id}: record {}",
+        record.path().display()
+    );
+    macro_rules! rec {
+        ($step:expr, $($k:expr => $v:expr),* $(,)?) => {
+            if let Err(e) = record.step($step, fields(&[$(($k, json!($v))),*])) {
+                eprintln!("error: {e}; stopping (nothing written after this point is certain)");
+                return exit::ERROR;
+            }
+        };
+    }
+    let refuse = |record: &mut RecordWriter, why: &str| -> i32 {
+        eprintln!("refused: {why}");
+        match record.outcome("outcome", "refused", fields(&[("reason", json!(why))])) {
+            Ok(_) => exit::REFUSED,
+            Err(e) => {
+                eprintln!("error: {e}");
+                exit::ERROR
+            }
+        }
+    };
+
+    // 1. Observe.
+    let obs = match api.observe().await {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: cannot observe the group: {e}");
+            let _ = record.outcome(
+                "outcome",
+                "error",
+                fields(&[("reason", json!(e.to_string()))]),
+            );
+            return exit::ERROR;
+        }
+    };
+    if !obs.stable {
+        return refuse(
+            &mut record,
+            &format!(
+                "group {} is not stable ({})",
+                obs.group, obs.unstable_reason
+            ),
+        );
+    }
+    let lag = obs.health.replication_lag_seconds.unwrap_or(0.0);
+    if lag > args.max_lag {
+        return refuse(
+            &mut record,
+            &format!(
+                "replication lag {lag}s is above --max-lag {}s",
+                args.max_lag
+            ),
+        );
+    }
+    rec!("checked", "activeSite" => obs.active_site, "topologyGeneration" => obs.topology_generation, "replicationLagSeconds" => lag, "instance" => args.instance);
+
+    // 2. Acquire, waiting politely on `held`.
+    let deadline = Instant::now() + wait;
+    let session = loop {
+        let cfg = SessionConfig {
+            operation_id: operation_id.clone(),
+            instance: args.instance.clone(),
+            ttl_seconds: ttl,
+        };
+        match LeaseSession::acquire(api.clone(), cfg).await {
+            Ok(s) => break s,
+            Err(AcquireError::Migration(ApiError::Held { holder })) => {
+                if Instant::now() >= deadline {
+                    return refuse(
+                        &mut record,
+                        &format!(
+                            "the migration lease is still held by {} (instance {}) after --wait",
+                            holder.operation_id, holder.instance
+                        ),
+                    );
+                }
+                let until = SystemClock
+                    .now()
+                    .seconds_until(holder.expires_at)
+                    .clamp(1, 5);
+                eprintln!(
+                    "waiting: the migration lease is held by operation {} (instance {}) until {}",
+                    holder.operation_id, holder.instance, holder.expires_at
+                );
+                tokio::time::sleep(Duration::from_secs(until)).await;
+            }
+            Err(
+                AcquireError::Migration(ApiError::Unstable {
+                    reason,
+                    retry_after_seconds,
+                })
+                | AcquireError::Hold(ApiError::Unstable {
+                    reason,
+                    retry_after_seconds,
+                }),
+            ) => {
+                if Instant::now() >= deadline {
+                    return refuse(
+                        &mut record,
+                        &format!("the group stayed unstable ({reason}) past --wait"),
+                    );
+                }
+                eprintln!("waiting: the group is between confirmed states ({reason})");
+                tokio::time::sleep(Duration::from_secs(u64::from(retry_after_seconds.max(1))))
+                    .await;
+            }
+            Err(AcquireError::Migration(ApiError::Revoked {
+                reason,
+                topology_generation,
+            })) => {
+                return refuse(
+                    &mut record,
+                    &format!(
+                        "operation {operation_id} was revoked earlier ({reason}, generation {topology_generation}); use a new operation ID"
+                    ),
+                );
+            }
+            Err(e) => return refuse(&mut record, &e.to_string()),
+        }
+    };
+    let generation = session.topology_generation();
+    rec!("leases-acquired", "topologyGeneration" => generation, "ttlSeconds" => ttl,
+        "migrationExpiresAt" => session.expires_at(LeaseKind::Migration).await.map(bloodraven_core::time::Timestamp::to_rfc3339),
+        "holdExpiresAt" => session.expires_at(LeaseKind::FailoverHold).await.map(bloodraven_core::time::Timestamp::to_rfc3339));
+    eprintln!(
+        "holding the migration lease and the failover-hold (topologyGeneration {generation}, active site {})",
+        obs.active_site
+    );
+
+    // 3. Run the command.
+    let marker = args
+        .ddl_marker
+        .then(|| args.records_dir.join(format!("{operation_id}.ddl-started")));
+    if let Some(m) = &marker {
+        let _ = std::fs::remove_file(m);
+    }
+    let env: Vec<(String, String)> = [
+        ("BLOODRAVEN_OPERATION_ID".to_string(), operation_id.clone()),
+        (
+            "BLOODRAVEN_TOPOLOGY_GENERATION".to_string(),
+            generation.to_string(),
+        ),
+        (
+            "BLOODRAVEN_ACTIVE_SITE".to_string(),
+            obs.active_site.clone(),
+        ),
+    ]
+    .into_iter()
+    .chain(
+        marker
+            .iter()
+            .map(|m| ("BLOODRAVEN_DDL_MARKER".to_string(), m.display().to_string())),
+    )
+    .collect();
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .envs(env.iter().cloned())
+        .stdin(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            session.stop_heartbeat().await;
+            let _ = session.release(LeaseKind::FailoverHold).await;
+            let _ = record.outcome(
+                "outcome",
+                "failed",
+                fields(&[(
+                    "reason",
+                    json!(format!("cannot start {}: {e}", args.command[0])),
+                )]),
+            );
+            let _ = session.release(LeaseKind::Migration).await;
+            eprintln!("error: cannot start {}: {e}", args.command[0]);
+            return exit::MIGRATION_FAILED;
+        }
+    };
+    rec!("command-started", "command" => args.command[0], "pid" => child.id());
+    let mut past_boundary = marker.is_none();
+    if past_boundary {
+        rec!("ddl-boundary", "signal" => "command-start");
+    }
+
+    // 4. Wait for the command, the DDL boundary, or lost authority.
+    let mut lost_rx = session.lost();
+    let mut poll = tokio::time::interval(Duration::from_millis(100));
+    let outcome = loop {
+        tokio::select! {
+            status = child.wait() => break Outcome::Exited(status.map(|s| s.code()).ok().flatten()),
+            _ = lost_rx.changed() => {
+                if let Some(l) = lost_rx.borrow().clone() {
+                    break Outcome::Lost(l);
+                }
+            }
+            _ = poll.tick() => {
+                if !past_boundary && marker.as_ref().is_some_and(|m| m.exists()) {
+                    past_boundary = true;
+                    rec!("ddl-boundary", "signal" => "marker");
+                    eprintln!("the command signalled the DDL boundary");
+                }
+            }
+        }
+    };
+    // A marker created just before the end still counts.
+    if !past_boundary && marker.as_ref().is_some_and(|m| m.exists()) {
+        past_boundary = true;
+        rec!("ddl-boundary", "signal" => "marker");
+    }
+
+    // 5. Outcomes.
+    match outcome {
+        Outcome::Exited(code) => {
+            session.stop_heartbeat().await;
+            let hold = session.release(LeaseKind::FailoverHold).await;
+            rec!("hold-released", "ok" => hold.is_ok());
+            let (outcome, exit_code) = if code == Some(0) {
+                ("succeeded", exit::SUCCEEDED)
+            } else {
+                ("failed", exit::MIGRATION_FAILED)
+            };
+            if let Err(e) = record.outcome("outcome", outcome, fields(&[("exitCode", json!(code))]))
+            {
+                eprintln!("error: {e}; the migration lease is kept until it expires");
+                return exit::ERROR;
+            }
+            let m = session.release(LeaseKind::Migration).await;
+            let _ = record.step("migration-released", fields(&[("ok", json!(m.is_ok()))]));
+            eprintln!("migration {outcome} (exit status {code:?})");
+            exit_code
+        }
+        Outcome::Lost(lost) => {
+            session.stop_heartbeat().await;
+            eprintln!("authority lost: {lost}");
+            rec!("authority-lost", "reason" => lost.code(), "detail" => lost.to_string());
+            terminate(&mut child, grace).await;
+            rec!("command-terminated",);
+            let hold = session.release(LeaseKind::FailoverHold).await;
+            rec!("hold-released", "ok" => hold.is_ok());
+            let (outcome, exit_code) = if past_boundary {
+                eprintln!(
+                    "the DDL boundary was passed: a human must verify the schema before any retry"
+                );
+                ("needs-human-verification", exit::NEEDS_HUMAN_VERIFICATION)
+            } else {
+                let abort = match &args.abort_command {
+                    Some(a) => run_abort(a, &env).await,
+                    None => None,
+                };
+                rec!("abort-command", "ran" => args.abort_command.is_some(), "exitCode" => abort);
+                ("aborted-before-ddl", exit::ABORTED_BEFORE_DDL)
+            };
+            if let Err(e) = record.outcome(
+                "outcome",
+                outcome,
+                fields(&[("reason", json!(lost.code()))]),
+            ) {
+                eprintln!("error: {e}; the migration lease is kept until it expires");
+                return exit::ERROR;
+            }
+            let m = session.release(LeaseKind::Migration).await;
+            let _ = record.step("migration-released", fields(&[("ok", json!(m.is_ok()))]));
+            exit_code
+        }
+    }
+}
+
+enum Outcome {
+    Exited(Option<i32>),
+    Lost(AuthorityLost),
+}
+
+/// SIGTERM to the command's process group, then SIGKILL after `grace`.
+async fn terminate(child: &mut Child, grace: Duration) {
+    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+        return;
+    };
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = child.wait().await;
+    }
+}
+
+async fn run_abort(cmd: &str, env: &[(String, String)]) -> Option<i32> {
+    eprintln!("running the abort command");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .envs(env.iter().cloned())
+        .stdin(Stdio::null())
+        .status()
+        .await;
+    match status {
+        Ok(s) => s.code(),
+        Err(e) => {
+            eprintln!("error: cannot run the abort command: {e}");
+            None
+        }
+    }
+}
