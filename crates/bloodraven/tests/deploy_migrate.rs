@@ -1,0 +1,394 @@
+//! `bloodraven deploy migrate` against the operator as a real process, on real MariaDB, over
+//! real TLS: the happy path with a planned failover deferred by the hold, a second migration
+//! that waits for the mutex, authority lost before and after the DDL boundary when the primary
+//! is killed, and a revoked operation ID refused.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use bloodraven_deploy::record::{RecordLine, read_record};
+use common::{BIN, Setup, setup, spawn_operator, token, wait_active};
+use serde_json::Value;
+
+fn token_file(s: &Setup) -> PathBuf {
+    let p = s.dir.path().join("deploy.token");
+    std::fs::write(&p, token(s)).unwrap();
+    p
+}
+
+fn migrate_cmd(s: &Setup, op: &str, extra: &[&str], script: &str) -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(s.dir.path())
+        .args([
+            "deploy",
+            "migrate",
+            "--api",
+            &format!("https://127.0.0.1:{}", s.https),
+            "--cacert",
+        ])
+        .arg(s.dir.path().join("tls/ca.crt"))
+        .arg("--token-file")
+        .arg(token_file(s))
+        .args([
+            "--group",
+            "playground",
+            "--instance",
+            "counter-app",
+            "--ttl",
+            "6",
+            "--operation-id",
+            op,
+            "--records-dir",
+        ])
+        .arg(s.dir.path().join("records"))
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn record_path(s: &Setup, op: &str) -> PathBuf {
+    s.dir.path().join("records").join(format!("{op}.jsonl"))
+}
+
+fn steps(path: &Path) -> Vec<RecordLine> {
+    read_record(path).unwrap_or_default()
+}
+
+async fn wait_step(path: &Path, step: &str) {
+    for _ in 0..400 {
+        if steps(path).iter().any(|l| l.step == step) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "record {} never reached step {step}: {:?}",
+        path.display(),
+        steps(path)
+    );
+}
+
+async fn finish(child: Child) -> Output {
+    tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn order(lines: &[RecordLine]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| match &l.outcome {
+            Some(o) => format!("{}={o}", l.step),
+            None => l.step.clone(),
+        })
+        .collect()
+}
+
+async fn status(s: &Setup) -> Value {
+    reqwest::get(format!(
+        "http://127.0.0.1:{}/status?group=playground",
+        s.http
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap()
+}
+
+async fn stable(s: &Setup) {
+    for _ in 0..300 {
+        if status(s).await["groups"]["playground"]["deploy"]["stable"] == true {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the group never became stable: {}", status(s).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_holds_off_a_planned_failover_and_a_second_one_waits_its_turn() {
+    let s = setup().await;
+    let mut op = spawn_operator(&s, "operator.log");
+    wait_active(&s, "iad", 1).await;
+    stable(&s).await;
+
+    let script = r#"echo "$BLOODRAVEN_OPERATION_ID $BLOODRAVEN_TOPOLOGY_GENERATION $BLOODRAVEN_ACTIVE_SITE" > env.txt; touch "$BLOODRAVEN_DDL_MARKER"; while [ ! -f finish ]; do sleep 0.1; done"#;
+    let a = migrate_cmd(&s, "mig-happy", &["--ddl-marker"], script)
+        .spawn()
+        .unwrap();
+    let rec_a = record_path(&s, "mig-happy");
+    wait_step(&rec_a, "ddl-boundary").await;
+    assert_eq!(
+        std::fs::read_to_string(s.dir.path().join("env.txt"))
+            .unwrap()
+            .trim(),
+        "mig-happy 1 iad"
+    );
+
+    // A second migration waits for the mutex, politely.
+    let b = migrate_cmd(&s, "mig-second", &[], "true").spawn().unwrap();
+    wait_step(&record_path(&s, "mig-second"), "checked").await;
+    // A planned failover requested now waits behind the hold.
+    let out = Command::new(BIN)
+        .args([
+            "failover",
+            "--group",
+            "playground",
+            "--to",
+            "pdx",
+            "--wait",
+            "0s",
+            "--config",
+        ])
+        .arg(&s.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut deferred = Value::Null;
+    for _ in 0..100 {
+        let st = status(&s).await;
+        let pf = st["groups"]["playground"]["status"]["plannedFailover"].clone();
+        if pf["phase"] == "Deferred" {
+            deferred = pf;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        deferred["admission"]["deferReason"], "DeploymentHold",
+        "{deferred}"
+    );
+    assert_eq!(
+        deferred["admission"]["message"],
+        "deferred by failover-hold mig-happy (instance counter-app)"
+    );
+
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        status(&s).await["groups"]["playground"]["status"]["activeSite"],
+        "iad",
+        "the hold keeps the planned failover back"
+    );
+    std::fs::write(s.dir.path().join("finish"), "").unwrap();
+    let out_a = finish(a).await;
+    assert_eq!(
+        out_a.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out_a.stderr)
+    );
+    assert_eq!(
+        order(&steps(&rec_a)),
+        vec![
+            "checked",
+            "leases-acquired",
+            "command-started",
+            "ddl-boundary",
+            "hold-released",
+            "outcome=succeeded",
+            "migration-released"
+        ]
+    );
+    // The planned failover proceeds on its own once the hold is gone.
+    for _ in 0..200 {
+        let st = status(&s).await;
+        if st["groups"]["playground"]["status"]["plannedFailover"]["phase"] == "Succeeded" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        status(&s).await["groups"]["playground"]["status"]["activeSite"],
+        "pdx"
+    );
+    let out_b = finish(b).await;
+    let err_b = String::from_utf8_lossy(&out_b.stderr);
+    assert!(
+        err_b.contains(
+            "waiting: the migration lease is held by operation mig-happy (instance counter-app)"
+        ),
+        "{err_b}"
+    );
+    // It ran only after the first released the mutex (and after the failover settled).
+    assert_eq!(out_b.status.code(), Some(0), "{err_b}");
+    let rec_b = steps(&record_path(&s, "mig-second"));
+    let a_released = steps(&rec_a)
+        .iter()
+        .find(|l| l.step == "migration-released")
+        .unwrap()
+        .ts;
+    let b_acquired = rec_b
+        .iter()
+        .find(|l| l.step == "leases-acquired")
+        .unwrap()
+        .ts;
+    assert!(
+        b_acquired >= a_released,
+        "the second migration ran only after the first released the mutex"
+    );
+    assert_eq!(
+        rec_b
+            .iter()
+            .find(|l| l.outcome.is_some())
+            .unwrap()
+            .outcome
+            .as_deref(),
+        Some("succeeded")
+    );
+    // The operator heartbeat lines: renewals every ttl/3 while the command ran.
+    let log = std::fs::read_to_string(s.dir.path().join("operator.log")).unwrap();
+    let renewals = log
+        .lines()
+        .filter(|l| l.contains("\"handler\":\"renew\"") && l.contains("mig-happy"))
+        .count();
+    assert!(renewals >= 2, "{renewals} renewals");
+    let _ = op.kill();
+    let _ = op.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_killed_before_the_ddl_marker_runs_the_abort_command() {
+    let mut s = setup().await;
+    let mut op = spawn_operator(&s, "operator.log");
+    wait_active(&s, "iad", 1).await;
+    stable(&s).await;
+    let script = r#"while [ ! -f go ]; do sleep 0.1; done; touch "$BLOODRAVEN_DDL_MARKER"; echo continued > continued.txt"#;
+    let child = migrate_cmd(
+        &s,
+        "mig-before",
+        &[
+            "--ddl-marker",
+            "--abort-command",
+            "echo $BLOODRAVEN_OPERATION_ID > aborted.txt",
+            "--grace",
+            "2s",
+        ],
+        script,
+    )
+    .spawn()
+    .unwrap();
+    let rec = record_path(&s, "mig-before");
+    wait_step(&rec, "command-started").await;
+    s.harness.kill(0).unwrap();
+    let out = finish(child).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "aborted before DDL: {err}");
+    assert!(err.contains("revoked (TopologyChanged)"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(s.dir.path().join("aborted.txt"))
+            .unwrap()
+            .trim(),
+        "mig-before"
+    );
+    assert!(
+        !s.dir.path().join("continued.txt").exists(),
+        "the command was stopped before it went on"
+    );
+    let lines = steps(&rec);
+    assert_eq!(
+        order(&lines),
+        vec![
+            "checked",
+            "leases-acquired",
+            "command-started",
+            "authority-lost",
+            "command-terminated",
+            "hold-released",
+            "abort-command",
+            "outcome=aborted-before-ddl",
+            "migration-released"
+        ]
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .find(|l| l.step == "authority-lost")
+            .unwrap()
+            .str_field("reason"),
+        Some("revoked")
+    );
+    // The operation is tombstoned: once the group is stable again, running it again is refused
+    // with `revoked`.
+    s.harness.restart(0).await.unwrap();
+    stable(&s).await;
+    let again = migrate_cmd(&s, "mig-before", &[], "true").output().unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert!(String::from_utf8_lossy(&again.stderr).contains("was revoked earlier"));
+    let _ = op.kill();
+    let _ = op.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_killed_after_the_ddl_marker_needs_human_verification() {
+    let mut s = setup().await;
+    let mut op = spawn_operator(&s, "operator.log");
+    wait_active(&s, "iad", 1).await;
+    stable(&s).await;
+    let script =
+        r#"touch "$BLOODRAVEN_DDL_MARKER"; echo $$ > pid.txt; while true; do sleep 0.1; done"#;
+    let child = migrate_cmd(
+        &s,
+        "mig-after",
+        &[
+            "--ddl-marker",
+            "--abort-command",
+            "touch aborted.txt",
+            "--grace",
+            "2s",
+        ],
+        script,
+    )
+    .spawn()
+    .unwrap();
+    let rec = record_path(&s, "mig-after");
+    wait_step(&rec, "ddl-boundary").await;
+    s.harness.kill(0).unwrap();
+    let out = finish(child).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(err.contains("a human must verify the schema"), "{err}");
+    assert!(
+        !s.dir.path().join("aborted.txt").exists(),
+        "no abort after the DDL boundary"
+    );
+    let pid: i32 = std::fs::read_to_string(s.dir.path().join("pid.txt"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the migration command was terminated"
+    );
+    assert_eq!(
+        order(&steps(&rec)),
+        vec![
+            "checked",
+            "leases-acquired",
+            "command-started",
+            "ddl-boundary",
+            "authority-lost",
+            "command-terminated",
+            "hold-released",
+            "outcome=needs-human-verification",
+            "migration-released"
+        ]
+    );
+    let _ = op.kill();
+    let _ = op.wait();
+}
