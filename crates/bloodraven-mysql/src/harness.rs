@@ -93,6 +93,12 @@ pub struct HarnessOptions {
     pub buffer_pool: String,
     /// Stop servers with SIGTERM (clean shutdown) instead of SIGKILL on drop.
     pub graceful_shutdown: bool,
+    /// The accounts' passwords, when the data directories already hold them (a kept `dir`).
+    /// `None`: new random passwords.
+    pub accounts: Option<Accounts>,
+    /// Start servers with `read_only=ON` (as a production option file should): a restarted
+    /// server then accepts no write before something decides it may.
+    pub read_only_at_start: bool,
 }
 
 impl HarnessOptions {
@@ -103,6 +109,8 @@ impl HarnessOptions {
             ports: None,
             buffer_pool: "32M".into(),
             graceful_shutdown: false,
+            accounts: None,
+            read_only_at_start: false,
         }
     }
 }
@@ -187,6 +195,7 @@ pub struct Harness {
     servers: Vec<Server>,
     accounts: Accounts,
     wired_primary: Option<usize>,
+    read_only_at_start: bool,
 }
 
 impl fmt::Debug for Harness {
@@ -393,12 +402,12 @@ impl Harness {
             fs::write(&owner, std::process::id().to_string()).map_err(fs_err(&owner))?;
         }
         let template = template(&mariadbd)?;
-        let accounts = Accounts {
+        let accounts = opts.accounts.clone().unwrap_or_else(|| Accounts {
             admin: Credentials::new("root", ""),
             failover: Credentials::new("bloodraven", random_password()),
             replication: Credentials::new("repl", random_password()),
             app: Credentials::new("app", random_password()),
-        };
+        });
         let mut h = Harness {
             dir: dir.clone(),
             keep,
@@ -408,6 +417,7 @@ impl Harness {
             servers: Vec::new(),
             accounts,
             wired_primary: None,
+            read_only_at_start: opts.read_only_at_start,
         };
         for (i, name) in opts.names.iter().enumerate() {
             let sdir = dir.join(name);
@@ -475,9 +485,15 @@ impl Harness {
             .ok_or(HarnessError::NoSuchServer { index: i, count })
     }
 
+    /// Whether servers (re)started from now on start with `read_only=ON`.
+    pub fn set_read_only_at_start(&mut self, on: bool) {
+        self.read_only_at_start = on;
+    }
+
     fn spawn(&mut self, i: usize) -> Result<(), HarnessError> {
         let mariadbd = self.mariadbd.clone();
         let buffer_pool = self.buffer_pool.clone();
+        let read_only = self.read_only_at_start;
         let s = self.server_mut(i)?;
         let out = s.dir.join("stdout.log");
         let out_file = fs::File::create(&out).map_err(fs_err(&out))?;
@@ -505,6 +521,7 @@ impl Harness {
             .arg("--skip-name-resolve")
             .arg(format!("--innodb-buffer-pool-size={buffer_pool}"))
             .arg("--innodb-log-file-size=8M")
+            .args(read_only.then_some("--read-only=ON"))
             .stdin(Stdio::null())
             .stdout(out_file.try_clone().map_err(fs_err(&out))?)
             .stderr(out_file);
@@ -598,7 +615,11 @@ impl Harness {
         }
         self.wired_primary = Some(primary);
         self.wait_replicas_caught_up(primary, Duration::from_secs(30))
-            .await
+            .await?;
+        for s in &self.servers {
+            let _ = fs::write(s.dir.join("wired"), "");
+        }
+        Ok(())
     }
 
     /// Waits until every replica of `primary` runs both threads and has applied the primary's
@@ -644,6 +665,14 @@ impl Harness {
 
     pub fn accounts(&self) -> &Accounts {
         &self.accounts
+    }
+
+    /// Whether server `i`'s data directory existed before this harness started it (a kept
+    /// `dir`): such a server already has its accounts and replication, and needs no `wire`.
+    pub fn was_initialised(&self, i: usize) -> bool {
+        self.servers
+            .get(i)
+            .is_some_and(|s| s.dir.join("wired").is_file())
     }
 
     pub fn len(&self) -> usize {

@@ -6,6 +6,7 @@ mod deploy_cmd;
 mod failover_cmd;
 mod migrate_cmd;
 mod operator_cmd;
+mod playground_cmd;
 mod release_cmd;
 mod status_cmd;
 
@@ -32,6 +33,9 @@ enum Command {
     Status(status_cmd::StatusArgs),
     /// The deploy lease API: run a migration under the leases, observe, drive a lease, revoke all.
     Deploy(deploy_cmd::DeployArgs),
+    /// A whole failover group on this machine: MariaDB servers, operator, sidecars, a counter
+    /// app and a live dashboard.
+    Playground(playground_cmd::PlaygroundArgs),
     /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
     Release(release_cmd::ReleaseArgs),
 }
@@ -53,6 +57,7 @@ fn main() {
         Command::Failover(args) => std::process::exit(failover_cmd::run(&args)),
         Command::Status(args) => std::process::exit(status_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
+        Command::Playground(args) => std::process::exit(playground_cmd::run(args)),
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
     }
 }

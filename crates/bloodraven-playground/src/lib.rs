@@ -1,0 +1,140 @@
+//! The playground: a whole failover group on one machine.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`playground`] | starting and stopping everything: MariaDB servers, operator, sidecars, links; chaos actions |
+//! | [`proxy`] | loopback TCP proxies standing for network links (cut, heal) |
+//! | [`counter`] | the counter app (follows `/active-site`, never retries a write) |
+//! | [`dashboard`] | the live dashboard page, its event stream and the chaos API |
+//! | [`scenario`] | the seeds' scenarios as scripts that fail when the outcome does not happen |
+
+pub mod counter;
+pub mod dashboard;
+pub mod playground;
+pub mod proxy;
+pub mod scenario;
+
+use std::sync::Arc;
+
+use playground::{GROUP, Playground, PlaygroundError, PlaygroundOptions};
+use tokio::time::Instant;
+
+/// Starts the playground, prints where everything runs, serves the app and the dashboard,
+/// and stops everything on SIGINT/SIGTERM. Returns the process's exit code.
+pub async fn run(opts: PlaygroundOptions) -> i32 {
+    let started = Instant::now();
+    let step = std::sync::atomic::AtomicUsize::new(0);
+    let progress = |msg: &str| {
+        let n = step.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        eprintln!("[{n}] {msg}… ({:.1} s)", started.elapsed().as_secs_f64());
+    };
+    let pg = match Playground::start(opts, &progress).await {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return if matches!(e, PlaygroundError::PortInUse { .. }) {
+                2
+            } else {
+                1
+            };
+        }
+    };
+    let app = match serve(pg.app_addr, pg.counter.clone().router()).await {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            pg.shutdown().await;
+            return 1;
+        }
+    };
+    let dash = match serve(pg.dashboard_addr, dashboard::router(pg.clone())).await {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            pg.shutdown().await;
+            return 1;
+        }
+    };
+    progress("ready");
+    print_summary(&pg, app, dash);
+    bloodraven_runtime::shutdown::signal().await;
+    eprintln!("stopping everything the playground started…");
+    pg.shutdown().await;
+    eprintln!("stopped.");
+    0
+}
+
+async fn serve(
+    addr: std::net::SocketAddr,
+    router: axum::Router,
+) -> Result<std::net::SocketAddr, String> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let bound = l.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = axum::serve(l, router).await;
+    });
+    Ok(bound)
+}
+
+fn print_summary(pg: &Arc<Playground>, app: std::net::SocketAddr, dash: std::net::SocketAddr) {
+    let ca = pg.files.pki.ca_cert.display();
+    let deploy = pg.deploy_url();
+    println!();
+    println!("Bloodraven playground is running (Ctrl-C stops everything it started).");
+    println!();
+    println!("  dashboard         http://{dash}/");
+    println!("  counter app       http://{app}/api/counter   (POST /api/increment)");
+    println!(
+        "  operator          http://127.0.0.1:{}/status  (/active-site, /metrics)",
+        pg.opts.operator_port
+    );
+    println!("  deploy API (TLS)  {deploy}   CA: {ca}");
+    for (i, name) in playground::SITES.iter().enumerate() {
+        println!(
+            "  site {name:<7}      sidecar http://127.0.0.1:{}/status",
+            pg.sidecar_ports[i]
+        );
+    }
+    println!("  state and logs    {}", pg.dir.display());
+    println!();
+    println!("A deploy token for ci/deployer (authorized on MysqlDatabase counter-app):");
+    println!(
+        "  TOKEN=$(bloodraven token issue --config {} --namespace ci --service-account deployer)",
+        pg.files.config.display()
+    );
+    println!();
+    println!("The deploy API, as in the lease docs:");
+    println!(
+        "  curl -s --cacert {ca} -H \"Authorization: Bearer $TOKEN\" {deploy}/deploy/v1/groups/{GROUP}"
+    );
+    println!(
+        "  curl -s --cacert {ca} -H \"Authorization: Bearer $TOKEN\" -X POST {deploy}/deploy/v1/groups/{GROUP}/leases \\"
+    );
+    println!(
+        "       -d '{{\"kind\":\"migration\",\"operationId\":\"a1c3f0e2\",\"instance\":\"counter-app\",\"ttlSeconds\":30}}' -w ' %{{http_code}}\\n'"
+    );
+    println!(
+        "  curl -s --cacert {ca} -H \"Authorization: Bearer $TOKEN\" -X POST {deploy}/deploy/v1/groups/{GROUP}/leases \\"
+    );
+    println!(
+        "       -d '{{\"kind\":\"failover-hold\",\"operationId\":\"a1c3f0e2\",\"instance\":\"counter-app\",\"ttlSeconds\":30}}' -w ' %{{http_code}}\\n'"
+    );
+    println!();
+    println!("Chaos from the command line (same as the dashboard's buttons):");
+    println!(
+        "  bloodraven playground chaos kill-site iad      (restart-site, isolate-site, heal-site, failover pdx,"
+    );
+    println!(
+        "                                                 stop-operator, start-operator, take-lease, release-lease, revoke-all, increment)"
+    );
+    println!(
+        "  bloodraven playground scenario kill-primary    (operator-down, deferred-failover, kill-primary, isolate-primary)"
+    );
+    println!(
+        "  bloodraven failover --config {} --group {GROUP} --to pdx",
+        pg.files.config.display()
+    );
+    println!();
+}

@@ -1,0 +1,781 @@
+//! The playground: three MariaDB servers (`iad` primary, `pdx` primary-candidate, `reader`
+//! read-only) with GTID replication, the operator (a child process, embedded store, deploy API
+//! on TLS), one sidecar per site (child processes), the counter app and the dashboard, with
+//! every network link between them running through a [`LinkProxy`] that can be cut.
+//!
+//! It stops exactly what it started: its own child processes and servers, by pid.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::config::SiteRole;
+use bloodraven_core::contract::annotations::{PLANNED_FAILOVER, REVOKE_DEPLOYMENT_LEASES};
+use bloodraven_core::lease::LeaseKind;
+use bloodraven_core::resources::KIND_GROUP;
+use bloodraven_core::time::Clock as _;
+use bloodraven_deploy::lease::{HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig};
+use bloodraven_mysql::Credentials;
+use bloodraven_mysql::harness::{Accounts, Harness, HarnessOptions};
+use bloodraven_operator::auth::{self, SigningKey};
+use bloodraven_operator::local::{LocalFiles, LocalOptions, write_files};
+use bloodraven_runtime::clock::SystemClock;
+use bloodraven_store::{Durability, ObjectKey, SqliteStore, Store, StoreExt};
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+
+use crate::counter::{AppSite, COUNTER_DDL, CounterApp};
+use crate::proxy::LinkProxy;
+
+/// The group and its sites.
+pub const GROUP: &str = "playground";
+pub const NAMESPACE: &str = "default";
+pub const SITES: [&str; 3] = ["iad", "pdx", "reader"];
+const ROLES: [SiteRole; 3] = [
+    SiteRole::PrimaryCandidate,
+    SiteRole::PrimaryCandidate,
+    SiteRole::ReadOnly,
+];
+
+/// How to start.
+#[derive(Clone, Debug)]
+pub struct PlaygroundOptions {
+    /// Keep state here between runs; `None`: a temporary directory removed at the end.
+    pub dir: Option<PathBuf>,
+    /// Remove `dir` first.
+    pub reset: bool,
+    pub app_port: u16,
+    pub dashboard_port: u16,
+    pub operator_port: u16,
+    pub deploy_port: u16,
+    /// The `bloodraven` binary (the operator and the sidecars run as its subcommands).
+    pub exe: PathBuf,
+}
+
+/// Starting failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaygroundError {
+    #[error("port {port} ({what}) is in use; pick another with {flag}")]
+    PortInUse {
+        port: u16,
+        what: &'static str,
+        flag: &'static str,
+    },
+    #[error("MariaDB: {0}")]
+    Harness(#[from] bloodraven_mysql::harness::HarnessError),
+    #[error("MySQL: {0}")]
+    Mysql(#[from] bloodraven_mysql::MysqlError),
+    #[error("files: {0}")]
+    Files(#[from] bloodraven_operator::local::LocalError),
+    #[error("{what}: {detail}")]
+    Io { what: String, detail: String },
+    #[error("the operator did not become ready within {0} s (see {1})")]
+    OperatorNotReady(u64, String),
+    #[error("{0}")]
+    Other(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PlaygroundError {
+    let what = what.into();
+    move |e| PlaygroundError::Io {
+        what,
+        detail: e.to_string(),
+    }
+}
+
+/// Saved between runs (with `--dir`): the servers' ports and the accounts' passwords.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct Saved {
+    mysql_ports: Vec<u16>,
+    failover: (String, String),
+    replication: (String, String),
+    app: (String, String),
+}
+
+/// The links of one site.
+#[derive(Debug)]
+pub struct SiteLinks {
+    /// Operator and replicas → this site's MySQL.
+    pub mysql: LinkProxy,
+    /// Operator and peers → this site's sidecar.
+    pub sidecar: LinkProxy,
+    /// This site's sidecar → the operator.
+    pub to_operator: LinkProxy,
+}
+
+/// The running playground.
+pub struct Playground {
+    pub dir: PathBuf,
+    keep: bool,
+    pub files: LocalFiles,
+    pub harness: Mutex<Harness>,
+    pub links: Vec<SiteLinks>,
+    pub sidecar_ports: Vec<u16>,
+    operator: Mutex<Option<Child>>,
+    sidecars: Mutex<Vec<Option<Child>>>,
+    pub counter: Arc<CounterApp>,
+    pub store: SqliteStore,
+    key: SigningKey,
+    lease: Mutex<Option<LeaseSession>>,
+    pub opts: PlaygroundOptions,
+    pub app_addr: SocketAddr,
+    pub dashboard_addr: SocketAddr,
+}
+
+impl std::fmt::Debug for Playground {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Playground")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_port(port: u16, what: &'static str, flag: &'static str) -> Result<(), PlaygroundError> {
+    if port == 0 {
+        return Ok(());
+    }
+    TcpListener::bind(("127.0.0.1", port))
+        .map(drop)
+        .map_err(|_| PlaygroundError::PortInUse { port, what, flag })
+}
+
+fn free_port() -> Result<u16, PlaygroundError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(io("pick a free port"))
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+impl Playground {
+    /// Starts everything, reporting progress through `progress`.
+    pub async fn start(
+        opts: PlaygroundOptions,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Arc<Playground>, PlaygroundError> {
+        for (port, what, flag) in [
+            (opts.app_port, "counter app", "--app-port"),
+            (opts.dashboard_port, "dashboard", "--dashboard-port"),
+            (opts.operator_port, "operator", "--operator-port"),
+            (opts.deploy_port, "deploy API", "--deploy-port"),
+        ] {
+            check_port(port, what, flag)?;
+        }
+        let (dir, keep) = match &opts.dir {
+            Some(d) => (d.clone(), true),
+            None => (
+                std::env::temp_dir().join(format!("bloodraven-playground-{}", std::process::id())),
+                false,
+            ),
+        };
+        if opts.reset || !keep {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        std::fs::create_dir_all(dir.join("logs"))
+            .map_err(io(format!("create {}", dir.display())))?;
+        let saved_path = dir.join("playground.json");
+        let saved: Option<Saved> = std::fs::read_to_string(&saved_path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+
+        progress("starting MariaDB servers iad, pdx, reader");
+        let mut hopts = HarnessOptions::new(SITES);
+        hopts.dir = Some(dir.join("mysql"));
+        hopts.graceful_shutdown = true;
+        hopts.buffer_pool = "64M".into();
+        if let Some(s) = &saved {
+            hopts.ports = Some(s.mysql_ports.clone());
+            hopts.accounts = Some(Accounts {
+                admin: Credentials::new("root", ""),
+                failover: Credentials::new(s.failover.0.clone(), s.failover.1.clone()),
+                replication: Credentials::new(s.replication.0.clone(), s.replication.1.clone()),
+                app: Credentials::new(s.app.0.clone(), s.app.1.clone()),
+            });
+        }
+        // A kept playground restarts its servers read-only, then restores the site the stored
+        // status names as active (a fresh one is wired from scratch below).
+        let stored_active = stored_active_site(&dir.join("operator/data")).await;
+        hopts.read_only_at_start = saved.is_some();
+        let mut harness = Harness::start(hopts).await?;
+        harness.set_read_only_at_start(false);
+        let fresh = !harness.was_initialised(0);
+        if !fresh
+            && let Some(active) = &stored_active
+            && let Some(i) = SITES.iter().position(|s| s == active)
+        {
+            progress(&format!(
+                "restoring {active} (the active site of the previous run) as writable"
+            ));
+            harness.admin(i)?.unfence().await?;
+        }
+        if fresh {
+            progress(
+                "wiring GTID replication iad → pdx, reader; creating accounts and the counter table",
+            );
+            harness.wire(0).await?;
+            let admin = harness.admin(0)?;
+            for stmt in COUNTER_DDL {
+                admin.execute(stmt).await?;
+            }
+            harness
+                .wait_replicas_caught_up(0, Duration::from_secs(30))
+                .await?;
+        } else {
+            progress("reusing the servers' data from the previous run");
+        }
+        let a = harness.accounts().clone();
+        let saved = Saved {
+            mysql_ports: (0..SITES.len()).map(|i| harness.port(i)).collect(),
+            failover: (
+                a.failover.user.clone(),
+                a.failover.password.expose().to_string(),
+            ),
+            replication: (
+                a.replication.user.clone(),
+                a.replication.password.expose().to_string(),
+            ),
+            app: (a.app.user.clone(), a.app.password.expose().to_string()),
+        };
+        write_private(
+            &saved_path,
+            &serde_json::to_string_pretty(&saved).unwrap_or_default(),
+        )?;
+
+        progress("starting the network links (loopback proxies that can be cut)");
+        let operator_port = if opts.operator_port == 0 {
+            free_port()?
+        } else {
+            opts.operator_port
+        };
+        let deploy_port = if opts.deploy_port == 0 {
+            free_port()?
+        } else {
+            opts.deploy_port
+        };
+        let sidecar_ports: Vec<u16> = (0..SITES.len())
+            .map(|_| free_port())
+            .collect::<Result<_, _>>()?;
+        let mut links = Vec::new();
+        for (i, name) in SITES.iter().enumerate() {
+            let any = loopback(0);
+            links.push(SiteLinks {
+                mysql: LinkProxy::start(&format!("{name}-mysql"), any, loopback(harness.port(i)))
+                    .await
+                    .map_err(io("start a link proxy"))?,
+                sidecar: LinkProxy::start(
+                    &format!("{name}-sidecar"),
+                    any,
+                    loopback(sidecar_ports[i]),
+                )
+                .await
+                .map_err(io("start a link proxy"))?,
+                to_operator: LinkProxy::start(
+                    &format!("{name}-operator"),
+                    any,
+                    loopback(operator_port),
+                )
+                .await
+                .map_err(io("start a link proxy"))?,
+            });
+        }
+
+        progress("writing the operator's configuration, TLS certificates and token key");
+        let mut lo = LocalOptions::new(GROUP, ROLES.to_vec());
+        lo.namespace = NAMESPACE.into();
+        lo.mysql_ports = Some(links.iter().map(|l| l.mysql.port()).collect());
+        lo.sidecar_urls = links
+            .iter()
+            .map(|l| format!("http://127.0.0.1:{}", l.sidecar.port()))
+            .collect();
+        lo.poll_interval = "1s".into();
+        lo.failure_threshold = 3;
+        lo.failover_cooldown = "5s".into();
+        lo.drain_timeout = "5s".into();
+        lo.max_lag_wait = "30s".into();
+        lo.lease_timeout = "6s".into();
+        lo.peer_check_interval = "2s".into();
+        lo.http_listen = loopback(operator_port);
+        lo.https_listen = loopback(deploy_port);
+        let files = write_files(&dir.join("operator"), &harness, &lo)?;
+        let key = SigningKey::load(&files.token_key)
+            .map_err(|e| PlaygroundError::Other(e.to_string()))?;
+        let store = SqliteStore::open(
+            &files
+                .data_dir
+                .join(bloodraven_operator::operator::STORE_FILE),
+            Durability::Full,
+        )
+        .map_err(|e| PlaygroundError::Other(e.to_string()))?;
+
+        let app_sites = (0..SITES.len())
+            .map(|i| AppSite {
+                name: SITES[i].to_string(),
+                host: "127.0.0.1".into(),
+                port: harness.port(i),
+                opts: mysql_async::OptsBuilder::default()
+                    .ip_or_hostname("127.0.0.1")
+                    .tcp_port(harness.port(i))
+                    .prefer_socket(false)
+                    .user(Some(a.app.user.clone()))
+                    .pass(Some(a.app.password.expose().to_string()))
+                    .db_name(Some("app"))
+                    .into(),
+            })
+            .collect();
+        let counter = CounterApp::new(
+            app_sites,
+            &format!("http://127.0.0.1:{operator_port}"),
+            NAMESPACE,
+            GROUP,
+        );
+
+        let pg = Arc::new(Playground {
+            dir: dir.clone(),
+            keep,
+            files,
+            harness: Mutex::new(harness),
+            links,
+            sidecar_ports,
+            operator: Mutex::new(None),
+            sidecars: Mutex::new((0..SITES.len()).map(|_| None).collect()),
+            counter,
+            store,
+            key,
+            lease: Mutex::new(None),
+            app_addr: loopback(opts.app_port),
+            dashboard_addr: loopback(opts.dashboard_port),
+            opts: PlaygroundOptions {
+                operator_port,
+                deploy_port,
+                ..opts
+            },
+        });
+
+        progress("starting the operator");
+        pg.start_operator().await?;
+        progress("waiting for the operator to confirm the active site");
+        pg.wait_active(Duration::from_secs(60)).await?;
+        progress("starting one sidecar per site");
+        for i in 0..SITES.len() {
+            pg.start_sidecar(i).await?;
+        }
+        tokio::spawn(pg.counter.clone().follow());
+        Ok(pg)
+    }
+
+    fn operator_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.opts.operator_port)
+    }
+
+    pub fn deploy_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.opts.deploy_port)
+    }
+
+    /// Starts (or restarts) the operator process.
+    pub async fn start_operator(&self) -> Result<(), PlaygroundError> {
+        let mut slot = self.operator.lock().await;
+        if let Some(c) = slot.as_mut()
+            && c.try_wait().ok().flatten().is_none()
+        {
+            return Ok(());
+        }
+        let log = open_log(&self.dir.join("logs/operator.log"))?;
+        let child = Command::new(&self.opts.exe)
+            .args(["operator", "--config"])
+            .arg(&self.files.config)
+            .env("BLOODRAVEN_LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io("start the operator"))?;
+        *slot = Some(child);
+        drop(slot);
+        let url = format!("{}/readyz", self.operator_url());
+        for _ in 0..300 {
+            if reqwest::get(&url)
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(PlaygroundError::OperatorNotReady(
+            30,
+            self.dir.join("logs/operator.log").display().to_string(),
+        ))
+    }
+
+    /// Stops the operator process (SIGTERM).
+    pub async fn stop_operator(&self) {
+        let mut slot = self.operator.lock().await;
+        if let Some(mut c) = slot.take() {
+            terminate(&mut c).await;
+        }
+    }
+
+    pub async fn operator_running(&self) -> bool {
+        let mut slot = self.operator.lock().await;
+        slot.as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    async fn wait_active(&self, limit: Duration) -> Result<String, PlaygroundError> {
+        let url = format!(
+            "{}/active-site?namespace={NAMESPACE}&group={GROUP}",
+            self.operator_url()
+        );
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+                && let Ok(v) = r.json::<serde_json::Value>().await
+                && let Some(site) = v["activeSite"].as_str().filter(|s| !s.is_empty())
+            {
+                return Ok(site.to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(PlaygroundError::Other(
+            "the operator confirmed no active site in time".into(),
+        ))
+    }
+
+    /// Starts site `i`'s sidecar process.
+    pub async fn start_sidecar(&self, i: usize) -> Result<(), PlaygroundError> {
+        let mut slots = self.sidecars.lock().await;
+        if slots[i]
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        {
+            return Ok(());
+        }
+        let port = self.harness.lock().await.port(i);
+        let log = open_log(&self.dir.join(format!("logs/sidecar-{}.log", SITES[i])))?;
+        let mut cmd = Command::new(&self.opts.exe);
+        cmd.args([
+            "sidecar",
+            "--site",
+            SITES[i],
+            "--group",
+            GROUP,
+            "--namespace",
+            NAMESPACE,
+        ])
+        .arg("--operator")
+        .arg(format!(
+            "http://127.0.0.1:{}",
+            self.links[i].to_operator.port()
+        ))
+        .arg("--mysql")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--mysql-credentials-file")
+        .arg(&self.files.site_credentials)
+        .args(["--lease-timeout", "6s", "--peer-check-interval", "2s"])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", self.sidecar_ports[i]))
+        .env("BLOODRAVEN_LOG_FORMAT", "json");
+        for (j, l) in self.links.iter().enumerate() {
+            if j != i {
+                cmd.arg("--peer")
+                    .arg(format!("http://127.0.0.1:{}", l.sidecar.port()));
+            }
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io("start a sidecar"))?;
+        slots[i] = Some(child);
+        Ok(())
+    }
+
+    pub fn site_index(name: &str) -> Result<usize, PlaygroundError> {
+        SITES.iter().position(|s| *s == name).ok_or_else(|| {
+            PlaygroundError::Other(format!("no site {name:?} (sites: {})", SITES.join(", ")))
+        })
+    }
+
+    /// SIGKILLs a site's `mariadbd`.
+    pub async fn kill_site(&self, name: &str) -> Result<String, PlaygroundError> {
+        let i = Self::site_index(name)?;
+        self.harness.lock().await.kill(i)?;
+        Ok(format!("killed {name}'s mariadbd (SIGKILL)"))
+    }
+
+    /// Starts a killed site's `mariadbd` again (it comes back writable: watch it get fenced).
+    pub async fn restart_site(&self, name: &str) -> Result<String, PlaygroundError> {
+        let i = Self::site_index(name)?;
+        let mut h = self.harness.lock().await;
+        if h.is_running(i) {
+            return Ok(format!("{name}'s mariadbd is already running"));
+        }
+        h.restart(i).await?;
+        Ok(format!("restarted {name}'s mariadbd"))
+    }
+
+    /// Cuts every link of a site (to the operator, from the operator, to and from peers).
+    pub fn isolate_site(&self, name: &str) -> Result<String, PlaygroundError> {
+        let l = &self.links[Self::site_index(name)?];
+        l.mysql.cut();
+        l.sidecar.cut();
+        l.to_operator.cut();
+        Ok(format!(
+            "isolated {name}: its links to the operator and its peers are cut"
+        ))
+    }
+
+    pub fn heal_site(&self, name: &str) -> Result<String, PlaygroundError> {
+        let l = &self.links[Self::site_index(name)?];
+        l.mysql.heal();
+        l.sidecar.heal();
+        l.to_operator.heal();
+        Ok(format!("healed {name}'s links"))
+    }
+
+    pub fn isolated(&self, i: usize) -> bool {
+        self.links[i].mysql.is_cut()
+    }
+
+    async fn annotate(&self, key: &str, value: &str) -> Result<(), PlaygroundError> {
+        let k = ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP);
+        for _ in 0..5 {
+            let obj = self
+                .store
+                .get(&k)
+                .await
+                .map_err(|e| PlaygroundError::Other(e.to_string()))?
+                .ok_or_else(|| {
+                    PlaygroundError::Other("the group is not in the store yet".into())
+                })?;
+            let mut next = obj;
+            next.metadata
+                .annotations
+                .insert(key.to_string(), value.to_string());
+            match self.store.replace(next).await {
+                Ok(_) => return Ok(()),
+                Err(bloodraven_store::StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(PlaygroundError::Other(e.to_string())),
+            }
+        }
+        Err(PlaygroundError::Other("the group kept changing".into()))
+    }
+
+    /// Requests a planned failover (as `bloodraven failover` does).
+    pub async fn planned_failover(&self, to: &str) -> Result<String, PlaygroundError> {
+        Self::site_index(to)?;
+        self.annotate(PLANNED_FAILOVER, to).await?;
+        Ok(format!("requested a planned failover to {to}"))
+    }
+
+    /// Revokes every deploy lease (as `bloodraven deploy revoke-all` does).
+    pub async fn revoke_all(&self) -> Result<String, PlaygroundError> {
+        self.annotate(REVOKE_DEPLOYMENT_LEASES, &SystemClock.now().to_rfc3339())
+            .await?;
+        Ok("requested revocation of every deploy lease".into())
+    }
+
+    /// A deploy token for `ci/deployer` (valid one hour).
+    pub fn token(&self) -> Result<String, PlaygroundError> {
+        auth::issue(
+            &self.key,
+            "bloodraven-deploy",
+            "ci",
+            "deployer",
+            Duration::from_secs(3600),
+            SystemClock.now(),
+        )
+        .map_err(|e| PlaygroundError::Other(e.to_string()))
+    }
+
+    /// Takes the migration lease and the failover-hold for `counter-app`, heartbeating them
+    /// until released or lost.
+    pub async fn take_lease(&self) -> Result<String, PlaygroundError> {
+        let mut slot = self.lease.lock().await;
+        if let Some(s) = slot.as_ref()
+            && s.lost().borrow().is_none()
+        {
+            return Ok(format!("already holding {}", s.config().operation_id));
+        }
+        let token_path = self.dir.join("operator/playground.token");
+        write_private(&token_path, &self.token()?)?;
+        let api: Arc<dyn LeaseApi> = Arc::new(
+            HttpLeaseApi::new(
+                &self.deploy_url(),
+                &self.files.pki.ca_cert,
+                &token_path,
+                GROUP,
+                Duration::from_secs(5),
+            )
+            .map_err(|e| PlaygroundError::Other(e.to_string()))?,
+        );
+        let op = format!("playground-{}", SystemClock.now().unix_millis());
+        let s = LeaseSession::acquire(
+            api,
+            SessionConfig {
+                operation_id: op.clone(),
+                instance: "counter-app".into(),
+                ttl_seconds: 30,
+            },
+        )
+        .await
+        .map_err(|e| PlaygroundError::Other(e.to_string()))?;
+        *slot = Some(s);
+        Ok(format!(
+            "holding the migration lease and the failover-hold as {op} (instance counter-app)"
+        ))
+    }
+
+    /// Releases the playground's leases (hold first, then the mutex).
+    pub async fn release_lease(&self) -> Result<String, PlaygroundError> {
+        let Some(s) = self.lease.lock().await.take() else {
+            return Ok("no lease held".into());
+        };
+        s.stop_heartbeat().await;
+        let _ = s.release(LeaseKind::FailoverHold).await;
+        let _ = s.release(LeaseKind::Migration).await;
+        Ok(format!("released {}", s.config().operation_id))
+    }
+
+    /// The playground's own lease, if any: operation ID and whether authority was lost.
+    pub async fn lease_state(&self) -> Option<(String, Option<String>)> {
+        let slot = self.lease.lock().await;
+        slot.as_ref().map(|s| {
+            (
+                s.config().operation_id.clone(),
+                s.lost().borrow().as_ref().map(ToString::to_string),
+            )
+        })
+    }
+
+    /// Whether each site's `mariadbd` runs.
+    pub async fn servers_running(&self) -> Vec<bool> {
+        let mut h = self.harness.lock().await;
+        (0..SITES.len()).map(|i| h.is_running(i)).collect()
+    }
+
+    /// Runs a chaos action by name (the dashboard's buttons and `playground chaos`).
+    pub async fn chaos(&self, action: &str, site: Option<&str>) -> Result<String, PlaygroundError> {
+        let missing = || PlaygroundError::Other(format!("{action} needs a site"));
+        match action {
+            "increment" => {
+                let r = self.counter.increment().await;
+                Ok(format!(
+                    "increment on {}: {}{}",
+                    r.site,
+                    r.outcome,
+                    r.error.map(|e| format!(" ({e})")).unwrap_or_default()
+                ))
+            }
+            "failover" => self.planned_failover(site.ok_or_else(missing)?).await,
+            "kill-site" => self.kill_site(site.ok_or_else(missing)?).await,
+            "restart-site" => self.restart_site(site.ok_or_else(missing)?).await,
+            "isolate-site" => self.isolate_site(site.ok_or_else(missing)?),
+            "heal-site" => self.heal_site(site.ok_or_else(missing)?),
+            "stop-operator" => {
+                self.stop_operator().await;
+                Ok("stopped the operator".into())
+            }
+            "start-operator" => {
+                self.start_operator().await?;
+                Ok("started the operator".into())
+            }
+            "take-lease" => self.take_lease().await,
+            "release-lease" => self.release_lease().await,
+            "revoke-all" => self.revoke_all().await,
+            other => Err(PlaygroundError::Other(format!(
+                "unknown action {other:?} (increment, failover, kill-site, restart-site, isolate-site, heal-site, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
+            ))),
+        }
+    }
+
+    /// Stops everything this playground started.
+    pub async fn shutdown(&self) {
+        let _ = self.release_lease().await;
+        for c in self.sidecars.lock().await.iter_mut().flatten() {
+            terminate(c).await;
+        }
+        self.stop_operator().await;
+        // The harness stops its servers (SIGTERM) when dropped with the playground; make it
+        // explicit here so a kept directory is clean before we return.
+        let mut h = self.harness.lock().await;
+        for i in 0..SITES.len() {
+            if h.is_running(i) {
+                let _ = h.stop(i).await;
+            }
+        }
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// Every log file, by component.
+    pub fn logs(&self) -> BTreeMap<String, PathBuf> {
+        let mut m = BTreeMap::new();
+        m.insert("operator".into(), self.dir.join("logs/operator.log"));
+        for s in SITES {
+            m.insert(
+                format!("sidecar-{s}"),
+                self.dir.join(format!("logs/sidecar-{s}.log")),
+            );
+        }
+        m
+    }
+}
+
+/// The active site recorded in a kept operator store, if any.
+async fn stored_active_site(data_dir: &Path) -> Option<String> {
+    let path = data_dir.join(bloodraven_operator::operator::STORE_FILE);
+    if !path.is_file() {
+        return None;
+    }
+    let store = SqliteStore::open(&path, Durability::Full).ok()?;
+    let obj = store
+        .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
+        .await
+        .ok()??;
+    let body: bloodraven_core::resources::FailoverGroupBody = obj.decode().ok()?;
+    Some(body.status.active_site).filter(|s| !s.is_empty())
+}
+
+fn open_log(path: &Path) -> Result<std::fs::File, PlaygroundError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io(format!("open {}", path.display())))
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), PlaygroundError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, text).map_err(io(format!("write {}", path.display())))?;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    Ok(())
+}
+
+/// SIGTERM, then SIGKILL after 10 s.
+async fn terminate(c: &mut Child) {
+    if let Some(pid) = c.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        if tokio::time::timeout(Duration::from_secs(10), c.wait())
+            .await
+            .is_err()
+        {
+            let _ = c.kill().await;
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The seeds' scenarios, scripted against a running playground through its dashboard API. Each
+//! prints what it does and what it sees, and fails (non-zero exit) when the expected outcome
+//! does not happen in time.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// The scenarios, by name, with a one-line description.
+pub const SCENARIOS: [(&str, &str); 4] = [
+    (
+        "operator-down",
+        "stop the operator: writes keep landing on the primary and nothing fences",
+    ),
+    (
+        "deferred-failover",
+        "a live failover-hold defers a planned failover, which proceeds once released",
+    ),
+    (
+        "kill-primary",
+        "kill the primary's mariadbd: a new active site, a new generation, the counter keeps counting",
+    ),
+    (
+        "isolate-primary",
+        "cut the primary off: its sidecar fences it (rule #2) and the operator fails over",
+    ),
+];
+
+/// A scenario failed.
+#[derive(Debug, thiserror::Error)]
+#[error("scenario {scenario} failed: {reason}")]
+pub struct ScenarioError {
+    pub scenario: String,
+    pub reason: String,
+}
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    name: String,
+}
+
+impl Api {
+    fn fail(&self, reason: impl Into<String>) -> ScenarioError {
+        ScenarioError {
+            scenario: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    async fn state(&self) -> Result<Value, ScenarioError> {
+        let r = self
+            .http
+            .get(format!("{}/api/state", self.base))
+            .send()
+            .await
+            .map_err(|e| self.fail(format!("cannot reach the playground at {}: {e}", self.base)))?;
+        r.json()
+            .await
+            .map_err(|e| self.fail(format!("bad state: {e}")))
+    }
+
+    async fn act(&self, action: &str, site: Option<&str>) -> Result<String, ScenarioError> {
+        let url = match site {
+            Some(s) => format!("{}/api/chaos/{action}?site={s}", self.base),
+            None => format!("{}/api/chaos/{action}", self.base),
+        };
+        let r = self
+            .http
+            .post(url)
+            .send()
+            .await
+            .map_err(|e| self.fail(format!("{action}: {e}")))?;
+        let v: Value = r
+            .json()
+            .await
+            .map_err(|e| self.fail(format!("{action}: {e}")))?;
+        let message = v["message"].as_str().unwrap_or_default().to_string();
+        if v["ok"] == true {
+            println!("  → {message}");
+            Ok(message)
+        } else {
+            Err(self.fail(format!("{action}: {message}")))
+        }
+    }
+
+    async fn wait(
+        &self,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Result<Value, ScenarioError> {
+        println!("  … waiting (up to {} s) for {what}", limit.as_secs());
+        let started = Instant::now();
+        loop {
+            let s = self.state().await?;
+            if pred(&s) {
+                println!("  ✓ {what} after {:.1} s", started.elapsed().as_secs_f64());
+                return Ok(s);
+            }
+            if started.elapsed() > limit {
+                return Err(self.fail(format!(
+                    "{what} did not happen within {} s",
+                    limit.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    async fn increments(&self, n: usize) -> Result<(u64, u64), ScenarioError> {
+        let (mut ok, mut bad) = (0, 0);
+        for _ in 0..n {
+            let m = self.act("increment", None).await?;
+            if m.contains(": acknowledged") {
+                ok += 1;
+            } else {
+                bad += 1;
+            }
+        }
+        Ok((ok, bad))
+    }
+}
+
+fn site<'a>(s: &'a Value, name: &str) -> Option<&'a Value> {
+    s["sites"].as_array()?.iter().find(|x| x["name"] == name)
+}
+
+fn active(s: &Value) -> String {
+    s["activeSite"].as_str().unwrap_or_default().to_string()
+}
+
+fn other_candidate(s: &Value, not: &str) -> Option<String> {
+    s["sites"]
+        .as_array()?
+        .iter()
+        .find(|x| x["role"] == "primary-candidate" && x["name"] != not)
+        .and_then(|x| x["name"].as_str())
+        .map(str::to_string)
+}
+
+async fn healthy(api: &Api) -> Result<Value, ScenarioError> {
+    api.wait(
+        "a healthy group (stable, every site up)",
+        Duration::from_secs(60),
+        |s| {
+            s["deploy"]["stable"] == true
+                && s["operatorAnswering"] == true
+                && s["sites"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .all(|x| x["mysqlRunning"] == true && x["isolated"] == false)
+                })
+        },
+    )
+    .await
+}
+
+/// Runs scenario `name` against the playground whose dashboard is at `dashboard`.
+pub async fn run(name: &str, dashboard: &str) -> Result<(), ScenarioError> {
+    let api = Api {
+        base: dashboard.trim_end_matches('/').to_string(),
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(15))
+            .build()
+            .unwrap_or_default(),
+        name: name.to_string(),
+    };
+    let Some((_, about)) = SCENARIOS.iter().find(|(n, _)| *n == name) else {
+        return Err(api.fail(format!(
+            "unknown scenario (known: {})",
+            SCENARIOS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    println!("scenario {name}: {about}");
+    let s = healthy(&api).await?;
+    let primary = active(&s);
+    match name {
+        "operator-down" => {
+            api.act("stop-operator", None).await?;
+            let (ok, bad) = api.increments(5).await?;
+            if bad > 0 || ok != 5 {
+                return Err(api.fail(format!(
+                    "with the operator down, {bad} of 5 increments failed"
+                )));
+            }
+            println!("  ✓ 5 increments acknowledged on {primary} with the operator down");
+            println!("  … waiting 10 s (longer than the sidecars' leaseTimeout of 6 s)");
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let s = api.state().await?;
+            let fenced: Vec<&str> = s["sites"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|x| x["sidecar"]["selfFenced"] == true)
+                .filter_map(|x| x["name"].as_str())
+                .collect();
+            if !fenced.is_empty() {
+                return Err(api.fail(format!(
+                    "sites self-fenced with peers answering: {fenced:?}"
+                )));
+            }
+            let (ok, _) = api.increments(3).await?;
+            if ok != 3 {
+                return Err(api.fail("writes failed after the lease timeout with peers answering"));
+            }
+            println!("  ✓ nothing fenced: one answering peer suppresses rule #2");
+            api.act("start-operator", None).await?;
+            healthy(&api).await?;
+        }
+        "deferred-failover" => {
+            let target = other_candidate(&s, &primary)
+                .ok_or_else(|| api.fail("no other primary-candidate"))?;
+            api.act("take-lease", None).await?;
+            api.act("failover", Some(&target)).await?;
+            let s = api
+                .wait(
+                    "the planned failover deferred by the hold",
+                    Duration::from_secs(20),
+                    |s| {
+                        s["plannedFailover"]["phase"] == "Deferred"
+                            && s["plannedFailover"]["admission"]["deferReason"] == "DeploymentHold"
+                    },
+                )
+                .await?;
+            println!(
+                "  ✓ {}",
+                s["plannedFailover"]["admission"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            if active(&api.state().await?) != primary {
+                return Err(api.fail("the active site moved while the hold was live"));
+            }
+            api.act("release-lease", None).await?;
+            api.wait(
+                &format!("the planned failover to {target} to succeed"),
+                Duration::from_secs(30),
+                |s| s["plannedFailover"]["phase"] == "Succeeded" && active(s) == target,
+            )
+            .await?;
+        }
+        "kill-primary" => {
+            let generation = s["topologyGeneration"].as_u64().unwrap_or(0);
+            let before = s["counter"]["value"].as_i64().unwrap_or(0);
+            api.increments(3).await?;
+            api.act("kill-site", Some(&primary)).await?;
+            let s = api
+                .wait(
+                    "a new active site and generation",
+                    Duration::from_secs(30),
+                    |s| {
+                        let a = active(s);
+                        !a.is_empty()
+                            && a != primary
+                            && s["topologyGeneration"].as_u64().unwrap_or(0) > generation
+                    },
+                )
+                .await?;
+            let new = active(&s);
+            let mut ok = 0;
+            for _ in 0..40 {
+                if api
+                    .act("increment", None)
+                    .await?
+                    .contains(&format!("on {new}: acknowledged"))
+                {
+                    ok += 1;
+                    if ok >= 3 {
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            if ok < 3 {
+                return Err(api.fail(format!("the counter did not keep counting on {new}")));
+            }
+            let s = api
+                .wait(
+                    "the counter above its value before the failover",
+                    Duration::from_secs(10),
+                    |s| s["counter"]["value"].as_i64().unwrap_or(0) > before,
+                )
+                .await?;
+            println!("  ✓ counter {} on {new}", s["counter"]["value"]);
+            api.act("restart-site", Some(&primary)).await?;
+            api.wait(
+                &format!("{primary} back, fenced and replicating from {new}"),
+                Duration::from_secs(30),
+                |s| {
+                    site(s, &primary)
+                        .is_some_and(|x| x["state"] == "read-only" && x["replicating"] == true)
+                },
+            )
+            .await?;
+        }
+        "isolate-primary" => {
+            api.act("isolate-site", Some(&primary)).await?;
+            api.wait(
+                &format!("{primary}'s sidecar to fence it (rule #2)"),
+                Duration::from_secs(30),
+                |s| {
+                    site(s, &primary).is_some_and(|x| {
+                        x["sidecar"]["selfFenced"] == true && x["readOnly"] == true
+                    })
+                },
+            )
+            .await?;
+            api.wait("the operator to fail over", Duration::from_secs(30), |s| {
+                let a = active(s);
+                !a.is_empty() && a != primary
+            })
+            .await?;
+            api.act("heal-site", Some(&primary)).await?;
+            api.wait(
+                &format!("{primary} to rejoin as a replica"),
+                Duration::from_secs(30),
+                |s| {
+                    site(s, &primary)
+                        .is_some_and(|x| x["state"] == "read-only" && x["replicating"] == true)
+                },
+            )
+            .await?;
+        }
+        other => return Err(api.fail(format!("no script for {other}"))),
+    }
+    println!("scenario {name}: passed");
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! `bloodraven playground`: a whole failover group on this machine, with a counter app and a
+//! live dashboard; `playground chaos ACTION [SITE]` and `playground scenario NAME` drive a
+//! running one.
+
+use std::path::PathBuf;
+
+use bloodraven_playground::playground::PlaygroundOptions;
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct PlaygroundArgs {
+    #[command(subcommand)]
+    command: Option<PlaygroundCommand>,
+    /// Keep the state (servers' data, operator store, certificates) here between runs.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Start from scratch (removes --dir first).
+    #[arg(long)]
+    reset: bool,
+    /// The counter app's port.
+    #[arg(long, default_value_t = 8090)]
+    app_port: u16,
+    /// The dashboard's port.
+    #[arg(long, default_value_t = 8091)]
+    dashboard_port: u16,
+    /// The operator's plain HTTP port.
+    #[arg(long, default_value_t = 8082)]
+    operator_port: u16,
+    /// The deploy API's TLS port.
+    #[arg(long, default_value_t = 8443)]
+    deploy_port: u16,
+}
+
+#[derive(Debug, Subcommand)]
+enum PlaygroundCommand {
+    /// Run one chaos action against a running playground (the dashboard's buttons).
+    Chaos {
+        /// increment, failover, kill-site, restart-site, isolate-site, heal-site,
+        /// stop-operator, start-operator, take-lease, release-lease, revoke-all.
+        action: String,
+        /// The site, for the actions that take one.
+        site: Option<String>,
+        /// The running playground's dashboard.
+        #[arg(long, default_value = "http://127.0.0.1:8091")]
+        dashboard: String,
+    },
+    /// Run one of the seeds' scenarios against a running playground; exits non-zero when the
+    /// expected outcome does not happen.
+    Scenario {
+        /// operator-down, deferred-failover, kill-primary or isolate-primary.
+        name: String,
+        /// The running playground's dashboard.
+        #[arg(long, default_value = "http://127.0.0.1:8091")]
+        dashboard: String,
+    },
+}
+
+pub fn run(args: PlaygroundArgs) -> i32 {
+    let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    else {
+        eprintln!("error: cannot start the async runtime");
+        return 1;
+    };
+    match args.command {
+        Some(PlaygroundCommand::Chaos {
+            action,
+            site,
+            dashboard,
+        }) => rt.block_on(async move {
+            let url = match &site {
+                Some(s) => format!(
+                    "{}/api/chaos/{action}?site={s}",
+                    dashboard.trim_end_matches('/')
+                ),
+                None => format!("{}/api/chaos/{action}", dashboard.trim_end_matches('/')),
+            };
+            let client = reqwest::Client::new();
+            match client.post(&url).send().await {
+                Ok(r) => {
+                    let v: serde_json::Value = r.json().await.unwrap_or_default();
+                    let message = v["message"].as_str().unwrap_or_default();
+                    if v["ok"] == true {
+                        println!("{message}");
+                        0
+                    } else {
+                        eprintln!("error: {message}");
+                        2
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: no playground answers at {dashboard}: {e}");
+                    1
+                }
+            }
+        }),
+        Some(PlaygroundCommand::Scenario { name, dashboard }) => rt.block_on(async move {
+            match bloodraven_playground::scenario::run(&name, &dashboard).await {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    1
+                }
+            }
+        }),
+        None => {
+            let exe = match std::env::current_exe() {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("error: cannot find the bloodraven binary: {e}");
+                    return 1;
+                }
+            };
+            bloodraven_runtime::logging::init(bloodraven_runtime::logging::Format::Text);
+            rt.block_on(bloodraven_playground::run(PlaygroundOptions {
+                dir: args.dir,
+                reset: args.reset,
+                app_port: args.app_port,
+                dashboard_port: args.dashboard_port,
+                operator_port: args.operator_port,
+                deploy_port: args.deploy_port,
+                exe,
+            }))
+        }
+    }
+}
