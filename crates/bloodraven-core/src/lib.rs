@@ -10,6 +10,7 @@
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
 //! | [`health`] | `stable` / `unstableReason` and the grant and renewal gates |
 //! | [`release`] | release plans (pre-checks, store), the per-Deployment Lease, the rollout verdict |
+//! | [`fencing`] | the sidecar's two fencing rules, `TopologyCache` (Set/Adopt) and the lease |
 //! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
 //! | [`gtid`] | GTID sets of MariaDB and MySQL: parse, contains, subtract |
 //! | [`token`] | lease tokens and their hashes |
@@ -22,6 +23,7 @@
 pub mod config;
 pub mod contract;
 pub mod duration;
+pub mod fencing;
 pub mod gtid;
 pub mod health;
 pub mod lease;
