@@ -195,7 +195,7 @@ pub async fn run(
     let sidecar = tokio::select! {
         s = start => s?,
         () = &mut shutdown => {
-            info!("stopped during the startup safety net; the server stays fenced");
+            info!("stopped before the startup safety net completed; nothing was unfenced");
             return Ok(());
         }
     };

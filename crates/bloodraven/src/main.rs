@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod release_cmd;
+mod sidecar_cmd;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,11 +20,14 @@ struct Cli {
 enum Command {
     /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
     Release(release_cmd::ReleaseArgs),
+    /// The self-fencing sidecar of one MySQL server: safety net, fencing monitor, peer server.
+    Sidecar(sidecar_cmd::SidecarArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     match cli.command {
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
+        Command::Sidecar(args) => std::process::exit(sidecar_cmd::run(args)),
     }
 }
