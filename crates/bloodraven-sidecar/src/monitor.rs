@@ -133,13 +133,11 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             join_all((0..n).map(|i| bounded(limit, c.peer_ping(i)))),
             join_all((0..n).map(|i| bounded(limit, c.peer_active_site(i)))),
         );
-        let read_only = match self.db.read_only().await {
+        let fence_read = self.db.read_only().await;
+        let read_only = match &fence_read {
             Ok(true) => ReadOnlyState::ReadOnly,
             Ok(false) => ReadOnlyState::Writable,
-            Err(e) => {
-                warn!(site = %self.shared.identity.site, error = %e, "could not read the fence variable; the rules still run");
-                ReadOnlyState::Unreadable
-            }
+            Err(_) => ReadOnlyState::Unreadable,
         };
         if let Err(e) = &view {
             debug!(error = %e, "operator /active-site gave no view");
@@ -188,6 +186,19 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
                     p.as_ref().err(),
                     &mut changes,
                 );
+            }
+            let mysql_up = fence_read.is_ok();
+            if g.mysql_up != Some(mysql_up) {
+                match &fence_read {
+                    Err(e) => {
+                        warn!(site = %self.shared.identity.site, error = %e, "could not read the fence variable; the rules still run");
+                    }
+                    Ok(_) if g.mysql_up.is_some() => {
+                        info!(site = %self.shared.identity.site, "the fence variable is readable again");
+                    }
+                    Ok(_) => {}
+                }
+                g.mysql_up = Some(mysql_up);
             }
             g.last_tick = Some(wall);
             g.ticks += 1;

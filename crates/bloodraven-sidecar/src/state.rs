@@ -24,6 +24,8 @@ pub struct Inner {
     pub peer_contact: Vec<Option<Timestamp>>,
     /// Per peer: whether it answered at the last tick.
     pub peer_up: Vec<Option<bool>>,
+    /// Whether the fence variable could be read at the last tick.
+    pub mysql_up: Option<bool>,
     /// When the last tick started.
     pub last_tick: Option<Timestamp>,
     /// How many ticks ran.
@@ -64,6 +66,7 @@ impl Shared {
                 operator_up: None,
                 peer_contact: vec![None; n],
                 peer_up: vec![None; n],
+                mysql_up: None,
                 last_tick: None,
                 ticks: 0,
             }),
