@@ -3,8 +3,9 @@
 //!
 //! A [`FakeParty`] serves `/healthz`, `/active-site`, `/peer/ping` and `/peer/active-site` and can
 //! be switched between answering, `503`, silent (accepts, never answers) and down (not
-//! listening: connections are refused). Every response closes its connection, so switching to
-//! down takes effect at once for every client.
+//! listening: connections are refused). By default every response closes its connection, so
+//! switching to down takes effect at once for every client; [`FakeParty::start_keep_alive`]
+//! keeps connections open like a real server (for measurements, not for switching).
 
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -52,7 +53,7 @@ struct PartyState {
     /// While set, `/active-site` waits for it before answering.
     hold: Option<Arc<Notify>>,
     active_site_requests: u64,
-    /// When a request was last answered with 200.
+    /// When `/healthz` or `/peer/ping` last answered 200 (what the lease counts).
     last_answer: Option<Instant>,
     /// When `/active-site` or `/peer/active-site` first served each view (site, observedAt).
     served: Vec<(ActiveSite, Instant)>,
@@ -63,6 +64,7 @@ struct PartyState {
 pub struct FakeParty {
     pub url: String,
     addr: SocketAddr,
+    close: bool,
     state: Arc<Mutex<PartyState>>,
     server: Mutex<Option<JoinHandle<()>>>,
 }
@@ -92,7 +94,6 @@ fn serve_view(s: &Shared, v: &ActiveSite) {
     if !g.served.iter().any(|(x, _)| x == v) {
         g.served.push((v.clone(), Instant::now()));
     }
-    g.last_answer = Some(Instant::now());
 }
 
 async fn healthz(State(s): State<Shared>) -> Response {
@@ -153,25 +154,38 @@ async fn close_connection(mut r: Response) -> Response {
     r
 }
 
-fn router(s: Shared) -> Router {
-    Router::new()
+fn router(s: Shared, close: bool) -> Router {
+    let r = Router::new()
         .route("/healthz", get(healthz))
         .route("/active-site", get(active_site))
         .route("/peer/ping", get(peer_ping))
-        .route("/peer/active-site", get(peer_active_site))
-        .layer(axum::middleware::map_response(close_connection))
-        .with_state(s)
+        .route("/peer/active-site", get(peer_active_site));
+    let r = if close {
+        r.layer(axum::middleware::map_response(close_connection))
+    } else {
+        r
+    };
+    r.with_state(s)
 }
 
-fn spawn_server(listener: TcpListener, s: Shared) -> JoinHandle<()> {
+fn spawn_server(listener: TcpListener, s: Shared, close: bool) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let _ = axum::serve(listener, router(s)).await;
+        let _ = axum::serve(listener, router(s, close)).await;
     })
 }
 
 impl FakeParty {
-    /// Starts answering with `view`.
+    /// Starts answering with `view`; every response closes its connection.
     pub async fn start(view: Option<ActiveSite>) -> Arc<FakeParty> {
+        Self::start_with(view, true).await
+    }
+
+    /// Starts answering with `view`, keeping connections open between requests.
+    pub async fn start_keep_alive(view: Option<ActiveSite>) -> Arc<FakeParty> {
+        Self::start_with(view, false).await
+    }
+
+    async fn start_with(view: Option<ActiveSite>, close: bool) -> Arc<FakeParty> {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(PartyState {
@@ -182,10 +196,11 @@ impl FakeParty {
             last_answer: None,
             served: Vec::new(),
         }));
-        let server = spawn_server(listener, state.clone());
+        let server = spawn_server(listener, state.clone(), close);
         Arc::new(FakeParty {
             url: format!("http://{addr}"),
             addr,
+            close,
             state,
             server: Mutex::new(Some(server)),
         })
@@ -224,7 +239,7 @@ impl FakeParty {
                         }
                     }
                 };
-                spawn_server(listener, self.state.clone())
+                spawn_server(listener, self.state.clone(), self.close)
             }
         };
         *self.server.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
@@ -250,7 +265,7 @@ impl FakeParty {
         lock(&self.state).active_site_requests
     }
 
-    /// When a request was last answered with 200.
+    /// When `/healthz` or `/peer/ping` last answered 200.
     pub fn last_answer(&self) -> Option<Instant> {
         lock(&self.state).last_answer
     }
