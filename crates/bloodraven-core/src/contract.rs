@@ -32,6 +32,11 @@ pub mod logs {
         "safety net: no active site reported by operator, staying fenced";
     /// The operator named another site.
     pub const SAFETY_NET_STANDBY: &str = "safety net: confirmed standby site, staying fenced";
+    /// The operator named this site and the fence was cleared.
+    pub const SAFETY_NET_CLEARED: &str = "safety net: confirmed active site, fence cleared";
+    /// The operator named this site but clearing the fence failed.
+    pub const SAFETY_NET_CLEAR_FAILED: &str =
+        "safety net: confirmed active site but could not clear the fence, staying fenced";
     /// One line per deploy API request.
     pub const DEPLOY_API: &str = "deploy api";
 }
@@ -48,4 +53,24 @@ pub mod metrics {
     pub const DEPLOY_LEASES_ACTIVE: &str = "bloodraven_deploy_leases_active";
     pub const PLANNED_FAILOVERS_DEFERRED_TOTAL: &str =
         "bloodraven_planned_failovers_deferred_total";
+
+    /// Sidecar: confirmed self-fences, by `rule` ([`RULE_TOPOLOGY_MISMATCH`],
+    /// [`RULE_LEASE_EXPIRY`]).
+    pub const SIDECAR_FENCES_TOTAL: &str = "bloodraven_sidecar_fences_total";
+    /// Sidecar: duration of one monitor tick (gather, decide, act), a histogram.
+    pub const SIDECAR_TICK_DURATION_SECONDS: &str = "bloodraven_sidecar_tick_duration_seconds";
+    /// Sidecar: seconds since a `party` ([`PARTY_OPERATOR`], [`PARTY_PEERS`]) last answered.
+    pub const SIDECAR_LAST_CONTACT_AGE_SECONDS: &str =
+        "bloodraven_sidecar_last_contact_age_seconds";
+    /// Sidecar: 1 while the monitor's own fence is in effect.
+    pub const SIDECAR_SELF_FENCED: &str = "bloodraven_sidecar_self_fenced";
+
+    /// `rule` label value of rule #1.
+    pub const RULE_TOPOLOGY_MISMATCH: &str = "topology-mismatch";
+    /// `rule` label value of rule #2.
+    pub const RULE_LEASE_EXPIRY: &str = "lease-expiry";
+    /// `party` label value of the operator.
+    pub const PARTY_OPERATOR: &str = "operator";
+    /// `party` label value of the peers (any of them).
+    pub const PARTY_PEERS: &str = "peers";
 }

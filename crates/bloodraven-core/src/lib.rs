@@ -14,6 +14,7 @@
 //! | [`release`] | release plans (pre-checks, store), the per-Deployment Lease, the rollout verdict |
 //! | [`status`] | `MysqlFailoverGroup.status` and the health inputs it yields |
 //! | [`resources`] | stored object shapes: metadata, group, database, event bodies |
+//! | [`fencing`] | the sidecar's two fencing rules, `TopologyCache` (Set/Adopt) and the lease |
 //! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
 //! | [`gtid`] | GTID sets of MariaDB and MySQL: parse, contains, subtract |
 //! | [`token`] | lease tokens and their hashes |
@@ -27,6 +28,7 @@ pub mod config;
 pub mod contract;
 pub mod controller;
 pub mod duration;
+pub mod fencing;
 pub mod gtid;
 pub mod health;
 pub mod lease;

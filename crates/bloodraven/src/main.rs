@@ -8,6 +8,7 @@ mod migrate_cmd;
 mod operator_cmd;
 mod playground_cmd;
 mod release_cmd;
+mod sidecar_cmd;
 mod status_cmd;
 
 #[derive(Debug, Parser)]
@@ -38,6 +39,8 @@ enum Command {
     Playground(playground_cmd::PlaygroundArgs),
     /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
     Release(release_cmd::ReleaseArgs),
+    /// The self-fencing sidecar of one MySQL server: safety net, fencing monitor, peer server.
+    Sidecar(sidecar_cmd::SidecarArgs),
 }
 
 /// Per-group tasks the operator runs once it leads.
@@ -59,5 +62,6 @@ fn main() {
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
         Command::Playground(args) => std::process::exit(playground_cmd::run(args)),
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
+        Command::Sidecar(args) => std::process::exit(sidecar_cmd::run(args)),
     }
 }

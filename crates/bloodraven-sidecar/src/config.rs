@@ -1,0 +1,488 @@
+//! The sidecar's configuration: raw flag values in, a validated [`Settings`] out, and the
+//! timings derived from it ([`Timing`]).
+//!
+//! Validation happens once, at the edge, and collects every problem; each names the flag (e.g.
+//! `--lease-timeout`) and the rule. The three timing rules are the CRD's own
+//! ([`bloodraven_core::config::check_sidecar_timing`]). The credentials file is read here, so a
+//! missing or malformed file is a configuration error; its contents never appear in a message.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bloodraven_core::config::{FieldError, ValidationErrors, check_sidecar_timing, defaults};
+use bloodraven_core::duration::parse_duration;
+use bloodraven_core::names::{check_dns1123_label, check_dns1123_subdomain};
+use bloodraven_mysql::{Credentials, Endpoint, Timeouts};
+
+/// Flag names, as errors print them.
+pub mod flags {
+    pub const SITE: &str = "--site";
+    pub const GROUP: &str = "--group";
+    pub const NAMESPACE: &str = "--namespace";
+    pub const OPERATOR: &str = "--operator";
+    pub const PEER: &str = "--peer";
+    pub const MYSQL: &str = "--mysql";
+    pub const MYSQL_SOCKET: &str = "--mysql-socket";
+    pub const MYSQL_CREDENTIALS_FILE: &str = "--mysql-credentials-file";
+    pub const LEASE_TIMEOUT: &str = "--lease-timeout";
+    pub const PEER_CHECK_INTERVAL: &str = "--peer-check-interval";
+    pub const LISTEN: &str = "--listen";
+}
+
+/// Bounds derived from `peerCheckInterval`, in one place.
+pub mod limits {
+    use std::time::Duration;
+    /// Upper bound of one HTTP request to the operator or a peer.
+    pub const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+    /// Upper bound of one fence statement.
+    pub const MAX_FENCE_BOUND: Duration = Duration::from_secs(5);
+    /// Upper bound of one ordinary MySQL statement (reading the fence, probing).
+    pub const MAX_STATEMENT: Duration = Duration::from_secs(5);
+    /// Largest HTTP body the sidecar reads from the operator or a peer.
+    pub const MAX_BODY_BYTES: usize = 64 * 1024;
+    /// The default listen address.
+    pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+}
+
+/// Flag values as given (command line or environment), before validation.
+#[derive(Clone, Debug, Default)]
+pub struct RawSettings {
+    pub site: Option<String>,
+    pub group: Option<String>,
+    pub namespace: Option<String>,
+    pub operator: Option<String>,
+    pub peers: Vec<String>,
+    pub mysql: Option<String>,
+    pub mysql_socket: Option<PathBuf>,
+    pub mysql_credentials_file: Option<PathBuf>,
+    pub lease_timeout: Option<String>,
+    pub peer_check_interval: Option<String>,
+    pub listen: Option<String>,
+}
+
+/// Who this sidecar is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// This site's name (DNS-1123 label).
+    pub site: String,
+    pub group: String,
+    pub namespace: String,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub identity: Identity,
+    /// The operator's plain-HTTP base URL, without a trailing `/`.
+    pub operator: String,
+    /// Every peer sidecar's base URL, without a trailing `/`.
+    pub peers: Vec<String>,
+    pub mysql: Endpoint,
+    pub credentials: Credentials,
+    pub lease_timeout: Duration,
+    pub peer_check_interval: Duration,
+    pub listen: SocketAddr,
+}
+
+impl Settings {
+    pub fn timing(&self) -> Timing {
+        Timing::new(self.lease_timeout, self.peer_check_interval)
+    }
+}
+
+/// The sidecar's timings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    pub lease_timeout: Duration,
+    pub peer_check_interval: Duration,
+    /// Bound of each HTTP request: half a tick, at most [`limits::MAX_REQUEST_TIMEOUT`], so all
+    /// of a tick's requests (sent concurrently) end well before the next tick.
+    pub request_timeout: Duration,
+    /// Bound of one fence statement: one tick, at most [`limits::MAX_FENCE_BOUND`].
+    pub fence_bound: Duration,
+}
+
+impl Timing {
+    pub fn new(lease_timeout: Duration, peer_check_interval: Duration) -> Self {
+        Timing {
+            lease_timeout,
+            peer_check_interval,
+            request_timeout: (peer_check_interval / 2).min(limits::MAX_REQUEST_TIMEOUT),
+            fence_bound: peer_check_interval.min(limits::MAX_FENCE_BOUND),
+        }
+    }
+
+    /// The MySQL client's bounds: connecting like an HTTP request, statements within a tick.
+    pub fn mysql_timeouts(&self) -> Timeouts {
+        Timeouts {
+            connect: self.request_timeout,
+            statement: self.peer_check_interval.min(limits::MAX_STATEMENT),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn push(&mut self, field: &str, rule: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.to_string(),
+            rule: rule.into(),
+        });
+    }
+}
+
+fn required<'a>(e: &mut Errors, flag: &str, v: Option<&'a String>) -> Option<&'a str> {
+    match v.map(|s| s.trim()) {
+        Some(s) if !s.is_empty() => Some(s),
+        _ => {
+            e.push(flag, "is required");
+            None
+        }
+    }
+}
+
+/// Checks a base URL: `http://` or `https://`, a host, no credentials, no query or fragment.
+/// Returns it without a trailing `/`.
+pub fn check_base_url(url: &str) -> Result<String, &'static str> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| "must be an http:// or https:// URL")?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err("must be an http:// or https:// URL");
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("must name a host");
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("must not carry credentials (user:password@)");
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err("must not have a query or fragment");
+    }
+    Ok(parsed.as_str().trim_end_matches('/').to_string())
+}
+
+/// Parses `HOST:PORT` (`[v6]:PORT` for IPv6).
+fn parse_host_port(s: &str) -> Result<Endpoint, &'static str> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or("must be HOST:PORT, e.g. 127.0.0.1:3306")?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must be HOST:PORT with a host name or address");
+    }
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or("must be HOST:PORT with a port between 1 and 65535")?;
+    Ok(Endpoint::tcp(host, port))
+}
+
+fn duration(e: &mut Errors, flag: &str, v: Option<&String>, default: Duration) -> Duration {
+    match v {
+        None => default,
+        Some(raw) => match parse_duration(raw) {
+            Ok(d) => d,
+            Err(err) => {
+                e.push(flag, err.to_string());
+                default
+            }
+        },
+    }
+}
+
+/// Validates raw flag values into [`Settings`], reading the credentials file.
+pub fn validate(raw: &RawSettings) -> Result<Settings, ValidationErrors> {
+    let mut e = Errors::default();
+    let site = required(&mut e, flags::SITE, raw.site.as_ref()).unwrap_or_default();
+    if !site.is_empty()
+        && let Err(rule) = check_dns1123_label(site)
+    {
+        e.push(flags::SITE, rule);
+    }
+    let group = required(&mut e, flags::GROUP, raw.group.as_ref()).unwrap_or_default();
+    if !group.is_empty()
+        && let Err(rule) = check_dns1123_subdomain(group)
+    {
+        e.push(flags::GROUP, rule);
+    }
+    let namespace = raw.namespace.as_deref().unwrap_or("default").trim();
+    if let Err(rule) = check_dns1123_label(namespace) {
+        e.push(flags::NAMESPACE, rule);
+    }
+    let operator = match required(&mut e, flags::OPERATOR, raw.operator.as_ref()) {
+        Some(u) => check_base_url(u).unwrap_or_else(|rule| {
+            e.push(flags::OPERATOR, rule);
+            String::new()
+        }),
+        None => String::new(),
+    };
+    let mut peers: Vec<String> = Vec::new();
+    for p in raw.peers.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+        match check_base_url(p) {
+            Ok(u) if peers.contains(&u) => e.push(flags::PEER, format!("lists {u} twice")),
+            Ok(u) => peers.push(u),
+            Err(rule) => e.push(flags::PEER, format!("{rule} (got {p:?})")),
+        }
+    }
+    let mysql = match (
+        raw.mysql
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty()),
+        raw.mysql_socket.as_ref(),
+    ) {
+        (Some(_), Some(_)) => {
+            e.push(
+                flags::MYSQL,
+                "give either --mysql HOST:PORT or --mysql-socket PATH, not both",
+            );
+            None
+        }
+        (None, None) => {
+            e.push(
+                flags::MYSQL,
+                "is required (or --mysql-socket PATH): where this site's MySQL listens",
+            );
+            None
+        }
+        (Some(hp), None) => parse_host_port(hp)
+            .map_err(|rule| e.push(flags::MYSQL, rule))
+            .ok(),
+        (None, Some(path)) if path.as_os_str().is_empty() => {
+            e.push(flags::MYSQL_SOCKET, "must not be empty");
+            None
+        }
+        (None, Some(path)) => Some(Endpoint::unix(path)),
+    };
+    let credentials = match &raw.mysql_credentials_file {
+        None => {
+            e.push(
+                flags::MYSQL_CREDENTIALS_FILE,
+                "is required: a file with username= and password= lines",
+            );
+            None
+        }
+        Some(path) => Credentials::load(path)
+            .map_err(|err| e.push(flags::MYSQL_CREDENTIALS_FILE, err.to_string()))
+            .ok(),
+    };
+    let lease_timeout = duration(
+        &mut e,
+        flags::LEASE_TIMEOUT,
+        raw.lease_timeout.as_ref(),
+        defaults::LEASE_TIMEOUT,
+    );
+    let peer_check_interval = duration(
+        &mut e,
+        flags::PEER_CHECK_INTERVAL,
+        raw.peer_check_interval.as_ref(),
+        defaults::PEER_CHECK_INTERVAL,
+    );
+    if let Err(errs) = check_sidecar_timing("sidecar", lease_timeout, peer_check_interval) {
+        for fe in errs.0 {
+            let flag = if fe.field.ends_with("peerCheckInterval") {
+                flags::PEER_CHECK_INTERVAL
+            } else {
+                flags::LEASE_TIMEOUT
+            };
+            e.push(flag, fe.rule);
+        }
+    }
+    let listen_raw = raw
+        .listen
+        .as_deref()
+        .unwrap_or(limits::DEFAULT_LISTEN)
+        .trim();
+    let listen = listen_raw
+        .parse::<SocketAddr>()
+        .map_err(|_| {
+            e.push(
+                flags::LISTEN,
+                format!("must be ADDRESS:PORT, e.g. 0.0.0.0:8080 (got {listen_raw:?})"),
+            );
+        })
+        .ok();
+    match (e.0.is_empty(), mysql, credentials, listen) {
+        (true, Some(mysql), Some(credentials), Some(listen)) => Ok(Settings {
+            identity: Identity {
+                site: site.to_string(),
+                group: group.to_string(),
+                namespace: namespace.to_string(),
+            },
+            operator,
+            peers,
+            mysql,
+            credentials,
+            lease_timeout,
+            peer_check_interval,
+            listen,
+        }),
+        _ => Err(ValidationErrors(e.0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    type Mutation = fn(&mut RawSettings);
+
+    fn creds_file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    fn good(creds: &tempfile::NamedTempFile) -> RawSettings {
+        RawSettings {
+            site: Some("iad".into()),
+            group: Some("playground".into()),
+            namespace: None,
+            operator: Some("http://127.0.0.1:8082/".into()),
+            peers: vec![
+                "http://10.0.0.2:8080".into(),
+                "http://10.0.0.3:8080/".into(),
+            ],
+            mysql: Some("127.0.0.1:3307".into()),
+            mysql_socket: None,
+            mysql_credentials_file: Some(creds.path().to_path_buf()),
+            lease_timeout: None,
+            peer_check_interval: None,
+            listen: None,
+        }
+    }
+
+    #[test]
+    fn defaults_and_normalisation() {
+        let f = creds_file("username=bloodraven\npassword=s3cret\n");
+        let s = validate(&good(&f)).unwrap();
+        assert_eq!(s.identity.namespace, "default");
+        assert_eq!(s.operator, "http://127.0.0.1:8082");
+        assert_eq!(
+            s.peers,
+            vec!["http://10.0.0.2:8080", "http://10.0.0.3:8080"]
+        );
+        assert_eq!(s.lease_timeout, Duration::from_secs(20));
+        assert_eq!(s.peer_check_interval, Duration::from_secs(5));
+        assert_eq!(s.listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(s.mysql, Endpoint::tcp("127.0.0.1", 3307));
+        assert_eq!(s.credentials.user, "bloodraven");
+        assert!(!format!("{s:?}").contains("s3cret"));
+        let t = s.timing();
+        assert_eq!(t.request_timeout, Duration::from_secs(2));
+        assert_eq!(t.fence_bound, Duration::from_secs(5));
+        let t = Timing::new(Duration::from_secs(3), Duration::from_secs(1));
+        assert_eq!(t.request_timeout, Duration::from_millis(500));
+        assert_eq!(t.fence_bound, Duration::from_secs(1));
+        assert_eq!(t.mysql_timeouts().statement, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn raising_peer_check_interval_alone_names_lease_timeout() {
+        let f = creds_file("username=u\npassword=p\n");
+        let raw = RawSettings {
+            peer_check_interval: Some("10s".into()),
+            ..good(&f)
+        };
+        let err = validate(&raw).unwrap_err();
+        assert!(err.has("--lease-timeout"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("rule: leaseTimeout >= 3 × peerCheckInterval"),
+            "{err}"
+        );
+        let raw = RawSettings {
+            peer_check_interval: Some("10s".into()),
+            lease_timeout: Some("30s".into()),
+            ..good(&f)
+        };
+        assert!(validate(&raw).is_ok());
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        let f = creds_file("username=u\npassword=p\n");
+        let cases: Vec<(Mutation, &str)> = vec![
+            (|r| r.site = Some("Bad_Site".into()), "--site"),
+            (|r| r.site = None, "--site"),
+            (|r| r.group = Some(String::new()), "--group"),
+            (|r| r.namespace = Some("Nope".into()), "--namespace"),
+            (|r| r.operator = Some("ftp://x".into()), "--operator"),
+            (
+                |r| r.operator = Some("http://admin:hunter2@op:8082".into()),
+                "--operator",
+            ),
+            (|r| r.peers.push("not a url".into()), "--peer"),
+            (|r| r.peers.push("http://10.0.0.2:8080/".into()), "--peer"),
+            (|r| r.mysql = Some("127.0.0.1".into()), "--mysql"),
+            (|r| r.mysql = Some("127.0.0.1:0".into()), "--mysql"),
+            (|r| r.mysql = None, "--mysql"),
+            (
+                |r| r.mysql_socket = Some("/run/mysqld/mysqld.sock".into()),
+                "--mysql",
+            ),
+            (
+                |r| r.mysql_credentials_file = Some("/nonexistent/creds".into()),
+                "--mysql-credentials-file",
+            ),
+            (
+                |r| r.mysql_credentials_file = None,
+                "--mysql-credentials-file",
+            ),
+            (|r| r.lease_timeout = Some("20 s".into()), "--lease-timeout"),
+            (|r| r.lease_timeout = Some("2s".into()), "--lease-timeout"),
+            (
+                |r| r.peer_check_interval = Some("500ms".into()),
+                "--peer-check-interval",
+            ),
+            (|r| r.listen = Some("8080".into()), "--listen"),
+        ];
+        for (mutate, flag) in cases {
+            let mut raw = good(&f);
+            mutate(&mut raw);
+            let err = validate(&raw).unwrap_err();
+            assert!(err.has(flag), "{flag}: {err}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_credentials_file_never_echoes_its_contents() {
+        let f = creds_file("hunter2-password-line\n");
+        let err = validate(&good(&f)).unwrap_err();
+        assert!(err.has("--mysql-credentials-file"), "{err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn socket_and_ipv6() {
+        let f = creds_file("username=u\npassword=p\n");
+        let raw = RawSettings {
+            mysql: None,
+            mysql_socket: Some("/run/mysqld/mysqld.sock".into()),
+            ..good(&f)
+        };
+        let s = validate(&raw).unwrap();
+        assert_eq!(s.mysql, Endpoint::unix("/run/mysqld/mysqld.sock"));
+        let raw = RawSettings {
+            mysql: Some("[::1]:3306".into()),
+            ..good(&f)
+        };
+        assert_eq!(validate(&raw).unwrap().mysql, Endpoint::tcp("::1", 3306));
+        let raw = RawSettings {
+            peers: vec![],
+            ..good(&f)
+        };
+        assert!(
+            validate(&raw).unwrap().peers.is_empty(),
+            "no peers is allowed"
+        );
+    }
+}

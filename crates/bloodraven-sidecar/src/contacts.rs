@@ -1,0 +1,262 @@
+//! The gather step's outside world: the operator's `/healthz` and `/active-site`, every peer's
+//! `/peer/ping` and `/peer/active-site`.
+//!
+//! [`Contacts`] is the boundary the monitor and the safety net talk to; [`HttpContacts`] is the
+//! real one (reqwest, short per-request timeouts, bounded bodies, connections reused), and the
+//! monitor's tests use in-memory fakes. Every request carries `namespace` and `group`, so a
+//! sidecar or operator serving another group answers `404` instead of lending its view.
+//! This module decides nothing: answers are reported as they came.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bloodraven_core::names::check_dns1123_label;
+use bloodraven_core::wire::ActiveSite;
+use reqwest::{StatusCode, Url};
+
+use crate::config::{Identity, limits};
+
+/// Why a contact did not give a usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContactError {
+    #[error("no answer within {} ms", .0.as_millis())]
+    TimedOut(Duration),
+    #[error("request failed: {0}")]
+    Request(String),
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    #[error("answered a body that is not an active-site view: {0}")]
+    BadBody(String),
+}
+
+/// The parties a sidecar probes each tick. Peers are numbered `0..peer_count()`.
+pub trait Contacts: Send + Sync + 'static {
+    fn peer_count(&self) -> usize;
+    /// A peer's name for logs and `/status` (its base URL).
+    fn peer_name(&self, peer: usize) -> String;
+    /// `GET /healthz` on the operator: `Ok` on `200`.
+    fn operator_healthz(&self) -> impl Future<Output = Result<(), ContactError>> + Send;
+    /// `GET /active-site` on the operator: the authoritative view.
+    fn operator_active_site(&self)
+    -> impl Future<Output = Result<ActiveSite, ContactError>> + Send;
+    /// `GET /peer/ping` on a peer: `Ok` on `200`.
+    fn peer_ping(&self, peer: usize) -> impl Future<Output = Result<(), ContactError>> + Send;
+    /// `GET /peer/active-site` on a peer: its cached view, `None` when it has none (`204`).
+    fn peer_active_site(
+        &self,
+        peer: usize,
+    ) -> impl Future<Output = Result<Option<ActiveSite>, ContactError>> + Send;
+}
+
+/// The real contacts, over HTTP.
+#[derive(Debug, Clone)]
+pub struct HttpContacts {
+    client: reqwest::Client,
+    timeout: Duration,
+    operator_healthz: Url,
+    operator_active_site: Url,
+    peers: Vec<PeerUrls>,
+}
+
+#[derive(Debug, Clone)]
+struct PeerUrls {
+    base: String,
+    ping: Url,
+    active_site: Url,
+}
+
+/// `base` + `path` with the group's `namespace` and `group` as query parameters.
+fn endpoint(base: &str, path: &str, id: Option<&Identity>) -> Result<Url, ContactError> {
+    let mut url = Url::parse(&format!("{}{path}", base.trim_end_matches('/')))
+        .map_err(|e| ContactError::Request(format!("bad URL {base}{path}: {e}")))?;
+    if let Some(id) = id {
+        url.query_pairs_mut()
+            .append_pair("namespace", &id.namespace)
+            .append_pair("group", &id.group);
+    }
+    Ok(url)
+}
+
+impl HttpContacts {
+    /// Contacts for `identity`'s group: the operator at `operator`, peers at `peers` (base
+    /// URLs). Every request is bounded by `timeout`.
+    pub fn new(
+        identity: &Identity,
+        operator: &str,
+        peers: &[String],
+        timeout: Duration,
+    ) -> Result<Self, ContactError> {
+        bloodraven_runtime::tls::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(2)
+            .build()
+            .map_err(|e| ContactError::Request(format!("cannot build the HTTP client: {e}")))?;
+        let peers = peers
+            .iter()
+            .map(|p| {
+                Ok(PeerUrls {
+                    base: p.clone(),
+                    ping: endpoint(p, "/peer/ping", Some(identity))?,
+                    active_site: endpoint(p, "/peer/active-site", Some(identity))?,
+                })
+            })
+            .collect::<Result<_, ContactError>>()?;
+        Ok(HttpContacts {
+            client,
+            timeout,
+            operator_healthz: endpoint(operator, "/healthz", None)?,
+            operator_active_site: endpoint(operator, "/active-site", Some(identity))?,
+            peers,
+        })
+    }
+
+    async fn get(&self, url: &Url) -> Result<(StatusCode, Vec<u8>), ContactError> {
+        let request_error = |e: reqwest::Error| {
+            if e.is_timeout() {
+                ContactError::TimedOut(self.timeout)
+            } else {
+                ContactError::Request(e.to_string())
+            }
+        };
+        let mut resp = self
+            .client
+            .get(url.clone())
+            .send()
+            .await
+            .map_err(request_error)?;
+        let status = resp.status();
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(request_error)? {
+            if body.len() + chunk.len() > limits::MAX_BODY_BYTES {
+                return Err(ContactError::BadBody(format!(
+                    "larger than {} bytes",
+                    limits::MAX_BODY_BYTES
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((status, body))
+    }
+
+    fn peer(&self, peer: usize) -> Result<&PeerUrls, ContactError> {
+        self.peers
+            .get(peer)
+            .ok_or_else(|| ContactError::Request(format!("no peer with index {peer}")))
+    }
+}
+
+/// Parses and checks an active-site body: the site is empty or a DNS-1123 label.
+pub fn parse_view(body: &[u8]) -> Result<ActiveSite, ContactError> {
+    let v: ActiveSite =
+        serde_json::from_slice(body).map_err(|e| ContactError::BadBody(e.to_string()))?;
+    if !v.active_site.is_empty()
+        && let Err(rule) = check_dns1123_label(&v.active_site)
+    {
+        return Err(ContactError::BadBody(format!("activeSite {rule}")));
+    }
+    Ok(v)
+}
+
+impl Contacts for HttpContacts {
+    fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    fn peer_name(&self, peer: usize) -> String {
+        self.peers
+            .get(peer)
+            .map_or_else(|| format!("peer {peer}"), |p| p.base.clone())
+    }
+
+    async fn operator_healthz(&self) -> Result<(), ContactError> {
+        match self.get(&self.operator_healthz).await? {
+            (StatusCode::OK, _) => Ok(()),
+            (s, _) => Err(ContactError::Status(s.as_u16())),
+        }
+    }
+
+    async fn operator_active_site(&self) -> Result<ActiveSite, ContactError> {
+        match self.get(&self.operator_active_site).await? {
+            (StatusCode::OK, body) => parse_view(&body),
+            (s, _) => Err(ContactError::Status(s.as_u16())),
+        }
+    }
+
+    async fn peer_ping(&self, peer: usize) -> Result<(), ContactError> {
+        let url = &self.peer(peer)?.ping;
+        match self.get(url).await? {
+            (StatusCode::OK, _) => Ok(()),
+            (s, _) => Err(ContactError::Status(s.as_u16())),
+        }
+    }
+
+    async fn peer_active_site(&self, peer: usize) -> Result<Option<ActiveSite>, ContactError> {
+        let url = &self.peer(peer)?.active_site;
+        match self.get(url).await? {
+            (StatusCode::OK, body) => parse_view(&body).map(Some),
+            (StatusCode::NO_CONTENT, _) => Ok(None),
+            (s, _) => Err(ContactError::Status(s.as_u16())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> Identity {
+        Identity {
+            site: "iad".into(),
+            group: "playground".into(),
+            namespace: "default".into(),
+        }
+    }
+
+    #[test]
+    fn urls_carry_the_group() {
+        let c = HttpContacts::new(
+            &id(),
+            "http://op:8082",
+            &["http://10.0.0.2:8080/pdx".into()],
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert_eq!(c.operator_healthz.as_str(), "http://op:8082/healthz");
+        assert_eq!(
+            c.operator_active_site.as_str(),
+            "http://op:8082/active-site?namespace=default&group=playground"
+        );
+        assert_eq!(
+            c.peers[0].ping.as_str(),
+            "http://10.0.0.2:8080/pdx/peer/ping?namespace=default&group=playground"
+        );
+        assert_eq!(c.peer_name(0), "http://10.0.0.2:8080/pdx");
+        assert_eq!(c.peer_count(), 1);
+    }
+
+    #[test]
+    fn views_are_checked() {
+        let ok =
+            br#"{"activeSite":"iad","topologyGeneration":17,"observedAt":"2026-11-30T10:00:30Z"}"#;
+        assert_eq!(parse_view(ok).unwrap().active_site, "iad");
+        let none =
+            br#"{"activeSite":"","topologyGeneration":0,"observedAt":"2026-11-30T10:00:30Z"}"#;
+        assert_eq!(parse_view(none).unwrap().active_site, "");
+        for bad in [
+            &br#"{"activeSite":"Not A Site","topologyGeneration":1,"observedAt":"2026-11-30T10:00:30Z"}"#[..],
+            br#"{"activeSite":"iad","topologyGeneration":1,"observedAt":"yesterday"}"#,
+            br#"{"activeSite":"iad"}"#,
+            b"<html>",
+        ] {
+            assert!(
+                matches!(parse_view(bad), Err(ContactError::BadBody(_))),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The MySQL side of the sidecar: read the fence, fence, unfence (the safety net only), kill
+//! application sessions, probe for `/status`.
+//!
+//! [`Database`] is the boundary; the real implementation is the adapter's
+//! [`SiteClient`](bloodraven_mysql::SiteClient), and the monitor's tests use an in-memory fake.
+//! "Read-only" means the adapter's fence variable: `read_only` on MariaDB (which blocks `SUPER`
+//! too since 10.11), `super_read_only` on MySQL.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bloodraven_mysql::{FenceOutcome, KillReport, MysqlError, Probe, SiteClient};
+
+/// What the sidecar does to its own server.
+pub trait Database: Send + Sync + 'static {
+    /// Whether client writes are refused (the fence variable is set).
+    fn read_only(&self) -> impl Future<Output = Result<bool, MysqlError>> + Send;
+    /// Sets the fence, bounded by `bound`, and reports what the server says afterwards.
+    fn fence(&self, bound: Duration) -> impl Future<Output = FenceOutcome> + Send;
+    /// Clears the fence and confirms the server is writable.
+    fn unfence(&self) -> impl Future<Output = Result<(), MysqlError>> + Send;
+    /// Kills application sessions; never replication threads or the control plane's own.
+    fn kill_application_sessions(
+        &self,
+    ) -> impl Future<Output = Result<KillReport, MysqlError>> + Send;
+    /// Everything `/status` shows about the server.
+    fn probe(&self) -> impl Future<Output = Result<Probe, MysqlError>> + Send;
+}
+
+impl Database for SiteClient {
+    async fn read_only(&self) -> Result<bool, MysqlError> {
+        self.is_fenced().await
+    }
+
+    async fn fence(&self, bound: Duration) -> FenceOutcome {
+        SiteClient::fence(self, bound).await
+    }
+
+    async fn unfence(&self) -> Result<(), MysqlError> {
+        SiteClient::unfence(self).await
+    }
+
+    async fn kill_application_sessions(&self) -> Result<KillReport, MysqlError> {
+        SiteClient::kill_application_sessions(self).await
+    }
+
+    async fn probe(&self) -> Result<Probe, MysqlError> {
+        SiteClient::probe(self).await
+    }
+}

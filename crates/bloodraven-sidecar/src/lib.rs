@@ -1,0 +1,206 @@
+//! Bloodraven's sidecar: one per MySQL server. It stops its own server writing when it can no
+//! longer confirm it is the active site (SPEC §4, seed 02).
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`config`] | flags → validated [`config::Settings`]; derived timings |
+//! | [`contacts`] | the operator's and peers' endpoints ([`contacts::Contacts`], reqwest) |
+//! | [`database`] | the sidecar's MySQL operations ([`database::Database`], the adapter) |
+//! | [`safety_net`] | `RunSafetyNet`: fence first, ask the operator, clear only for this site |
+//! | [`monitor`] | the `FencingMonitor`: gather → decide → act every `peerCheckInterval` |
+//! | [`state`] | the monitor's memory, shared with the HTTP server |
+//! | [`server`] | `/health`, `/status`, `/peer/ping`, `/peer/active-site`, `/metrics` |
+//! | [`metrics`] | Prometheus metrics |
+//!
+//! The decisions (the two rules, `TopologyCache`, the lease, the re-arm) are pure functions in
+//! `bloodraven_core::fencing`; this crate gathers facts and acts. It never clears a fence after
+//! startup. [`Sidecar::start`] enforces the order: the safety net completes before the monitor is
+//! constructed and before the listener binds.
+
+pub mod config;
+pub mod contacts;
+pub mod database;
+pub mod metrics;
+pub mod monitor;
+pub mod safety_net;
+pub mod server;
+pub mod state;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bloodraven_mysql::SiteClient;
+use bloodraven_runtime::clock::SharedClock;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::config::{Identity, Settings, Timing};
+use crate::contacts::{ContactError, Contacts, HttpContacts};
+use crate::database::Database;
+use crate::metrics::Metrics;
+use crate::monitor::FencingMonitor;
+use crate::safety_net::{SafetyNetOutcome, run_safety_net};
+use crate::server::{App, router};
+use crate::state::Shared;
+
+/// The sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("failed to set up the HTTP client: {0}")]
+    HttpClient(ContactError),
+    #[error("failed to listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running sidecar: the monitor and the HTTP server, after the safety net.
+#[derive(Debug)]
+pub struct Sidecar {
+    /// Where the HTTP server listens.
+    pub addr: SocketAddr,
+    /// How the startup safety net ended.
+    pub safety_net: SafetyNetOutcome,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    monitor: JoinHandle<()>,
+    server: JoinHandle<()>,
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    // An error means the sender is gone, which also means stop.
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+impl Sidecar {
+    /// Runs the safety net, then binds `listen` and starts the HTTP server and the monitor.
+    /// Drop the future to give up during the safety net.
+    pub async fn start<C: Contacts, D: Database>(
+        identity: Identity,
+        contacts: Arc<C>,
+        db: Arc<D>,
+        timing: Timing,
+        listen: SocketAddr,
+        clock: SharedClock,
+    ) -> Result<Sidecar, StartError> {
+        let safety_net = run_safety_net(&identity, &contacts, &db, timing).await;
+        let peers = (0..contacts.peer_count())
+            .map(|i| contacts.peer_name(i))
+            .collect();
+        let shared = Shared::new(identity, peers, timing, safety_net.view().cloned());
+        let metrics = Arc::new(Metrics::new());
+        let monitor =
+            FencingMonitor::new(contacts, db.clone(), shared.clone(), metrics.clone(), clock);
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: listen,
+            source,
+        })?;
+        let (stop, rx) = watch::channel(false);
+        let app = Arc::new(App {
+            shared: shared.clone(),
+            db,
+            metrics,
+        });
+        let shutdown = stopped(rx.clone());
+        let server = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router(app))
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        });
+        info!(
+            site = %shared.identity.site,
+            group = %shared.identity.group,
+            namespace = %shared.identity.namespace,
+            addr = %addr,
+            peers = shared.peers.len(),
+            lease_timeout = %bloodraven_core::duration::HumanDuration(timing.lease_timeout),
+            peer_check_interval = %bloodraven_core::duration::HumanDuration(timing.peer_check_interval),
+            "sidecar listening; fencing monitor started"
+        );
+        let monitor = tokio::spawn(monitor.run(stopped(rx)));
+        Ok(Sidecar {
+            addr,
+            safety_net,
+            shared,
+            stop,
+            monitor,
+            server,
+        })
+    }
+
+    /// The monitor's shared state.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Stops the monitor (after its current tick) and the HTTP server.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.monitor.await;
+        // Idle keep-alive connections from peers can hold a graceful shutdown open: give it a
+        // moment, then close the rest.
+        let mut server = self.server;
+        if tokio::time::timeout(std::time::Duration::from_secs(1), &mut server)
+            .await
+            .is_err()
+        {
+            server.abort();
+            let _ = server.await;
+        }
+    }
+}
+
+/// Runs the sidecar described by `settings` until `shutdown` resolves.
+pub async fn run(
+    settings: Settings,
+    clock: SharedClock,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    let timing = settings.timing();
+    let contacts = HttpContacts::new(
+        &settings.identity,
+        &settings.operator,
+        &settings.peers,
+        timing.request_timeout,
+    )
+    .map_err(StartError::HttpClient)?;
+    let db = SiteClient::new(
+        settings.identity.site.clone(),
+        settings.mysql.clone(),
+        settings.credentials.clone(),
+        timing.mysql_timeouts(),
+    );
+    tokio::pin!(shutdown);
+    let start = Sidecar::start(
+        settings.identity.clone(),
+        Arc::new(contacts),
+        Arc::new(db),
+        timing,
+        settings.listen,
+        clock,
+    );
+    let sidecar = tokio::select! {
+        s = start => s?,
+        () = &mut shutdown => {
+            info!("stopped before the startup safety net completed; nothing was unfenced");
+            return Ok(());
+        }
+    };
+    shutdown.await;
+    info!("shutting down");
+    sidecar.stop().await;
+    Ok(())
+}

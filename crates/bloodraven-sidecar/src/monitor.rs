@@ -1,0 +1,331 @@
+//! The `FencingMonitor`: every `peerCheckInterval`, gather → decide → act.
+//!
+//! - **Gather**: the operator's `/healthz` and `/active-site`, every peer's `/peer/ping` and
+//!   `/peer/active-site`, all at once, each bounded by the request timeout (so one slow peer
+//!   cannot stall the tick); then the server's fence variable.
+//! - **Decide**: [`MonitorState::observe`](bloodraven_core::fencing::MonitorState::observe) and
+//!   [`evaluate`], pure functions in the core.
+//! - **Act**: on a fence verdict, fence (bounded), then kill application sessions.
+//!
+//! The monitor only ever fences; it never clears a fence. `Fenced` is the only outcome that
+//! counts: `NotFenced` and `Unknown` are logged and the next tick looks again (after
+//! `NotFenced`, application sessions are killed first, because what blocks a fence is a running
+//! statement, a commit or `LOCK TABLES … WRITE` of one of them).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::contract::logs;
+use bloodraven_core::fencing::{ReadOnlyState, Rule, TickFacts, Verdict, ViewSource, evaluate};
+use bloodraven_mysql::FenceOutcome;
+use bloodraven_runtime::clock::SharedClock;
+use futures::future::join_all;
+use tokio::time::{Instant, MissedTickBehavior, timeout};
+use tracing::{debug, error, info, warn};
+
+use crate::contacts::{ContactError, Contacts};
+use crate::database::Database;
+use crate::metrics::Metrics;
+use crate::state::Shared;
+
+/// What one tick did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickReport {
+    pub verdict: Verdict,
+    /// The fence's outcome, when the verdict was to fence.
+    pub fence: Option<FenceOutcome>,
+    /// The monitor re-armed in this tick.
+    pub rearmed: bool,
+    /// Peers whose relayed view was adopted in this tick.
+    pub adopted_from: Vec<String>,
+}
+
+/// The fencing monitor of one site.
+#[derive(Debug)]
+pub struct FencingMonitor<C, D> {
+    contacts: Arc<C>,
+    db: Arc<D>,
+    shared: Arc<Shared>,
+    metrics: Arc<Metrics>,
+    clock: SharedClock,
+}
+
+async fn bounded<T>(
+    limit: Duration,
+    f: impl Future<Output = Result<T, ContactError>>,
+) -> Result<T, ContactError> {
+    timeout(limit, f)
+        .await
+        .unwrap_or(Err(ContactError::TimedOut(limit)))
+}
+
+/// A party's reachability changed: logged once per change, not every tick.
+enum Change {
+    Down(String, String),
+    Up(String),
+}
+
+fn note_change(
+    was: &mut Option<bool>,
+    now_up: bool,
+    who: &str,
+    err: Option<&ContactError>,
+    out: &mut Vec<Change>,
+) {
+    match (*was, now_up) {
+        (Some(false), true) => out.push(Change::Up(who.to_string())),
+        (Some(true) | None, false) => out.push(Change::Down(
+            who.to_string(),
+            err.map(ToString::to_string).unwrap_or_default(),
+        )),
+        _ => {}
+    }
+    *was = Some(now_up);
+}
+
+impl<C: Contacts, D: Database> FencingMonitor<C, D> {
+    /// A monitor on `shared` (whose lease window opened when it was created).
+    pub fn new(
+        contacts: Arc<C>,
+        db: Arc<D>,
+        shared: Arc<Shared>,
+        metrics: Arc<Metrics>,
+        clock: SharedClock,
+    ) -> Self {
+        FencingMonitor {
+            contacts,
+            db,
+            shared,
+            metrics,
+            clock,
+        }
+    }
+
+    /// Ticks every `peerCheckInterval` (the first tick at once) until `shutdown` resolves. A
+    /// tick in progress is finished, never cut short.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let mut interval = tokio::time::interval(self.shared.timing.peer_check_interval);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                _ = interval.tick() => {
+                    self.tick().await;
+                }
+            }
+        }
+        info!(site = %self.shared.identity.site, "fencing monitor stopped");
+    }
+
+    /// One tick: gather, decide, act.
+    pub async fn tick(&self) -> TickReport {
+        let started = Instant::now();
+        let wall = self.clock.now();
+        let limit = self.shared.timing.request_timeout;
+        let c = &*self.contacts;
+        let n = c.peer_count();
+        let (healthz, view, pings, views) = tokio::join!(
+            bounded(limit, c.operator_healthz()),
+            bounded(limit, c.operator_active_site()),
+            join_all((0..n).map(|i| bounded(limit, c.peer_ping(i)))),
+            join_all((0..n).map(|i| bounded(limit, c.peer_active_site(i)))),
+        );
+        let fence_read = self.db.read_only().await;
+        let read_only = match &fence_read {
+            Ok(true) => ReadOnlyState::ReadOnly,
+            Ok(false) => ReadOnlyState::Writable,
+            Err(_) => ReadOnlyState::Unreadable,
+        };
+        if let Err(e) = &view {
+            debug!(error = %e, "operator /active-site gave no view");
+        }
+        for (i, v) in views.iter().enumerate() {
+            if let Err(e) = v {
+                debug!(peer = %c.peer_name(i), error = %e, "peer /peer/active-site gave no view");
+            }
+        }
+        let facts = TickFacts {
+            sent_at: self.shared.mono(started),
+            now: self.shared.mono(Instant::now()),
+            operator_answered: healthz.is_ok(),
+            operator_view: view.ok(),
+            peers_answered: pings.iter().filter(|p| p.is_ok()).count(),
+            peer_views: views
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, v)| v.ok().flatten().map(|v| (i, v)))
+                .collect(),
+            read_only,
+        };
+
+        let mut changes = Vec::new();
+        let (observed, verdict, source, floor) = {
+            let mut g = self.shared.lock();
+            let observed = g.monitor.observe(&facts);
+            if healthz.is_ok() {
+                g.operator_contact = Some(wall);
+            }
+            note_change(
+                &mut g.operator_up,
+                healthz.is_ok(),
+                "operator",
+                healthz.as_ref().err(),
+                &mut changes,
+            );
+            for (i, p) in pings.iter().enumerate() {
+                if p.is_ok() {
+                    g.peer_contact[i] = Some(wall);
+                }
+                note_change(
+                    &mut g.peer_up[i],
+                    p.is_ok(),
+                    &c.peer_name(i),
+                    p.as_ref().err(),
+                    &mut changes,
+                );
+            }
+            let mysql_up = fence_read.is_ok();
+            if g.mysql_up != Some(mysql_up) {
+                match &fence_read {
+                    Err(e) => {
+                        warn!(site = %self.shared.identity.site, error = %e, "could not read the fence variable; the rules still run");
+                    }
+                    Ok(_) if g.mysql_up.is_some() => {
+                        info!(site = %self.shared.identity.site, "the fence variable is readable again");
+                    }
+                    Ok(_) => {}
+                }
+                g.mysql_up = Some(mysql_up);
+            }
+            g.last_tick = Some(wall);
+            g.ticks += 1;
+            let verdict = evaluate(&observed.snapshot);
+            let source = g.monitor.cache().source();
+            let floor = g.monitor.cache().floor();
+            (observed, verdict, source, floor)
+        };
+        for ch in changes {
+            match ch {
+                Change::Down(who, err) => {
+                    warn!(party = %who, error = %err, "no answer; the lease counts only answers");
+                }
+                Change::Up(who) => info!(party = %who, "answering again"),
+            }
+        }
+        let adopted_from: Vec<String> = observed
+            .adopted
+            .iter()
+            .filter_map(|&i| facts.peer_views.get(i))
+            .map(|(peer, v)| {
+                let name = c.peer_name(*peer);
+                info!(
+                    peer = %name,
+                    active_site = %v.active_site,
+                    topology_generation = v.topology_generation,
+                    observed_at = %v.observed_at,
+                    "adopted a newer active-site view relayed by a peer"
+                );
+                name
+            })
+            .collect();
+        if observed.rearmed {
+            info!(
+                site = %self.shared.identity.site,
+                floor = %floor.map(|f| f.to_string()).unwrap_or_default(),
+                "re-armed: the server is writable again after being read-only; topology cache cleared (views not newer than the floor are refused) and a fresh lease window opened"
+            );
+            self.metrics.set_self_fenced(false);
+        }
+
+        let fence = match &verdict {
+            Verdict::Fence(rule) => Some(self.fence(rule, source).await),
+            Verdict::AlreadyReadOnly | Verdict::Nothing => None,
+        };
+        self.metrics.tick(started.elapsed());
+        let (op_age, peer_age) = self.shared.contact_ages(Instant::now());
+        self.metrics.contact_ages(op_age, peer_age);
+        TickReport {
+            verdict,
+            fence,
+            rearmed: observed.rearmed,
+            adopted_from,
+        }
+    }
+
+    async fn fence(&self, rule: &Rule, source: Option<ViewSource>) -> FenceOutcome {
+        let site = &self.shared.identity.site;
+        let (n, label) = (rule.number(), rule.label());
+        let from = match (rule, source) {
+            (Rule::TopologyMismatch { .. }, Some(ViewSource::Operator)) => {
+                " (read from the operator)".to_string()
+            }
+            (Rule::TopologyMismatch { .. }, Some(ViewSource::Peer(p))) => {
+                format!(" (relayed by peer {})", self.contacts.peer_name(p))
+            }
+            _ => String::new(),
+        };
+        warn!(
+            rule = label,
+            site = %site,
+            "{} rule #{n} ({label}): {}{from}; setting the fence on {site}",
+            logs::SELF_FENCING,
+            rule.reason()
+        );
+        let outcome = self.db.fence(self.shared.timing.fence_bound).await;
+        match &outcome {
+            FenceOutcome::Fenced => {
+                self.shared.lock().monitor.fence_confirmed();
+                self.metrics.fenced(label);
+                self.metrics.set_self_fenced(true);
+                let killed = self.kill_sessions().await;
+                warn!(
+                    rule = label,
+                    site = %site,
+                    killed,
+                    "{} {site} is read-only (rule #{n}, {label}); killed {killed} application sessions; replication keeps applying",
+                    logs::SELF_FENCED
+                );
+            }
+            FenceOutcome::NotFenced { reason } => {
+                error!(
+                    rule = label,
+                    site = %site,
+                    reason = %reason,
+                    "fence not in effect (the fence variable reads back unset); killing application sessions so a blocked fence can land, then retrying next tick"
+                );
+                self.kill_sessions().await;
+            }
+            FenceOutcome::Unknown { reason } => {
+                error!(
+                    rule = label,
+                    site = %site,
+                    reason = %reason,
+                    "fence outcome unknown (the server could not be read back); probing again next tick"
+                );
+            }
+        }
+        outcome
+    }
+
+    /// Kills application sessions; returns how many are gone.
+    async fn kill_sessions(&self) -> usize {
+        match self.db.kill_application_sessions().await {
+            Ok(report) => {
+                for (id, reason) in &report.failed {
+                    warn!(connection = id, reason = %reason, "could not kill an application session; it may serve stale reads");
+                }
+                report.killed.len()
+            }
+            Err(e) => {
+                error!(error = %e, "could not kill application sessions; surviving sessions may serve stale reads");
+                0
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! `RunSafetyNet`: the one-shot startup check, run before the monitor exists and before the HTTP
+//! server listens. It is not a third rule and never runs again.
+//!
+//! It fences first and asks afterwards: set the fence (retrying until the server confirms it),
+//! then ask the operator for the active site once, and clear the fence only if the answer names
+//! this site. Every other answer — no answer, a bad answer, no active site, another site —
+//! leaves the server fenced, each with its own contract log line.
+
+use std::sync::Arc;
+
+use bloodraven_core::contract::logs;
+use bloodraven_core::wire::ActiveSite;
+use bloodraven_mysql::FenceOutcome;
+use tokio::time::{sleep, timeout};
+use tracing::{error, info, warn};
+
+use crate::config::{Identity, Timing};
+use crate::contacts::{ContactError, Contacts};
+use crate::database::Database;
+
+/// How the safety net ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SafetyNetOutcome {
+    /// The operator named this site; the fence was cleared.
+    Cleared(ActiveSite),
+    /// The operator named this site, but clearing the fence failed: still fenced.
+    ClearFailed { view: ActiveSite, reason: String },
+    /// The operator could not be asked, or answered badly: still fenced.
+    QueryFailed { reason: String },
+    /// The operator has no active site: still fenced.
+    NoActiveSite(ActiveSite),
+    /// The operator named another site: still fenced, a standby.
+    Standby(ActiveSite),
+}
+
+impl SafetyNetOutcome {
+    /// The operator's answer, if there was one (it seeds the monitor's cache).
+    pub fn view(&self) -> Option<&ActiveSite> {
+        match self {
+            SafetyNetOutcome::Cleared(v)
+            | SafetyNetOutcome::ClearFailed { view: v, .. }
+            | SafetyNetOutcome::NoActiveSite(v)
+            | SafetyNetOutcome::Standby(v) => Some(v),
+            SafetyNetOutcome::QueryFailed { .. } => None,
+        }
+    }
+
+    /// Whether the safety net left the server writable.
+    pub fn cleared(&self) -> bool {
+        matches!(self, SafetyNetOutcome::Cleared(_))
+    }
+}
+
+/// Runs the safety net for `identity`'s site. Returns only once the fence was confirmed and the
+/// operator was asked; cancel it (drop the future) to give up.
+pub async fn run_safety_net<C: Contacts, D: Database>(
+    identity: &Identity,
+    contacts: &Arc<C>,
+    db: &Arc<D>,
+    timing: Timing,
+) -> SafetyNetOutcome {
+    let site = &identity.site;
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
+        match db.fence(timing.fence_bound).await {
+            FenceOutcome::Fenced => break,
+            FenceOutcome::NotFenced { reason } => {
+                warn!(site = %site, attempt, reason = %reason, "safety net: fence not in effect yet; killing application sessions and retrying");
+                if let Err(e) = db.kill_application_sessions().await {
+                    warn!(error = %e, "safety net: could not kill application sessions");
+                }
+            }
+            FenceOutcome::Unknown { reason } => {
+                warn!(site = %site, attempt, reason = %reason, "safety net: cannot confirm the fence yet (server unreadable); retrying");
+            }
+        }
+        sleep(timing.peer_check_interval).await;
+    }
+    info!(site = %site, "safety net: fenced; asking the operator for the active site");
+    let answer = timeout(timing.request_timeout, contacts.operator_active_site())
+        .await
+        .unwrap_or(Err(ContactError::TimedOut(timing.request_timeout)));
+    match answer {
+        Err(e) => {
+            let reason = e.to_string();
+            warn!(site = %site, reason = %reason, "{}", logs::SAFETY_NET_QUERY_FAILED);
+            SafetyNetOutcome::QueryFailed { reason }
+        }
+        Ok(view) if view.active_site.is_empty() => {
+            warn!(site = %site, topology_generation = view.topology_generation, "{}", logs::SAFETY_NET_NO_ACTIVE_SITE);
+            SafetyNetOutcome::NoActiveSite(view)
+        }
+        Ok(view) if view.active_site != *site => {
+            info!(site = %site, active_site = %view.active_site, topology_generation = view.topology_generation, "{}", logs::SAFETY_NET_STANDBY);
+            SafetyNetOutcome::Standby(view)
+        }
+        Ok(view) => match db.unfence().await {
+            Ok(()) => {
+                info!(site = %site, topology_generation = view.topology_generation, "{}", logs::SAFETY_NET_CLEARED);
+                SafetyNetOutcome::Cleared(view)
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                error!(site = %site, reason = %reason, "{}", logs::SAFETY_NET_CLEAR_FAILED);
+                SafetyNetOutcome::ClearFailed { view, reason }
+            }
+        },
+    }
+}

@@ -1,0 +1,295 @@
+//! The sidecar's plain-HTTP server (`:8080`): `/health`, `/status`, `/peer/ping`,
+//! `/peer/active-site`, `/metrics`.
+//!
+//! Peers call `/peer/ping` and `/peer/active-site` with `namespace` and `group` query
+//! parameters; a sidecar of another group answers `404`, so a misconfigured peer list cannot
+//! lend a view (or a lease) across groups. Nothing here holds a secret: `/status` shows the
+//! server's state, the cached view and contact times, never credentials.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bloodraven_core::duration::HumanDuration;
+use bloodraven_core::fencing::ViewSource;
+use bloodraven_core::time::Timestamp;
+use bloodraven_core::wire::ActiveSite;
+use bloodraven_mysql::Probe;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::time::{Instant, timeout};
+
+use crate::database::Database;
+use crate::metrics::Metrics;
+use crate::state::Shared;
+
+/// The server's state.
+#[derive(Debug)]
+pub struct App<D> {
+    pub shared: Arc<Shared>,
+    pub db: Arc<D>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The routes.
+pub fn router<D: Database>(app: Arc<App<D>>) -> Router {
+    Router::new()
+        .route("/health", get(health::<D>))
+        .route("/status", get(status::<D>))
+        .route("/peer/ping", get(peer_ping::<D>))
+        .route("/peer/active-site", get(peer_active_site::<D>))
+        .route("/metrics", get(metrics::<D>))
+        .with_state(app)
+}
+
+/// The note `/status` carries while surviving sessions may serve stale reads.
+pub const STALE_READS_NOTE: &str = "client writes are refused, but fencing does not close connections: sessions that survived it may serve stale reads until this site is next promoted or demoted";
+
+#[derive(Debug, Deserialize)]
+struct GroupQuery {
+    namespace: Option<String>,
+    group: Option<String>,
+}
+
+/// `Some(404)` when the query names another group or namespace.
+fn wrong_group(shared: &Shared, q: &GroupQuery) -> Option<Response> {
+    let id = &shared.identity;
+    let mismatch = |given: &Option<String>, ours: &str| given.as_deref().is_some_and(|g| g != ours);
+    if mismatch(&q.namespace, &id.namespace) || mismatch(&q.group, &id.group) {
+        return Some(
+            (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({
+                "error": "unknown_group",
+                "message": format!("this sidecar belongs to group {} in namespace {}", id.group, id.namespace),
+            })),
+        )
+            .into_response(),
+        );
+    }
+    None
+}
+
+async fn health<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
+    let limit = app.shared.timing.mysql_timeouts().statement;
+    match timeout(limit, app.db.read_only()).await {
+        Ok(Ok(ro)) => (
+            StatusCode::OK,
+            axum::Json(json!({"mysql": "reachable", "read_only": ro})),
+        )
+            .into_response(),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"mysql": "unreachable", "error": e.to_string()})),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"mysql": "unreachable", "error": format!("no answer within {} ms", limit.as_millis())})),
+        )
+            .into_response(),
+    }
+}
+
+async fn peer_ping<D: Database>(
+    State(app): State<Arc<App<D>>>,
+    Query(q): Query<GroupQuery>,
+) -> Response {
+    if let Some(r) = wrong_group(&app.shared, &q) {
+        return r;
+    }
+    let id = &app.shared.identity;
+    axum::Json(json!({"site": id.site, "group": id.group, "namespace": id.namespace}))
+        .into_response()
+}
+
+async fn peer_active_site<D: Database>(
+    State(app): State<Arc<App<D>>>,
+    Query(q): Query<GroupQuery>,
+) -> Response {
+    if let Some(r) = wrong_group(&app.shared, &q) {
+        return r;
+    }
+    match app.shared.peer_view() {
+        Some(v) => axum::Json(v).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+async fn metrics<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
+    let (op, peers) = app.shared.contact_ages(Instant::now());
+    app.metrics.contact_ages(op, peers);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Serialize)]
+struct Replication {
+    io_running: bool,
+    sql_running: bool,
+    seconds_behind: Option<u64>,
+    source: String,
+    last_io_error: String,
+    last_sql_error: String,
+}
+
+#[derive(Debug, Serialize)]
+struct MysqlStatus {
+    reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    flavor: Option<String>,
+    read_only: Option<bool>,
+    /// `null` on MariaDB, which has no `super_read_only`.
+    super_read_only: Option<bool>,
+    gtid: Option<String>,
+    /// `null` when the server is not a replica.
+    replication: Option<Replication>,
+}
+
+#[derive(Debug, Serialize)]
+struct Topology {
+    #[serde(flatten)]
+    view: ActiveSite,
+    /// `operator`, or the base URL of the peer that relayed it.
+    source: String,
+}
+
+#[derive(Debug, Serialize)]
+struct PeerStatus {
+    url: String,
+    answering: Option<bool>,
+    last_contact: Option<Timestamp>,
+}
+
+#[derive(Debug, Serialize)]
+struct Status {
+    site: String,
+    group: String,
+    namespace: String,
+    /// `primary` (writable), `replica` (read-only, replicating), `fenced` (read-only, not a
+    /// replica) or `unknown` (MySQL unreachable).
+    role: &'static str,
+    mysql: MysqlStatus,
+    self_fenced: bool,
+    topology: Option<Topology>,
+    topology_floor: Option<Timestamp>,
+    last_operator_contact: Option<Timestamp>,
+    last_peer_contact: Option<Timestamp>,
+    peers: Vec<PeerStatus>,
+    silent_for_seconds: f64,
+    lease_timeout: String,
+    peer_check_interval: String,
+    last_tick: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'static str>,
+}
+
+fn mysql_status(probe: Result<Probe, String>) -> (MysqlStatus, &'static str) {
+    match probe {
+        Ok(p) => {
+            let fenced = p.fenced();
+            let role = match (fenced, &p.replica) {
+                (false, _) => "primary",
+                (true, Some(_)) => "replica",
+                (true, None) => "fenced",
+            };
+            let replication = p.replica.map(|r| Replication {
+                io_running: r.io_running,
+                sql_running: r.sql_running,
+                seconds_behind: r.seconds_behind,
+                source: format!("{}:{}", r.source_host, r.source_port),
+                last_io_error: r.last_io_error,
+                last_sql_error: r.last_sql_error,
+            });
+            (
+                MysqlStatus {
+                    reachable: true,
+                    error: None,
+                    flavor: Some(p.flavor.to_string()),
+                    read_only: Some(p.read_only),
+                    super_read_only: p.super_read_only,
+                    gtid: Some(p.gtid.to_string()),
+                    replication,
+                },
+                role,
+            )
+        }
+        Err(error) => (
+            MysqlStatus {
+                reachable: false,
+                error: Some(error),
+                flavor: None,
+                read_only: None,
+                super_read_only: None,
+                gtid: None,
+                replication: None,
+            },
+            "unknown",
+        ),
+    }
+}
+
+async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
+    let limit = app.shared.timing.mysql_timeouts().statement * 2;
+    let probe = match timeout(limit, app.db.probe()).await {
+        Ok(Ok(p)) => Ok(p),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {} ms", limit.as_millis())),
+    };
+    let (mysql, role) = mysql_status(probe);
+    let shared = &app.shared;
+    let now = shared.mono(Instant::now());
+    let g = shared.lock();
+    let cache = g.monitor.cache();
+    let topology = cache.get().map(|v| Topology {
+        view: v.clone(),
+        source: match cache.source() {
+            Some(ViewSource::Peer(p)) => shared
+                .peers
+                .get(p)
+                .cloned()
+                .unwrap_or_else(|| format!("peer {p}")),
+            Some(ViewSource::Operator) | None => "operator".to_string(),
+        },
+    });
+    let self_fenced = g.monitor.self_fenced();
+    let body = Status {
+        site: shared.identity.site.clone(),
+        group: shared.identity.group.clone(),
+        namespace: shared.identity.namespace.clone(),
+        role,
+        mysql,
+        self_fenced,
+        topology,
+        topology_floor: cache.floor(),
+        last_operator_contact: g.operator_contact,
+        last_peer_contact: g.peer_contact.iter().flatten().max().copied(),
+        peers: shared
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(i, url)| PeerStatus {
+                url: url.clone(),
+                answering: g.peer_up.get(i).copied().flatten(),
+                last_contact: g.peer_contact.get(i).copied().flatten(),
+            })
+            .collect(),
+        silent_for_seconds: g.monitor.lease().silent_for(now).as_secs_f64(),
+        lease_timeout: HumanDuration(shared.timing.lease_timeout).to_string(),
+        peer_check_interval: HumanDuration(shared.timing.peer_check_interval).to_string(),
+        last_tick: g.last_tick,
+        note: (self_fenced || role == "fenced").then_some(STALE_READS_NOTE),
+    };
+    drop(g);
+    axum::Json(body).into_response()
+}

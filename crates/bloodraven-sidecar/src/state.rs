@@ -1,0 +1,104 @@
+//! What the monitor knows, shared with the HTTP server: the core's
+//! [`MonitorState`] (topology cache, lease, re-arm memory) plus wall-clock contact times for
+//! humans. The lock is held only for short, synchronous sections, never across an `await`.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bloodraven_core::fencing::MonitorState;
+use bloodraven_core::time::Timestamp;
+use bloodraven_core::wire::ActiveSite;
+use tokio::time::Instant;
+
+use crate::config::{Identity, Timing};
+
+/// The monitor's memory and the facts `/status` reports.
+#[derive(Debug)]
+pub struct Inner {
+    pub monitor: MonitorState,
+    /// When the operator's `/healthz` last answered (wall clock).
+    pub operator_contact: Option<Timestamp>,
+    /// Whether the operator answered at the last tick (`None` before the first).
+    pub operator_up: Option<bool>,
+    /// Per peer: when its `/peer/ping` last answered.
+    pub peer_contact: Vec<Option<Timestamp>>,
+    /// Per peer: whether it answered at the last tick.
+    pub peer_up: Vec<Option<bool>>,
+    /// Whether the fence variable could be read at the last tick.
+    pub mysql_up: Option<bool>,
+    /// When the last tick started.
+    pub last_tick: Option<Timestamp>,
+    /// How many ticks ran.
+    pub ticks: u64,
+}
+
+/// State shared between the monitor and the HTTP server.
+#[derive(Debug)]
+pub struct Shared {
+    pub identity: Identity,
+    pub peers: Vec<String>,
+    pub timing: Timing,
+    origin: Instant,
+    inner: Mutex<Inner>,
+}
+
+impl Shared {
+    /// State for a monitor armed now, its cache seeded with `seed` (the safety net's answer).
+    pub fn new(
+        identity: Identity,
+        peers: Vec<String>,
+        timing: Timing,
+        seed: Option<ActiveSite>,
+    ) -> Arc<Self> {
+        let mut monitor = MonitorState::new(&identity.site, timing.lease_timeout, Duration::ZERO);
+        if let Some(v) = seed {
+            monitor.seed(v);
+        }
+        let n = peers.len();
+        Arc::new(Shared {
+            identity,
+            peers,
+            timing,
+            origin: Instant::now(),
+            inner: Mutex::new(Inner {
+                monitor,
+                operator_contact: None,
+                operator_up: None,
+                peer_contact: vec![None; n],
+                peer_up: vec![None; n],
+                mysql_up: None,
+                last_tick: None,
+                ticks: 0,
+            }),
+        })
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `at` on the monitor's monotonic time line (since the monitor was armed).
+    pub fn mono(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.origin)
+    }
+
+    /// The view `/peer/active-site` serves.
+    pub fn peer_view(&self) -> Option<ActiveSite> {
+        self.lock().monitor.cache().get().cloned()
+    }
+
+    /// Whether the monitor's own fence is in effect.
+    pub fn self_fenced(&self) -> bool {
+        self.lock().monitor.self_fenced()
+    }
+
+    /// Seconds since the operator and since any peer last answered, at `now` (since the monitor
+    /// was armed for a party that never answered).
+    pub fn contact_ages(&self, now: Instant) -> (Duration, Duration) {
+        let now = self.mono(now);
+        let g = self.lock();
+        let lease = g.monitor.lease();
+        let age = |t: Option<Duration>| now.saturating_sub(t.unwrap_or(Duration::ZERO));
+        (age(lease.last_operator()), age(lease.last_peer()))
+    }
+}

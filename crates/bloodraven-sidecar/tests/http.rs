@@ -1,0 +1,158 @@
+//! The sidecar's HTTP endpoints on a real server, with a real MariaDB behind them: what they
+//! say, that peers of another group get nothing, and that no credential ever shows.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bloodraven_core::contract::metrics as names;
+use bloodraven_core::wire::ActiveSite;
+use bloodraven_mysql::harness::Harness;
+use reqwest::StatusCode;
+use serde_json::Value;
+use support::{FakeParty, at, start_sidecar, view, wait_until};
+
+async fn get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    let r = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
+    let status = r.status();
+    (status, r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
+    let site = "http-iad";
+    let mut h = Harness::start_group(&[site, "http-pdx"]).await.unwrap();
+    let op = FakeParty::start(Some(view(site, 5, at(0)))).await;
+    let peer = FakeParty::start(None).await;
+    let sidecar = start_sidecar(
+        &h,
+        0,
+        site,
+        &op.url,
+        std::slice::from_ref(&peer.url),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    let addr = sidecar.addr;
+    let password = h.accounts().failover.password.expose().to_string();
+    // Let a tick or two record the contacts.
+    wait_until(Duration::from_secs(10), || async {
+        sidecar.shared().lock().ticks >= 2
+    })
+    .await
+    .expect("the monitor ticks");
+
+    let (code, body) = get(addr, "/health").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let health: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["mysql"], "reachable");
+    assert_eq!(health["read_only"], false);
+
+    let (code, body) = get(addr, "/status").await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(!body.contains(&password), "{body}");
+    let s: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["site"], site);
+    assert_eq!(s["group"], "playground");
+    assert_eq!(s["role"], "primary");
+    assert_eq!(s["mysql"]["read_only"], false);
+    assert_eq!(
+        s["mysql"]["super_read_only"],
+        Value::Null,
+        "MariaDB has none"
+    );
+    assert!(
+        s["mysql"]["flavor"]
+            .as_str()
+            .unwrap()
+            .starts_with("MariaDB")
+    );
+    assert!(!s["mysql"]["gtid"].as_str().unwrap().is_empty());
+    assert_eq!(s["mysql"]["replication"], Value::Null, "the primary");
+    assert_eq!(s["self_fenced"], false);
+    assert_eq!(s["topology"]["activeSite"], site);
+    assert_eq!(s["topology"]["topologyGeneration"], 5);
+    assert_eq!(s["topology"]["source"], "operator");
+    assert!(s["last_operator_contact"].is_string(), "{s}");
+    assert!(s["last_peer_contact"].is_string(), "{s}");
+    assert_eq!(s["peers"][0]["url"], peer.url.as_str());
+    assert_eq!(s["peers"][0]["answering"], true);
+    assert_eq!(s["lease_timeout"], "3s");
+    assert_eq!(s["peer_check_interval"], "1s");
+    assert!(
+        s.get("note").is_none(),
+        "a writable primary has no stale-read note"
+    );
+
+    // The peer endpoints serve the cache, to this group only.
+    let (code, body) = get(addr, "/peer/ping?namespace=default&group=playground").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let (code, body) = get(addr, "/peer/active-site?namespace=default&group=playground").await;
+    assert_eq!(code, StatusCode::OK);
+    let relayed: ActiveSite = serde_json::from_str(&body).unwrap();
+    assert_eq!(relayed, view(site, 5, at(0)));
+    for path in [
+        "/peer/ping?namespace=default&group=other",
+        "/peer/active-site?namespace=prod&group=playground",
+    ] {
+        let (code, body) = get(addr, path).await;
+        assert_eq!(code, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert!(body.contains("unknown_group"));
+    }
+
+    let (code, text) = get(addr, "/metrics").await;
+    assert_eq!(code, StatusCode::OK);
+    for name in [
+        names::SIDECAR_FENCES_TOTAL,
+        names::SIDECAR_TICK_DURATION_SECONDS,
+        names::SIDECAR_LAST_CONTACT_AGE_SECONDS,
+        names::SIDECAR_SELF_FENCED,
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert!(text.contains("bloodraven_sidecar_self_fenced 0"));
+    assert!(text.contains("bloodraven_sidecar_last_contact_age_seconds{party=\"operator\"}"));
+    assert!(!text.contains(&password));
+
+    // The replica's sidecar reports its replication state.
+    let replica = start_sidecar(
+        &h,
+        1,
+        "http-pdx",
+        &op.url,
+        &[],
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    assert!(!replica.safety_net.cleared(), "a standby stays fenced");
+    let (_, body) = get(replica.addr, "/status").await;
+    let r: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(r["role"], "replica", "{r}");
+    assert_eq!(r["mysql"]["read_only"], true);
+    assert_eq!(r["mysql"]["replication"]["io_running"], true, "{r}");
+    assert_eq!(r["mysql"]["replication"]["sql_running"], true, "{r}");
+    assert_eq!(
+        r["mysql"]["replication"]["source"],
+        format!("127.0.0.1:{}", h.port(0))
+    );
+    assert!(!body.contains(&password));
+    replica.stop().await;
+
+    // MySQL goes away: /health says so, /status still answers, without secrets.
+    h.kill(0).unwrap();
+    let (code, body) = get(addr, "/health").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body.contains("unreachable") && !body.contains(&password),
+        "{body}"
+    );
+    let (code, body) = get(addr, "/status").await;
+    assert_eq!(code, StatusCode::OK);
+    let s: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["role"], "unknown");
+    assert_eq!(s["mysql"]["reachable"], false);
+    assert!(s["mysql"]["error"].as_str().is_some_and(|e| !e.is_empty()));
+    assert!(!body.contains(&password), "{body}");
+    sidecar.stop().await;
+}

@@ -1,0 +1,143 @@
+//! `bloodraven sidecar`: the self-fencing sidecar of one MySQL server (SPEC §4, seed 02).
+//!
+//! Reads flags (each with an environment fallback), validates them with the sidecar's rules —
+//! a bad value exits with code 2 and a message naming the flag and the rule — then installs the
+//! log format and runs `bloodraven_sidecar::run` until SIGINT or SIGTERM.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use bloodraven_runtime::logging::{self, Format};
+use bloodraven_sidecar::config::{RawSettings, limits, validate};
+use clap::{Args, ValueEnum};
+
+/// Exit codes of `bloodraven sidecar`.
+pub mod exit {
+    /// Stopped by a signal.
+    pub const STOPPED: i32 = 0;
+    /// Could not run: the listener could not bind, the runtime could not start.
+    pub const ERROR: i32 = 1;
+    /// A bad flag or environment value (also clap's own code).
+    pub const USAGE: i32 = 2;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+#[derive(Debug, Args)]
+pub struct SidecarArgs {
+    /// This site's name, as in the group's spec (required).
+    #[arg(long, env = "BLOODRAVEN_SITE", value_name = "NAME")]
+    site: Option<String>,
+    /// The failover group's name (required).
+    #[arg(long, env = "BLOODRAVEN_GROUP", value_name = "NAME")]
+    group: Option<String>,
+    /// The group's namespace.
+    #[arg(
+        long,
+        env = "BLOODRAVEN_NAMESPACE",
+        value_name = "NAME",
+        default_value = "default"
+    )]
+    namespace: String,
+    /// The operator's plain-HTTP base URL, e.g. `http://bloodraven:8082` (required).
+    #[arg(long, env = "BLOODRAVEN_OPERATOR", value_name = "URL")]
+    operator: Option<String>,
+    /// A peer sidecar's base URL; repeat for every other site of the group (readers too).
+    /// The environment variable takes a comma-separated list.
+    #[arg(
+        long = "peer",
+        env = "BLOODRAVEN_PEERS",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    peers: Vec<String>,
+    /// This site's MySQL over TCP, HOST:PORT (or --mysql-socket).
+    #[arg(long, env = "BLOODRAVEN_MYSQL", value_name = "HOST:PORT")]
+    mysql: Option<String>,
+    /// This site's MySQL over a Unix socket (or --mysql).
+    #[arg(long, env = "BLOODRAVEN_MYSQL_SOCKET", value_name = "PATH")]
+    mysql_socket: Option<PathBuf>,
+    /// A file with `username=` and `password=` lines for the control-plane account (required).
+    #[arg(long, env = "BLOODRAVEN_MYSQL_CREDENTIALS_FILE", value_name = "PATH")]
+    mysql_credentials_file: Option<PathBuf>,
+    /// Rule #2 fences after the operator and every peer were silent for longer than this.
+    #[arg(
+        long,
+        env = "BLOODRAVEN_LEASE_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "20s"
+    )]
+    lease_timeout: String,
+    /// How often the fencing monitor ticks.
+    #[arg(
+        long,
+        env = "BLOODRAVEN_PEER_CHECK_INTERVAL",
+        value_name = "DURATION",
+        default_value = "5s"
+    )]
+    peer_check_interval: String,
+    /// Where the HTTP server listens (/health, /status, /peer/*, /metrics).
+    #[arg(long, env = "BLOODRAVEN_LISTEN", value_name = "ADDRESS:PORT", default_value = limits::DEFAULT_LISTEN)]
+    listen: String,
+    /// Log format on stderr.
+    #[arg(
+        long,
+        env = "BLOODRAVEN_LOG_FORMAT",
+        value_enum,
+        default_value = "json"
+    )]
+    log_format: LogFormat,
+}
+
+/// Runs the sidecar and returns the process's exit code.
+pub fn run(args: SidecarArgs) -> i32 {
+    let raw = RawSettings {
+        site: args.site,
+        group: args.group,
+        namespace: Some(args.namespace),
+        operator: args.operator,
+        peers: args.peers,
+        mysql: args.mysql,
+        mysql_socket: args.mysql_socket,
+        mysql_credentials_file: args.mysql_credentials_file,
+        lease_timeout: Some(args.lease_timeout),
+        peer_check_interval: Some(args.peer_check_interval),
+        listen: Some(args.listen),
+    };
+    let settings = match validate(&raw) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("error: {}: {}", e.field, e.rule);
+            }
+            return exit::USAGE;
+        }
+    };
+    logging::init(match args.log_format {
+        LogFormat::Json => Format::Json,
+        LogFormat::Text => Format::Text,
+    });
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")
+        .and_then(|rt| {
+            rt.block_on(bloodraven_sidecar::run(
+                settings,
+                bloodraven_runtime::clock::system(),
+                bloodraven_runtime::shutdown::signal(),
+            ))
+            .context("the sidecar could not run")
+        });
+    match result {
+        Ok(()) => exit::STOPPED,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "sidecar stopped with an error");
+            exit::ERROR
+        }
+    }
+}

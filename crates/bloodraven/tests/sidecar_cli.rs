@@ -1,0 +1,270 @@
+//! `bloodraven sidecar` as a process: bad values exit 2 naming the flag and the rule; against a
+//! real MariaDB server and a fake operator it runs the safety net, serves HTTP, fences, logs
+//! JSON lines without secrets and stops cleanly on SIGTERM.
+
+#[path = "../../bloodraven-sidecar/tests/support/mod.rs"]
+mod support;
+
+use std::io::Write;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use bloodraven_core::contract::logs;
+use bloodraven_mysql::harness::Harness;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use support::{FakeParty, at, free_port, view, wait_until};
+
+const ENV: [&str; 12] = [
+    "BLOODRAVEN_SITE",
+    "BLOODRAVEN_GROUP",
+    "BLOODRAVEN_NAMESPACE",
+    "BLOODRAVEN_OPERATOR",
+    "BLOODRAVEN_PEERS",
+    "BLOODRAVEN_MYSQL",
+    "BLOODRAVEN_MYSQL_SOCKET",
+    "BLOODRAVEN_MYSQL_CREDENTIALS_FILE",
+    "BLOODRAVEN_LEASE_TIMEOUT",
+    "BLOODRAVEN_PEER_CHECK_INTERVAL",
+    "BLOODRAVEN_LISTEN",
+    "BLOODRAVEN_LOG_FORMAT",
+];
+
+fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bloodraven"));
+    cmd.arg("sidecar").args(args).stdin(Stdio::null());
+    for k in ENV {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+fn output(args: &[&str], env: &[(&str, &str)]) -> Output {
+    command(args, env).output().unwrap()
+}
+
+fn creds(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn bad_values_exit_2_naming_the_flag_and_the_rule() {
+    let f = creds("username=bloodraven\npassword=pw\n");
+    let path = f.path().to_str().unwrap();
+    let base = [
+        "--site",
+        "iad",
+        "--group",
+        "playground",
+        "--operator",
+        "http://127.0.0.1:1",
+        "--mysql",
+        "127.0.0.1:3307",
+        "--mysql-credentials-file",
+        path,
+    ];
+
+    // Raising peerCheckInterval alone breaks leaseTimeout >= 3 × peerCheckInterval.
+    let mut args = base.to_vec();
+    args.extend(["--peer-check-interval", "10s"]);
+    let o = output(&args, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("error: --lease-timeout: "), "{e}");
+    assert!(
+        e.contains(
+            "rule: leaseTimeout >= 3 × peerCheckInterval; effective values 20s < 3 × 10s = 30s"
+        ),
+        "{e}"
+    );
+    assert!(o.stdout.is_empty());
+
+    // The same rules through the environment.
+    let o = output(&base, &[("BLOODRAVEN_PEER_CHECK_INTERVAL", "500ms")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("error: --peer-check-interval: must be >= 1s"),
+        "{}",
+        stderr(&o)
+    );
+    let o = output(&base, &[("BLOODRAVEN_LEASE_TIMEOUT", "2 s")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("error: --lease-timeout: must be a duration"));
+    let o = output(
+        &base,
+        &[("BLOODRAVEN_PEERS", "http://10.0.0.2:8080,ftp://10.0.0.3")],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("error: --peer: must be an http:// or https:// URL"));
+
+    // Everything missing: every required flag is named, all at once.
+    let o = output(&[], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    for flag in [
+        "--site",
+        "--group",
+        "--operator",
+        "--mysql",
+        "--mysql-credentials-file",
+    ] {
+        assert!(e.contains(&format!("error: {flag}: ")), "{flag}: {e}");
+    }
+
+    // A malformed credentials file is named, never echoed.
+    let bad = creds("hunter2-is-not-a-line\n");
+    let mut args = base.to_vec();
+    args[9] = bad.path().to_str().unwrap();
+    let o = output(&args, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("error: --mysql-credentials-file: "));
+    assert!(!stderr(&o).contains("hunter2"));
+
+    // clap's own refusals use the same code.
+    let mut args = base.to_vec();
+    args.extend(["--log-format", "xml"]);
+    assert_eq!(output(&args, &[]).status.code(), Some(2));
+}
+
+fn json_lines(text: &str) -> Vec<serde_json::Map<String, Value>> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| match v {
+            Value::Object(m) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+struct Running {
+    child: Child,
+    log: tempfile::NamedTempFile,
+}
+
+impl Running {
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_the_safety_net_serves_fences_and_stops_on_sigterm() {
+    bloodraven_runtime::tls::install_crypto_provider();
+    let site = "cli-iad";
+    let h = Harness::start_group(&[site]).await.unwrap();
+    let acct = &h.accounts().failover;
+    let password = acct.password.expose().to_string();
+    let f = creds(&format!("username={}\npassword={password}\n", acct.user));
+    let op = FakeParty::start(Some(view(site, 1, at(0)))).await;
+    let port = free_port();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mysql = format!("127.0.0.1:{}", h.port(0));
+    let listen = format!("127.0.0.1:{port}");
+    let mut cmd = command(
+        &[
+            "--site",
+            site,
+            "--group",
+            "playground",
+            "--operator",
+            &op.url,
+            "--mysql",
+            &mysql,
+            "--mysql-credentials-file",
+            f.path().to_str().unwrap(),
+            "--lease-timeout",
+            "3s",
+            "--peer-check-interval",
+            "1s",
+        ],
+        &[("BLOODRAVEN_LISTEN", &listen)],
+    );
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::from(log.reopen().unwrap()));
+    let mut running = Running {
+        child: cmd.spawn().unwrap(),
+        log,
+    };
+    let health = format!("http://{listen}/health");
+    wait_until(Duration::from_secs(30), || async {
+        matches!(reqwest::get(&health).await, Ok(r) if r.status() == 200)
+    })
+    .await
+    .unwrap_or_else(|| panic!("the sidecar never became healthy:\n{}", running.log()));
+    let status: Value = reqwest::get(format!("http://{listen}/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["role"], "primary", "{status}");
+    let msgs = |text: &str| -> Vec<String> {
+        json_lines(text)
+            .iter()
+            .filter_map(|r| r.get("msg").and_then(Value::as_str).map(str::to_string))
+            .collect()
+    };
+    assert!(
+        msgs(&running.log()).contains(&logs::SAFETY_NET_CLEARED.to_string()),
+        "{}",
+        running.log()
+    );
+
+    // The operator names another site: rule #1.
+    op.set_view(Some(view("cli-pdx", 2, at(10))));
+    let admin = h.admin(0).unwrap();
+    wait_until(Duration::from_secs(20), || async {
+        admin.is_fenced().await.unwrap_or(false)
+    })
+    .await
+    .expect("the sidecar fences its server");
+    wait_until(Duration::from_secs(5), || async {
+        msgs(&running.log())
+            .iter()
+            .any(|m| m.starts_with(logs::SELF_FENCED))
+    })
+    .await
+    .expect("SELF-FENCED is logged");
+    assert!(
+        msgs(&running.log())
+            .iter()
+            .any(|m| m.starts_with(logs::SELF_FENCING) && m.contains("rule #1"))
+    );
+
+    let pid = Pid::from_raw(i32::try_from(running.child.id()).unwrap());
+    kill(pid, Signal::SIGTERM).unwrap();
+    let code = wait_until(Duration::from_secs(15), || {
+        let done = matches!(running.child.try_wait(), Ok(Some(_)));
+        async move { done }
+    })
+    .await
+    .map(|_| running.child.wait().unwrap().code());
+    assert_eq!(code, Some(Some(0)), "{}", running.log());
+    let text = running.log();
+    assert!(!text.contains(&password), "a secret reached the log");
+    assert!(
+        text.lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok()),
+        "every line is JSON:\n{text}"
+    );
+    assert!(admin.is_fenced().await.unwrap(), "stopping never unfences");
+}
