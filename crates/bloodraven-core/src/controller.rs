@@ -272,7 +272,10 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
                 site: one.name.clone(),
             }),
             [] => {
-                if !all_unreachable && sites.iter().any(SiteView::reachable) {
+                // A site still settling (`Unknown`: answered but not yet confirmed, or not
+                // yet failed often enough) may turn out writable: say nothing until all have.
+                let settled = sites.iter().all(|s| s.state != SiteState::Unknown);
+                if settled && !all_unreachable && sites.iter().any(SiteView::reachable) {
                     let every_reachable_ro = sites
                         .iter()
                         .filter(|s| s.reachable())

@@ -73,6 +73,8 @@ pub struct Controller {
     sidecar_fenced: Vec<Option<bool>>,
     last_reassertion: Option<Timestamp>,
     raised: BTreeSet<String>,
+    /// When each site was last re-pointed, and to which source.
+    repointed: std::collections::BTreeMap<String, (String, Instant)>,
     http: reqwest::Client,
 }
 
@@ -149,6 +151,7 @@ impl Controller {
             sidecar_fenced: vec![None; n],
             last_reassertion: None,
             raised: BTreeSet::new(),
+            repointed: std::collections::BTreeMap::new(),
             http,
         }
     }
@@ -632,7 +635,17 @@ impl Controller {
                 Ok(ActOutcome::Done)
             }
             Action::Repoint { site } => {
+                // A re-pointed replica's IO thread needs a moment to connect; do not re-point it
+                // again on the next poll just because the probe has not seen it running yet.
+                let settle = (self.rt.config.poll_interval * 3).max(Duration::from_secs(3));
+                if self.repointed.get(site).is_some_and(|(source, at)| {
+                    *source == status.active_site && at.elapsed() < settle
+                }) {
+                    return Ok(ActOutcome::Done);
+                }
                 self.repoint(site, &status.active_site).await?;
+                self.repointed
+                    .insert(site.clone(), (status.active_site.clone(), Instant::now()));
                 tracing::info!(group = %self.group(), site, source = %status.active_site, "re-pointed a replica");
                 self.event(
                     EventType::Normal,

@@ -110,7 +110,10 @@ pub fn init(format: Format) -> bool {
         .with_writer(io::stderr);
     match format {
         Format::Json => builder.event_format(JsonLines).try_init().is_ok(),
-        Format::Text => builder.try_init().is_ok(),
+        Format::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
+            .try_init()
+            .is_ok(),
     }
 }
 

@@ -162,6 +162,22 @@ fn bootstrap_cases() {
 }
 
 #[test]
+fn no_primary_waits_until_every_site_has_settled() {
+    // A fresh group's first poll: iad answered writable once (not yet confirmed), the others
+    // are read-only. No alarm: iad is about to be bootstrapped.
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unknown;
+    let d = decide(&input(&sites, "", ""));
+    assert!(d.actions.is_empty() && d.alerts.is_empty(), "{d:?}");
+    // Settled read-only, or settled unreachable: now it is news.
+    for settled in [SiteState::ReadOnly, SiteState::Unreachable] {
+        sites[0].state = settled;
+        let d = decide(&input(&sites, "", ""));
+        assert_eq!(d.alerts, vec![Alert::NoPrimary], "iad {settled:?}");
+    }
+}
+
+#[test]
 fn emergency_failover_picks_the_most_advanced_candidate() {
     let mut sites = healthy_trio();
     sites[0].state = SiteState::Unreachable;

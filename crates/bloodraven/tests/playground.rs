@@ -1,0 +1,438 @@
+//! The playground as users run it: `bloodraven playground` as a process, driven through its
+//! counter app, its chaos CLI, its scenarios and — in headless Chromium — its dashboard.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Running {
+    child: Child,
+    dir: tempfile::TempDir,
+    app: String,
+    dashboard: String,
+}
+
+async fn get_json(url: &str) -> Value {
+    match reqwest::get(url).await {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+impl Running {
+    async fn state(&self) -> Value {
+        get_json(&format!("{}/api/state", self.dashboard)).await
+    }
+}
+
+/// Starts the playground and waits until it prints that it runs.
+fn start() -> Running {
+    bloodraven_runtime::tls::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let (app, dash, op, deploy) = (free_port(), free_port(), free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .args(["playground", "--dir"])
+        .arg(dir.path().join("pg"))
+        .args([
+            "--app-port",
+            &app.to_string(),
+            "--dashboard-port",
+            &dash.to_string(),
+        ])
+        .args([
+            "--operator-port",
+            &op.to_string(),
+            "--deploy-port",
+            &deploy.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut seen = String::new();
+    loop {
+        let Some(Ok(l)) = lines.next() else {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("the playground did not start:\n{seen}\n{err}");
+        };
+        seen.push_str(&l);
+        seen.push('\n');
+        if l.contains("Chaos from the command line") {
+            break;
+        }
+    }
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    if let Some(err) = child.stderr.take() {
+        std::thread::spawn(move || for _ in BufReader::new(err).lines() {});
+    }
+    assert!(
+        seen.contains(&format!("dashboard         http://127.0.0.1:{dash}/")),
+        "{seen}"
+    );
+    assert!(seen.contains("curl -s --cacert"), "{seen}");
+    Running {
+        child,
+        dir,
+        app: format!("http://127.0.0.1:{app}"),
+        dashboard: format!("http://127.0.0.1:{dash}"),
+    }
+}
+
+fn stop(mut r: Running) {
+    let pid = i32::try_from(r.child.id()).unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let status = r.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "the playground exits 0 on Ctrl-C: {status}"
+    );
+    // It stopped everything it started: no process runs on its directory any more.
+    let dir = r.dir.path().display().to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        assert!(!cmd.contains(&dir), "left running: {cmd}");
+    }
+}
+
+async fn wait(r: &Running, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..300 {
+        let s = r.state().await;
+        if pred(&s) {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}: {}", r.state().await);
+}
+
+fn chaos(r: &Running, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(["playground", "chaos"])
+        .args(args)
+        .args(["--dashboard", &r.dashboard])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "chaos {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn increment(r: &Running) -> Value {
+    reqwest::Client::new()
+        .post(format!("{}/api/increment", r.app))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counter_keeps_counting_across_a_failover() {
+    let r = start();
+    let s = wait(&r, "a stable group on iad", |s| {
+        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
+    })
+    .await;
+    assert_eq!(s["topologyGeneration"], 1);
+    for _ in 0..5 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    let c = get_json(&format!("{}/api/counter", r.app)).await;
+    assert_eq!(c["value"], 5);
+    assert_eq!(c["site"], "iad");
+    assert_eq!(c["readOnly"], false);
+    assert!(chaos(&r, &["kill-site", "iad"]).contains("killed iad"));
+    let s = wait(&r, "a new active site", |s| {
+        s["activeSite"] == "pdx" && s["topologyGeneration"].as_u64().unwrap_or(0) >= 2
+    })
+    .await;
+    assert_eq!(s["topologyGeneration"], 2);
+    let mut acked = 0;
+    for _ in 0..50 {
+        if increment(&r).await["outcome"] == "acknowledged" {
+            acked += 1;
+            if acked == 3 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(acked, 3, "the counter keeps counting on pdx");
+    let c = get_json(&format!("{}/api/counter", r.app)).await;
+    assert_eq!(c["site"], "pdx");
+    assert_eq!(
+        c["value"], 8,
+        "the five increments before the failover plus three after: {c}"
+    );
+    assert!(c["acknowledged"].as_u64().unwrap() >= 8);
+    stop(r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_scenarios_pass_against_a_running_playground() {
+    let r = start();
+    for name in [
+        "operator-down",
+        "deferred-failover",
+        "kill-primary",
+        "isolate-primary",
+    ] {
+        let out = Command::new(BIN)
+            .args(["playground", "scenario", name, "--dashboard", &r.dashboard])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "scenario {name} failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains(&format!("scenario {name}: passed")), "{text}");
+    }
+    let bad = Command::new(BIN)
+        .args([
+            "playground",
+            "scenario",
+            "no-such",
+            "--dashboard",
+            &r.dashboard,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scenario"));
+    stop(r);
+}
+
+/// A minimal `WebDriver` client for chromedriver (W3C protocol over HTTP).
+struct Browser {
+    base: String,
+    session: String,
+    http: reqwest::Client,
+    driver: Child,
+}
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+impl Browser {
+    async fn start() -> Browser {
+        for bin in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+            assert!(
+                Path::new(bin).exists(),
+                "{bin} is missing: install the Debian packages chromium and chromium-driver (scripts/test does)"
+            );
+        }
+        let port = free_port();
+        let driver = Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let profile =
+            std::env::temp_dir().join(format!("bloodraven-chromium-{}", std::process::id()));
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync", "--window-size=1400,1100",
+                     format!("--user-data-dir={}", profile.display())]}}}});
+        let mut session = None;
+        for _ in 0..50 {
+            if let Ok(r) = http
+                .post(format!("{base}/session"))
+                .json(&caps)
+                .send()
+                .await
+                && let Ok(v) = r.json::<Value>().await
+                && let Some(id) = v["value"]["sessionId"].as_str()
+            {
+                session = Some(id.to_string());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Browser {
+            base,
+            session: session.expect("a chromedriver session"),
+            http,
+            driver,
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let mut r = self.http.request(method, url);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        r.send().await.unwrap().json::<Value>().await.unwrap()["value"].clone()
+    }
+
+    async fn goto(&self, url: &str) {
+        self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))
+            .await;
+    }
+
+    async fn find(&self, css: &str) -> Option<String> {
+        let v = self
+            .call(
+                reqwest::Method::POST,
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        v[ELEMENT].as_str().map(str::to_string)
+    }
+
+    async fn click(&self, css: &str) {
+        for _ in 0..100 {
+            if let Some(id) = self.find(css).await {
+                self.call(
+                    reqwest::Method::POST,
+                    &format!("/element/{id}/click"),
+                    Some(json!({})),
+                )
+                .await;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no element {css}");
+    }
+
+    async fn text(&self, css: &str) -> String {
+        match self.find(css).await {
+            Some(id) => self
+                .call(reqwest::Method::GET, &format!("/element/{id}/text"), None)
+                .await
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            None => String::new(),
+        }
+    }
+
+    async fn wait_text(&self, css: &str, want: &str) {
+        self.wait_until(css, want, |t| t.contains(want)).await;
+    }
+
+    async fn wait_exact(&self, css: &str, want: &str) {
+        self.wait_until(css, want, |t| t.trim() == want).await;
+    }
+
+    async fn wait_until(&self, css: &str, want: &str, ok: impl Fn(&str) -> bool) {
+        for _ in 0..200 {
+            if ok(&self.text(css).await) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Leave the evidence behind: what the page looked like and held.
+        let shot = artifacts().join("dashboard-failure.png");
+        self.screenshot(&shot).await;
+        let source = self.call(reqwest::Method::GET, "/source", None).await;
+        let source = source.as_str().unwrap_or_default();
+        panic!(
+            "{css} never showed {want:?} (shows {:?}); screenshot {}; page starts {:?}",
+            self.text(css).await,
+            shot.display(),
+            &source[..source.len().min(1500)]
+        );
+    }
+
+    async fn close(self) {
+        let _ = self
+            .http
+            .delete(format!("{}/session/{}", self.base, self.session))
+            .send()
+            .await;
+    }
+
+    async fn screenshot(&self, path: &Path) {
+        use base64::Engine as _;
+        let png = self.call(reqwest::Method::GET, "/screenshot", None).await;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap())
+            .unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn artifacts() -> PathBuf {
+    std::env::var_os("BLOODRAVEN_ARTIFACTS").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-artifacts"),
+        PathBuf::from,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_in_headless_chromium_increments_and_fails_over() {
+    let r = start();
+    wait(&r, "a stable group on iad", |s| {
+        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
+    })
+    .await;
+    let b = Browser::start().await;
+    b.goto(&format!("{}/", r.dashboard)).await;
+    b.wait_text("#active", "iad").await;
+    b.click("#btn-increment").await;
+    b.wait_text("#counter-value", "1").await;
+    b.wait_text("#counter-tally", "1 / 0 / 0").await;
+    b.click("#btn-failover-pdx").await;
+    b.wait_text("#active", "pdx").await;
+    b.wait_text("#planned-phase", "Succeeded").await;
+    b.wait_text("#generation", "2").await;
+    // Once the replicas follow pdx the group is whole again.
+    b.wait_exact("#stable", "stable").await;
+    let shot = artifacts().join("dashboard.png");
+    b.screenshot(&shot).await;
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "a real screenshot"
+    );
+    println!("dashboard screenshot: {}", shot.display());
+    b.close().await;
+    stop(r);
+}
