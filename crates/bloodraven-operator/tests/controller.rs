@@ -1,7 +1,8 @@
 //! The failover controller on real MariaDB servers: bootstrap, emergency failover (with lease
 //! revocation, a live hold that is not read, the old primary coming back with and without
 //! divergent transactions), planned failover (deferred by a hold, 20 switchovers under a
-//! writer, resumed after an operator restart), intruder fencing and reassertion.
+//! writer, resumed after an operator restart), intruder fencing and reassertion, and a replica that cannot connect is re-pointed once per
+//! settle period, not every poll.
 
 mod support;
 
@@ -637,5 +638,53 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
         bloodraven_core::status::GroupStatus::replication_running,
     )
     .await;
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_source_refuses_it_is_repointed_once_per_settle_period() {
+    let live = Live::start(Timings::default()).await;
+    let op = bootstrapped(&live).await;
+    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    let before = events(&op)
+        .await
+        .iter()
+        .filter(|(r, m)| r == "ReplicaRepointed" && m.starts_with("reader "))
+        .count();
+    // iad refuses the replication account, and reader loses its replication: the operator
+    // re-points reader, whose IO thread then keeps failing to connect.
+    let repl = live.harness.accounts().replication.user.clone();
+    let iad = live.harness.admin(0).unwrap();
+    iad.execute(&format!("ALTER USER '{repl}'@'127.0.0.1' ACCOUNT LOCK"))
+        .await
+        .unwrap();
+    let reader = live.harness.admin(2).unwrap();
+    reader.execute("STOP SLAVE").await.unwrap();
+    reader.execute("RESET SLAVE ALL").await.unwrap();
+    wait_event(&op, "ReplicaRepointed", before + 1).await;
+    // Polls come every 300 ms; a re-point every poll would be six more in two seconds. The
+    // settle period (3 s here) allows none.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let count = |ev: &[(String, String)]| {
+        ev.iter()
+            .filter(|(r, m)| r == "ReplicaRepointed" && m.starts_with("reader "))
+            .count()
+    };
+    assert_eq!(count(&events(&op).await), before + 1);
+    // Once iad lets it in again, reader replicates (re-pointed at most once more).
+    iad.execute(&format!("ALTER USER '{repl}'@'127.0.0.1' ACCOUNT UNLOCK"))
+        .await
+        .unwrap();
+    wait_status(
+        &op,
+        Duration::from_secs(20),
+        "reader replicating again",
+        |s| s.site("reader").is_some_and(|r| r.replicating),
+    )
+    .await;
+    assert!(count(&events(&op).await) <= before + 3);
     op.stop().await;
 }

@@ -163,6 +163,18 @@ async fn the_counter_keeps_counting_across_a_failover() {
     })
     .await;
     assert_eq!(s["topologyGeneration"], 1);
+    // A quiet start: a few polls later the group has raised no alarm and re-pointed each
+    // replica (onto its link proxy) exactly once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = r.state().await;
+    let events = s["events"].as_array().cloned().unwrap_or_default();
+    let reasons: Vec<&str> = events.iter().filter_map(|e| e["reason"].as_str()).collect();
+    assert!(!reasons.contains(&"NoPrimary"), "{reasons:?}");
+    assert_eq!(
+        reasons.iter().filter(|r| **r == "ReplicaRepointed").count(),
+        2,
+        "{reasons:?}"
+    );
     for _ in 0..5 {
         assert_eq!(increment(&r).await["outcome"], "acknowledged");
     }
