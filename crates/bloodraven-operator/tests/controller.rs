@@ -1,8 +1,8 @@
 //! The failover controller on real MariaDB servers: bootstrap, emergency failover (with lease
 //! revocation, a live hold that is not read, the old primary coming back with and without
 //! divergent transactions), planned failover (deferred by a hold, 20 switchovers under a
-//! writer, resumed after an operator restart), intruder fencing and reassertion, and a replica that cannot connect is re-pointed once per
-//! settle period, not every poll.
+//! writer, resumed after an operator restart), intruder fencing and reassertion, and a
+//! replica that cannot connect being re-pointed once per settle period, not every poll.
 
 mod support;
 
