@@ -36,6 +36,15 @@ ensure_mariadb() {
        (or point BLOODRAVEN_MARIADBD at a mariadbd binary)."
 }
 
+# Headless Chromium and its WebDriver, for the test that drives the playground's dashboard.
+ensure_browser() {
+  if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then return 0; fi
+  apt_install chromium chromium-driver || true
+  [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || die \
+    "chromium and chromedriver are missing and could not be installed (the dashboard test needs them).
+       Install them with: sudo apt-get install -y chromium chromium-driver"
+}
+
 ensure_cargo() {
   command -v cargo >/dev/null 2>&1 || die \
     "cargo is missing. Install Rust with https://rustup.rs (stable toolchain), then re-run."

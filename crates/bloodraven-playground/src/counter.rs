@@ -126,7 +126,11 @@ impl CounterApp {
             {
                 let mut a = self.active.write().await;
                 if *a != site {
-                    tracing::info!(from = %a, to = site, "counter app: following the active site");
+                    if a.is_empty() {
+                        tracing::info!(site, "counter app: writing to the active site");
+                    } else {
+                        tracing::info!(from = %a, to = site, "counter app: following the active site");
+                    }
                     *a = site.to_string();
                 }
             }

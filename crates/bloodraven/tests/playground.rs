@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -98,16 +99,40 @@ fn start() -> Running {
     }
 }
 
-fn stop(mut r: Running) {
-    let pid = i32::try_from(r.child.id()).unwrap();
+/// Ctrl-C, as a user would; SIGKILL after 30 s. Returns how it exited (`None`: it had to be
+/// killed).
+fn interrupt(child: &mut Child) -> Option<std::process::ExitStatus> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Some(status);
+    }
+    let pid = i32::try_from(child.id()).unwrap();
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGINT,
     );
-    let status = r.child.wait().unwrap();
+    for _ in 0..300 {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// A failed assertion must not leave a playground running: stop it before its directory goes.
+impl Drop for Running {
+    fn drop(&mut self) {
+        interrupt(&mut self.child);
+    }
+}
+
+fn stop(mut r: Running) {
+    let status = interrupt(&mut r.child);
     assert!(
-        status.success(),
-        "the playground exits 0 on Ctrl-C: {status}"
+        status.is_some_and(|s| s.success()),
+        "the playground exits 0 on Ctrl-C: {status:?}"
     );
     // It stopped everything it started: no process runs on its directory any more.
     let dir = r.dir.path().display().to_string();
@@ -251,6 +276,7 @@ struct Browser {
     session: String,
     http: reqwest::Client,
     driver: Child,
+    _profile: tempfile::TempDir,
 }
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -264,8 +290,10 @@ impl Browser {
             );
         }
         let port = free_port();
+        // Its own process group: chromedriver and the browsers it starts go down together.
         let driver = Command::new("/usr/bin/chromedriver")
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -275,11 +303,12 @@ impl Browser {
             .build()
             .unwrap();
         let base = format!("http://127.0.0.1:{port}");
-        let profile =
-            std::env::temp_dir().join(format!("bloodraven-chromium-{}", std::process::id()));
+        // A fresh, empty profile, removed with the browser.
+        let profile_dir = tempfile::tempdir().unwrap();
+        let profile = profile_dir.path();
         let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
             "binary": "/usr/bin/chromium",
-            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                      "--disable-component-update", "--disable-sync", "--window-size=1400,1100",
                      format!("--user-data-dir={}", profile.display())]}}}});
         let mut session = None;
@@ -302,6 +331,7 @@ impl Browser {
             session: session.expect("a chromedriver session"),
             http,
             driver,
+            _profile: profile_dir,
         }
     }
 
@@ -407,7 +437,13 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        // Also on a failed assertion: no browser outlives the test.
+        if let Ok(pid) = i32::try_from(self.driver.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.driver.wait();
     }
 }
