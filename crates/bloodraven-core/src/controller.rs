@@ -92,6 +92,9 @@ pub struct SiteView {
     pub state: SiteState,
     /// From the last successful probe.
     pub gtid: Option<GtidSet>,
+    /// This poll's probe answered: `gtid` and `replica` are current, not left from an earlier
+    /// poll. Verdicts that compare positions (divergence, re-pointing) need it on both sides.
+    pub answered: bool,
     /// `Some` when the server is configured as a replica.
     pub replica: Option<ReplicaView>,
     /// The site holds transactions the active site never received; a human must resolve it.
@@ -159,6 +162,9 @@ pub enum Action {
     Reassert { site: String },
     /// A reachable read-only site does not replicate from the active site: re-point it.
     Repoint { site: String },
+    /// A read-only site that does not replicate from the active site holds transactions the
+    /// group never received (`DataLossDetected`): leave it fenced and not re-pointed.
+    BlockDivergent { site: String },
     /// A recovery-blocked site now holds only transactions the active site has: unblock it.
     ClearRecoveryBlock { site: String },
 }
@@ -246,14 +252,12 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
 
     // Recovery-blocked sites that a human has brought back in line are unblocked.
     let active = site(sites, input.active_site);
-    if let Some(a) = active.filter(|a| a.state == SiteState::Writable) {
+    if let Some(a) = active.filter(|a| a.state == SiteState::Writable && a.answered) {
         for s in sites
             .iter()
-            .filter(|s| s.recovery_blocked && s.state == SiteState::ReadOnly)
+            .filter(|s| s.recovery_blocked && s.state == SiteState::ReadOnly && s.answered)
         {
-            if let (Some(sg), Some(ag)) = (&s.gtid, &a.gtid)
-                && ag.contains(sg)
-            {
+            if !diverged(s, input, a) {
                 d.actions.push(Action::ClearRecoveryBlock {
                     site: s.name.clone(),
                 });
@@ -292,11 +296,12 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
                     .find(|p| many.iter().any(|w| &w.name == *p));
                 match keeper {
                     Some(k) => {
-                        let keep = site(sites, k);
+                        // No history yet: judged against the keeper's position.
+                        let keep = many.iter().find(|w| &w.name == k).copied();
                         for w in many.iter().filter(|w| &w.name != k) {
                             d.actions.push(Action::FenceIntruder {
                                 site: w.name.clone(),
-                                divergent: divergent(w, keep.and_then(|k| k.gtid.as_ref())),
+                                divergent: keep.is_none_or(|keep| diverged(w, input, keep)),
                             });
                         }
                         d.actions.push(Action::Bootstrap { site: k.clone() });
@@ -331,15 +336,12 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
         };
         match prioritized_keeper {
             Some(k) if decided && k == keeper => {
-                for w in &intruders {
-                    let reference = if history {
-                        input.promotion_gtid
-                    } else {
-                        active.gtid.as_ref()
-                    };
+                // An intruder that did not answer this poll cannot be fenced now, and its
+                // position may be stale: next poll.
+                for w in intruders.iter().filter(|w| w.answered) {
                     d.actions.push(Action::FenceIntruder {
                         site: w.name.clone(),
-                        divergent: divergent(w, reference),
+                        divergent: diverged(w, input, active),
                     });
                 }
             }
@@ -397,7 +399,12 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
         }
         SiteState::Writable => {
             for s in sites {
-                if s.name != active.name
+                // Positions from an earlier poll would judge a replica against where the
+                // active site used to be (and a source that does not answer cannot be
+                // followed anyway): wait for a poll where both answer.
+                if active.answered
+                    && s.answered
+                    && s.name != active.name
                     && s.state == SiteState::ReadOnly
                     && !s.recovery_blocked
                     && !s.replicates_from(active)
@@ -410,7 +417,16 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
                             && r.io_running
                             && !r.sql_running
                     });
-                    if !applier_broken {
+                    if applier_broken {
+                        // Left alone: the condition reports it.
+                    } else if history && diverged(s, input, active) {
+                        // A returning site that came back read-only (as it should) but holds
+                        // transactions the group never received: re-pointing would fail or
+                        // bury them. Same verdict as for a writable one.
+                        d.actions.push(Action::BlockDivergent {
+                            site: s.name.clone(),
+                        });
+                    } else {
                         d.actions.push(Action::Repoint {
                             site: s.name.clone(),
                         });
@@ -424,10 +440,27 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
     d
 }
 
-/// Whether `site` holds transactions that `reference` does not (unknown counts as divergent).
-fn divergent(site: &SiteView, reference: Option<&GtidSet>) -> bool {
-    match (&site.gtid, reference) {
-        (Some(s), Some(r)) => !r.contains(s),
+/// Whether `site` holds transactions that the group does not (an unknown position counts as
+/// divergent), judged by [`GtidSet::diverged_since_promotion`]: with failover history against
+/// the promotion point and the active site, without it against the active site alone.
+fn diverged(site: &SiteView, input: &DecideInput<'_>, active: &SiteView) -> bool {
+    let Some(s) = &site.gtid else {
+        return true;
+    };
+    let active_gtid = if active.answered {
+        active.gtid.as_ref()
+    } else {
+        None
+    };
+    match (input.promotion_gtid, active_gtid) {
+        (Some(p), Some(a)) if !input.last_failover_target.is_empty() => {
+            s.diverged_since_promotion(p, a)
+        }
+        // The active site's current position is unknown: only the promotion point is certain.
+        (Some(p), None) if !input.last_failover_target.is_empty() => {
+            s.diverged_since_promotion(p, p)
+        }
+        (_, Some(a)) => s.diverged_since_promotion(a, a),
         _ => true,
     }
 }

@@ -5,8 +5,9 @@
 //!   monotonic per domain (`gtid_strict_mode`), so "contains" compares, per domain, the last
 //!   sequence number. A position does not say *which* server wrote each earlier transaction:
 //!   two histories that diverged after a failover can look ordered. Divergence of a returning
-//!   primary is therefore judged against the promotion point recorded when the active site was
-//!   promoted (`promotionGtidExecuted`), not against the active site's current position.
+//!   site is therefore judged from the promotion point recorded when the active site was
+//!   promoted (`promotionGtidExecuted`) and from who wrote each last transaction
+//!   ([`GtidSet::diverged_since_promotion`]), never from "contains" alone.
 //! - **MySQL** sets (`gtid_executed`): `uuid[:tag]:interval[:interval…]` entries, comma
 //!   separated, where an interval is `n` or `n-m`. Containment and subtraction are exact.
 
@@ -157,6 +158,39 @@ impl GtidSet {
                 ivs.iter().all(|iv| covered(mine, *iv))
             }),
             _ => false,
+        }
+    }
+
+    /// Whether a site at position `self` holds transactions that the group's history since
+    /// the last promotion does not: ones past the promotion point `promotion` that did not come
+    /// from the active site (now at `active`). This is the test for a site that returns after
+    /// a failover, writable or not, and for clearing its block once a human has reconciled it.
+    ///
+    /// - MySQL: exact, `active` must contain `self` (it holds the promotion point and
+    ///   everything written since).
+    /// - MariaDB: a position names only the server that wrote each domain's last transaction.
+    ///   Per domain, that transaction must be one the group knows: written by the server that
+    ///   wrote the promotion point's last transaction and not past it, or by the server that
+    ///   wrote the active site's last transaction and not past it. Anything else (typically the
+    ///   old primary's last transactions, which never replicated, or a stale client's writes on
+    ///   a replica) is divergence. Conservative: a site whose last transaction came from an
+    ///   earlier writer is reported divergent. Without failover history, pass the active
+    ///   site's position as `promotion`.
+    pub fn diverged_since_promotion(&self, promotion: &GtidSet, active: &GtidSet) -> bool {
+        match (self, promotion, active) {
+            (GtidSet::MariaDb(site), GtidSet::MariaDb(p), GtidSet::MariaDb(a)) => {
+                site.iter().any(|(d, (server, seq))| {
+                    let within_promotion = p
+                        .get(d)
+                        .is_some_and(|(psrv, ps)| psrv == server && seq <= ps);
+                    let from_active = a
+                        .get(d)
+                        .is_some_and(|(asrv, aseq)| asrv == server && seq <= aseq);
+                    !(within_promotion || from_active)
+                })
+            }
+            (GtidSet::MySql(_), _, GtidSet::MySql(_)) => !active.contains(self),
+            _ => true,
         }
     }
 
@@ -396,6 +430,36 @@ mod tests {
             maria("0-1-5").count_missing_from(&GtidSet::empty(GtidFlavor::MySql)),
             5
         );
+    }
+
+    #[test]
+    fn divergence_since_a_promotion() {
+        // pdx (server 2) was promoted at 0-1-81 and has written up to 0-2-169.
+        let (p, a) = (maria("0-1-81"), maria("0-2-169"));
+        // The old primary's last transaction never replicated: per-domain order alone would
+        // call it contained (169 ≥ 82), which is exactly the trap.
+        assert!(a.contains(&maria("0-1-82")));
+        assert!(maria("0-1-82").diverged_since_promotion(&p, &a));
+        // Behind or at the promotion point, or following the active site: not divergent.
+        for ok in ["0-1-81", "0-1-40", "0-2-100", "0-2-169", ""] {
+            assert!(!maria(ok).diverged_since_promotion(&p, &a), "{ok}");
+        }
+        // Past what the active site has, or from a third writer, or in an unknown domain.
+        for bad in ["0-2-170", "0-3-90", "0-3-50", "0-1-81,7-1-1"] {
+            assert!(maria(bad).diverged_since_promotion(&p, &a), "{bad}");
+        }
+        // Right after the promotion, before the active site has written anything.
+        assert!(maria("0-1-82").diverged_since_promotion(&p, &p));
+        assert!(!maria("0-1-81").diverged_since_promotion(&p, &p));
+        // MySQL: exact against the active site's set.
+        let (p, a) = (
+            mysql(&format!("{U1}:1-81")),
+            mysql(&format!("{U1}:1-81,{U2}:1-88")),
+        );
+        assert!(!mysql(&format!("{U1}:1-81,{U2}:1-10")).diverged_since_promotion(&p, &a));
+        assert!(mysql(&format!("{U1}:1-82")).diverged_since_promotion(&p, &a));
+        // Mixed flavours are never judged safe.
+        assert!(maria("0-1-1").diverged_since_promotion(&p, &a));
     }
 
     fn arb_intervals() -> impl Strategy<Value = Vec<(u64, u64)>> {

@@ -181,6 +181,7 @@ mod tests {
             state,
             gtid: Some(GtidSet::parse(GtidFlavor::MariaDb, "0-1-5").unwrap()),
             replica: None,
+            answered: true,
             recovery_blocked: false,
         };
         let iad = mk("iad", 0, SiteState::Writable);

@@ -10,6 +10,7 @@
 //! - never two sites promoted in one generation;
 //! - the generation never decreases;
 //! - a site observed writable-and-divergent (blocked) is never promoted;
+//! - a site is only re-pointed at an active site that holds every transaction it has;
 //! - no deploy lease survives a generation change.
 
 use std::collections::BTreeMap;
@@ -86,13 +87,14 @@ struct World {
     sites: Vec<Site>,
     trackers: Vec<SiteTracker>,
     last_probe: Vec<Option<(GtidSet, Option<ReplicaView>)>>,
+    answered: Vec<bool>,
     status: Status,
     last_reassertion: Option<Timestamp>,
     leases: GroupLeases,
     tokens: SeededTokenSource,
     promoted_in_generation: BTreeMap<u64, String>,
     promotions_by_kind: BTreeMap<&'static str, usize>,
-    next_seq: u64,
+    writes: u64,
     lease_ops: u64,
 }
 
@@ -119,6 +121,7 @@ impl World {
             ],
             trackers: vec![SiteTracker::default(); 4],
             last_probe: vec![None; 4],
+            answered: vec![false; 4],
             status: Status {
                 active: String::new(),
                 generation: 0,
@@ -132,7 +135,7 @@ impl World {
             tokens: SeededTokenSource::new(seed),
             promoted_in_generation: BTreeMap::new(),
             promotions_by_kind: BTreeMap::new(),
-            next_seq: 2,
+            writes: 0,
             lease_ops: 0,
         }
     }
@@ -148,9 +151,12 @@ impl World {
     fn write(&mut self, i: usize) {
         let s = &mut self.sites[i];
         if s.alive && !s.read_only {
+            // As MariaDB numbers them (gtid_strict_mode): the next sequence number after the
+            // server's own last one, so two diverged histories can reuse a number.
             let server = u32::try_from(i + 1).unwrap();
-            s.history.push((server, self.next_seq));
-            self.next_seq += 1;
+            let seq = s.history.last().map_or(1, |&(_, seq)| seq + 1);
+            s.history.push((server, seq));
+            self.writes += 1;
         }
     }
 
@@ -217,6 +223,26 @@ impl World {
         );
     }
 
+    fn block(&mut self, site: String) {
+        if !self.status.blocked.contains(&site) {
+            self.status.blocked.push(site);
+        }
+    }
+
+    /// The model knows every transaction's origin: a site is only ever re-pointed at an
+    /// active site whose history holds all of its own.
+    fn assert_contained(&self, i: usize, active: usize, how: &str) {
+        let (mine, theirs) = (&self.sites[i].history, &self.sites[active].history);
+        assert!(
+            theirs.starts_with(mine),
+            "{how} {} at {:?}, whose transactions {:?} the active site {} never received",
+            self.sites[i].name,
+            mine.last(),
+            &mine[theirs.iter().zip(mine).take_while(|(a, b)| a == b).count()..],
+            self.sites[active].name
+        );
+    }
+
     fn fence(&mut self, i: usize) -> bool {
         if !self.reachable(i) {
             return false;
@@ -246,6 +272,7 @@ impl World {
             } else {
                 ProbeResult::Unreachable
             };
+            self.answered[i] = probe != ProbeResult::Unreachable;
             self.trackers[i] = debounce(self.trackers[i], probe, 3, 2);
         }
         let views: Vec<SiteView> = self
@@ -262,6 +289,7 @@ impl World {
                 state: self.trackers[i].state,
                 gtid: self.last_probe[i].as_ref().map(|p| p.0.clone()),
                 replica: self.last_probe[i].as_ref().and_then(|p| p.1.clone()),
+                answered: self.answered[i],
                 recovery_blocked: self.status.blocked.contains(&s.name),
             })
             .collect();
@@ -311,13 +339,24 @@ impl World {
                     }
                     self.trackers[i].state = SiteState::ReadOnly;
                     if divergent {
-                        if !self.status.blocked.contains(&site) {
-                            self.status.blocked.push(site);
-                        }
+                        self.block(site);
                     } else {
                         let a = self.idx(&self.status.active.clone());
+                        self.assert_contained(i, a, "fenced and re-pointed");
                         self.sites[i].source = Some(a);
                     }
+                }
+                Action::BlockDivergent { site } => {
+                    // Blocking a site that holds nothing the group lacks takes a candidate
+                    // away for no reason (and may leave the group without one).
+                    let (i, a) = (self.idx(&site), self.idx(&self.status.active.clone()));
+                    assert!(
+                        !self.sites[a].history.starts_with(&self.sites[i].history),
+                        "blocked {site} at {:?}, which holds nothing the active site {} lacks",
+                        self.sites[i].history.last(),
+                        self.status.active
+                    );
+                    self.block(site);
                 }
                 Action::Reassert { site } => {
                     let i = self.idx(&site);
@@ -330,11 +369,16 @@ impl World {
                     let i = self.idx(&site);
                     let a = self.idx(&self.status.active.clone());
                     if self.reachable(i) && i != a {
+                        self.assert_contained(i, a, "re-pointed");
                         self.sites[i].source = Some(a);
                         self.sites[i].read_only = true;
                     }
                 }
-                Action::ClearRecoveryBlock { site } => self.status.blocked.retain(|b| *b != site),
+                Action::ClearRecoveryBlock { site } => {
+                    let a = self.idx(&self.status.active.clone());
+                    self.assert_contained(self.idx(&site), a, "unblocked");
+                    self.status.blocked.retain(|b| *b != site);
+                }
             }
         }
     }
@@ -358,6 +402,7 @@ impl World {
                 state: self.trackers[i].state,
                 gtid: self.last_probe[i].as_ref().map(|p| p.0.clone()),
                 replica: self.last_probe[i].as_ref().and_then(|p| p.1.clone()),
+                answered: self.answered[i],
                 recovery_blocked: self.status.blocked.contains(&s.name),
             })
             .collect();
@@ -459,6 +504,7 @@ impl World {
                 // Operator restart: counters lost, status kept.
                 self.trackers = vec![SiteTracker::default(); self.sites.len()];
                 self.last_probe = vec![None; self.sites.len()];
+                self.answered = vec![false; self.sites.len()];
                 self.last_reassertion = None;
             }
             22..=25 => self.planned(),

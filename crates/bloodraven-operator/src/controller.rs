@@ -69,6 +69,8 @@ pub struct Controller {
     replication: Result<Credentials, String>,
     trackers: Vec<SiteTracker>,
     probes: Vec<Option<Probe>>,
+    /// Whether each site's probe answered in the latest poll.
+    answered: Vec<bool>,
     last_seen: Vec<Option<Timestamp>>,
     sidecar_fenced: Vec<Option<bool>>,
     last_reassertion: Option<Timestamp>,
@@ -147,6 +149,7 @@ impl Controller {
             replication,
             trackers: vec![SiteTracker::default(); n],
             probes: vec![None; n],
+            answered: vec![false; n],
             last_seen: vec![None; n],
             sidecar_fenced: vec![None; n],
             last_reassertion: None,
@@ -218,6 +221,7 @@ impl Controller {
                 cfg.failure_threshold,
                 cfg.recovery_threshold,
             );
+            self.answered[i] = p.is_ok();
             match p {
                 Ok(p) => {
                     self.last_seen[i] = Some(now);
@@ -246,6 +250,7 @@ impl Controller {
                     port: s.cfg.mysql_port,
                     state: self.trackers[i].state,
                     gtid: p.map(|p| p.gtid.clone()),
+                    answered: self.answered[i],
                     replica: p.and_then(|p| p.replica.as_ref()).map(|r| ReplicaView {
                         io_running: r.io_running,
                         sql_running: r.sql_running,
@@ -540,6 +545,25 @@ impl Controller {
         })
     }
 
+    /// `DataLossDetected`: the site stays fenced and is not re-pointed until a human has
+    /// reconciled it (the block clears itself once its position no longer diverges).
+    async fn block_divergent(
+        &self,
+        site: &str,
+        how: &str,
+        gtid: &str,
+        status: &GroupStatus,
+    ) -> Result<ActOutcome, String> {
+        let message = format!(
+            "{site} {how} with transactions the active site {} never received (its GTID set {gtid}, promotion point {}); it stays fenced and is not re-pointed: a human must reconcile it",
+            status.active_site, status.promotion_gtid_executed
+        );
+        tracing::warn!(group = %self.group(), site, gtid, "{message}");
+        self.event(EventType::Warning, DATA_LOSS_DETECTED, &message)
+            .await;
+        Ok(ActOutcome::Blocked(site.to_string()))
+    }
+
     async fn repoint(&self, site: &str, source: &str) -> Result<(), String> {
         let spec = self.replication_spec(source)?;
         let c = self
@@ -594,13 +618,8 @@ impl Controller {
                     .map(|p| p.gtid.to_string())
                     .unwrap_or_default();
                 if *divergent {
-                    let message = format!(
-                        "{site} came back writable with transactions the active site {} never received (its GTID set {gtid}, promotion point {}); it stays fenced and is not re-pointed: a human must reconcile it",
-                        status.active_site, status.promotion_gtid_executed
-                    );
-                    self.event(EventType::Warning, DATA_LOSS_DETECTED, &message)
-                        .await;
-                    Ok(ActOutcome::Blocked(site.clone()))
+                    self.block_divergent(site, "came back writable", &gtid, status)
+                        .await
                 } else {
                     self.event(
                         EventType::Warning,
@@ -615,6 +634,15 @@ impl Controller {
                     self.repoint(site, &status.active_site).await?;
                     Ok(ActOutcome::Done)
                 }
+            }
+            Action::BlockDivergent { site } => {
+                let gtid = self
+                    .index(site)
+                    .and_then(|i| self.probes[i].as_ref())
+                    .map(|p| p.gtid.to_string())
+                    .unwrap_or_default();
+                self.block_divergent(site, "is read-only but", &gtid, status)
+                    .await
             }
             Action::Reassert { site } => {
                 let c = self

@@ -180,24 +180,60 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
         first_on_pdx.unwrap() - killed_at
     );
 
-    // The old primary comes back writable (mariadbd starts with read_only=OFF): fenced,
-    // compared with the promotion point, re-pointed.
+    // The old primary comes back writable (mariadbd starts with read_only=OFF) and is fenced.
+    // Whether it is then re-pointed depends on what the kill left behind: when its last
+    // commits never reached pdx it holds transactions the group does not, and must be blocked
+    // instead. The rows on both servers say which case this run is.
     live.harness.restart(0).await.unwrap();
-    let s = wait_status(
-        &op,
-        Duration::from_secs(20),
-        "old primary fenced and re-pointed",
-        |s| {
-            s.site("iad").is_some_and(|i| {
-                i.state == SiteState::ReadOnly && i.replicating && i.recovery_state.is_empty()
-            })
-        },
-    )
-    .await;
+    let ids = |i: usize| {
+        let opts = live.harness.app_opts(i);
+        async move {
+            let mut c = mysql_async::Conn::new(opts).await.unwrap();
+            c.query::<u64, _>("SELECT id FROM app.writes")
+                .await
+                .unwrap()
+                .into_iter()
+                .collect::<BTreeSet<u64>>()
+        }
+    };
+    let only_on_iad = ids(0).await.difference(&ids(1).await).count();
+    let s = if only_on_iad == 0 {
+        wait_status(
+            &op,
+            Duration::from_secs(20),
+            "old primary fenced and re-pointed",
+            |s| {
+                s.site("iad").is_some_and(|i| {
+                    i.state == SiteState::ReadOnly && i.replicating && i.recovery_state.is_empty()
+                })
+            },
+        )
+        .await
+    } else {
+        println!("{only_on_iad} row(s) committed on iad never reached pdx: expecting a block");
+        wait_status(
+            &op,
+            Duration::from_secs(20),
+            "old primary fenced and blocked",
+            |s| {
+                s.site("iad").is_some_and(|i| {
+                    i.state == SiteState::ReadOnly
+                        && !i.replicating
+                        && i.recovery_state == "RecoveryBlocked"
+                })
+            },
+        )
+        .await
+    };
     assert_eq!(s.active_site, "pdx");
     let ev = events(&op).await;
     assert!(ev.iter().any(|(r, _)| r == "FailoverSucceeded"), "{ev:?}");
-    assert!(ev.iter().any(|(r, _)| r == "SiteFenced"), "{ev:?}");
+    let fenced = if only_on_iad == 0 {
+        "SiteFenced"
+    } else {
+        "DataLossDetected"
+    };
+    assert!(ev.iter().any(|(r, _)| r == fenced), "{ev:?}");
     assert!(
         ev.iter().any(|(r, _)| r == "DeploymentLeaseRevoked"),
         "{ev:?}"
@@ -225,6 +261,18 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returning_primary_with_divergent_transactions_is_blocked() {
+    divergent_primary_returns(false).await;
+}
+
+/// The same, when the old primary comes back read-only (as a production option file says):
+/// by the numbers pdx's position is ahead of iad's, and only the promotion point and the
+/// origin of iad's last transaction tell that re-pointing it would bury two transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_primary_that_comes_back_read_only_with_divergent_transactions_is_blocked() {
+    divergent_primary_returns(true).await;
+}
+
+async fn divergent_primary_returns(read_only_at_start: bool) {
     let mut live = Live::start(Timings::default()).await;
     let op = bootstrapped(&live).await;
     wait_status(&op, Duration::from_secs(10), "replication running", |s| {
@@ -252,6 +300,19 @@ async fn a_returning_primary_with_divergent_transactions_is_blocked() {
         s.active_site == "pdx"
     })
     .await;
+    // pdx writes more than iad's extra transactions: its position is numerically ahead.
+    let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
+        .await
+        .unwrap();
+    for id in 9100..9105 {
+        c.query_drop(format!(
+            "INSERT INTO app.writes (id, site) VALUES ({id}, 'pdx')"
+        ))
+        .await
+        .unwrap();
+    }
+    drop(c);
+    live.harness.set_read_only_at_start(read_only_at_start);
     live.harness.restart(0).await.unwrap();
     let s = wait_status(&op, Duration::from_secs(20), "iad blocked", |s| {
         s.site("iad").is_some_and(|i| {

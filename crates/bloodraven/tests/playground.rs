@@ -42,8 +42,12 @@ impl Running {
 
 /// Starts the playground and waits until it prints that it runs.
 fn start() -> Running {
+    start_in(tempfile::tempdir().unwrap(), &[])
+}
+
+/// Starts the playground on `DIR/pg` (kept between runs) with extra arguments.
+fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Running {
     bloodraven_runtime::tls::install_crypto_provider();
-    let dir = tempfile::tempdir().unwrap();
     let (app, dash, op, deploy) = (free_port(), free_port(), free_port(), free_port());
     let mut child = Command::new(BIN)
         .args(["playground", "--dir"])
@@ -60,6 +64,7 @@ fn start() -> Running {
             "--deploy-port",
             &deploy.to_string(),
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -128,7 +133,13 @@ impl Drop for Running {
     }
 }
 
-fn stop(mut r: Running) {
+fn stop(r: Running) {
+    drop(stop_keeping_dir(r));
+}
+
+/// Stops the playground (asserting a clean exit that leaves nothing running) and hands back
+/// its directory.
+fn stop_keeping_dir(mut r: Running) -> tempfile::TempDir {
     let status = interrupt(&mut r.child);
     assert!(
         status.is_some_and(|s| s.success()),
@@ -141,6 +152,8 @@ fn stop(mut r: Running) {
         let cmd = String::from_utf8_lossy(&cmd);
         assert!(!cmd.contains(&dir), "left running: {cmd}");
     }
+    let empty = tempfile::tempdir().unwrap();
+    std::mem::replace(&mut r.dir, empty)
 }
 
 async fn wait(r: &Running, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
@@ -231,6 +244,61 @@ async fn the_counter_keeps_counting_across_a_failover() {
         "the five increments before the failover plus three after: {c}"
     );
     assert!(c["acknowledged"].as_u64().unwrap() >= 8);
+    stop(r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_directory_resumes_where_it_stopped_and_reset_starts_clean() {
+    let r = start();
+    wait(&r, "a stable group on iad", |s| {
+        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
+    })
+    .await;
+    for _ in 0..2 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    chaos(&r, &["failover", "pdx"]);
+    wait(&r, "a stable group on pdx", |s| {
+        s["activeSite"] == "pdx" && s["deploy"]["stable"] == true
+    })
+    .await;
+    let dir = stop_keeping_dir(r);
+
+    // Same directory: the servers' data, the store and the active site come back.
+    let r = start_in(dir, &[]);
+    let s = wait(&r, "pdx active again and stable", |s| {
+        s["activeSite"] == "pdx" && s["deploy"]["stable"] == true
+    })
+    .await;
+    assert_eq!(
+        s["topologyGeneration"], 2,
+        "the generation survives a restart"
+    );
+    let c = wait(&r, "the counter on pdx", |s| s["counter"]["site"] == "pdx").await;
+    assert_eq!(c["counter"]["value"], 2, "{c}");
+    assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    let site = |s: &Value, name: &str| {
+        s["sites"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["name"] == name).cloned())
+            .unwrap_or_default()
+    };
+    wait(&r, "iad read-only and replicating from pdx", |s| {
+        let iad = site(s, "iad");
+        iad["state"] == "read-only" && iad["replicating"] == true
+    })
+    .await;
+    let dir = stop_keeping_dir(r);
+
+    // --reset: from scratch.
+    let r = start_in(dir, &["--reset"]);
+    let s = wait(&r, "a fresh group on iad", |s| {
+        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
+    })
+    .await;
+    assert_eq!(s["topologyGeneration"], 1);
+    let c = wait(&r, "the counter on iad", |s| s["counter"]["site"] == "iad").await;
+    assert_eq!(c["counter"]["value"], 0, "{c}");
     stop(r);
 }
 

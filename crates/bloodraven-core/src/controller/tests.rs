@@ -22,6 +22,7 @@ fn site(name: &str, index: usize, state: SiteState, gtid: &str) -> SiteView {
         state,
         gtid: Some(g(gtid)),
         replica: None,
+        answered: true,
         recovery_blocked: false,
     }
 }
@@ -309,6 +310,100 @@ fn returning_primary_is_fenced_and_compared_with_the_promotion_point() {
             .as_ref()
             .unwrap()
             .contains(sites2[0].gtid.as_ref().unwrap())
+    );
+}
+
+#[test]
+fn a_returning_primary_that_comes_back_read_only_is_still_checked_for_divergence() {
+    // iad died at 0-1-103 with three transactions pdx never received; pdx was promoted at
+    // 0-1-100 and has written since. iad returns read-only (as its option file says, or after
+    // a fence whose answer was lost) and does not replicate.
+    let pdx = site("pdx", 1, SiteState::Writable, "0-2-150");
+    let reader = replicating(site("reader", 2, SiteState::ReadOnly, "0-2-150"), &pdx);
+    let iad = site("iad", 0, SiteState::ReadOnly, "0-1-103");
+    let mut sites = vec![iad, pdx, reader];
+    let promo = g("0-1-100");
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promo);
+    assert_eq!(
+        decide(&i).actions,
+        vec![Action::BlockDivergent { site: "iad".into() }],
+        "not re-pointed: replication would stop or bury the transactions"
+    );
+    // At (or behind) the promotion point, or already following pdx: re-pointed.
+    for ok in ["0-1-100", "0-1-97", "0-2-120"] {
+        sites[0].gtid = Some(g(ok));
+        let mut i = input(&sites, "pdx", "pdx");
+        i.promotion_gtid = Some(&promo);
+        assert_eq!(
+            decide(&i).actions,
+            vec![Action::Repoint { site: "iad".into() }],
+            "{ok}"
+        );
+    }
+    // Once blocked, it is unblocked only when a human has brought it in line.
+    sites[0].gtid = Some(g("0-1-103"));
+    sites[0].recovery_blocked = true;
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promo);
+    assert!(decide(&i).actions.is_empty());
+    sites[0].gtid = Some(g("0-2-150"));
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promo);
+    assert_eq!(
+        decide(&i).actions,
+        vec![Action::ClearRecoveryBlock { site: "iad".into() }]
+    );
+}
+
+#[test]
+fn positions_from_an_earlier_poll_never_block_or_repoint() {
+    // pdx (active since a failover at 0-1-100) was last seen at 0-2-120 and has just stopped
+    // answering; its replicas have since received up to 0-2-140 and lost their source.
+    let mut pdx = site("pdx", 1, SiteState::Writable, "0-2-120");
+    pdx.answered = false;
+    let mut iad = replicating(site("iad", 0, SiteState::ReadOnly, "0-2-140"), &pdx);
+    iad.replica.as_mut().unwrap().io_running = false;
+    let sites = vec![iad, pdx];
+    let promo = g("0-1-100");
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promo);
+    let d = decide(&i);
+    assert!(
+        d.actions.is_empty(),
+        "iad is ahead of pdx's stale position, not divergent: {d:?}"
+    );
+    // Once pdx answers again (at 0-2-150), iad is simply re-pointed.
+    let mut sites = sites;
+    sites[1].answered = true;
+    sites[1].gtid = Some(g("0-2-150"));
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promo);
+    assert_eq!(
+        decide(&i).actions,
+        vec![Action::Repoint { site: "iad".into() }]
+    );
+}
+
+#[test]
+fn writes_on_a_replica_by_a_stale_client_are_divergent_even_when_numbered_lower() {
+    // No failover history (a priority list decides): iad is active at 0-1-100. A stale client
+    // wrote two transactions on reader while it was writable by mistake; their numbers
+    // (0-3-17) look "behind".
+    let iad = site("iad", 0, SiteState::Writable, "0-1-100");
+    let reader = site("reader", 2, SiteState::Writable, "0-3-17");
+    let sites = vec![iad, reader];
+    assert!(sites[0].gtid.as_ref().unwrap().contains(&g("0-3-17")));
+    let prio = vec!["iad".to_string()];
+    let mut i = input(&sites, "iad", "");
+    i.site_priorities = &prio;
+    let d = decide(&i);
+    assert_eq!(
+        d.actions,
+        vec![Action::FenceIntruder {
+            site: "reader".into(),
+            divergent: true
+        }]
     );
 }
 
