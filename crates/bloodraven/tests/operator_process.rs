@@ -27,6 +27,8 @@ struct Traffic {
     known: BTreeMap<(String, String), Known>,
     /// The lease a request was in flight for when the operator died: its state is unknown.
     in_flight: Option<(String, String)>,
+    /// Revocations confirmed so far (the kill waits for some, whatever the machine's speed).
+    revoked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Traffic {
@@ -166,45 +168,47 @@ async fn revoke_all_cli(config: &Path) -> bool {
     .unwrap()
 }
 
-/// One sequential traffic run; returns when a request fails (the operator died).
-async fn traffic(t: &mut Traffic, config: &Path) {
+/// One sequential traffic run; returns when a request fails (the operator died), saying which.
+async fn traffic(t: &mut Traffic, config: &Path) -> String {
     for k in 0u32.. {
         let op = format!("op-{k}");
         if t.grant("migration", &op).await.is_none() {
-            return;
+            return format!("grant migration {op} failed");
         }
         if t.grant("failover-hold", &op).await.is_none() {
-            return;
+            return format!("grant failover-hold {op} failed");
         }
         if t.renew("migration", &op).await.is_none() {
-            return;
+            return format!("renew migration {op} failed");
         }
         if t.renew("failover-hold", &op).await.is_none() {
-            return;
+            return format!("renew failover-hold {op} failed");
         }
         if k % 4 == 3 {
             // The revocation request is in flight until the CLI confirms it.
             t.in_flight = Some((op.clone(), "*".into()));
             if !revoke_all_cli(config).await {
-                return;
+                return format!("revoke-all after {op} failed");
             }
             t.in_flight = None;
             match t.renew("migration", &op).await {
                 Some(409) => {}
                 Some(code) => panic!("after revoke-all, renew answered {code}"),
-                None => return,
+                None => return format!("renew after revoke-all {op} failed"),
             }
             t.known
                 .insert((op.clone(), "failover-hold".into()), Known::Revoked);
+            t.revoked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         } else {
             if t.release("failover-hold", &op).await.is_none() {
-                return;
+                return format!("release failover-hold {op} failed");
             }
             if t.release("migration", &op).await.is_none() {
-                return;
+                return format!("release migration {op} failed");
             }
         }
     }
+    unreachable!()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,22 +277,32 @@ async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation(
         http,
         known: BTreeMap::new(),
         in_flight: None,
+        revoked: std::sync::Arc::default(),
     };
     let pid = op.id();
+    let revoked = t.revoked.clone();
     let killer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(2500)).await;
+        // Kill mid-traffic once two revocations are confirmed (bounded, so a stalled run
+        // still ends), then a little later so the kill lands inside some request.
+        for _ in 0..600 {
+            if revoked.load(std::sync::atomic::Ordering::SeqCst) >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
             nix::sys::signal::Signal::SIGKILL,
         );
     });
-    traffic(&mut t, &s.config).await;
+    let ended = traffic(&mut t, &s.config).await;
     killer.await.unwrap();
     let _ = op.wait();
     let acked = t.known.len();
     assert!(
         acked >= 8,
-        "too little traffic before the kill: {acked} leases"
+        "too little traffic before the kill: {acked} leases ({ended})"
     );
     let tombstoned: Vec<String> = t
         .known
@@ -298,7 +312,7 @@ async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation(
         .collect();
     assert!(
         !tombstoned.is_empty(),
-        "the run revoked nothing before the kill"
+        "the run revoked nothing before the kill ({ended})"
     );
 
     // Restart on the same data directory.
