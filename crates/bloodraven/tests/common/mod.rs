@@ -81,15 +81,41 @@ pub async fn setup() -> Setup {
     }
 }
 
-pub fn spawn_operator(s: &Setup, log: &str) -> Child {
+/// An operator process that is killed when dropped, so a failed assertion never leaves one
+/// running after its directory is gone.
+pub struct OperatorProcess(Child);
+
+impl std::ops::Deref for OperatorProcess {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for OperatorProcess {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn spawn_operator(s: &Setup, log: &str) -> OperatorProcess {
     let log = std::fs::File::create(s.dir.path().join(log)).unwrap();
-    Command::new(BIN)
-        .args(["operator", "--config"])
-        .arg(&s.config)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    OperatorProcess(
+        Command::new(BIN)
+            .args(["operator", "--config"])
+            .arg(&s.config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
 }
 
 pub async fn wait_active(s: &Setup, site: &str, generation: u64) {
