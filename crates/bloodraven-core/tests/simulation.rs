@@ -223,6 +223,27 @@ impl World {
         );
     }
 
+    /// The sites as the operator's decision sees them after the latest poll.
+    fn views(&self) -> Vec<SiteView> {
+        self.sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SiteView {
+                name: s.name.clone(),
+                role: s.role,
+                priority: 0,
+                index: i,
+                host: "h".into(),
+                port: u16::try_from(i).unwrap(),
+                state: self.trackers[i].state,
+                gtid: self.last_probe[i].as_ref().map(|p| p.0.clone()),
+                replica: self.last_probe[i].as_ref().and_then(|p| p.1.clone()),
+                answered: self.answered[i],
+                recovery_blocked: self.status.blocked.contains(&s.name),
+            })
+            .collect()
+    }
+
     fn block(&mut self, site: String) {
         if !self.status.blocked.contains(&site) {
             self.status.blocked.push(site);
@@ -275,24 +296,7 @@ impl World {
             self.answered[i] = probe != ProbeResult::Unreachable;
             self.trackers[i] = debounce(self.trackers[i], probe, 3, 2);
         }
-        let views: Vec<SiteView> = self
-            .sites
-            .iter()
-            .enumerate()
-            .map(|(i, s)| SiteView {
-                name: s.name.clone(),
-                role: s.role,
-                priority: 0,
-                index: i,
-                host: "h".into(),
-                port: u16::try_from(i).unwrap(),
-                state: self.trackers[i].state,
-                gtid: self.last_probe[i].as_ref().map(|p| p.0.clone()),
-                replica: self.last_probe[i].as_ref().and_then(|p| p.1.clone()),
-                answered: self.answered[i],
-                recovery_blocked: self.status.blocked.contains(&s.name),
-            })
-            .collect();
+        let views = self.views();
         let d = decide(&DecideInput {
             sites: &views,
             active_site: &self.status.active,
@@ -388,24 +392,7 @@ impl World {
             return;
         }
         let target = if self.rng.chance(50) { "pdx" } else { "iad" };
-        let views: Vec<SiteView> = self
-            .sites
-            .iter()
-            .enumerate()
-            .map(|(i, s)| SiteView {
-                name: s.name.clone(),
-                role: s.role,
-                priority: 0,
-                index: i,
-                host: "h".into(),
-                port: u16::try_from(i).unwrap(),
-                state: self.trackers[i].state,
-                gtid: self.last_probe[i].as_ref().map(|p| p.0.clone()),
-                replica: self.last_probe[i].as_ref().and_then(|p| p.1.clone()),
-                answered: self.answered[i],
-                recovery_blocked: self.status.blocked.contains(&s.name),
-            })
-            .collect();
+        let views = self.views();
         let hold = self
             .leases
             .live_hold(self.now)

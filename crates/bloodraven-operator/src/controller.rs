@@ -545,6 +545,14 @@ impl Controller {
         })
     }
 
+    /// The site's GTID set from its last successful probe ("" when never probed).
+    fn last_gtid(&self, site: &str) -> String {
+        self.index(site)
+            .and_then(|i| self.probes[i].as_ref())
+            .map(|p| p.gtid.to_string())
+            .unwrap_or_default()
+    }
+
     /// `DataLossDetected`: the site stays fenced and is not re-pointed until a human has
     /// reconciled it (the block clears itself once its position no longer diverges).
     async fn block_divergent(
@@ -612,11 +620,7 @@ impl Controller {
                     .kill_application_sessions()
                     .await
                     .map_err(|e| e.to_string())?;
-                let gtid = self
-                    .index(site)
-                    .and_then(|i| self.probes[i].as_ref())
-                    .map(|p| p.gtid.to_string())
-                    .unwrap_or_default();
+                let gtid = self.last_gtid(site);
                 if *divergent {
                     self.block_divergent(site, "came back writable", &gtid, status)
                         .await
@@ -636,11 +640,7 @@ impl Controller {
                 }
             }
             Action::BlockDivergent { site } => {
-                let gtid = self
-                    .index(site)
-                    .and_then(|i| self.probes[i].as_ref())
-                    .map(|p| p.gtid.to_string())
-                    .unwrap_or_default();
+                let gtid = self.last_gtid(site);
                 self.block_divergent(site, "is read-only but", &gtid, status)
                     .await
             }

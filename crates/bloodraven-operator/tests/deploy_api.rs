@@ -11,11 +11,11 @@ use bloodraven_core::contract::events::DEPLOYMENT_LEASE_REVOKED;
 use bloodraven_core::resources::{KIND_EVENT, KIND_GROUP, KIND_LEASE};
 use bloodraven_core::time::{Clock, Timestamp};
 use bloodraven_operator::auth;
-use bloodraven_store::{ObjectKey, RawObject, Store, StoreExt, StoreFuture, WatchEvent, WriteOp};
+use bloodraven_store::{ObjectKey, Store, StoreExt};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use sha2::Digest;
-use support::{Client, Env, GROUP, bootstrap};
+use support::{Client, Env, GROUP, GatedStore, bootstrap};
 
 struct Fixture {
     env: Env,
@@ -321,39 +321,6 @@ async fn expired_released_and_unknown_leases_are_404() {
             .status,
         StatusCode::NOT_FOUND
     );
-}
-
-/// A store that can hold writes of one kind until released (to observe the 423 window).
-#[derive(Debug)]
-struct GatedStore {
-    inner: Arc<dyn Store>,
-    gate: tokio::sync::watch::Sender<bool>,
-}
-
-impl Store for GatedStore {
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
-        self.inner.get(key)
-    }
-    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
-        self.inner.list(kind, ns)
-    }
-    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
-        let touches_group = ops
-            .iter()
-            .any(|o| matches!(o, WriteOp::Replace(obj) if obj.kind == KIND_GROUP));
-        let mut rx = self.gate.subscribe();
-        Box::pin(async move {
-            if touches_group {
-                while *rx.borrow_and_update() {
-                    let _ = rx.changed().await;
-                }
-            }
-            self.inner.apply(ops).await
-        })
-    }
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
-        self.inner.watch()
-    }
 }
 
 #[tokio::test]

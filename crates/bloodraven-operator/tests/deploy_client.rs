@@ -7,45 +7,12 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_core::time::Clock as _;
 use bloodraven_deploy::lease::{
     AuthorityLost, HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig,
 };
-use bloodraven_store::{ObjectKey, RawObject, Store, StoreFuture, WatchEvent, WriteOp};
-use support::{Env, GROUP, bootstrap};
-
-#[derive(Debug)]
-struct GatedStore {
-    inner: Arc<dyn Store>,
-    gate: tokio::sync::watch::Sender<bool>,
-}
-
-impl Store for GatedStore {
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
-        self.inner.get(key)
-    }
-    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
-        self.inner.list(kind, ns)
-    }
-    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
-        let touches_group = ops
-            .iter()
-            .any(|o| matches!(o, WriteOp::Replace(obj) if obj.kind == KIND_GROUP));
-        let mut rx = self.gate.subscribe();
-        Box::pin(async move {
-            if touches_group {
-                while *rx.borrow_and_update() {
-                    let _ = rx.changed().await;
-                }
-            }
-            self.inner.apply(ops).await
-        })
-    }
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
-        self.inner.watch()
-    }
-}
+use bloodraven_store::Store;
+use support::{Env, GROUP, GatedStore, bootstrap};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_423_during_a_pending_topology_change_ends_authority_at_the_confirmed_deadline() {

@@ -170,6 +170,25 @@ async fn not_found(State(state): State<AppState>) -> Response {
 }
 
 /// Checks the bearer token. Never logs or echoes it.
+/// The checks every deploy API request passes first, in the contract's order: a follower
+/// answers `503` before anything else, then `405` for a method the path does not take, then
+/// authentication.
+fn admit(
+    state: &AppState,
+    method: &Method,
+    allowed: &[Method],
+    allow_header: &'static str,
+    headers: &HeaderMap,
+) -> Result<Identity, Response> {
+    if !state.is_leader() {
+        return Err(not_leader());
+    }
+    if !allowed.contains(method) {
+        return Err(method_not_allowed(allow_header));
+    }
+    authenticate(state, headers)
+}
+
 fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity, Response> {
     let Some(key) = &state.key else {
         return Err(unavailable("the deploy API has no token key configured"));
@@ -319,13 +338,7 @@ async fn observe(
         ..Log::default()
     };
     let r = async {
-        if !state.is_leader() {
-            return not_leader();
-        }
-        if method != Method::GET {
-            return method_not_allowed("GET");
-        }
-        let id = match authenticate(&state, &headers) {
+        let id = match admit(&state, &method, &[Method::GET], "GET", &headers) {
             Ok(id) => id,
             Err(r) => return r,
         };
@@ -364,13 +377,7 @@ async fn leases(
         ..Log::default()
     };
     let r = async {
-        if !state.is_leader() {
-            return not_leader();
-        }
-        if method != Method::POST {
-            return method_not_allowed("POST");
-        }
-        let id = match authenticate(&state, &headers) {
+        let id = match admit(&state, &method, &[Method::POST], "POST", &headers) {
             Ok(id) => id,
             Err(r) => return r,
         };
@@ -461,13 +468,13 @@ async fn lease(
         ..Log::default()
     };
     let r = async {
-        if !state.is_leader() {
-            return not_leader();
-        }
-        if method != Method::PUT && method != Method::DELETE {
-            return method_not_allowed("PUT, DELETE");
-        }
-        let id = match authenticate(&state, &headers) {
+        let id = match admit(
+            &state,
+            &method,
+            &[Method::PUT, Method::DELETE],
+            "PUT, DELETE",
+            &headers,
+        ) {
             Ok(id) => id,
             Err(r) => return r,
         };

@@ -447,3 +447,48 @@ pub async fn wait_status(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A store that holds writes of the group object while its gate is `true` (to observe the
+/// window in which a topology change is being persisted).
+#[derive(Debug)]
+pub struct GatedStore {
+    pub inner: Arc<dyn Store>,
+    pub gate: tokio::sync::watch::Sender<bool>,
+}
+
+impl Store for GatedStore {
+    fn get<'a>(
+        &'a self,
+        key: &'a bloodraven_store::ObjectKey,
+    ) -> bloodraven_store::StoreFuture<'a, Option<bloodraven_store::RawObject>> {
+        self.inner.get(key)
+    }
+    fn list<'a>(
+        &'a self,
+        kind: &'a str,
+        ns: Option<&'a str>,
+    ) -> bloodraven_store::StoreFuture<'a, Vec<bloodraven_store::RawObject>> {
+        self.inner.list(kind, ns)
+    }
+    fn apply(
+        &self,
+        ops: Vec<bloodraven_store::WriteOp>,
+    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<bloodraven_store::RawObject>>> {
+        let touches_group = ops.iter().any(|o| {
+            matches!(o, bloodraven_store::WriteOp::Replace(obj)
+                if obj.kind == bloodraven_core::resources::KIND_GROUP)
+        });
+        let mut rx = self.gate.subscribe();
+        Box::pin(async move {
+            if touches_group {
+                while *rx.borrow_and_update() {
+                    let _ = rx.changed().await;
+                }
+            }
+            self.inner.apply(ops).await
+        })
+    }
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<bloodraven_store::WatchEvent> {
+        self.inner.watch()
+    }
+}
