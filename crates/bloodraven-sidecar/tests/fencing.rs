@@ -13,7 +13,9 @@ use bloodraven_mysql::writer::WRITES_TABLE_DDL;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
-use support::{FakeParty, Mode, at, free_port, msg, records, start_sidecar, view, wait_until};
+use support::{
+    FakeParty, Mode, at, free_port, msg, records, reported_fenced, start_sidecar, view, wait_until,
+};
 use tokio::time::{Instant, sleep};
 
 const LEASE: Duration = Duration::from_secs(3);
@@ -108,7 +110,7 @@ async fn a_primary_whose_operator_and_peers_go_silent_is_read_only_within_the_le
         "{}",
         msg(&fencing[0])
     );
-    let fenced_lines = records(&logs, site, logs::SELF_FENCED);
+    let fenced_lines = reported_fenced(&logs, site).await;
     assert_eq!(fenced_lines.len(), 1);
     let s = status(sidecar.addr).await;
     assert_eq!(s["self_fenced"], Value::Bool(true), "{s}");
@@ -178,7 +180,7 @@ async fn rule_one_fences_kills_application_sessions_spares_replication_and_rearm
         "{}",
         msg(&fencing[0])
     );
-    assert_eq!(records(&logs, site, logs::SELF_FENCED).len(), 1);
+    assert_eq!(reported_fenced(&logs, site).await.len(), 1);
     assert!(
         app.query_drop("SELECT 1").await.is_err(),
         "the application session was killed"
@@ -256,7 +258,7 @@ async fn a_fence_blocked_by_an_open_transaction_resolves() {
         !not_in_effect.is_empty(),
         "the blocked attempt was reported"
     );
-    assert_eq!(records(&logs, site, logs::SELF_FENCED).len(), 1);
+    assert_eq!(reported_fenced(&logs, site).await.len(), 1);
     let result = running.await.unwrap();
     assert!(
         result.is_err(),

@@ -395,6 +395,21 @@ where
     }
 }
 
+/// Waits (up to 10 s) until `site` has logged `SELF-FENCED:` and returns those lines.
+///
+/// `read_only` becomes visible to a prober the moment the fence lands, before the sidecar
+/// has killed the application sessions and reported; a test that checks the whole effect
+/// (sessions gone, the report line) waits for the report, not for the variable.
+pub async fn reported_fenced(logs: &Captured, site: &str) -> Vec<Map<String, Value>> {
+    let prefix = bloodraven_core::contract::logs::SELF_FENCED;
+    wait_until(Duration::from_secs(10), || async {
+        !records(logs, site, prefix).is_empty()
+    })
+    .await
+    .unwrap_or_else(|| panic!("{site} never logged {prefix}"));
+    records(logs, site, prefix)
+}
+
 /// Captured log records of `site` whose `msg` starts with `prefix`.
 pub fn records(logs: &Captured, site: &str, prefix: &str) -> Vec<Map<String, Value>> {
     logs.records()
