@@ -23,7 +23,7 @@ use bloodraven_mysql::harness::{Accounts, Harness, HarnessOptions};
 use bloodraven_operator::auth::{self, SigningKey};
 use bloodraven_operator::local::{LocalFiles, LocalOptions, write_files};
 use bloodraven_runtime::clock::SystemClock;
-use bloodraven_store::{Durability, ObjectKey, SqliteStore, Store, StoreExt};
+use bloodraven_store::{Durability, ObjectKey, SqliteStore, Store};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
@@ -550,26 +550,13 @@ impl Playground {
 
     async fn annotate(&self, key: &str, value: &str) -> Result<(), PlaygroundError> {
         let k = ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP);
-        for _ in 0..5 {
-            let obj = self
-                .store
-                .get(&k)
-                .await
-                .map_err(|e| PlaygroundError::Other(e.to_string()))?
-                .ok_or_else(|| {
-                    PlaygroundError::Other("the group is not in the store yet".into())
-                })?;
-            let mut next = obj;
-            next.metadata
-                .annotations
-                .insert(key.to_string(), value.to_string());
-            match self.store.replace(next).await {
-                Ok(_) => return Ok(()),
-                Err(bloodraven_store::StoreError::Conflict { .. }) => {}
-                Err(e) => return Err(PlaygroundError::Other(e.to_string())),
-            }
+        match bloodraven_store::set_annotation(&self.store, &k, key, value).await {
+            Ok(_) => Ok(()),
+            Err(bloodraven_store::StoreError::NotFound { .. }) => Err(PlaygroundError::Other(
+                "the group is not in the store yet".into(),
+            )),
+            Err(e) => Err(PlaygroundError::Other(e.to_string())),
         }
-        Err(PlaygroundError::Other("the group kept changing".into()))
     }
 
     /// Requests a planned failover (as `bloodraven failover` does).

@@ -199,6 +199,49 @@ pub trait StoreExt: Store {
 
 impl<S: Store + ?Sized> StoreExt for S {}
 
+/// How many compare-and-swap attempts [`set_annotation`] makes before giving up.
+pub const ANNOTATE_ATTEMPTS: u32 = 20;
+
+/// Sets one annotation on a stored object by read-modify-write with compare-and-swap, and
+/// returns the written object.
+///
+/// Another writer (the operator rewrites a group's status every poll) can win the race
+/// between the read and the write: the object is re-read and the write retried, with a short
+/// pause, up to [`ANNOTATE_ATTEMPTS`] times. On exhaustion the error is a `Conflict`: nothing
+/// was written, which callers report as such — a request that was not stored is never
+/// announced as made.
+pub async fn set_annotation<S: Store + ?Sized>(
+    store: &S,
+    key: &ObjectKey,
+    name: &str,
+    value: &str,
+) -> Result<RawObject, StoreError> {
+    let mut last = None;
+    for attempt in 1..=ANNOTATE_ATTEMPTS {
+        let Some(mut obj) = store.get(key).await? else {
+            return Err(StoreError::NotFound { key: key.clone() });
+        };
+        obj.metadata
+            .annotations
+            .insert(name.to_string(), value.to_string());
+        match store.replace(obj).await {
+            Ok(written) => return Ok(written),
+            Err(e @ StoreError::Conflict { .. }) => {
+                last = Some(e);
+                if attempt < ANNOTATE_ATTEMPTS {
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::Conflict {
+        key: key.clone(),
+        expected: String::new(),
+        actual: "changing concurrently".into(),
+    }))
+}
+
 fn first(mut v: Vec<Option<RawObject>>) -> Result<RawObject, StoreError> {
     v.pop().flatten().ok_or_else(|| StoreError::Backend {
         operation: "write",

@@ -184,3 +184,110 @@ async fn invalid_objects_are_refused() {
         Err(StoreError::NotFound { .. })
     ));
 }
+
+/// A store whose every write first loses a race: before it applies, another writer bumps the
+/// same object (as the operator's status writes do), for the first `races` writes.
+#[derive(Debug)]
+struct Racing {
+    inner: SqliteStore,
+    races: std::sync::atomic::AtomicU32,
+}
+
+impl Store for Racing {
+    fn get<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+    ) -> bloodraven_store::StoreFuture<'a, Option<RawObject>> {
+        self.inner.get(key)
+    }
+
+    fn list<'a>(
+        &'a self,
+        kind: &'a str,
+        namespace: Option<&'a str>,
+    ) -> bloodraven_store::StoreFuture<'a, Vec<RawObject>> {
+        self.inner.list(kind, namespace)
+    }
+
+    fn apply(
+        &self,
+        ops: Vec<WriteOp>,
+    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<RawObject>>> {
+        Box::pin(async move {
+            let replace = match ops.first() {
+                Some(WriteOp::Replace(o)) => Some(o),
+                _ => None,
+            };
+            let racing = replace.is_some()
+                && self
+                    .races
+                    .fetch_update(
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                        |n| n.checked_sub(1),
+                    )
+                    .is_ok();
+            if racing && let Some(o) = replace {
+                let key = ObjectKey::new(&o.kind, &o.metadata.namespace, &o.metadata.name);
+                let mut theirs = self.inner.get(&key).await?.unwrap();
+                let seen = theirs.body["status"]["seen"].as_i64().unwrap();
+                theirs
+                    .body
+                    .insert("status".into(), json!({"seen": seen + 1}));
+                self.inner.replace(theirs).await?;
+            }
+            self.inner.apply(ops).await
+        })
+    }
+
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
+        self.inner.watch()
+    }
+}
+
+#[tokio::test]
+async fn set_annotation_retries_lost_races_and_keeps_the_other_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Racing {
+        inner: open(&dir),
+        races: 3.into(),
+    };
+    s.create(obj("g", 1)).await.unwrap();
+    let key = ObjectKey::new("Thing", "default", "g");
+    let written = bloodraven_store::set_annotation(&s, &key, "example.io/request", "now")
+        .await
+        .unwrap();
+    assert_eq!(written.metadata.annotations["example.io/request"], "now");
+    assert_eq!(
+        written.body["status"]["seen"], 3,
+        "the racing writes survive"
+    );
+    let stored = s.get(&key).await.unwrap().unwrap();
+    assert_eq!(stored, written);
+}
+
+#[tokio::test]
+async fn set_annotation_that_always_loses_writes_nothing_and_says_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Racing {
+        inner: open(&dir),
+        races: u32::MAX.into(),
+    };
+    s.create(obj("g", 1)).await.unwrap();
+    let key = ObjectKey::new("Thing", "default", "g");
+    let err = bloodraven_store::set_annotation(&s, &key, "example.io/request", "now")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    let stored = s.get(&key).await.unwrap().unwrap();
+    assert!(stored.metadata.annotations.is_empty());
+    assert_eq!(
+        stored.body["status"]["seen"],
+        i64::from(bloodraven_store::ANNOTATE_ATTEMPTS)
+    );
+    let missing = ObjectKey::new("Thing", "default", "absent");
+    assert!(matches!(
+        bloodraven_store::set_annotation(&s, &missing, "example.io/request", "now").await,
+        Err(StoreError::NotFound { .. })
+    ));
+}

@@ -15,7 +15,7 @@ use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_operator::config;
 use bloodraven_operator::operator::STORE_FILE;
 use bloodraven_runtime::clock::{self, Clock as _};
-use bloodraven_store::{ObjectKey, SqliteStore, Store, StoreExt};
+use bloodraven_store::{ObjectKey, SqliteStore, Store};
 use clap::{Args, Subcommand};
 
 use crate::operator_cmd::exit;
@@ -322,32 +322,26 @@ async fn revoke_all(path: &std::path::Path, namespace: &str, group: &str, wait: 
         }
     };
     let key = ObjectKey::new(KIND_GROUP, namespace, group);
-    for _ in 0..5 {
-        let obj = match store.get(&key).await {
-            Ok(Some(o)) => o,
-            Ok(None) => {
-                eprintln!(
-                    "error: group {namespace}/{group} is not in the store yet (has the operator run?)"
-                );
-                return exit::ERROR;
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::ERROR;
-            }
-        };
-        let mut next = obj;
-        next.metadata.annotations.insert(
-            REVOKE_DEPLOYMENT_LEASES.to_string(),
-            clock::SystemClock.now().to_rfc3339(),
-        );
-        match store.replace(next).await {
-            Ok(_) => break,
-            Err(bloodraven_store::StoreError::Conflict { .. }) => {}
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::ERROR;
-            }
+    let requested = clock::SystemClock.now().to_rfc3339();
+    match bloodraven_store::set_annotation(&store, &key, REVOKE_DEPLOYMENT_LEASES, &requested).await
+    {
+        Ok(_) => {}
+        Err(bloodraven_store::StoreError::NotFound { .. }) => {
+            eprintln!(
+                "error: group {namespace}/{group} is not in the store yet (has the operator run?)"
+            );
+            return exit::ERROR;
+        }
+        Err(e @ bloodraven_store::StoreError::Conflict { .. }) => {
+            eprintln!(
+                "error: nothing was requested: the group kept changing under {} attempts to write the revoke request ({e}); try again",
+                bloodraven_store::ANNOTATE_ATTEMPTS
+            );
+            return exit::ERROR;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::ERROR;
         }
     }
     eprintln!("requested revocation of every deploy lease of {group}; waiting for the operator…");

@@ -12,7 +12,7 @@ use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::{FailoverGroupBody, KIND_GROUP};
 use bloodraven_operator::config;
 use bloodraven_operator::operator::STORE_FILE;
-use bloodraven_store::{ObjectKey, SqliteStore, Store, StoreError, StoreExt};
+use bloodraven_store::{ObjectKey, SqliteStore, Store, StoreError};
 use clap::Args;
 
 /// Exit codes of `bloodraven failover`.
@@ -176,33 +176,17 @@ async fn request_and_follow(
 }
 
 /// Sets the annotation (compare-and-swap) and returns the start time of the planned failover
-/// the status held before, to recognise the new one.
+/// the status held before, to recognise the new one (the annotation leaves the status as it
+/// was, so the written object still holds it).
 async fn annotate(
     store: &SqliteStore,
     key: &ObjectKey,
     to: &str,
 ) -> Result<Option<bloodraven_core::time::Timestamp>, StoreError> {
-    for _ in 0..5 {
-        let Some(obj) = store.get(key).await? else {
-            return Err(StoreError::NotFound { key: key.clone() });
-        };
-        let before = obj
-            .decode::<FailoverGroupBody>()
-            .ok()
-            .and_then(|b| b.status.planned_failover)
-            .and_then(|p| p.start_time);
-        let mut next = obj;
-        next.metadata
-            .annotations
-            .insert(PLANNED_FAILOVER.to_string(), to.to_string());
-        match store.replace(next).await {
-            Ok(_) => return Ok(before),
-            Err(StoreError::Conflict { .. }) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Err(StoreError::Backend {
-        operation: "annotate the group",
-        detail: "the group kept changing; try again".into(),
-    })
+    let written = bloodraven_store::set_annotation(store, key, PLANNED_FAILOVER, to).await?;
+    Ok(written
+        .decode::<FailoverGroupBody>()
+        .ok()
+        .and_then(|b| b.status.planned_failover)
+        .and_then(|p| p.start_time))
 }
