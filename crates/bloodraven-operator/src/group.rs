@@ -147,6 +147,9 @@ pub struct GroupRuntime {
     snapshot: RwLock<Arc<GroupSnapshot>>,
     leases: tokio::sync::Mutex<LeaseState>,
     flags: Flags,
+    /// Serializes [`Self::react`]: the watch, the sweep and startup all react, and one revoke
+    /// request must revoke once, not once per caller that saw the annotation.
+    reacting: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for GroupRuntime {
@@ -229,6 +232,7 @@ impl GroupRuntime {
             snapshot: RwLock::new(Arc::new(snap)),
             leases: tokio::sync::Mutex::new(LeaseState { engine, objects }),
             flags: Flags::default(),
+            reacting: tokio::sync::Mutex::new(()),
         });
         rt.metrics
             .topology_generation
@@ -724,6 +728,12 @@ impl GroupRuntime {
 
     /// Adopts a newer version of the group object written by someone else (seen by the
     /// watch): a larger generation revokes leases, a revoke annotation revokes them all.
+    ///
+    /// It reacts even when `obj` is not newer than what this runtime holds: a foreign write
+    /// can reach this runtime first through the conflict re-read of [`Self::update`] (a
+    /// status write racing `bloodraven deploy revoke-all`), and the watch event that follows
+    /// is then older than the installed object. Reacting on the installed object keeps the
+    /// request from being absorbed without effect.
     pub async fn adopt(&self, obj: RawObject) -> Result<(), StoreError> {
         {
             let mut current = self.group.lock().await;
@@ -733,16 +743,17 @@ impl GroupRuntime {
                     .resource_version
                     .parse::<i64>()
                     .unwrap_or(0);
-            if !newer {
-                return Ok(());
+            if newer {
+                self.install(&mut current, obj)?;
             }
-            self.install(&mut current, obj)?;
         }
         self.react().await
     }
 
     /// Acts on what the stored object asks for: a newer generation, a revoke annotation.
     pub async fn react(&self) -> Result<(), StoreError> {
+        let _one_at_a_time = self.reacting.lock().await;
+        // Read after the lock: a reaction that just finished has removed the annotation.
         let snap = self.snapshot();
         let lease_generation = self.leases.lock().await.engine.topology_generation();
         if snap.status().topology_generation > lease_generation {

@@ -247,6 +247,12 @@ async fn lead(
                 if let Err(e) = rt.sweep().await {
                     tracing::warn!(group = %rt.name, error = %e, "sweeping expired deploy leases failed");
                 }
+                // Level-triggered backstop: whatever the stored object asks for (a revoke
+                // request, a generation the leases have not caught up with) is acted on within
+                // one sweep even if no watch event carried it here.
+                if let Err(e) = rt.react().await {
+                    tracing::warn!(group = %rt.name, error = %e, "acting on stored annotations failed");
+                }
             }
         }
     }));

@@ -273,6 +273,76 @@ async fn revoke_all_by_annotation_answers_operator_revoked() {
     panic!("the revoke annotation was never removed");
 }
 
+/// `bloodraven deploy revoke-all` writes its annotation while the operator writes status: the
+/// operator's compare-and-swap loses, re-reads, and installs the annotated object before the
+/// watch delivers that write. The request must still be acted on, not absorbed.
+#[tokio::test]
+async fn a_revoke_request_absorbed_by_a_racing_status_write_is_still_acted_on() {
+    let f = fixture().await;
+    let m = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
+    let rt = f.op.group(GROUP).await.unwrap();
+    let store = f.env.open_store();
+    let key = ObjectKey::new(KIND_GROUP, "default", GROUP);
+    bloodraven_store::set_annotation(&store, &key, REVOKE_DEPLOYMENT_LEASES, "now")
+        .await
+        .unwrap();
+    // Straight away, before the operator's watch poll sees the other handle's write.
+    rt.update_status(|s| s.observed_generation += 1)
+        .await
+        .unwrap();
+    let mut answer = None;
+    for _ in 0..150 {
+        let r = f
+            .client
+            .renew(
+                &f.token,
+                "migration",
+                "op-1",
+                m.body["token"].as_str().unwrap(),
+            )
+            .await;
+        if r.status != StatusCode::OK {
+            answer = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = answer.expect("the revoke request was acted on");
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(r.body["reason"], "OperatorRevoked");
+    // Once, not once per path that saw the annotation: a lease granted afterwards lives.
+    let next = f
+        .client
+        .grant(&f.token, "migration", "op-2", "counter-app", 30)
+        .await;
+    assert_eq!(next.status, StatusCode::CREATED, "{}", next.text);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let renewed = f
+        .client
+        .renew(
+            &f.token,
+            "migration",
+            "op-2",
+            next.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.text);
+    assert!(
+        !store
+            .get(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .metadata
+            .annotations
+            .contains_key(REVOKE_DEPLOYMENT_LEASES)
+    );
+}
+
 #[tokio::test]
 async fn expired_released_and_unknown_leases_are_404() {
     let f = fixture().await;
