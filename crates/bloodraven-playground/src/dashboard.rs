@@ -108,6 +108,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
         "group": GROUP,
         "activeSite": st["activeSite"],
         "topologyGeneration": st["topologyGeneration"],
+        "observedAt": st["observedAt"],
         "conditions": st["conditions"],
         "plannedFailover": st["plannedFailover"],
         "lastFailoverTarget": st["lastFailoverTarget"],

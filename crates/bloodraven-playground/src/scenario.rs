@@ -2,8 +2,12 @@
 //! prints what it does and what it sees, and fails (non-zero exit) when the expected outcome
 //! does not happen in time.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
+use bloodraven_core::gtid::{GtidFlavor, GtidSet};
+use bloodraven_core::time::{Clock, Timestamp};
+use bloodraven_runtime::clock::SystemClock;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -89,7 +93,7 @@ impl Api {
         &self,
         what: &str,
         limit: Duration,
-        pred: impl Fn(&Value) -> bool,
+        mut pred: impl FnMut(&Value) -> bool,
     ) -> Result<Value, ScenarioError> {
         println!("  … waiting (up to {} s) for {what}", limit.as_secs());
         let started = Instant::now();
@@ -120,6 +124,57 @@ impl Api {
             }
         }
         Ok((ok, bad))
+    }
+}
+
+/// Answers, over successive `/api/state` snapshots, whether every primary candidate holds the
+/// transactions the primary had committed by `since`.
+///
+/// Replication is asynchronous: a primary killed before its candidates hold its last
+/// transactions loses them, and comes back blocked (`DataLossDetected`) instead of
+/// re-pointed. Whoever wants the clean ending waits for this before killing. The operator's
+/// status is written after each poll's probes, so the first poll stamped after `since` may have
+/// probed before it; the second one probed after it, and its GTID sets are the evidence.
+#[derive(Debug)]
+pub struct CatchUp {
+    since: Timestamp,
+    polls_after: BTreeSet<String>,
+}
+
+impl CatchUp {
+    pub fn since(since: Timestamp) -> Self {
+        CatchUp {
+            since,
+            polls_after: BTreeSet::new(),
+        }
+    }
+
+    /// Feeds one snapshot; true once a poll that began after `since` shows every other
+    /// primary candidate holding the primary's GTID set.
+    pub fn reached(&mut self, state: &Value, primary: &str) -> bool {
+        let Some(at) = state["observedAt"].as_str() else {
+            return false;
+        };
+        if Timestamp::parse_rfc3339(at).is_ok_and(|t| t > self.since) {
+            self.polls_after.insert(at.to_string());
+        }
+        if self.polls_after.len() < 2 {
+            return false;
+        }
+        let gtid = |s: &Value| {
+            s["gtid"]
+                .as_str()
+                .and_then(|g| GtidSet::parse(GtidFlavor::MariaDb, g).ok())
+        };
+        let Some(on_primary) = site(state, primary).and_then(gtid) else {
+            return false;
+        };
+        state["sites"].as_array().is_some_and(|sites| {
+            sites
+                .iter()
+                .filter(|s| s["role"] == "primary-candidate" && s["name"] != primary)
+                .all(|s| gtid(s).is_some_and(|g| g.contains(&on_primary)))
+        })
     }
 }
 
@@ -249,6 +304,13 @@ pub async fn run(name: &str, dashboard: &str) -> Result<(), ScenarioError> {
             let generation = s["topologyGeneration"].as_u64().unwrap_or(0);
             let before = s["counter"]["value"].as_i64().unwrap_or(0);
             api.increments(3).await?;
+            let mut catch_up = CatchUp::since(SystemClock.now());
+            api.wait(
+                "the candidates to hold the primary's transactions (asynchronous replication)",
+                Duration::from_secs(30),
+                |s| catch_up.reached(s, &primary),
+            )
+            .await?;
             api.act("kill-site", Some(&primary)).await?;
             let s = api
                 .wait(
@@ -331,4 +393,73 @@ pub async fn run(name: &str, dashboard: &str) -> Result<(), ScenarioError> {
     }
     println!("scenario {name}: passed");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state(at: &str, iad: &str, pdx: &str, reader: &str) -> Value {
+        json!({
+            "observedAt": at,
+            "sites": [
+                {"name": "iad", "role": "primary-candidate", "gtid": iad},
+                {"name": "pdx", "role": "primary-candidate", "gtid": pdx},
+                {"name": "reader", "role": "read-only", "gtid": reader},
+            ],
+        })
+    }
+
+    fn since() -> Timestamp {
+        Timestamp::parse_rfc3339("2026-01-01T00:00:10Z").unwrap()
+    }
+
+    #[test]
+    fn needs_a_second_poll_after_the_moment() {
+        let mut c = CatchUp::since(since());
+        // Caught up, but stamped before the moment, then by the first poll after it (whose
+        // probes may predate the moment): not yet evidence.
+        assert!(!c.reached(
+            &state("2026-01-01T00:00:09Z", "0-1-5", "0-1-5", "0-1-5"),
+            "iad"
+        ));
+        assert!(!c.reached(
+            &state("2026-01-01T00:00:11Z", "0-1-8", "0-1-8", "0-1-8"),
+            "iad"
+        ));
+        // The same poll seen twice is still one poll.
+        assert!(!c.reached(
+            &state("2026-01-01T00:00:11Z", "0-1-8", "0-1-8", "0-1-8"),
+            "iad"
+        ));
+        assert!(c.reached(
+            &state("2026-01-01T00:00:12Z", "0-1-8", "0-1-8", "0-1-7"),
+            "iad"
+        ));
+    }
+
+    #[test]
+    fn a_lagging_candidate_is_not_caught_up_and_a_reader_does_not_count() {
+        let mut c = CatchUp::since(since());
+        assert!(!c.reached(
+            &state("2026-01-01T00:00:11Z", "0-1-8", "0-1-8", "0-1-2"),
+            "iad"
+        ));
+        assert!(!c.reached(
+            &state("2026-01-01T00:00:12Z", "0-1-8", "0-1-7", "0-1-2"),
+            "iad"
+        ));
+        assert!(c.reached(
+            &state("2026-01-01T00:00:13Z", "0-1-8", "0-1-8", "0-1-2"),
+            "iad"
+        ));
+        // A site that cannot be read is not evidence either.
+        let mut c = CatchUp::since(since());
+        c.reached(&state("2026-01-01T00:00:11Z", "0-1-8", "0-1-8", ""), "iad");
+        let mut s = state("2026-01-01T00:00:12Z", "0-1-8", "0-1-8", "");
+        s["sites"][1]["gtid"] = Value::Null;
+        assert!(!c.reached(&s, "iad"));
+        assert!(!c.reached(&json!({}), "iad"));
+    }
 }

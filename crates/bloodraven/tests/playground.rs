@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use bloodraven_core::time::Clock as _;
+use bloodraven_playground::scenario::CatchUp;
+use bloodraven_runtime::clock::SystemClock;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
@@ -156,7 +159,7 @@ fn stop_keeping_dir(mut r: Running) -> tempfile::TempDir {
     std::mem::replace(&mut r.dir, empty)
 }
 
-async fn wait(r: &Running, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+async fn wait(r: &Running, what: &str, mut pred: impl FnMut(&Value) -> bool) -> Value {
     for _ in 0..300 {
         let s = r.state().await;
         if pred(&s) {
@@ -220,6 +223,13 @@ async fn the_counter_keeps_counting_across_a_failover() {
     assert_eq!(c["value"], 5);
     assert_eq!(c["site"], "iad");
     assert_eq!(c["readOnly"], false);
+    // Replication is asynchronous: kill only once pdx holds the five increments, or the
+    // failover rightly loses the last of them.
+    let mut catch_up = CatchUp::since(SystemClock.now());
+    wait(&r, "pdx to hold iad's transactions", |s| {
+        catch_up.reached(s, "iad")
+    })
+    .await;
     assert!(chaos(&r, &["kill-site", "iad"]).contains("killed iad"));
     let s = wait(&r, "a new active site", |s| {
         s["activeSite"] == "pdx" && s["topologyGeneration"].as_u64().unwrap_or(0) >= 2
