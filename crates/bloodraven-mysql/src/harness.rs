@@ -755,6 +755,43 @@ impl Harness {
         self.servers.get(i).and_then(Server::pid)
     }
 
+    /// Waits (up to `limit`) until another session of the application account runs a statement
+    /// whose text contains `fragment` (a `LIKE` fragment) on server `i`; returns whether it
+    /// did. Tests that must act *while* a statement runs wait for it here instead of guessing
+    /// with a sleep how long the statement takes to start.
+    pub async fn wait_app_statement_running(
+        &self,
+        i: usize,
+        fragment: &str,
+        limit: Duration,
+    ) -> bool {
+        use mysql_async::prelude::Queryable as _;
+        let started = Instant::now();
+        let mut conn: Option<mysql_async::Conn> = None;
+        while started.elapsed() < limit {
+            if conn.is_none() {
+                conn = mysql_async::Conn::new(self.app_opts(i)).await.ok();
+            }
+            if let Some(c) = conn.as_mut() {
+                let seen: Result<Option<u64>, _> = c
+                    .exec_first(
+                        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                         WHERE ID <> CONNECTION_ID() AND COMMAND = 'Query' \
+                         AND INFO LIKE CONCAT('%', ?, '%')",
+                        (fragment,),
+                    )
+                    .await;
+                match seen {
+                    Ok(Some(n)) if n > 0 => return true,
+                    Ok(_) => {}
+                    Err(_) => conn = None,
+                }
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
     pub fn is_running(&mut self, i: usize) -> bool {
         self.servers.get_mut(i).is_some_and(Server::running)
     }

@@ -77,7 +77,12 @@ async fn harness_wires_gtid_replication_and_probe_sees_it() {
     let rs = r.replica.expect("replica status");
     assert!(rs.running(), "{rs:?}");
     assert_eq!(rs.source_port, h.port(0));
-    assert_eq!(rs.seconds_behind, Some(0));
+    // Seconds_Behind_Master can read 1 across a second boundary just after the last event.
+    assert!(
+        rs.seconds_behind.is_some_and(|s| s <= 1),
+        "{:?}",
+        rs.seconds_behind
+    );
     let mut rc = app(&h, 2).await;
     let n: Option<u64> = rc
         .query_first("SELECT COUNT(*) FROM app.writes WHERE id = 1")
@@ -237,7 +242,11 @@ async fn fence_waits_for_a_running_statement_and_idle_transactions_lose_their_co
         c.query_drop("INSERT INTO app.writes (id, site) SELECT 101, CONCAT('slow', SLEEP(3))")
             .await
     });
-    sleep(Duration::from_millis(300)).await;
+    assert!(
+        h.wait_app_statement_running(0, "SLEEP(3)", Duration::from_secs(10))
+            .await,
+        "the slow statement started"
+    );
     let t = Instant::now();
     let short = primary.fence(Duration::from_millis(500)).await;
     let actually = h.admin(0).unwrap().is_fenced().await.unwrap();
