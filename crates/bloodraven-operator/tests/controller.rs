@@ -726,6 +726,7 @@ async fn a_replica_whose_source_refuses_it_is_repointed_once_per_settle_period()
     reader.execute("STOP SLAVE").await.unwrap();
     reader.execute("RESET SLAVE ALL").await.unwrap();
     wait_event(&op, "ReplicaRepointed", before + 1).await;
+    let seen = tokio::time::Instant::now();
     // Polls come every 300 ms; a re-point every poll would be six more in two seconds. The
     // settle period (3 s here) allows none.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -734,7 +735,14 @@ async fn a_replica_whose_source_refuses_it_is_repointed_once_per_settle_period()
             .filter(|(r, m)| r == "ReplicaRepointed" && m.starts_with("reader "))
             .count()
     };
-    assert_eq!(count(&events(&op).await), before + 1);
+    let n = count(&events(&op).await);
+    // A stalled machine can stretch the two seconds past the settle period, where one more
+    // re-point is due; the strict check holds only while the count was read inside it.
+    if seen.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(n, before + 1, "re-pointed again inside the settle period");
+    } else {
+        assert!(n <= before + 2, "{n} re-points, {before} before");
+    }
     // Once iad lets it in again, reader replicates (re-pointed at most once more).
     iad.execute(&format!("ALTER USER '{repl}'@'127.0.0.1' ACCOUNT UNLOCK"))
         .await

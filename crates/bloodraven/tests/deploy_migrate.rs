@@ -200,13 +200,20 @@ async fn a_migration_holds_off_a_planned_failover_and_a_second_one_waits_its_tur
         ]
     );
     // The planned failover proceeds on its own once the hold is gone.
-    for _ in 0..200 {
+    let mut succeeded = false;
+    for _ in 0..300 {
         let st = status(&s).await;
         if st["groups"]["playground"]["status"]["plannedFailover"]["phase"] == "Succeeded" {
+            succeeded = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(
+        succeeded,
+        "the planned failover did not succeed within 30 s: {}",
+        status(&s).await
+    );
     assert_eq!(
         status(&s).await["groups"]["playground"]["status"]["activeSite"],
         "pdx"

@@ -255,8 +255,9 @@ async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation(
     let base = format!("https://127.0.0.1:{}", s.https);
     let bearer = token(&s);
     let http = client(&s);
-    for _ in 0..200 {
-        let v: Value = http
+    let mut last = Value::Null;
+    for _ in 0..300 {
+        last = http
             .get(format!("{base}/deploy/v1/groups/playground"))
             .bearer_auth(&bearer)
             .send()
@@ -265,11 +266,15 @@ async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation(
             .json()
             .await
             .unwrap();
-        if v["stable"] == true {
+        if last["stable"] == true {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert_eq!(
+        last["stable"], true,
+        "the group did not become stable within 30 s: {last}"
+    );
 
     let mut t = Traffic {
         base,
