@@ -33,8 +33,32 @@ async fn twenty_switchovers_lose_no_acknowledged_write() {
     };
     let mut primary = 0usize;
     let mut internal = Vec::new();
+    // Each switchover must find the writer already writing on the current primary, or two
+    // changes of writable site would show as one gap. Rows carrying a site's own name only
+    // grow on that site by new acknowledged writes (the switchover waited for catch-up).
+    let own_rows = |i: usize| {
+        let (opts, name) = (h.app_opts(i), h.name(i).to_string());
+        async move {
+            let mut c = Conn::new(opts).await.unwrap();
+            c.exec_first::<u64, _, _>("SELECT COUNT(*) FROM app.writes WHERE site = ?", (name,))
+                .await
+                .unwrap()
+                .unwrap_or(0)
+        }
+    };
+    let mut since = 0;
     for n in 0..20 {
         sleep(Duration::from_millis(150)).await;
+        let mut waited = 0;
+        while own_rows(primary).await <= since {
+            waited += 1;
+            assert!(
+                waited < 500,
+                "the writer never wrote on {}",
+                h.name(primary)
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
         let target = 1 - primary;
         let others = vec![clients[2].clone()];
         let report = switchover(
@@ -54,6 +78,7 @@ async fn twenty_switchovers_lose_no_acknowledged_write() {
         assert!(report.promotion.gtid.contains(&report.source_gtid));
         internal.push(report.write_unavailable);
         primary = target;
+        since = own_rows(primary).await;
     }
     sleep(Duration::from_millis(200)).await;
     let log = writer.stop().await;
