@@ -78,9 +78,11 @@ async fn a_423_during_a_pending_topology_change_ends_authority_at_the_confirmed_
         "{reason:?}"
     );
     // The last 200 came at most one renewal period (5/3 s) before the gate; the loss comes at
-    // that renewal's send time + TTL — never later than TTL after the gate.
+    // that renewal's send time + TTL — never later than TTL after the gate. A 423 counted as a
+    // renewal would push it past TTL + a renewal period; the slack (for timers on a loaded
+    // machine) stays below that.
     assert!(
-        after <= Duration::from_secs(5) + Duration::from_millis(500),
+        after <= Duration::from_secs(5) + Duration::from_millis(1200),
         "{after:?}"
     );
     let unstable = logs
