@@ -364,7 +364,31 @@ fn template(mariadbd: &Path) -> Result<PathBuf, HarnessError> {
     }
 }
 
-fn free_port() -> io::Result<u16> {
+/// Picks a loopback TCP port for a server that will bind it a little later (a `mariadbd`, a
+/// sidecar, an operator started as a process).
+///
+/// A port from `bind(0)` comes from the kernel's ephemeral range, and between releasing it and
+/// the server binding it the kernel may hand it to any outgoing connection on the machine
+/// (every probe, proxy and client opens some): the server then fails with "address in use".
+/// So the port is drawn at random below the ephemeral range (from 15000), where the kernel
+/// never assigns ports on its own, and checked free by binding it. Only when that range is too
+/// small or full does it fall back to `bind(0)`. Never 3306.
+pub fn free_port() -> io::Result<u16> {
+    const LOW: u16 = 15_000;
+    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low > LOW + 1_000 {
+        let span = u64::from(ephemeral_low - LOW);
+        for _ in 0..200 {
+            let offset = RandomState::new().build_hasher().finish() % span;
+            let port = LOW + u16::try_from(offset).unwrap_or(0);
+            if port != 3306 && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     loop {
         let l = TcpListener::bind(("127.0.0.1", 0))?;
         let port = l.local_addr()?.port();
@@ -893,5 +917,29 @@ impl Drop for Harness {
         if !self.keep {
             let _ = fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_bindable_and_below_the_ephemeral_range() {
+        let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+            .unwrap_or(32_768);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            let p = free_port().unwrap();
+            assert_ne!(p, 3306);
+            if ephemeral_low > 16_000 {
+                assert!((15_000..ephemeral_low).contains(&p), "{p}");
+            }
+            TcpListener::bind(("127.0.0.1", p)).unwrap();
+            seen.insert(p);
+        }
+        assert!(seen.len() > 40, "drawn at random: {} distinct", seen.len());
     }
 }

@@ -144,10 +144,7 @@ fn check_port(port: u16, what: &'static str, flag: &'static str) -> Result<(), P
 }
 
 fn free_port() -> Result<u16, PlaygroundError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(io("pick a free port"))
+    bloodraven_mysql::harness::free_port().map_err(io("pick a free port"))
 }
 
 fn loopback(port: u16) -> SocketAddr {

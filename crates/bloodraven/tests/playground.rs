@@ -2,7 +2,6 @@
 //! counter app, its chaos CLI, its scenarios and — in headless Chromium — its dashboard.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,11 +15,7 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    bloodraven_mysql::harness::free_port().unwrap()
 }
 
 struct Running {

@@ -9,7 +9,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -307,13 +307,9 @@ pub fn at(s: i64) -> Timestamp {
     Timestamp::from_unix_seconds(1_796_000_000 + s)
 }
 
-/// A loopback port nobody listens on (picked, then released).
+/// A loopback port nobody listens on (picked, then released; outside the ephemeral range).
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    bloodraven_mysql::harness::free_port().unwrap()
 }
 
 /// Small timings for tests: ticks every second, a 3 s lease (the floor of the CEL rules).

@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,11 +15,7 @@ use serde_json::Value;
 pub const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    bloodraven_mysql::harness::free_port().unwrap()
 }
 
 pub struct Setup {
