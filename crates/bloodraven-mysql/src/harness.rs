@@ -375,10 +375,7 @@ fn template(mariadbd: &Path) -> Result<PathBuf, HarnessError> {
 /// small or full does it fall back to `bind(0)`. Never 3306.
 pub fn free_port() -> io::Result<u16> {
     const LOW: u16 = 15_000;
-    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32_768);
+    let ephemeral_low = ephemeral_low();
     if ephemeral_low > LOW + 1_000 {
         let span = u64::from(ephemeral_low - LOW);
         for _ in 0..200 {
@@ -396,6 +393,14 @@ pub fn free_port() -> io::Result<u16> {
             return Ok(port);
         }
     }
+}
+
+/// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_low() -> u16 {
+    fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768)
 }
 
 fn tail(path: &Path, lines: usize) -> String {
@@ -926,10 +931,7 @@ mod tests {
 
     #[test]
     fn free_ports_are_bindable_and_below_the_ephemeral_range() {
-        let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-            .unwrap_or(32_768);
+        let ephemeral_low = ephemeral_low();
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..50 {
             let p = free_port().unwrap();

@@ -11,7 +11,7 @@ use bloodraven_core::contract::events::DEPLOYMENT_LEASE_REVOKED;
 use bloodraven_core::resources::{KIND_EVENT, KIND_GROUP, KIND_LEASE};
 use bloodraven_core::time::{Clock, Timestamp};
 use bloodraven_operator::auth;
-use bloodraven_store::{ObjectKey, Store, StoreExt};
+use bloodraven_store::{ObjectKey, Store};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use sha2::Digest;
@@ -223,6 +223,19 @@ async fn generation_bump_revokes_and_the_tombstone_refuses_a_repost() {
     );
 }
 
+/// Renews the migration lease `op` every 20 ms until the answer is not `200` (at most 4 s),
+/// and returns that answer.
+async fn renew_until_refused(f: &Fixture, op: &str, lease_token: &str) -> support::Answer {
+    for _ in 0..200 {
+        let r = f.client.renew(&f.token, "migration", op, lease_token).await;
+        if r.status != StatusCode::OK {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{op} was still renewed after 4 s: the revoke request was not acted on");
+}
+
 #[tokio::test]
 async fn revoke_all_by_annotation_answers_operator_revoked() {
     let f = fixture().await;
@@ -233,29 +246,11 @@ async fn revoke_all_by_annotation_answers_operator_revoked() {
     // As `bloodraven deploy revoke-all` does: annotate the stored group from another handle.
     let store = f.env.open_store();
     let key = ObjectKey::new(KIND_GROUP, "default", GROUP);
-    let mut g = store.get(&key).await.unwrap().unwrap();
-    g.metadata
-        .annotations
-        .insert(REVOKE_DEPLOYMENT_LEASES.into(), "now".into());
-    store.replace(g).await.unwrap();
-    let mut revoked = None;
-    for _ in 0..200 {
-        let r = f
-            .client
-            .renew(
-                &f.token,
-                "migration",
-                "op-1",
-                m.body["token"].as_str().unwrap(),
-            )
-            .await;
-        if r.status == StatusCode::CONFLICT {
-            revoked = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let r = revoked.expect("the operator revoked the lease");
+    bloodraven_store::set_annotation(&store, &key, REVOKE_DEPLOYMENT_LEASES, "now")
+        .await
+        .unwrap();
+    let r = renew_until_refused(&f, "op-1", m.body["token"].as_str().unwrap()).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(r.body["reason"], "OperatorRevoked");
     assert_eq!(r.body["topologyGeneration"], 1);
     // The annotation is removed once done.
@@ -294,24 +289,7 @@ async fn a_revoke_request_absorbed_by_a_racing_status_write_is_still_acted_on() 
     rt.update_status(|s| s.observed_generation += 1)
         .await
         .unwrap();
-    let mut answer = None;
-    for _ in 0..150 {
-        let r = f
-            .client
-            .renew(
-                &f.token,
-                "migration",
-                "op-1",
-                m.body["token"].as_str().unwrap(),
-            )
-            .await;
-        if r.status != StatusCode::OK {
-            answer = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let r = answer.expect("the revoke request was acted on");
+    let r = renew_until_refused(&f, "op-1", m.body["token"].as_str().unwrap()).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(r.body["reason"], "OperatorRevoked");
     // Once, not once per path that saw the annotation: a lease granted afterwards lives.

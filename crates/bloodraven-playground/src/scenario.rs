@@ -415,48 +415,35 @@ mod tests {
         Timestamp::parse_rfc3339("2026-01-01T00:00:10Z").unwrap()
     }
 
+    /// Feeds a poll stamped `second` s past the minute, with iad, pdx and reader at those GTIDs.
+    fn poll(c: &mut CatchUp, second: u8, [iad, pdx, reader]: [&str; 3]) -> bool {
+        c.reached(
+            &state(&format!("2026-01-01T00:00:{second:02}Z"), iad, pdx, reader),
+            "iad",
+        )
+    }
+
     #[test]
     fn needs_a_second_poll_after_the_moment() {
         let mut c = CatchUp::since(since());
         // Caught up, but stamped before the moment, then by the first poll after it (whose
         // probes may predate the moment): not yet evidence.
-        assert!(!c.reached(
-            &state("2026-01-01T00:00:09Z", "0-1-5", "0-1-5", "0-1-5"),
-            "iad"
-        ));
-        assert!(!c.reached(
-            &state("2026-01-01T00:00:11Z", "0-1-8", "0-1-8", "0-1-8"),
-            "iad"
-        ));
+        assert!(!poll(&mut c, 9, ["0-1-5", "0-1-5", "0-1-5"]));
+        assert!(!poll(&mut c, 11, ["0-1-8", "0-1-8", "0-1-8"]));
         // The same poll seen twice is still one poll.
-        assert!(!c.reached(
-            &state("2026-01-01T00:00:11Z", "0-1-8", "0-1-8", "0-1-8"),
-            "iad"
-        ));
-        assert!(c.reached(
-            &state("2026-01-01T00:00:12Z", "0-1-8", "0-1-8", "0-1-7"),
-            "iad"
-        ));
+        assert!(!poll(&mut c, 11, ["0-1-8", "0-1-8", "0-1-8"]));
+        assert!(poll(&mut c, 12, ["0-1-8", "0-1-8", "0-1-7"]));
     }
 
     #[test]
     fn a_lagging_candidate_is_not_caught_up_and_a_reader_does_not_count() {
         let mut c = CatchUp::since(since());
-        assert!(!c.reached(
-            &state("2026-01-01T00:00:11Z", "0-1-8", "0-1-8", "0-1-2"),
-            "iad"
-        ));
-        assert!(!c.reached(
-            &state("2026-01-01T00:00:12Z", "0-1-8", "0-1-7", "0-1-2"),
-            "iad"
-        ));
-        assert!(c.reached(
-            &state("2026-01-01T00:00:13Z", "0-1-8", "0-1-8", "0-1-2"),
-            "iad"
-        ));
+        assert!(!poll(&mut c, 11, ["0-1-8", "0-1-8", "0-1-2"]));
+        assert!(!poll(&mut c, 12, ["0-1-8", "0-1-7", "0-1-2"]));
+        assert!(poll(&mut c, 13, ["0-1-8", "0-1-8", "0-1-2"]));
         // A site that cannot be read is not evidence either.
         let mut c = CatchUp::since(since());
-        c.reached(&state("2026-01-01T00:00:11Z", "0-1-8", "0-1-8", ""), "iad");
+        poll(&mut c, 11, ["0-1-8", "0-1-8", ""]);
         let mut s = state("2026-01-01T00:00:12Z", "0-1-8", "0-1-8", "");
         s["sites"][1]["gtid"] = Value::Null;
         assert!(!c.reached(&s, "iad"));
