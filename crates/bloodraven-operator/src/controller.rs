@@ -948,7 +948,11 @@ impl Controller {
             }
             PlannedFailoverPhase::Admitting | PlannedFailoverPhase::Deferred => {
                 let views = self.views(&status);
-                let hold = self.rt.live_hold().await;
+                // The lease lock is held until the verdict is persisted: a failover-hold is
+                // either seen here or refused (the group is no longer stable once Draining is
+                // stored), never granted in between.
+                let leases = self.rt.lock_leases().await;
+                let hold = leases.live_hold();
                 let verdict = planned::admit(&AdmissionInput {
                     target: &pf.target,
                     active_site: &status.active_site,
@@ -967,6 +971,7 @@ impl Controller {
                             p.admission = status::Admission::default();
                         })
                         .await?;
+                        drop(leases);
                         Ok(true)
                     }
                     Admission::Defer {

@@ -38,6 +38,28 @@ use crate::metrics::Metrics;
 /// What a `423` asks clients to wait before retrying.
 pub const RETRY_AFTER_SECONDS: u32 = 1;
 
+/// How many times one lease decision is made and written before a conflict is reported: the
+/// first attempt, and one more after each re-read of the store.
+pub const COMMIT_ATTEMPTS: u32 = 3;
+
+/// Runs `fut` to completion in its own task and returns its output.
+///
+/// A lease change is decided, persisted and recorded in memory as one unit. Awaited directly
+/// from a request handler it would be dropped half-way when the client goes away (hyper drops
+/// the handler's future): the store write would land on its blocking thread while the
+/// in-memory copy never learned of it. In a task of its own it finishes whatever happens to
+/// the request that asked for it; the answer is sent only once it has.
+async fn to_completion<T: Send + 'static>(
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    match tokio::spawn(fut).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Only a runtime shutting down cancels the task; nothing waits for the answer then.
+        Err(_) => std::future::pending().await,
+    }
+}
+
 /// Randomness for one lease token, drawn from the OS before the engine runs (so a failing
 /// RNG fails the request instead of producing a weak token).
 #[derive(Debug)]
@@ -75,6 +97,28 @@ impl GroupSnapshot {
 struct LeaseState {
     engine: GroupLeases,
     objects: BTreeMap<String, RawObject>,
+}
+
+/// The lease state, locked (see [`GroupRuntime::lock_leases`]).
+pub struct LeaseLock<'a> {
+    state: tokio::sync::MutexGuard<'a, LeaseState>,
+    now: Timestamp,
+}
+
+impl std::fmt::Debug for LeaseLock<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseLock").finish_non_exhaustive()
+    }
+}
+
+impl LeaseLock<'_> {
+    /// The earliest-expiring live failover-hold, with its holder.
+    pub fn live_hold(&self) -> Option<LeaseView> {
+        self.state
+            .engine
+            .live_hold(self.now)
+            .map(bloodraven_core::lease::LeaseRecord::view)
+    }
 }
 
 #[derive(Default)]
@@ -339,6 +383,9 @@ impl GroupRuntime {
     }
 
     /// Persists `next` as the lease state (writes only what changed), then records its events.
+    ///
+    /// On any error the in-memory state is left as it was; the caller heals it from the store
+    /// when the error leaves the store's state unknown (see [`Self::transact`]).
     async fn commit(&self, ls: &mut LeaseState, mut next: GroupLeases) -> Result<(), StoreError> {
         let desired = lease_objects::desired(&self.namespace, &self.name, &next)?;
         let ops = lease_objects::plan_writes(&ls.objects, &desired);
@@ -369,6 +416,86 @@ impl GroupRuntime {
         ls.engine = next;
         self.account(&ls.engine, evs).await;
         Ok(())
+    }
+
+    /// Re-reads the group's lease objects and rebuilds the lease state from them: after a
+    /// compare-and-swap conflict, an unconfirmed write or a batch that stopped part-way, the
+    /// store is the truth and the in-memory copy must not stay behind it.
+    async fn heal(&self, ls: &mut LeaseState) -> Result<(), StoreError> {
+        let objects = self.read_lease_objects().await?;
+        let mut engine = lease_objects::restore(
+            self.snapshot().status().topology_generation,
+            &objects.values().cloned().collect::<Vec<_>>(),
+        )
+        .map_err(|e| StoreError::Invalid {
+            reason: e.to_string(),
+        })?;
+        // Generations never go back: leases stamped before the generation this runtime has
+        // already reached are revoked by the next decision's commit.
+        let reached = ls.engine.topology_generation();
+        engine.advance_generation(reached, self.now());
+        tracing::info!(group = %self.name, objects = objects.len(), "deploy lease state re-read from the store");
+        ls.objects = objects;
+        // Revocations found while healing are written by the decision that follows; their
+        // events are recorded then.
+        ls.engine = engine;
+        Ok(())
+    }
+
+    async fn read_lease_objects(&self) -> Result<BTreeMap<String, RawObject>, StoreError> {
+        Ok(self
+            .store
+            .list(KIND_LEASE, Some(&self.namespace))
+            .await?
+            .into_iter()
+            .filter(|o| o.metadata.labels.get(LABEL_GROUP) == Some(&self.name))
+            .map(|o| (o.metadata.name.clone(), o))
+            .collect())
+    }
+
+    /// Decides and persists one lease change under the lease lock: reads the group's snapshot
+    /// (for the gate) *after* taking the lock, so a decision made meanwhile by the planned
+    /// failover's admission — which holds the same lock while it persists — is seen. A
+    /// conflict or an unconfirmed write heals the state from the store and decides again
+    /// ([`COMMIT_ATTEMPTS`] in all).
+    ///
+    /// Returns what `decide` returned and the snapshot its gate came from.
+    async fn transact<T>(
+        &self,
+        ls: &mut LeaseState,
+        mut decide: impl FnMut(&mut GroupLeases, &LeaseGate, Timestamp) -> T,
+    ) -> Result<(T, Arc<GroupSnapshot>), StoreError> {
+        let mut attempt = 1;
+        loop {
+            let snap = self.snapshot();
+            let gate = self.gate(&snap);
+            let now = self.now();
+            let mut next = ls.engine.clone();
+            let out = decide(&mut next, &gate, now);
+            match self.commit(ls, next).await {
+                Ok(()) => return Ok((out, snap)),
+                Err(e) if Self::leaves_store_unknown(&e) => {
+                    tracing::warn!(group = %self.name, error = %e, attempt, "deploy lease write did not apply as planned; re-reading the leases and deciding again");
+                    self.heal(ls).await?;
+                    if attempt >= COMMIT_ATTEMPTS {
+                        return Err(e);
+                    }
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Errors after which the stored lease objects may differ from what this runtime holds.
+    fn leaves_store_unknown(e: &StoreError) -> bool {
+        matches!(
+            e,
+            StoreError::Conflict { .. }
+                | StoreError::AlreadyExists { .. }
+                | StoreError::NotFound { .. }
+                | StoreError::Unconfirmed { .. }
+        )
     }
 
     async fn account(&self, engine: &GroupLeases, evs: Vec<LeaseEvent>) {
@@ -459,61 +586,71 @@ impl GroupRuntime {
         )
     }
 
-    /// `POST /leases`.
-    pub async fn grant(&self, req: &GrantRequest) -> Result<Grant, RequestError> {
-        let mut tokens = PrefilledTokens::from_os().map_err(|_| RequestError::Random)?;
-        let snap = self.snapshot();
-        let gate = self.gate(&snap);
-        let now = self.now();
-        let mut ls = self.leases.lock().await;
-        let mut next = ls.engine.clone();
-        let result = next.grant(req, &gate, now, &mut tokens);
-        // Sync and expiry inside the engine may have changed state even on a refusal.
-        self.commit(&mut ls, next).await?;
-        let grant = result?;
-        if let Some(e) = self.raced(&snap) {
-            return Err(e.into());
-        }
-        Ok(grant)
+    /// `POST /leases`. Runs to completion even if the caller stops waiting (see
+    /// [`to_completion`]).
+    pub async fn grant(self: &Arc<Self>, req: GrantRequest) -> Result<Grant, RequestError> {
+        let me = self.clone();
+        to_completion(async move {
+            let mut tokens = PrefilledTokens::from_os().map_err(|_| RequestError::Random)?;
+            let mut ls = me.leases.lock().await;
+            let (result, snap) = me
+                .transact(&mut ls, |next, gate, now| {
+                    next.grant(&req, gate, now, &mut tokens)
+                })
+                .await?;
+            let grant = result?;
+            if let Some(e) = me.raced(&snap) {
+                return Err(e.into());
+            }
+            Ok(grant)
+        })
+        .await
     }
 
-    /// `PUT /leases/{kind}/{operationId}`.
+    /// `PUT /leases/{kind}/{operationId}`. Runs to completion even if the caller stops waiting.
     pub async fn renew(
-        &self,
+        self: &Arc<Self>,
         kind: LeaseKind,
-        operation_id: &str,
-        token: &str,
+        operation_id: String,
+        token: String,
         ttl_seconds: Option<i64>,
     ) -> Result<Renewal, RequestError> {
-        let snap = self.snapshot();
-        let gate = self.gate(&snap);
-        let now = self.now();
-        let mut ls = self.leases.lock().await;
-        let mut next = ls.engine.clone();
-        let result = next.renew(kind, operation_id, token, ttl_seconds, &gate, now);
-        self.commit(&mut ls, next).await?;
-        let renewal = result?;
-        if let Some(e) = self.raced(&snap) {
-            return Err(e.into());
-        }
-        Ok(renewal)
+        let me = self.clone();
+        to_completion(async move {
+            let mut ls = me.leases.lock().await;
+            let (result, snap) = me
+                .transact(&mut ls, |next, gate, now| {
+                    next.renew(kind, &operation_id, &token, ttl_seconds, gate, now)
+                })
+                .await?;
+            let renewal = result?;
+            if let Some(e) = me.raced(&snap) {
+                return Err(e.into());
+            }
+            Ok(renewal)
+        })
+        .await
     }
 
-    /// `DELETE /leases/{kind}/{operationId}`.
+    /// `DELETE /leases/{kind}/{operationId}`. Runs to completion even if the caller stops
+    /// waiting.
     pub async fn release(
-        &self,
+        self: &Arc<Self>,
         kind: LeaseKind,
-        operation_id: &str,
-        token: &str,
+        operation_id: String,
+        token: String,
     ) -> Result<Release, RequestError> {
-        let snap = self.snapshot();
-        let gate = self.gate(&snap);
-        let now = self.now();
-        let mut ls = self.leases.lock().await;
-        let mut next = ls.engine.clone();
-        let result = next.release(kind, operation_id, token, &gate, now);
-        self.commit(&mut ls, next).await?;
-        Ok(result?)
+        let me = self.clone();
+        to_completion(async move {
+            let mut ls = me.leases.lock().await;
+            let (result, _) = me
+                .transact(&mut ls, |next, gate, now| {
+                    next.release(kind, &operation_id, &token, gate, now)
+                })
+                .await?;
+            Ok(result?)
+        })
+        .await
     }
 
     /// The instance a lease or tombstone of `operation_id` belongs to, for authorization.
@@ -530,73 +667,116 @@ impl GroupRuntime {
             })
     }
 
-    /// The earliest expiry among live failover-holds, with its holder (planned failovers
-    /// defer until then).
-    pub async fn live_hold(&self) -> Option<LeaseView> {
-        let now = self.now();
-        let ls = self.leases.lock().await;
-        ls.engine
-            .live_hold(now)
-            .map(bloodraven_core::lease::LeaseRecord::view)
+    /// Locks the lease state for the planned failover's admission. While the returned guard
+    /// lives no lease can be granted, renewed or released, so the admission's view of the live
+    /// hold stays true until the phase it decided is persisted: a hold is either seen by the
+    /// admission or refused (`423`, the group is no longer stable).
+    pub async fn lock_leases(&self) -> LeaseLock<'_> {
+        LeaseLock {
+            state: self.leases.lock().await,
+            now: self.now(),
+        }
     }
 
     /// Removes expired leases (and persists that). Returns how many expired.
-    pub async fn sweep(&self) -> Result<usize, StoreError> {
-        let now = self.now();
-        let mut ls = self.leases.lock().await;
-        let mut next = ls.engine.clone();
-        let n = next.expire(now);
-        if n > 0 {
-            self.commit(&mut ls, next).await?;
-        }
-        Ok(n)
+    pub async fn sweep(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let me = self.clone();
+        to_completion(async move {
+            let mut ls = me.leases.lock().await;
+            if ls.engine.clone().expire(me.now()) == 0 {
+                return Ok(0);
+            }
+            let (n, _) = me
+                .transact(&mut ls, |next, _, now| next.expire(now))
+                .await?;
+            Ok(n)
+        })
+        .await
     }
 
     /// Brings the lease state to the stored status's generation: a larger generation revokes
     /// every live lease (`TopologyChanged`). Clears the topology-change flag once persisted.
-    pub async fn sync_leases_to_status(&self) -> Result<usize, StoreError> {
-        let generation = self.snapshot().status().topology_generation;
-        let now = self.now();
-        let mut ls = self.leases.lock().await;
-        let mut next = ls.engine.clone();
-        let mut n = next.advance_generation(generation, now);
-        n += next.expire(now);
-        let res = if n > 0 || next != ls.engine {
-            self.commit(&mut ls, next).await.map(|()| n)
-        } else {
-            Ok(0)
-        };
-        if res.is_ok() {
-            self.flags
-                .topology_change_pending
-                .store(false, Ordering::SeqCst);
-        }
-        res
+    pub async fn sync_leases_to_status(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let me = self.clone();
+        to_completion(async move {
+            let generation = me.snapshot().status().topology_generation;
+            let mut ls = me.leases.lock().await;
+            let res = me
+                .transact(&mut ls, |next, _, now| {
+                    next.advance_generation(generation, now) + next.expire(now)
+                })
+                .await
+                .map(|(n, _)| n);
+            if res.is_ok() {
+                me.flags
+                    .topology_change_pending
+                    .store(false, Ordering::SeqCst);
+            }
+            res
+        })
+        .await
     }
 
     /// Revokes every live lease with `OperatorRevoked` and removes the revoke annotation.
-    pub async fn revoke_all(&self) -> Result<usize, StoreError> {
-        self.flags.revocation_pending.store(true, Ordering::SeqCst);
-        let now = self.now();
-        let res = async {
-            let mut ls = self.leases.lock().await;
-            let mut next = ls.engine.clone();
-            let n = next.revoke_all(now);
-            self.commit(&mut ls, next).await?;
-            Ok::<_, StoreError>(n)
-        }
-        .await;
-        self.flags.revocation_pending.store(false, Ordering::SeqCst);
-        let n = res?;
-        tracing::info!(group = %self.name, revoked = n, reason = RevocationReason::OperatorRevoked.as_str(), "revoked every deploy lease");
-        self.update(|obj| {
-            obj.metadata
-                .annotations
-                .remove(REVOKE_DEPLOYMENT_LEASES)
-                .is_some()
+    pub async fn revoke_all(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let me = self.clone();
+        to_completion(async move {
+            me.flags.revocation_pending.store(true, Ordering::SeqCst);
+            let res = async {
+                let mut ls = me.leases.lock().await;
+                me.transact(&mut ls, |next, _, now| next.revoke_all(now))
+                    .await
+                    .map(|(n, _)| n)
+            }
+            .await;
+            me.flags.revocation_pending.store(false, Ordering::SeqCst);
+            let n = res?;
+            tracing::info!(group = %me.name, revoked = n, reason = RevocationReason::OperatorRevoked.as_str(), "revoked every deploy lease");
+            me.update(|obj| {
+                obj.metadata
+                    .annotations
+                    .remove(REVOKE_DEPLOYMENT_LEASES)
+                    .is_some()
+            })
+            .await?;
+            Ok(n)
         })
-        .await?;
-        Ok(n)
+        .await
+    }
+
+    /// Compares the in-memory lease state with the stored lease objects: the same objects at
+    /// the same resource versions, and the same leases and tombstones as a fresh
+    /// [`lease_objects::restore`] of them. `Err` names the first difference. Used by the
+    /// consistency checks of the tests; cheap enough to run on demand.
+    pub async fn check_lease_state(&self) -> Result<(), String> {
+        let ls = self.leases.lock().await;
+        let stored = self.read_lease_objects().await.map_err(|e| e.to_string())?;
+        let versions = |m: &BTreeMap<String, RawObject>| -> Vec<(String, String)> {
+            m.values()
+                .map(|o| (o.metadata.name.clone(), o.metadata.resource_version.clone()))
+                .collect()
+        };
+        if versions(&ls.objects) != versions(&stored) {
+            return Err(format!(
+                "objects in memory {:?} differ from the store's {:?}",
+                versions(&ls.objects),
+                versions(&stored)
+            ));
+        }
+        let mut restored = lease_objects::restore(
+            self.snapshot().status().topology_generation,
+            &stored.values().cloned().collect::<Vec<_>>(),
+        )
+        .map_err(|e| e.to_string())?;
+        restored.advance_generation(ls.engine.topology_generation(), self.now());
+        let _ = restored.take_events();
+        if restored != ls.engine {
+            return Err(format!(
+                "lease state in memory {:?} differs from the one the store restores to {:?}",
+                ls.engine, restored
+            ));
+        }
+        Ok(())
     }
 
     /// Applies `change` to the stored group object with compare-and-swap, re-reading and
@@ -726,32 +906,36 @@ impl GroupRuntime {
         Ok(generation)
     }
 
-    /// Adopts a newer version of the group object written by someone else (seen by the
-    /// watch): a larger generation revokes leases, a revoke annotation revokes them all.
+    /// Takes in a change of the group object seen by the watch (an annotation written by
+    /// the CLI, a spec change), then acts on what the object asks for ([`Self::react`]).
     ///
-    /// It reacts even when `obj` is not newer than what this runtime holds: a foreign write
-    /// can reach this runtime first through the conflict re-read of [`Self::update`] (a
-    /// status write racing `bloodraven deploy revoke-all`), and the watch event that follows
-    /// is then older than the installed object. Reacting on the installed object keeps the
-    /// request from being absorbed without effect.
-    pub async fn adopt(&self, obj: RawObject) -> Result<(), StoreError> {
+    /// Resource versions are opaque: they are compared for equality, never ordered. A watch
+    /// event carrying the version this runtime already holds is its own write (or one it has
+    /// already re-read) and changes nothing. Any other version triggers a fresh read under
+    /// the group lock — no write of this runtime is in flight then, so what comes back is at
+    /// least as new as what it holds, and the event's own object (which may be older, when a
+    /// conflict re-read got there first) is never installed over a newer one.
+    pub async fn adopt(self: &Arc<Self>, seen: &RawObject) -> Result<(), StoreError> {
         {
             let mut current = self.group.lock().await;
-            let newer = obj.metadata.resource_version.parse::<i64>().unwrap_or(0)
-                > current
-                    .metadata
-                    .resource_version
-                    .parse::<i64>()
-                    .unwrap_or(0);
-            if newer {
-                self.install(&mut current, obj)?;
+            if seen.metadata.resource_version != current.metadata.resource_version {
+                let fresh = self
+                    .store
+                    .get(&ObjectKey::new(KIND_GROUP, &self.namespace, &self.name))
+                    .await?
+                    .ok_or_else(|| StoreError::NotFound {
+                        key: ObjectKey::new(KIND_GROUP, &self.namespace, &self.name),
+                    })?;
+                if fresh.metadata.resource_version != current.metadata.resource_version {
+                    self.install(&mut current, fresh)?;
+                }
             }
         }
         self.react().await
     }
 
     /// Acts on what the stored object asks for: a newer generation, a revoke annotation.
-    pub async fn react(&self) -> Result<(), StoreError> {
+    pub async fn react(self: &Arc<Self>) -> Result<(), StoreError> {
         let _one_at_a_time = self.reacting.lock().await;
         // Read after the lock: a reaction that just finished has removed the annotation.
         let snap = self.snapshot();

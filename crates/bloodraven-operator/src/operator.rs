@@ -16,7 +16,7 @@ use bloodraven_core::resources::{
     API_VERSION, DatabaseBody, FailoverGroupBody, KIND_DATABASE, KIND_EVENT, KIND_GROUP, KIND_LEASE,
 };
 use bloodraven_runtime::clock::SharedClock;
-use bloodraven_store::{ObjectKey, RawObject, SqliteStore, Store, StoreError, WatchEvent, WriteOp};
+use bloodraven_store::{RawObject, SqliteStore, Store, StoreError, WatchEvent, WriteOp};
 use tokio::sync::{RwLock, watch};
 use tokio::task::JoinHandle;
 
@@ -266,15 +266,17 @@ async fn lead(
             ev = watch_rx.recv() => match ev {
                 Ok(WatchEvent::Put(obj)) if obj.kind == KIND_GROUP => {
                     if let Some(rt) = by_key.get(&(obj.metadata.namespace.clone(), obj.metadata.name.clone()))
-                        && let Err(e) = rt.adopt(obj).await {
+                        && let Err(e) = rt.adopt(&obj).await {
                             tracing::warn!(group = %rt.name, error = %e, "acting on a group change failed");
                         }
                 }
                 Ok(WatchEvent::Resync) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                     for rt in by_key.values() {
-                        let key = ObjectKey::new(KIND_GROUP, &rt.namespace, &rt.name);
-                        if let Ok(Some(obj)) = state.store.get(&key).await {
-                            let _ = rt.adopt(obj).await;
+                        // A missed change: re-read the group whatever version it is at.
+                        let mut unknown = rt.object().await;
+                        unknown.metadata.resource_version.clear();
+                        if let Err(e) = rt.adopt(&unknown).await {
+                            tracing::warn!(group = %rt.name, error = %e, "re-reading the group after a missed change failed");
                         }
                     }
                 }

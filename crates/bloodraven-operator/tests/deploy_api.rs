@@ -949,3 +949,235 @@ async fn unstable_group_refuses_grants_but_renews() {
     assert_eq!(obs.body["stable"], true);
     assert_eq!(obs.body["health"]["replicationLagSeconds"], 5000.0);
 }
+
+/// A lease object changed behind the operator's back (another writer, a lost answer) makes
+/// the next write conflict: the operator re-reads the leases, decides again and answers;
+/// it never stays one version behind and answers `503` from then on.
+#[tokio::test]
+async fn a_conflicting_lease_write_is_healed_not_repeated() {
+    let f = fixture().await;
+    let m = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
+    let lease_token = m.body["token"].as_str().unwrap().to_string();
+    let store = f.env.open_store();
+    let rt = f.op.group(GROUP).await.unwrap();
+    for round in 0..3 {
+        let leases = store.list(KIND_LEASE, Some("default")).await.unwrap();
+        for obj in leases {
+            bloodraven_store::StoreExt::replace(&store, obj)
+                .await
+                .unwrap();
+        }
+        assert!(rt.check_lease_state().await.is_err(), "round {round}");
+        // A renewal a second later changes the stored record, so it writes.
+        f.env.clock.advance(Duration::from_secs(1));
+        let r = f
+            .client
+            .renew(&f.token, "migration", "op-1", &lease_token)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "round {round}: {}", r.text);
+        rt.check_lease_state().await.unwrap();
+    }
+}
+
+/// Renewing or releasing another instance's operation answers exactly as for an operation
+/// that does not exist, so a caller authorized for one instance learns nothing of the others.
+#[tokio::test]
+async fn someone_elses_operation_is_answered_like_an_unknown_one() {
+    let f = fixture().await;
+    let billing = f.env.token("ci", "billing");
+    let m = f
+        .client
+        .grant(&f.token, "migration", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
+    let lease_token = m.body["token"].as_str().unwrap().to_string();
+
+    let unknown = f
+        .client
+        .renew(&billing, "migration", "never-existed", "some-token")
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{}", unknown.text);
+    for token in ["some-token", lease_token.as_str()] {
+        let theirs = f.client.renew(&billing, "migration", "op-1", token).await;
+        assert_eq!(theirs.status, unknown.status, "{}", theirs.text);
+        assert_eq!(theirs.body, unknown.body);
+    }
+    let released = f
+        .client
+        .release(&billing, "migration", "op-1", &lease_token)
+        .await;
+    assert_eq!(released.status, StatusCode::NO_CONTENT);
+    let mine = f
+        .client
+        .renew(&f.token, "migration", "op-1", &lease_token)
+        .await;
+    assert_eq!(
+        mine.status,
+        StatusCode::OK,
+        "nothing was released: {}",
+        mine.text
+    );
+
+    // A tombstone of another instance is hidden the same way (its owner gets 409 revoked).
+    let rt = f.op.group(GROUP).await.unwrap();
+    rt.revoke_all().await.unwrap();
+    let owner = f
+        .client
+        .renew(&f.token, "migration", "op-1", &lease_token)
+        .await;
+    assert_eq!(owner.status, StatusCode::CONFLICT, "{}", owner.text);
+    let theirs = f
+        .client
+        .renew(&billing, "migration", "op-1", &lease_token)
+        .await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND, "{}", theirs.text);
+    assert_eq!(theirs.body, unknown.body);
+}
+
+/// Opens a TLS connection to the deploy API and sends `head` (request line and headers) and
+/// `body`, then reads the answer's status line within `limit`.
+async fn raw_request(f: &Fixture, head: &str, body: &[u8], limit: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tls = bloodraven_runtime::tls::client_config(Some(&f.env.ca)).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    let tcp = tokio::net::TcpStream::connect(f.op.https_addr.unwrap())
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut s = connector.connect(name, tcp).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    // Written concurrently with reading: the server may answer before the body is sent.
+    let (mut rd, mut wr) = tokio::io::split(s);
+    let body = body.to_vec();
+    let writer = tokio::spawn(async move {
+        let _ = wr.write_all(&body).await;
+        wr
+    });
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(limit, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => {
+                    answer.extend_from_slice(&buf[..n]);
+                    if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                Err(e) => panic!("the answer was lost: {e}"),
+            }
+        }
+    })
+    .await;
+    writer.abort();
+    assert!(read.is_ok(), "no answer within {limit:?}");
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// An oversized body is answered `413` at once, and the client reads the answer: an
+/// announced length far beyond the limit is not waited for, and a large body on its way is
+/// taken off the wire so that closing the connection does not reset it.
+#[tokio::test]
+async fn oversized_bodies_are_answered_413_and_the_answer_arrives() {
+    let f = fixture().await;
+    let path = format!("/deploy/v1/groups/{GROUP}/leases");
+    let head = |len: u64| {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n",
+            f.token
+        )
+    };
+    // 10^12 announced, nothing sent: answered without waiting for the body.
+    let line = raw_request(&f, &head(1_000_000_000_000), b"", Duration::from_secs(5)).await;
+    assert!(line.contains(" 413 "), "{line}");
+    for len in [64 * 1024, 1024 * 1024] {
+        let body = vec![b'x'; len];
+        let line = raw_request(&f, &head(len as u64), &body, Duration::from_secs(10)).await;
+        assert!(line.contains(" 413 "), "{len} bytes: {line}");
+        let r = f
+            .client
+            .call(
+                Method::POST,
+                &path,
+                Some(&f.token),
+                Some(&String::from_utf8(body).unwrap()),
+                &[],
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{len} bytes");
+        assert_eq!(r.body["error"], "payload_too_large");
+    }
+}
+
+/// The planned failover's admission and a failover-hold grant are linearized: admission holds
+/// the lease lock until the phase it decided is stored, and a grant reads the group's state
+/// only once it has the lock. A hold asked for while admission found none is refused (`423`),
+/// never granted beside a failover that proceeds. Deterministic: one runtime thread, and the
+/// grant is parked on the lock before admission persists `Draining`.
+#[tokio::test]
+async fn a_hold_asked_for_during_admission_is_refused_not_granted() {
+    use bloodraven_core::health::PlannedFailoverPhase;
+    use bloodraven_core::lease::{GrantRequest, LeaseError, LeaseKind};
+    use bloodraven_core::status::PlannedFailoverStatus;
+    use bloodraven_operator::group::RequestError;
+
+    let f = fixture().await;
+    let rt = f.op.group(GROUP).await.unwrap();
+    let req = |kind| GrantRequest {
+        kind,
+        operation_id: "op-1".into(),
+        instance: "counter-app".into(),
+        ttl_seconds: Some(30),
+    };
+    rt.grant(req(LeaseKind::Migration)).await.unwrap();
+
+    // Admission takes the lock and finds no hold.
+    let admission = rt.lock_leases().await;
+    assert!(admission.live_hold().is_none());
+    // The hold request arrives while the group is still stable, and waits for the lock.
+    let pending = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.grant(req(LeaseKind::FailoverHold)).await }
+    });
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !pending.is_finished(),
+        "the grant must wait for the lease lock"
+    );
+    // Admission persists its verdict, then lets go.
+    let now = f.env.clock.now();
+    rt.update_status(|s| {
+        s.planned_failover = Some(PlannedFailoverStatus {
+            phase: PlannedFailoverPhase::Draining,
+            target: "pdx".into(),
+            source: "iad".into(),
+            start_time: Some(now),
+            completion_time: None,
+            duration_seconds: None,
+            transactions_lost: None,
+            reason: String::new(),
+            message: String::new(),
+            admission: bloodraven_core::status::Admission::default(),
+            source_gtid_executed: String::new(),
+        });
+    })
+    .await
+    .unwrap();
+    drop(admission);
+    match pending.await.unwrap() {
+        Err(RequestError::Lease(LeaseError::Unstable { .. })) => {}
+        other => panic!("a hold granted beside an admitted failover: {other:?}"),
+    }
+    assert!(rt.lock_leases().await.live_hold().is_none());
+}

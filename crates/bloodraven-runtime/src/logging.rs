@@ -97,12 +97,17 @@ pub enum Format {
     Text,
 }
 
+/// The default level filter: `info`, but third-party libraries only at `error`. rustls, for
+/// one, warns about every client that sends an IP address as its TLS server name (curl does),
+/// which is noise to an operator; `BLOODRAVEN_LOG=debug` shows it again.
+pub const DEFAULT_FILTER: &str = "info,rustls=error,hyper=error,hyper_util=error,h2=error,reqwest=error,mysql_async=error,kube=error,tower=error";
+
 fn filter() -> EnvFilter {
-    EnvFilter::try_from_env("BLOODRAVEN_LOG").unwrap_or_else(|_| EnvFilter::new("info"))
+    EnvFilter::try_from_env("BLOODRAVEN_LOG").unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER))
 }
 
 /// Installs the process's log subscriber (stderr). The level filter comes from
-/// `BLOODRAVEN_LOG` (e.g. `debug`, `bloodraven_operator=debug`), default `info`. Returns
+/// `BLOODRAVEN_LOG` (e.g. `debug`, `bloodraven_operator=debug`), default [`DEFAULT_FILTER`]. Returns
 /// `false` when a subscriber was already installed.
 pub fn init(format: Format) -> bool {
     let builder = tracing_subscriber::fmt()
@@ -213,5 +218,26 @@ mod tests {
                 .and_then(Value::as_str)
                 .is_some_and(|t| t.ends_with('Z'))
         );
+    }
+
+    #[test]
+    fn the_default_filter_keeps_library_warnings_out_and_ours_in() {
+        let c = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new(DEFAULT_FILTER))
+            .with_writer(c.clone())
+            .event_format(JsonLines)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(target: "rustls::server::hs", "Illegal SNI extension: ignoring IP address presented as hostname");
+            tracing::info!(target: "hyper_util::client", "connection noise");
+            tracing::info!(target: "bloodraven_operator::api", "deploy api");
+            tracing::error!(target: "rustls::conn", "a real TLS failure");
+        });
+        let text = c.text();
+        assert!(!text.contains("Illegal SNI"), "{text}");
+        assert!(!text.contains("connection noise"), "{text}");
+        assert!(text.contains("deploy api"), "{text}");
+        assert!(text.contains("a real TLS failure"), "{text}");
     }
 }

@@ -205,48 +205,120 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity, Respo
     verify(key, &state.audience, token, state.clock.now()).map_err(|e| unauthorized(&e.to_string()))
 }
 
-/// Finds the group this identity may coordinate, re-reading the databases from the store.
-/// `instance`: the database the request is about, when it names one.
+/// Finds the group this identity may coordinate and the databases (lease instances) it may
+/// act for, re-reading the databases from the store. An unknown group and a group the
+/// identity may not coordinate get the same `403`.
+async fn authorize_group(
+    state: &AppState,
+    group: &str,
+    id: &Identity,
+) -> Result<(Arc<GroupRuntime>, Vec<String>), Response> {
+    let dbs = state
+        .store
+        .list(KIND_DATABASE, None)
+        .await
+        .map_err(|e| unavailable(&format!("cannot read MysqlDatabase objects: {e}")))?;
+    let Some(runtime) = state.group(group).await else {
+        return Err(forbidden());
+    };
+    let instances: Vec<String> = dbs
+        .iter()
+        .filter(|o| o.metadata.namespace == runtime.namespace)
+        .filter(|o| {
+            o.decode::<DatabaseBody>().is_ok_and(|body| {
+                body.spec
+                    .authorizes(group, &id.namespace, &id.service_account)
+            })
+        })
+        .map(|o| o.metadata.name.clone())
+        .collect();
+    if instances.is_empty() {
+        return Err(forbidden());
+    }
+    Ok((runtime, instances))
+}
+
+/// [`authorize_group`], and the request's `instance` must be one of the identity's.
 async fn authorize(
     state: &AppState,
     group: &str,
     id: &Identity,
     instance: Option<&str>,
 ) -> Result<Arc<GroupRuntime>, Response> {
-    let dbs = state
-        .store
-        .list(KIND_DATABASE, None)
-        .await
-        .map_err(|e| unavailable(&format!("cannot read MysqlDatabase objects: {e}")))?;
-    let runtime = state.group(group).await;
-    let allowed = dbs.iter().any(|o| {
-        let Ok(body) = o.decode::<DatabaseBody>() else {
-            return false;
-        };
-        body.spec
-            .authorizes(group, &id.namespace, &id.service_account)
-            && instance.is_none_or(|i| o.metadata.name == i)
-            && runtime
-                .as_ref()
-                .is_some_and(|rt| rt.namespace == o.metadata.namespace)
-    });
-    match runtime {
-        Some(rt) if allowed => Ok(rt),
-        _ => Err(forbidden()),
+    let (runtime, instances) = authorize_group(state, group, id).await?;
+    match instance {
+        Some(i) if !instances.iter().any(|mine| mine == i) => Err(forbidden()),
+        _ => Ok(runtime),
     }
 }
 
-async fn read_body(body: Body) -> Result<axum::body::Bytes, Response> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|_| {
-            error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                &format!("the request body must be at most {MAX_BODY_BYTES} bytes"),
-                Map::new(),
-            )
-        })
+/// A body larger than this is not read to its end before the `413` goes out (see
+/// [`read_body`]).
+pub const MAX_DRAIN_BYTES: u64 = 8 * 1024 * 1024;
+/// How long an oversized body is read (and thrown away) before the `413` goes out.
+pub const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// Reads the request body, at most [`MAX_BODY_BYTES`].
+///
+/// A body announced larger than that (`Content-Length`) is refused at once, without waiting
+/// for it. A refused body that is on its way is read and thrown away first (up to
+/// [`MAX_DRAIN_BYTES`], for at most [`DRAIN_TIME`]): closing a connection with unread data
+/// makes the kernel reset it, and the client would lose the `413` it was sent.
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, Response> {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let limit = u64::try_from(MAX_BODY_BYTES).unwrap_or(u64::MAX);
+    let too_large = || {
+        let mut r = error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            &format!("the request body must be at most {MAX_BODY_BYTES} bytes"),
+            Map::new(),
+        );
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
+    };
+    match announced {
+        Some(n) if n > MAX_DRAIN_BYTES => return Err(too_large()),
+        Some(n) if n > limit => {
+            drain(body).await;
+            return Err(too_large());
+        }
+        _ => {}
+    }
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::new();
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        let Ok(chunk) = chunk else {
+            return Err(invalid("the request body could not be read"));
+        };
+        if buf.len() + chunk.len() > MAX_BODY_BYTES {
+            drain_stream(stream).await;
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(axum::body::Bytes::from(buf))
+}
+
+async fn drain(body: Body) {
+    drain_stream(body.into_data_stream()).await;
+}
+
+async fn drain_stream(mut stream: axum::body::BodyDataStream) {
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        let mut seen: u64 = 0;
+        while let Some(Ok(chunk)) = futures::StreamExt::next(&mut stream).await {
+            seen += chunk.len() as u64;
+            if seen > MAX_DRAIN_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, Response> {
@@ -381,7 +453,7 @@ async fn leases(
             Ok(id) => id,
             Err(r) => return r,
         };
-        let bytes = match read_body(body).await {
+        let bytes = match read_body(&headers, body).await {
             Ok(b) => b,
             Err(r) => return r,
         };
@@ -408,7 +480,7 @@ async fn leases(
             instance: b.instance,
             ttl_seconds: b.ttl_seconds,
         };
-        match rt.grant(&req).await {
+        match rt.grant(req).await {
             Ok(g) => {
                 let status = if g.regranted {
                     StatusCode::OK
@@ -439,6 +511,21 @@ struct RenewBody {
     token: String,
     #[serde(default)]
     ttl_seconds: Option<i64>,
+}
+
+fn lease_token(headers: &HeaderMap) -> &str {
+    headers
+        .get("x-lease-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+}
+
+fn no_content() -> Response {
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
 }
 
 /// An operation id as it may appear in a log line (bounded, printable).
@@ -478,7 +565,7 @@ async fn lease(
             Ok(id) => id,
             Err(r) => return r,
         };
-        let bytes = match read_body(body).await {
+        let bytes = match read_body(&headers, body).await {
             Ok(b) => b,
             Err(r) => return r,
         };
@@ -489,24 +576,45 @@ async fn lease(
         if let Err(e) = validate_operation_id(&operation) {
             return lease_error(&e);
         }
-        // Authorize against the lease's own instance when the operation is known.
-        let known_instance = match state.group(&group).await {
-            Some(rt) => rt.instance_of(&operation).await,
-            None => None,
+        let (rt, instances) = match authorize_group(&state, &group, &id).await {
+            Ok(v) => v,
+            Err(r) => return r,
         };
+        // Someone else's operation (a lease or a tombstone of an instance this identity may
+        // not act for) is answered exactly like an operation that does not exist: renewal
+        // `404`, release `204` (nothing released), so operation ids do not leak across
+        // instances.
+        let known_instance = rt.instance_of(&operation).await;
         if let Some(i) = &known_instance {
             log.instance.clone_from(i);
         }
-        let rt = match authorize(&state, &group, &id, known_instance.as_deref()).await {
-            Ok(rt) => rt,
-            Err(r) => return r,
-        };
+        let foreign = known_instance
+            .as_ref()
+            .is_some_and(|i| !instances.contains(i));
+        if foreign {
+            log.instance.clear();
+            return if method == Method::PUT {
+                match parse_json::<RenewBody>(&bytes) {
+                    Ok(_) => lease_error(&LeaseError::NotFound),
+                    Err(r) => r,
+                }
+            } else if !bytes.is_empty() {
+                invalid("DELETE takes no body; send the lease token in X-Lease-Token")
+            } else if lease_token(&headers).is_empty() {
+                invalid("header X-Lease-Token is required")
+            } else {
+                no_content()
+            };
+        }
         if method == Method::PUT {
             let b: RenewBody = match parse_json(&bytes) {
                 Ok(b) => b,
                 Err(r) => return r,
             };
-            match rt.renew(kind, &operation, &b.token, b.ttl_seconds).await {
+            match rt
+                .renew(kind, operation.clone(), b.token, b.ttl_seconds)
+                .await
+            {
                 Ok(r) => json_response(
                     StatusCode::OK,
                     &json!({"expiresAt": r.expires_at, "topologyGeneration": r.topology_generation}),
@@ -517,21 +625,15 @@ async fn lease(
             if !bytes.is_empty() {
                 return invalid("DELETE takes no body; send the lease token in X-Lease-Token");
             }
-            let token = headers
-                .get("x-lease-token")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
+            let token = lease_token(&headers);
             if token.is_empty() {
                 return invalid("header X-Lease-Token is required");
             }
-            match rt.release(kind, &operation, token).await {
-                Ok(Release::Released | Release::NothingToRelease) => {
-                    let mut r = Response::new(Body::empty());
-                    *r.status_mut() = StatusCode::NO_CONTENT;
-                    r.headers_mut()
-                        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-                    r
-                }
+            match rt
+                .release(kind, operation.clone(), token.to_string())
+                .await
+            {
+                Ok(Release::Released | Release::NothingToRelease) => no_content(),
                 Err(e) => request_error(&e),
             }
         }

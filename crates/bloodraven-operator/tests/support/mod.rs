@@ -146,6 +146,13 @@ spec:
 ---
 apiVersion: bloodraven.shipstream.io/v1alpha1
 kind: MysqlDatabase
+metadata: {{name: billing, namespace: default}}
+spec:
+  failoverGroupRef: {{name: playground}}
+  deploymentClients: [{{namespace: ci, serviceAccount: billing}}]
+---
+apiVersion: bloodraven.shipstream.io/v1alpha1
+kind: MysqlDatabase
 metadata: {{name: other-db, namespace: default}}
 spec:
   failoverGroupRef: {{name: second}}
