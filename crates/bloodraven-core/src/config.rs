@@ -198,6 +198,10 @@ pub struct FailoverGroupSpec {
     pub sidecar: Option<SidecarSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_brain_policy: Option<SplitBrainPolicy>,
+    /// The first primary of a group whose sites all boot read-only. Without it the operator
+    /// promotes the most advanced candidate once every site answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_site: Option<String>,
 }
 
 /// A validated site.
@@ -230,6 +234,8 @@ pub struct GroupConfig {
     pub lease_timeout: Duration,
     pub peer_check_interval: Duration,
     pub site_priorities: Vec<String>,
+    /// `spec.bootstrapSite`.
+    pub bootstrap_site: Option<String>,
     /// Where the replication account's credentials come from, if configured.
     pub replication_credentials: Option<CredentialsRef>,
 }
@@ -481,6 +487,17 @@ pub fn validate_group(
         defaults::PEER_CHECK_INTERVAL,
         zero,
     );
+    for (field, d) in [
+        ("spec.sidecar.leaseTimeout", lease_timeout),
+        ("spec.sidecar.peerCheckInterval", peer_check_interval),
+    ] {
+        if d.subsec_nanos() != 0 {
+            e.push(
+                field,
+                "must be a whole number of seconds (sidecars receive it in seconds, in the operator's signed topology view)",
+            );
+        }
+    }
     if let Err(errs) = check_sidecar_timing("spec.sidecar", lease_timeout, peer_check_interval) {
         e.0.extend(errs.0);
     }
@@ -505,6 +522,20 @@ pub fn validate_group(
         }
     }
 
+    if let Some(b) = &spec.bootstrap_site {
+        match spec.sites.iter().find(|s| &s.name == b) {
+            None => e.push("spec.bootstrapSite", format!("names unknown site {b:?}")),
+            Some(s) if s.role != SiteRole::PrimaryCandidate => e.push(
+                "spec.bootstrapSite",
+                format!(
+                    "must name a primary-candidate site; {b:?} is {}",
+                    s.role.as_str()
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+
     if !e.0.is_empty() {
         return Err(ValidationErrors(e.0));
     }
@@ -522,6 +553,7 @@ pub fn validate_group(
         lease_timeout,
         peer_check_interval,
         site_priorities,
+        bootstrap_site: spec.bootstrap_site.clone(),
         replication_credentials,
     })
 }
@@ -663,6 +695,30 @@ mod tests {
         assert!(err.has("spec.splitBrainPolicy.sitePriorities[2]"));
         let err = validate_group("", "Bad", &spec()).unwrap_err();
         assert!(err.has("metadata.name") && err.has("metadata.namespace"));
+        for (b, rule) in [("nope", "unknown site"), ("reader", "primary-candidate")] {
+            let s = FailoverGroupSpec {
+                bootstrap_site: Some(b.into()),
+                ..spec()
+            };
+            let err = validate_group("g", "default", &s).unwrap_err();
+            assert!(
+                err.0
+                    .iter()
+                    .any(|e| e.field == "spec.bootstrapSite" && e.rule.contains(rule)),
+                "{err:?}"
+            );
+        }
+        let err =
+            validate_group("g", "default", &with_sidecar(Some("20s"), Some("1500ms"))).unwrap_err();
+        assert!(err.has("spec.sidecar.peerCheckInterval"), "{err:?}");
+        let s = FailoverGroupSpec {
+            bootstrap_site: Some("pdx".into()),
+            ..spec()
+        };
+        assert_eq!(
+            validate_group("g", "default", &s).unwrap().bootstrap_site,
+            Some("pdx".to_string())
+        );
     }
 
     #[test]

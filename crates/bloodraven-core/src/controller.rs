@@ -95,6 +95,11 @@ pub struct SiteView {
     /// This poll's probe answered: `gtid` and `replica` are current, not left from an earlier
     /// poll. Verdicts that compare positions (divergence, re-pointing) need it on both sides.
     pub answered: bool,
+    /// This poll's probe answered and showed the server accepting writes, before any
+    /// debounce. A site that is not the active site is fenced on the first poll that sees it
+    /// so: the debounce (`recoveryThreshold`) applies to the reported state and to
+    /// re-pointing, never to fencing.
+    pub writable_now: bool,
     /// `Some` when the server is configured as a replica.
     pub replica: Option<ReplicaView>,
     /// The site holds transactions the active site never received; a human must resolve it.
@@ -146,13 +151,17 @@ pub struct DecideInput<'a> {
     pub last_reassertion: Option<Timestamp>,
     pub reassert_interval: Duration,
     pub max_lag_seconds: u64,
+    /// `spec.bootstrapSite`: the first primary of a group whose sites all boot read-only.
+    pub bootstrap_site: Option<&'a str>,
 }
 
 /// Something the operator must do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// The group's first active site (generation 1).
-    Bootstrap { site: String },
+    /// The group's first active site (generation 1). `promote`: every site booted read-only,
+    /// so the site must be promoted (replication stopped, the fence cleared) first; otherwise
+    /// it is already the one writable site.
+    Bootstrap { site: String, promote: bool },
     /// Promote `to`; the active site `from` is unreachable.
     EmergencyFailover { from: String, to: String },
     /// A writable site that is not the active one: fence it and kill its sessions; then
@@ -184,6 +193,9 @@ pub enum Alert {
     NoCandidate { reason: String },
     /// The active site is down while a planned failover (or a human) holds automation.
     FailoverHeld,
+    /// Every site is read-only and the group never had an active site, but no first primary
+    /// can be chosen yet.
+    BootstrapWaiting { reason: String },
 }
 
 /// Conditions to report (SPEC §2.2).
@@ -238,6 +250,64 @@ pub fn choose_candidate<'a>(sites: &'a [SiteView], exclude: &str) -> Option<&'a 
     ranked.first().copied()
 }
 
+/// Chooses the first primary of a group whose sites all boot read-only (it never had an
+/// active site): `spec.bootstrapSite` when set, else the most advanced candidate (GTID set,
+/// then `priority`, then spec order, as [`choose_candidate`]). Either way the chosen site must
+/// answer this poll and hold every transaction of every site that answers, so no data that
+/// already exists is orphaned; without `bootstrapSite` every site must answer (an unreachable
+/// one may hold the newest data). `Err` says what it waits for.
+pub fn choose_bootstrap<'a>(
+    sites: &'a [SiteView],
+    bootstrap_site: Option<&str>,
+) -> Result<&'a str, String> {
+    let chosen = if let Some(name) = bootstrap_site {
+        let s = site(sites, name)
+            .ok_or_else(|| format!("spec.bootstrapSite {name} is not a site of the group"))?;
+        if s.state != SiteState::ReadOnly || !s.answered || s.gtid.is_none() {
+            return Err(format!(
+                "spec.bootstrapSite {name} does not answer as a read-only server"
+            ));
+        }
+        if s.role == SiteRole::ReadOnly {
+            return Err(format!(
+                "spec.bootstrapSite {name} is a read-only site and is never promoted"
+            ));
+        }
+        s
+    } else {
+        let silent: Vec<&str> = sites
+            .iter()
+            .filter(|s| !s.answered || !s.reachable())
+            .map(|s| s.name.as_str())
+            .collect();
+        if !silent.is_empty() {
+            return Err(format!(
+                "no site was ever active; waiting for {} to answer before choosing the first primary (or set spec.bootstrapSite)",
+                silent.join(", ")
+            ));
+        }
+        choose_candidate(sites, "")
+            .ok_or_else(|| "no primary-candidate site can be the first primary".to_string())?
+    };
+    let missing: Vec<&str> = sites
+        .iter()
+        .filter(|o| o.answered && o.name != chosen.name)
+        .filter(|o| match (&chosen.gtid, &o.gtid) {
+            (Some(c), Some(g)) => !c.contains(g),
+            _ => false,
+        })
+        .map(|o| o.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{} lacks transactions that {} hold; promoting it would orphan them",
+            chosen.name,
+            missing.join(", ")
+        ));
+    }
+    Ok(&chosen.name)
+}
+
 /// Decides one poll.
 pub fn decide(input: &DecideInput<'_>) -> Decision {
     let mut d = Decision::default();
@@ -274,6 +344,7 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
         match writable.as_slice() {
             [one] => d.actions.push(Action::Bootstrap {
                 site: one.name.clone(),
+                promote: false,
             }),
             [] => {
                 // A site still settling (`Unknown`: answered but not yet confirmed, or not
@@ -285,7 +356,13 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
                         .filter(|s| s.reachable())
                         .all(|s| s.state == SiteState::ReadOnly);
                     if every_reachable_ro {
-                        d.alerts.push(Alert::NoPrimary);
+                        match choose_bootstrap(sites, input.bootstrap_site) {
+                            Ok(site) => d.actions.push(Action::Bootstrap {
+                                site: site.to_string(),
+                                promote: true,
+                            }),
+                            Err(reason) => d.alerts.push(Alert::BootstrapWaiting { reason }),
+                        }
                     }
                 }
             }
@@ -304,7 +381,10 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
                                 divergent: keep.is_none_or(|keep| diverged(w, input, keep)),
                             });
                         }
-                        d.actions.push(Action::Bootstrap { site: k.clone() });
+                        d.actions.push(Action::Bootstrap {
+                            site: k.clone(),
+                            promote: false,
+                        });
                     }
                     None => d.alerts.push(Alert::SplitBrainUndecided {
                         sites: many.iter().map(|w| w.name.clone()).collect(),
@@ -322,7 +402,14 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
     } else {
         input.active_site
     };
-    let intruders: Vec<&&SiteView> = writable.iter().filter(|w| w.name != keeper).collect();
+    // First sight counts: a site whose probe shows it writable this poll is an intruder
+    // whether or not the debounce has confirmed it (a restarted old primary must not take
+    // writes for `recoveryThreshold` polls).
+    let seen_writable: Vec<&SiteView> = sites
+        .iter()
+        .filter(|s| s.state == SiteState::Writable || s.writable_now)
+        .collect();
+    let intruders: Vec<&&SiteView> = seen_writable.iter().filter(|w| w.name != keeper).collect();
     if !intruders.is_empty() {
         let decided = history || !input.site_priorities.is_empty();
         let prioritized_keeper = if history {
@@ -331,7 +418,7 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
             input
                 .site_priorities
                 .iter()
-                .find(|p| writable.iter().any(|w| &w.name == *p))
+                .find(|p| seen_writable.iter().any(|w| &w.name == *p))
                 .cloned()
         };
         match prioritized_keeper {
@@ -345,9 +432,11 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
                     });
                 }
             }
-            _ => d.alerts.push(Alert::SplitBrainUndecided {
+            // Undecided: alert only once the debounce confirms two writable sites.
+            _ if writable.len() > 1 => d.alerts.push(Alert::SplitBrainUndecided {
                 sites: writable.iter().map(|w| w.name.clone()).collect(),
             }),
+            _ => {}
         }
     }
 

@@ -403,6 +403,11 @@ impl MonitorState {
         self.lease_timeout
     }
 
+    /// Changes rule #2's `leaseTimeout` (the group's spec arrived in a verified view).
+    pub fn set_lease_timeout(&mut self, lease_timeout: Duration) {
+        self.lease_timeout = lease_timeout;
+    }
+
     pub fn cache(&self) -> &TopologyCache {
         &self.cache
     }

@@ -182,6 +182,7 @@ mod tests {
             gtid: Some(GtidSet::parse(GtidFlavor::MariaDb, "0-1-5").unwrap()),
             replica: None,
             answered: true,
+            writable_now: state == SiteState::Writable,
             recovery_blocked: false,
         };
         let iad = mk("iad", 0, SiteState::Writable);

@@ -14,6 +14,9 @@ pub mod condition {
     pub const READY: &str = "Ready";
     pub const DEGRADED: &str = "Degraded";
     pub const RECOVERY_PENDING: &str = "RecoveryPending";
+    /// Informational: whether every sidecar runs with the group's `spec.sidecar` timings. It
+    /// never makes the group unstable.
+    pub const SIDECAR_TIMINGS_IN_SYNC: &str = "SidecarTimingsInSync";
 }
 
 /// Condition reasons that the stability rules look at.
@@ -23,6 +26,8 @@ pub mod reason {
     pub const REPLICATION_NOT_RUNNING: &str = "ReplicationNotRunning";
     /// Degraded by lag alone: reported, but never makes the group unstable.
     pub const REPLICATION_LAGGING: &str = "ReplicationLagging";
+    /// A sidecar's effective timings differ from `spec.sidecar` (informational).
+    pub const SIDECAR_TIMINGS_MISMATCH: &str = "SidecarTimingsMismatch";
 }
 
 /// A site's debounced state.
@@ -69,6 +74,23 @@ pub struct SiteStatus {
     /// The sidecar's last reported fence state, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar_self_fenced: Option<bool>,
+    /// The timings the sidecar last reported running with, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sidecar_timings: Option<SidecarTimings>,
+}
+
+/// A sidecar's effective timings, as its `/status` reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarTimings {
+    pub lease_timeout: String,
+    pub peer_check_interval: String,
+    /// `flags`, `operator` (the group's spec, from a verified view) or `pinned`.
+    #[serde(default)]
+    pub source: String,
+    /// The sidecar adopts only signed views.
+    #[serde(default)]
+    pub signed_topology: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

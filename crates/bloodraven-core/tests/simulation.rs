@@ -11,7 +11,10 @@
 //! - the generation never decreases;
 //! - a site observed writable-and-divergent (blocked) is never promoted;
 //! - a site is only re-pointed at an active site that holds every transaction it has;
-//! - no deploy lease survives a generation change.
+//! - no deploy lease survives a generation change;
+//! - a site seen writable while another is the active site is fenced by the same poll;
+//! - a first primary promoted from an all-read-only group holds every transaction of every
+//!   site that answered.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -88,6 +91,8 @@ struct World {
     trackers: Vec<SiteTracker>,
     last_probe: Vec<Option<(GtidSet, Option<ReplicaView>)>>,
     answered: Vec<bool>,
+    /// This poll's probe saw the server writable (before the debounce).
+    probed_writable: Vec<bool>,
     status: Status,
     last_reassertion: Option<Timestamp>,
     leases: GroupLeases,
@@ -96,16 +101,20 @@ struct World {
     promotions_by_kind: BTreeMap<&'static str, usize>,
     writes: u64,
     lease_ops: u64,
+    bootstraps_from_read_only: usize,
 }
 
 impl World {
     fn new(seed: u64) -> World {
-        let mk = |name: &str, role, read_only| Site {
+        // Every other schedule starts as a group whose servers all boot read-only (the
+        // recommended configuration): the operator must promote its first primary.
+        let all_read_only = seed % 2 == 1;
+        let mk = |name: &str, role, read_only: bool| Site {
             name: name.into(),
             role,
             alive: true,
             partitioned: false,
-            read_only,
+            read_only: read_only || all_read_only,
             history: vec![(1, 1)],
             source: if read_only { Some(0) } else { None },
             applier_broken: false,
@@ -122,6 +131,7 @@ impl World {
             trackers: vec![SiteTracker::default(); 4],
             last_probe: vec![None; 4],
             answered: vec![false; 4],
+            probed_writable: vec![false; 4],
             status: Status {
                 active: String::new(),
                 generation: 0,
@@ -137,6 +147,7 @@ impl World {
             promotions_by_kind: BTreeMap::new(),
             writes: 0,
             lease_ops: 0,
+            bootstraps_from_read_only: 0,
         }
     }
 
@@ -239,6 +250,7 @@ impl World {
                 gtid: self.last_probe[i].as_ref().map(|p| p.0.clone()),
                 replica: self.last_probe[i].as_ref().and_then(|p| p.1.clone()),
                 answered: self.answered[i],
+                writable_now: self.answered[i] && self.probed_writable[i],
                 recovery_blocked: self.status.blocked.contains(&s.name),
             })
             .collect()
@@ -294,6 +306,7 @@ impl World {
                 ProbeResult::Unreachable
             };
             self.answered[i] = probe != ProbeResult::Unreachable;
+            self.probed_writable[i] = probe == ProbeResult::Writable;
             self.trackers[i] = debounce(self.trackers[i], probe, 3, 2);
         }
         let views = self.views();
@@ -310,10 +323,42 @@ impl World {
             last_reassertion: self.last_reassertion,
             reassert_interval: Duration::from_secs(10),
             max_lag_seconds: 300,
+            bootstrap_site: None,
         });
+        // First sight: every writable site that is not the active one, seen writable by this
+        // poll, is fenced by this poll's decision (once the group has an active site and a
+        // history that says which one wins).
+        if !self.status.last_failover_target.is_empty() {
+            for (i, v) in views.iter().enumerate() {
+                if v.writable_now && v.name != self.status.last_failover_target {
+                    assert!(
+                        d.actions.iter().any(
+                            |a| matches!(a, Action::FenceIntruder { site, .. } if *site == v.name)
+                        ),
+                        "{} was seen writable while {} is the active site and was not fenced at once: {:?}",
+                        v.name,
+                        self.status.active,
+                        d.actions
+                    );
+                    let _ = i;
+                }
+            }
+        }
         for a in d.actions {
             match a {
-                Action::Bootstrap { site } => self.promote(&site, "bootstrap"),
+                Action::Bootstrap { site, promote } => {
+                    if promote {
+                        let i = self.idx(&site);
+                        // Promoting a first primary never orphans what another site holds.
+                        for j in 0..self.sites.len() {
+                            if self.answered[j] {
+                                self.assert_contained(j, i, "bootstrapped past");
+                            }
+                        }
+                        self.bootstraps_from_read_only += 1;
+                    }
+                    self.promote(&site, "bootstrap");
+                }
                 Action::EmergencyFailover { from, to } => {
                     let f = self.idx(&from);
                     let _ = self.fence(f);
@@ -352,10 +397,24 @@ impl World {
                 }
                 Action::BlockDivergent { site } => {
                     // Blocking a site that holds nothing the group lacks takes a candidate
-                    // away for no reason (and may leave the group without one).
+                    // away for no reason (and may leave the group without one). The one
+                    // documented exception: a MariaDB position names only each domain's last
+                    // writer, so a site whose last transaction came from a writer older than
+                    // both the promotion point's and the active site's is judged divergent
+                    // (conservatively) even when the group holds it.
                     let (i, a) = (self.idx(&site), self.idx(&self.status.active.clone()));
+                    let writer = |h: &[(u32, u64)]| h.last().map(|&(server, _)| server);
+                    let older_writer = writer(&self.sites[i].history)
+                        != writer(&self.sites[a].history)
+                        && self.status.promotion.as_ref().is_none_or(|p| match p {
+                            GtidSet::MariaDb(m) => {
+                                m.get(&0).map(|&(server, _)| server)
+                                    != writer(&self.sites[i].history)
+                            }
+                            GtidSet::MySql(_) => true,
+                        });
                     assert!(
-                        !self.sites[a].history.starts_with(&self.sites[i].history),
+                        older_writer || !self.sites[a].history.starts_with(&self.sites[i].history),
                         "blocked {site} at {:?}, which holds nothing the active site {} lacks",
                         self.sites[i].history.last(),
                         self.status.active
@@ -477,9 +536,11 @@ impl World {
             6..=13 => {
                 let i = usize::try_from(self.rng.below(4)).unwrap();
                 if !self.sites[i].alive {
-                    // A restarted server comes back writable (read_only is not persisted).
+                    // A restarted server comes back read-only when configured so (the
+                    // recommended configuration), writable otherwise (read_only is not
+                    // persisted by the server).
                     self.sites[i].alive = true;
-                    self.sites[i].read_only = false;
+                    self.sites[i].read_only = self.rng.chance(50);
                     self.sites[i].applier_broken = false;
                 }
             }
@@ -492,6 +553,7 @@ impl World {
                 self.trackers = vec![SiteTracker::default(); self.sites.len()];
                 self.last_probe = vec![None; self.sites.len()];
                 self.answered = vec![false; self.sites.len()];
+                self.probed_writable = vec![false; self.sites.len()];
                 self.last_reassertion = None;
             }
             22..=25 => self.planned(),
@@ -521,11 +583,13 @@ fn invariants_hold_over_seeded_fault_schedules() {
     let mut promotions = 0usize;
     let mut blocked = 0usize;
     let mut by_kind: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut from_read_only = 0usize;
     for seed in 0..SCHEDULES {
         let mut w = World::new(seed);
         for _ in 0..STEPS {
             w.step();
         }
+        from_read_only += w.bootstraps_from_read_only;
         promotions += w.promoted_in_generation.len();
         for (k, n) in &w.promotions_by_kind {
             *by_kind.entry(k).or_default() += n;
@@ -545,5 +609,9 @@ fn invariants_hold_over_seeded_fault_schedules() {
     assert!(
         blocked > 0,
         "no schedule produced a divergent returning primary"
+    );
+    assert!(
+        from_read_only >= 100,
+        "too few groups bootstrapped from all read-only: {from_read_only}"
     );
 }

@@ -96,8 +96,9 @@ pub struct HarnessOptions {
     /// The accounts' passwords, when the data directories already hold them (a kept `dir`).
     /// `None`: new random passwords.
     pub accounts: Option<Accounts>,
-    /// Start servers with `read_only=ON` (as a production option file should): a restarted
-    /// server then accepts no write before something decides it may.
+    /// Start servers with `read_only=ON` (the default, as a production option file should): a
+    /// restarted server then accepts no write before something decides it may. [`Harness::wire`]
+    /// clears it on the primary it wires; the operator's promotion clears it otherwise.
     pub read_only_at_start: bool,
 }
 
@@ -110,7 +111,7 @@ impl HarnessOptions {
             buffer_pool: "32M".into(),
             graceful_shutdown: false,
             accounts: None,
-            read_only_at_start: false,
+            read_only_at_start: true,
         }
     }
 }
@@ -520,9 +521,12 @@ impl Harness {
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.spawn_with(i, self.read_only_at_start)
+    }
+
+    fn spawn_with(&mut self, i: usize, read_only: bool) -> Result<(), HarnessError> {
         let mariadbd = self.mariadbd.clone();
         let buffer_pool = self.buffer_pool.clone();
-        let read_only = self.read_only_at_start;
         let s = self.server_mut(i)?;
         let out = s.dir.join("stdout.log");
         let out_file = fs::File::create(&out).map_err(fs_err(&out))?;
@@ -872,12 +876,24 @@ impl Harness {
         Ok(())
     }
 
-    /// Starts a stopped or killed server again on its data directory and port.
+    /// Starts a stopped or killed server again on its data directory and port, read-only
+    /// unless [`Harness::set_read_only_at_start`] said otherwise.
     pub async fn restart(&mut self, i: usize) -> Result<(), HarnessError> {
         if self.is_running(i) {
             return Ok(());
         }
         self.spawn(i)?;
+        self.wait_ready(i, Duration::from_secs(60)).await
+    }
+
+    /// Starts a stopped or killed server again writable (`read_only=OFF`), as a server without
+    /// the recommended `read_only=ON` in its option file would: the crash case a returning
+    /// primary must be fenced in.
+    pub async fn restart_writable(&mut self, i: usize) -> Result<(), HarnessError> {
+        if self.is_running(i) {
+            return Ok(());
+        }
+        self.spawn_with(i, false)?;
         self.wait_ready(i, Duration::from_secs(60)).await
     }
 }

@@ -83,6 +83,8 @@ pub struct OperatorSettings {
     pub http_listen: SocketAddr,
     pub deploy_api: Option<DeployApiSettings>,
     pub durability: Durability,
+    /// The Ed25519 key every served active-site view is signed with (`topologySigningKeyFile`).
+    pub topology_key_file: Option<PathBuf>,
 }
 
 /// A validated group.
@@ -122,6 +124,8 @@ struct OperatorDoc {
     tls: Option<TlsDoc>,
     #[serde(default)]
     token_signing_key_file: Option<String>,
+    #[serde(default)]
+    topology_signing_key_file: Option<String>,
     #[serde(default, rename = "deployAPI")]
     deploy_api: DeployApiDoc,
     #[serde(default)]
@@ -527,6 +531,25 @@ fn operator_settings(
     } else {
         None
     };
+    let topology_key_file = d
+        .topology_signing_key_file
+        .as_ref()
+        .map(|k| resolve(base, k));
+    if let Some(p) = &topology_key_file {
+        if p.is_file() {
+            if let Err(e) = bloodraven_runtime::topology::SigningKey::load(p) {
+                errs.push(("topologySigningKeyFile".into(), e.to_string()));
+            }
+        } else {
+            errs.push((
+                "topologySigningKeyFile".into(),
+                format!(
+                    "file {} does not exist (create one with `bloodraven topology keygen`)",
+                    p.display()
+                ),
+            ));
+        }
+    }
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -535,6 +558,7 @@ fn operator_settings(
         http_listen,
         deploy_api,
         durability,
+        topology_key_file,
     })
 }
 

@@ -71,8 +71,12 @@ pub struct Controller {
     probes: Vec<Option<Probe>>,
     /// Whether each site's probe answered in the latest poll.
     answered: Vec<bool>,
+    /// Whether each site's latest probe showed it accepting writes (cleared when this
+    /// controller fences the site itself later in the poll: the probe is stale then).
+    probed_writable: Vec<bool>,
     last_seen: Vec<Option<Timestamp>>,
     sidecar_fenced: Vec<Option<bool>>,
+    sidecar_timings: Vec<Option<status::SidecarTimings>>,
     last_reassertion: Option<Timestamp>,
     raised: BTreeSet<String>,
     /// When each site was last re-pointed, and to which source.
@@ -150,8 +154,10 @@ impl Controller {
             trackers: vec![SiteTracker::default(); n],
             probes: vec![None; n],
             answered: vec![false; n],
+            probed_writable: vec![false; n],
             last_seen: vec![None; n],
             sidecar_fenced: vec![None; n],
+            sidecar_timings: vec![None; n],
             last_reassertion: None,
             raised: BTreeSet::new(),
             repointed: std::collections::BTreeMap::new(),
@@ -188,6 +194,13 @@ impl Controller {
             .and_then(|s| s.client.as_ref().ok())
     }
 
+    /// This controller fenced site `i` itself: it is read-only from now on, whatever this
+    /// poll's (earlier) probe said.
+    fn mark_read_only(&mut self, i: usize) {
+        self.trackers[i].state = SiteState::ReadOnly;
+        self.probed_writable[i] = false;
+    }
+
     fn index(&self, name: &str) -> Option<usize> {
         self.sites.iter().position(|s| s.cfg.name == name)
     }
@@ -207,9 +220,28 @@ impl Controller {
         let sidecars = join_all(self.sites.iter().map(|s| async move {
             let url = format!("{}/status", s.cfg.sidecar_url);
             let v: serde_json::Value = http.get(url).send().await.ok()?.json().await.ok()?;
-            v.get("self_fenced")
+            let fenced = v
+                .get("self_fenced")
                 .or_else(|| v.get("selfFenced"))
-                .and_then(serde_json::Value::as_bool)
+                .and_then(serde_json::Value::as_bool);
+            let text = |k: &str| {
+                v.get(k)
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_string)
+            };
+            let timings = match (text("lease_timeout"), text("peer_check_interval")) {
+                (Some(lease_timeout), Some(peer_check_interval)) => Some(status::SidecarTimings {
+                    lease_timeout,
+                    peer_check_interval,
+                    source: text("timings_source").unwrap_or_default(),
+                    signed_topology: v
+                        .get("signedTopology")
+                        .and_then(serde_json::Value::as_bool)
+                        .unwrap_or(false),
+                }),
+                _ => None,
+            };
+            Some((fenced, timings))
         }));
         let (probes, sidecars) = tokio::join!(probes, sidecars);
         let now = self.rt.now();
@@ -222,6 +254,7 @@ impl Controller {
                 cfg.recovery_threshold,
             );
             self.answered[i] = p.is_ok();
+            self.probed_writable[i] = matches!(probe_result(&p), ProbeResult::Writable);
             match p {
                 Ok(p) => {
                     self.last_seen[i] = Some(now);
@@ -232,7 +265,11 @@ impl Controller {
                 }
             }
         }
-        self.sidecar_fenced = sidecars;
+        for (i, r) in sidecars.into_iter().enumerate() {
+            let (fenced, timings) = r.unwrap_or((None, None));
+            self.sidecar_fenced[i] = fenced;
+            self.sidecar_timings[i] = timings;
+        }
     }
 
     fn views(&self, status: &GroupStatus) -> Vec<SiteView> {
@@ -251,6 +288,7 @@ impl Controller {
                     state: self.trackers[i].state,
                     gtid: p.map(|p| p.gtid.clone()),
                     answered: self.answered[i],
+                    writable_now: self.answered[i] && self.probed_writable[i],
                     replica: p.and_then(|p| p.replica.as_ref()).map(|r| ReplicaView {
                         io_running: r.io_running,
                         sql_running: r.sql_running,
@@ -314,6 +352,7 @@ impl Controller {
             last_reassertion: self.last_reassertion,
             reassert_interval: (cfg.poll_interval * 5).max(Duration::from_secs(10)),
             max_lag_seconds: cfg.max_lag_seconds,
+            bootstrap_site: cfg.bootstrap_site.as_deref(),
         });
         self.alerts(&decision.alerts, &status).await;
         let mut blocked: Vec<String> = Vec::new();
@@ -374,6 +413,7 @@ impl Controller {
                         .and_then(|r| r.seconds_behind),
                     recovery_state,
                     sidecar_self_fenced: self.sidecar_fenced[i],
+                    sidecar_timings: self.sidecar_timings[i].clone(),
                 }
             })
             .collect();
@@ -433,6 +473,22 @@ impl Controller {
                     .filter(|s| !s.recovery_state.is_empty())
                     .map(|s| s.name.as_str())
                     .collect();
+                match timings_mismatch(&sites, &self.rt.config) {
+                    None => st.set_condition(
+                        condition::SIDECAR_TIMINGS_IN_SYNC,
+                        true,
+                        "AsExpected",
+                        "",
+                        now,
+                    ),
+                    Some(m) => st.set_condition(
+                        condition::SIDECAR_TIMINGS_IN_SYNC,
+                        false,
+                        status::reason::SIDECAR_TIMINGS_MISMATCH,
+                        &m,
+                        now,
+                    ),
+                }
                 if blocked_now.is_empty() {
                     st.set_condition(condition::RECOVERY_PENDING, false, "AsExpected", "", now);
                 } else {
@@ -513,6 +569,13 @@ impl Controller {
                         status.active_site
                     ),
                 ),
+                Alert::BootstrapWaiting { reason } => (
+                    "bootstrapwaiting".into(),
+                    "NoPrimary",
+                    format!(
+                        "no site is writable and the group has never had an active site: {reason}"
+                    ),
+                ),
                 Alert::FailoverHeld => (
                     "held".into(),
                     "AutomaticFailoverHeld",
@@ -583,18 +646,44 @@ impl Controller {
     async fn act(&mut self, action: &Action, status: &GroupStatus) -> Result<ActOutcome, String> {
         let now = self.rt.now();
         match action {
-            Action::Bootstrap { site } => {
+            Action::Bootstrap { site, promote } => {
+                let how = if *promote {
+                    // Every site booted read-only: promote the chosen one first (stop and reset
+                    // replication, clear the fence, confirm), then announce it.
+                    let c = self
+                        .client(site)
+                        .ok_or_else(|| format!("no client for {site}"))?
+                        .clone();
+                    let why = match &self.rt.config.bootstrap_site {
+                        Some(b) if b == site => "spec.bootstrapSite names it".to_string(),
+                        _ => "every site booted read-only and it is the most advanced candidate (GTID set, then priority, then spec order)".to_string(),
+                    };
+                    let promotion = c
+                        .promote()
+                        .await
+                        .map_err(|e| format!("bootstrap: promoting {site}: {e}"))?;
+                    if let Some(i) = self.index(site) {
+                        self.trackers[i] = SiteTracker {
+                            state: SiteState::Writable,
+                            failures: 0,
+                            writable_streak: self.rt.config.recovery_threshold,
+                        };
+                    }
+                    format!("promoted at {}: {why}", promotion.gtid)
+                } else {
+                    "it was the one writable site".to_string()
+                };
                 let generation = self
                     .rt
                     .change_active_site(site, |_| {})
                     .await
                     .map_err(|e| e.to_string())?;
-                tracing::info!(group = %self.group(), site, topologyGeneration = generation, "bootstrap: first active site");
+                tracing::info!(group = %self.group(), site, topologyGeneration = generation, how = %how, "bootstrap: first active site");
                 self.event(
                     EventType::Normal,
                     "ActiveSiteBootstrapped",
                     &format!(
-                        "{site} is the group's first active site (topologyGeneration {generation})"
+                        "{site} is the group's first active site (topologyGeneration {generation}); {how}"
                     ),
                 )
                 .await;
@@ -614,7 +703,7 @@ impl Controller {
                     return Err(format!("fence of {site} did not take effect: {outcome:?}"));
                 }
                 if let Some(i) = self.index(site) {
-                    self.trackers[i].state = SiteState::ReadOnly;
+                    self.mark_read_only(i);
                 }
                 let killed = c
                     .kill_application_sessions()
@@ -1037,7 +1126,7 @@ impl Controller {
                     }
                 }
                 if let Some(i) = self.index(&pf.source) {
-                    self.trackers[i].state = SiteState::ReadOnly;
+                    self.mark_read_only(i);
                 }
                 let deadline = Instant::now() + drain;
                 loop {
@@ -1204,6 +1293,36 @@ impl Controller {
             PlannedFailoverPhase::Succeeded | PlannedFailoverPhase::Failed => Ok(false),
         }
     }
+}
+
+/// Which sidecars report timings other than `spec.sidecar`, as a condition message.
+fn timings_mismatch(
+    sites: &[SiteStatus],
+    cfg: &bloodraven_core::config::GroupConfig,
+) -> Option<String> {
+    use bloodraven_core::duration::{HumanDuration, parse_duration};
+    let off: Vec<String> = sites
+        .iter()
+        .filter_map(|s| {
+            let t = s.sidecar_timings.as_ref()?;
+            let lease = parse_duration(&t.lease_timeout).ok()?;
+            let interval = parse_duration(&t.peer_check_interval).ok()?;
+            (lease != cfg.lease_timeout || interval != cfg.peer_check_interval).then(|| {
+                format!(
+                    "{} runs leaseTimeout {} and peerCheckInterval {} ({})",
+                    s.name, t.lease_timeout, t.peer_check_interval, t.source
+                )
+            })
+        })
+        .collect();
+    (!off.is_empty()).then(|| {
+        format!(
+            "spec.sidecar says leaseTimeout {} and peerCheckInterval {}; {}",
+            HumanDuration(cfg.lease_timeout),
+            HumanDuration(cfg.peer_check_interval),
+            off.join("; ")
+        )
+    })
 }
 
 enum ActOutcome {

@@ -1,5 +1,5 @@
 //! A failover group over local MariaDB servers (the harness): writes everything an operator
-//! needs — a test PKI, a token signing key, credential files for the control-plane and
+//! needs — a test PKI, a token signing key, the topology signing key pair, credential files for the control-plane and
 //! replication accounts, and the configuration file. Used by the playground, the benchmarks
 //! and the story tests, so all of them run the same configuration an operator reads in
 //! production.
@@ -78,6 +78,9 @@ pub struct LocalFiles {
     pub config: PathBuf,
     pub pki: Pki,
     pub token_key: PathBuf,
+    /// The topology signing key, and its public half for the sidecars' `--operator-public-key`.
+    pub topology_key: PathBuf,
+    pub topology_public_key: PathBuf,
     pub site_credentials: PathBuf,
     pub replication_credentials: PathBuf,
     pub data_dir: PathBuf,
@@ -92,6 +95,8 @@ pub enum LocalError {
     Write { path: String, detail: String },
     #[error("no secure randomness for the token key: {0}")]
     Random(String),
+    #[error(transparent)]
+    TopologyKey(#[from] bloodraven_runtime::topology::KeyError),
 }
 
 fn write(path: &Path, text: &str) -> Result<(), LocalError> {
@@ -128,6 +133,12 @@ pub fn write_files(
     if !token_key.is_file() {
         let text = SigningKey::generate_text().map_err(|e| LocalError::Random(e.to_string()))?;
         write(&token_key, &text)?;
+    }
+    let topology_key = dir.join("topology.key");
+    let topology_public_key = dir.join("topology.pub");
+    if !topology_key.is_file() {
+        let _ = std::fs::remove_file(&topology_public_key);
+        bloodraven_runtime::topology::SigningKey::generate(&topology_key, &topology_public_key)?;
     }
     let a = harness.accounts();
     let site_credentials = dir.join("bloodraven.cred");
@@ -170,10 +181,11 @@ pub fn write_files(
     }
     let data_dir = dir.join("data");
     let mut text = format!(
-        "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: {data}\nlisten: {{http: \"{http}\", https: \"{https}\"}}\n",
+        "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: {data}\nlisten: {{http: \"{http}\", https: \"{https}\"}}\ntopologySigningKeyFile: {topo}\n",
         data = data_dir.display(),
         http = o.http_listen,
         https = o.https_listen,
+        topo = topology_key.display(),
     );
     if o.deploy_api {
         let _ = write!(
@@ -230,6 +242,8 @@ pub fn write_files(
         config,
         pki,
         token_key,
+        topology_key,
+        topology_public_key,
         site_credentials,
         replication_credentials,
         data_dir,

@@ -40,6 +40,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Key(#[from] KeyError),
+    #[error("topologySigningKeyFile: {0}")]
+    TopologyKey(#[from] bloodraven_runtime::topology::KeyError),
     #[error(transparent)]
     Server(#[from] ServerError),
 }
@@ -139,6 +141,14 @@ pub async fn start_with_store(
         ),
         None => (None, String::new(), None),
     };
+    let topology_key = if let Some(p) = &cfg.settings.topology_key_file {
+        let k = bloodraven_runtime::topology::SigningKey::load(p)?;
+        tracing::info!(key_id = %k.key_id(), "active-site views are signed");
+        Some(Arc::new(k))
+    } else {
+        tracing::warn!("no topologySigningKeyFile: active-site views are served unsigned, and sidecars that hold an operator public key will refuse them");
+        None
+    };
     let (leader, leader_task) = crate::leader::start(&data_dir);
     let state = AppState {
         store: store.clone(),
@@ -148,6 +158,7 @@ pub async fn start_with_store(
         groups: Arc::new(RwLock::new(BTreeMap::new())),
         key,
         audience,
+        topology_key,
     };
     let (shutdown_tx, shutdown) = watch::channel(false);
     let mut tasks = Vec::new();

@@ -196,11 +196,12 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
         first_on_pdx.unwrap() - killed_at
     );
 
-    // The old primary comes back writable (mariadbd starts with read_only=OFF) and is fenced.
+    // The old primary comes back writable (started without read_only=ON, the crash case) and
+    // is fenced on first sight.
     // Whether it is then re-pointed depends on what the kill left behind: when its last
     // commits never reached pdx it holds transactions the group does not, and must be blocked
     // instead. The rows on both servers say which case this run is.
-    live.harness.restart(0).await.unwrap();
+    live.harness.restart_writable(0).await.unwrap();
     let only_on_iad = row_ids(&live, 0)
         .await
         .difference(&row_ids(&live, 1).await)

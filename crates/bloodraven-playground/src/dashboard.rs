@@ -2,7 +2,8 @@
 //! and the chaos API its buttons (and `bloodraven playground chaos`) call.
 //!
 //! `GET /` the page; `GET /api/state` one snapshot; `GET /api/events` a snapshot every 700 ms
-//! (SSE); `POST /api/chaos/{action}?site=NAME` one action, answering `{ok, message}`.
+//! (SSE); `POST /api/chaos/{action}?site=NAME` one action (`&writable=true` for
+//! `restart-site`), answering `{ok, message}`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -143,6 +144,9 @@ async fn events(
 #[derive(Deserialize)]
 struct SiteQuery {
     site: Option<String>,
+    /// `restart-site` only: start the server writable (the crash case).
+    #[serde(default)]
+    writable: bool,
 }
 
 async fn chaos(
@@ -151,7 +155,7 @@ async fn chaos(
     Query(q): Query<SiteQuery>,
 ) -> Response {
     tracing::info!(action = %action, site = ?q.site, "chaos");
-    match pg.chaos(&action, q.site.as_deref()).await {
+    match pg.chaos_with(&action, q.site.as_deref(), q.writable).await {
         Ok(message) => axum::Json(json!({"ok": true, "message": message})).into_response(),
         Err(e) => (
             StatusCode::BAD_REQUEST,

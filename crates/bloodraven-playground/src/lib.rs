@@ -99,9 +99,17 @@ fn print_summary(pg: &Arc<Playground>, app: std::net::SocketAddr, dash: std::net
     }
     println!("  state and logs    {}", pg.dir.display());
     println!();
+    // The binary that runs the playground: someone who started it with scripts/playground does
+    // not have `bloodraven` on PATH.
+    let exe = pg.opts.exe.display();
+    let dashboard_flag = if dash.port() == 8091 {
+        String::new()
+    } else {
+        format!(" --dashboard http://{dash}")
+    };
     println!("A deploy token for ci/deployer (authorized on MysqlDatabase counter-app):");
     println!(
-        "  TOKEN=$(bloodraven token issue --config {} --namespace ci --service-account deployer)",
+        "  TOKEN=$({exe} token issue --config {} --namespace ci --service-account deployer)",
         pg.files.config.display()
     );
     println!();
@@ -123,17 +131,15 @@ fn print_summary(pg: &Arc<Playground>, app: std::net::SocketAddr, dash: std::net
     );
     println!();
     println!("Chaos from the command line (same as the dashboard's buttons):");
+    println!("  {exe} playground chaos kill-site iad{dashboard_flag}");
     println!(
-        "  bloodraven playground chaos kill-site iad      (restart-site, isolate-site, heal-site, failover pdx,"
+        "      (also restart-site [--writable], isolate-site, heal-site, failover pdx, stop-operator,"
     );
+    println!("       start-operator, take-lease, release-lease, revoke-all, increment)");
+    println!("  {exe} playground scenario kill-primary{dashboard_flag}");
+    println!("      (also operator-down, deferred-failover, isolate-primary)");
     println!(
-        "                                                 stop-operator, start-operator, take-lease, release-lease, revoke-all, increment)"
-    );
-    println!(
-        "  bloodraven playground scenario kill-primary    (operator-down, deferred-failover, kill-primary, isolate-primary)"
-    );
-    println!(
-        "  bloodraven failover --config {} --group {GROUP} --to pdx",
+        "  {exe} failover --config {} --group {GROUP} --to pdx",
         pg.files.config.display()
     );
     println!();

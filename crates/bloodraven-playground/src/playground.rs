@@ -101,10 +101,21 @@ struct Saved {
 pub struct SiteLinks {
     /// Operator and replicas → this site's MySQL.
     pub mysql: LinkProxy,
-    /// Operator and peers → this site's sidecar.
+    /// Operator → this site's sidecar.
     pub sidecar: LinkProxy,
     /// This site's sidecar → the operator.
     pub to_operator: LinkProxy,
+    /// This site's sidecar → each peer's sidecar, by the peer's index. One link per direction
+    /// of every pair, so isolating a site cuts what it sends as well as what it receives.
+    pub to_peers: Vec<(usize, LinkProxy)>,
+}
+
+impl SiteLinks {
+    fn all(&self) -> impl Iterator<Item = &LinkProxy> {
+        [&self.mysql, &self.sidecar, &self.to_operator]
+            .into_iter()
+            .chain(self.to_peers.iter().map(|(_, l)| l))
+    }
 }
 
 /// The running playground.
@@ -199,9 +210,10 @@ impl Playground {
         // A kept playground restarts its servers read-only, then restores the site the stored
         // status names as active (a fresh one is wired from scratch below).
         let stored_active = stored_active_site(&dir.join("operator/data")).await;
-        hopts.read_only_at_start = saved.is_some();
+        // Every server boots read-only (`read_only=ON`), as docs/mysql.md recommends: a
+        // restarted server takes no write before the operator decides it may.
+        hopts.read_only_at_start = true;
         let mut harness = Harness::start(hopts).await?;
-        harness.set_read_only_at_start(false);
         let fresh = !harness.was_initialised(0);
         if !fresh
             && let Some(active) = &stored_active
@@ -224,6 +236,15 @@ impl Playground {
             harness
                 .wait_replicas_caught_up(0, Duration::from_secs(30))
                 .await?;
+            // Back to read-only: the operator chooses and promotes the first primary (every
+            // site read-only, no active site yet: the most advanced candidate, iad).
+            let outcome = harness.admin(0)?.fence(Duration::from_secs(5)).await;
+            if outcome != bloodraven_mysql::FenceOutcome::Fenced {
+                return Err(PlaygroundError::Other(format!(
+                    "could not set iad read-only before the operator's bootstrap: {outcome:?}"
+                )));
+            }
+            progress("every site is read-only; the operator promotes the first primary");
         } else {
             progress("reusing the servers' data from the previous run");
         }
@@ -262,7 +283,21 @@ impl Playground {
         let mut links = Vec::new();
         for (i, name) in SITES.iter().enumerate() {
             let any = loopback(0);
+            let mut to_peers = Vec::new();
+            for (j, peer) in SITES.iter().enumerate() {
+                if j != i {
+                    let l = LinkProxy::start(
+                        &format!("{name}-to-{peer}-sidecar"),
+                        any,
+                        loopback(sidecar_ports[j]),
+                    )
+                    .await
+                    .map_err(io("start a link proxy"))?;
+                    to_peers.push((j, l));
+                }
+            }
             links.push(SiteLinks {
+                to_peers,
                 mysql: LinkProxy::start(&format!("{name}-mysql"), any, loopback(harness.port(i)))
                     .await
                     .map_err(io("start a link proxy"))?,
@@ -478,14 +513,14 @@ impl Playground {
         .arg("--mysql-credentials-file")
         .arg(&self.files.site_credentials)
         .args(["--lease-timeout", "6s", "--peer-check-interval", "2s"])
+        .arg("--operator-public-key")
+        .arg(&self.files.topology_public_key)
         .arg("--listen")
         .arg(format!("127.0.0.1:{}", self.sidecar_ports[i]))
         .env("BLOODRAVEN_LOG_FORMAT", "json");
-        for (j, l) in self.links.iter().enumerate() {
-            if j != i {
-                cmd.arg("--peer")
-                    .arg(format!("http://127.0.0.1:{}", l.sidecar.port()));
-            }
+        for (_, l) in &self.links[i].to_peers {
+            cmd.arg("--peer")
+                .arg(format!("http://127.0.0.1:{}", l.port()));
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -511,33 +546,59 @@ impl Playground {
         Ok(format!("killed {name}'s mariadbd (SIGKILL)"))
     }
 
-    /// Starts a killed site's `mariadbd` again (it comes back writable: watch it get fenced).
-    pub async fn restart_site(&self, name: &str) -> Result<String, PlaygroundError> {
+    /// Starts a killed site's `mariadbd` again: read-only, as every playground server boots
+    /// (the operator re-points it, or blocks it if it holds transactions the group lacks), or
+    /// with `writable`, as a server without `read_only=ON` in its configuration would (the
+    /// crash case: watch the operator and its sidecar fence it).
+    pub async fn restart_site(
+        &self,
+        name: &str,
+        writable: bool,
+    ) -> Result<String, PlaygroundError> {
         let i = Self::site_index(name)?;
         let mut h = self.harness.lock().await;
         if h.is_running(i) {
             return Ok(format!("{name}'s mariadbd is already running"));
         }
-        h.restart(i).await?;
-        Ok(format!("restarted {name}'s mariadbd"))
+        if writable {
+            h.restart_writable(i).await?;
+            Ok(format!(
+                "restarted {name}'s mariadbd writable (read_only=OFF): it is fenced as soon as it is seen"
+            ))
+        } else {
+            h.restart(i).await?;
+            Ok(format!("restarted {name}'s mariadbd read-only"))
+        }
     }
 
-    /// Cuts every link of a site (to the operator, from the operator, to and from peers).
+    /// The links with site `i` at one end: its own, and every peer's link to it.
+    fn links_of(&self, i: usize) -> impl Iterator<Item = &LinkProxy> {
+        self.links[i].all().chain(
+            self.links
+                .iter()
+                .flat_map(|l| l.to_peers.iter())
+                .filter(move |(j, _)| *j == i)
+                .map(|(_, l)| l),
+        )
+    }
+
+    /// Cuts every link of a site, both directions: the operator ↔ its MySQL and its sidecar,
+    /// its sidecar ↔ every peer's sidecar, and replication to and from its MySQL.
     pub fn isolate_site(&self, name: &str) -> Result<String, PlaygroundError> {
-        let l = &self.links[Self::site_index(name)?];
-        l.mysql.cut();
-        l.sidecar.cut();
-        l.to_operator.cut();
+        let i = Self::site_index(name)?;
+        for l in self.links_of(i) {
+            l.cut();
+        }
         Ok(format!(
-            "isolated {name}: its links to the operator and its peers are cut"
+            "isolated {name}: every link to and from the operator and its peers is cut"
         ))
     }
 
     pub fn heal_site(&self, name: &str) -> Result<String, PlaygroundError> {
-        let l = &self.links[Self::site_index(name)?];
-        l.mysql.heal();
-        l.sidecar.heal();
-        l.to_operator.heal();
+        let i = Self::site_index(name)?;
+        for l in self.links_of(i) {
+            l.heal();
+        }
         Ok(format!("healed {name}'s links"))
     }
 
@@ -651,6 +712,16 @@ impl Playground {
 
     /// Runs a chaos action by name (the dashboard's buttons and `playground chaos`).
     pub async fn chaos(&self, action: &str, site: Option<&str>) -> Result<String, PlaygroundError> {
+        self.chaos_with(action, site, false).await
+    }
+
+    /// [`Self::chaos`] with options: `writable` for `restart-site`.
+    pub async fn chaos_with(
+        &self,
+        action: &str,
+        site: Option<&str>,
+        writable: bool,
+    ) -> Result<String, PlaygroundError> {
         let missing = || PlaygroundError::Other(format!("{action} needs a site"));
         match action {
             "increment" => {
@@ -664,7 +735,7 @@ impl Playground {
             }
             "failover" => self.planned_failover(site.ok_or_else(missing)?).await,
             "kill-site" => self.kill_site(site.ok_or_else(missing)?).await,
-            "restart-site" => self.restart_site(site.ok_or_else(missing)?).await,
+            "restart-site" => self.restart_site(site.ok_or_else(missing)?, writable).await,
             "isolate-site" => self.isolate_site(site.ok_or_else(missing)?),
             "heal-site" => self.heal_site(site.ok_or_else(missing)?),
             "stop-operator" => {

@@ -6,8 +6,10 @@
 //! | [`logging`] | structured JSON log lines (`ts`, `level`, `msg`, fields) and test capture |
 //! | [`tls`] | the process-wide rustls crypto provider (ring) |
 //! | [`shutdown`] | SIGINT/SIGTERM as a future |
+//! | [`topology`] | the operator's Ed25519 key pair; signing and verifying active-site views |
 
 pub mod clock;
 pub mod logging;
 pub mod shutdown;
 pub mod tls;
+pub mod topology;

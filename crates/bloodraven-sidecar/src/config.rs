@@ -28,6 +28,8 @@ pub mod flags {
     pub const LEASE_TIMEOUT: &str = "--lease-timeout";
     pub const PEER_CHECK_INTERVAL: &str = "--peer-check-interval";
     pub const LISTEN: &str = "--listen";
+    pub const OPERATOR_PUBLIC_KEY: &str = "--operator-public-key";
+    pub const PIN_TIMINGS: &str = "--pin-timings";
 }
 
 /// Bounds derived from `peerCheckInterval`, in one place.
@@ -59,6 +61,9 @@ pub struct RawSettings {
     pub lease_timeout: Option<String>,
     pub peer_check_interval: Option<String>,
     pub listen: Option<String>,
+    /// The operator's topology public key files (several during a rotation).
+    pub operator_public_keys: Vec<PathBuf>,
+    pub pin_timings: bool,
 }
 
 /// Who this sidecar is.
@@ -83,6 +88,8 @@ pub struct Settings {
     pub lease_timeout: Duration,
     pub peer_check_interval: Duration,
     pub listen: SocketAddr,
+    /// Which views to trust, and whether the flags' timings win over the group's spec.
+    pub trust: crate::trust::Trust,
 }
 
 impl Settings {
@@ -308,6 +315,13 @@ pub fn validate(raw: &RawSettings) -> Result<Settings, ValidationErrors> {
             );
         })
         .ok();
+    let verifier = if raw.operator_public_keys.is_empty() {
+        None
+    } else {
+        bloodraven_runtime::topology::Verifier::load(&raw.operator_public_keys)
+            .map_err(|err| e.push(flags::OPERATOR_PUBLIC_KEY, err.to_string()))
+            .ok()
+    };
     match (e.0.is_empty(), mysql, credentials, listen) {
         (true, Some(mysql), Some(credentials), Some(listen)) => Ok(Settings {
             identity: Identity {
@@ -322,6 +336,10 @@ pub fn validate(raw: &RawSettings) -> Result<Settings, ValidationErrors> {
             lease_timeout,
             peer_check_interval,
             listen,
+            trust: crate::trust::Trust {
+                verifier,
+                pin_timings: raw.pin_timings,
+            },
         }),
         _ => Err(ValidationErrors(e.0)),
     }
@@ -356,6 +374,8 @@ mod tests {
             lease_timeout: None,
             peer_check_interval: None,
             listen: None,
+            operator_public_keys: Vec::new(),
+            pin_timings: false,
         }
     }
 

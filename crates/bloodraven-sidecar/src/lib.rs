@@ -11,6 +11,7 @@
 //! | [`state`] | the monitor's memory, shared with the HTTP server |
 //! | [`server`] | `/health`, `/status`, `/peer/ping`, `/peer/active-site`, `/metrics` |
 //! | [`metrics`] | Prometheus metrics |
+//! | [`trust`] | which views are adopted (signed topology) and where the timings come from |
 //!
 //! The decisions (the two rules, `TopologyCache`, the lease, the re-arm) are pure functions in
 //! `bloodraven_core::fencing`; this crate gathers facts and acts. It never clears a fence after
@@ -25,6 +26,7 @@ pub mod monitor;
 pub mod safety_net;
 pub mod server;
 pub mod state;
+pub mod trust;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,7 +37,7 @@ use bloodraven_runtime::clock::SharedClock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::{Identity, Settings, Timing};
 use crate::contacts::{ContactError, Contacts, HttpContacts};
@@ -45,6 +47,7 @@ use crate::monitor::FencingMonitor;
 use crate::safety_net::{SafetyNetOutcome, run_safety_net};
 use crate::server::{App, router};
 use crate::state::Shared;
+use crate::trust::Trust;
 
 /// The sidecar could not start.
 #[derive(Debug, thiserror::Error)]
@@ -79,19 +82,44 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 impl Sidecar {
     /// Runs the safety net, then binds `listen` and starts the HTTP server and the monitor.
     /// Drop the future to give up during the safety net.
+    #[allow(clippy::too_many_arguments)] // the sidecar's parts, each named at the call site
     pub async fn start<C: Contacts, D: Database>(
         identity: Identity,
         contacts: Arc<C>,
         db: Arc<D>,
         timing: Timing,
+        trust: Trust,
         listen: SocketAddr,
         clock: SharedClock,
     ) -> Result<Sidecar, StartError> {
-        let safety_net = run_safety_net(&identity, &contacts, &db, timing).await;
+        match (&trust.verifier, trust.pin_timings) {
+            (None, _) => warn!(
+                site = %identity.site,
+                "no --operator-public-key: active-site views are adopted unsigned, so anyone who reaches this sidecar's port could relay one that fences it; the flags' timings apply"
+            ),
+            (Some(v), pinned) => info!(
+                site = %identity.site,
+                key_ids = ?v.key_ids(),
+                pinned,
+                "signed topology: only views signed by the operator's key are adopted"
+            ),
+        }
+        if trust.pin_timings {
+            warn!(site = %identity.site, "--pin-timings: this sidecar's --lease-timeout and --peer-check-interval win over the group's spec.sidecar");
+        }
+        let safety_net = run_safety_net(&identity, &contacts, &db, timing, &trust).await;
         let peers = (0..contacts.peer_count())
             .map(|i| contacts.peer_name(i))
             .collect();
-        let shared = Shared::new(identity, peers, timing, safety_net.view().cloned());
+        let shared = Shared::new(identity, peers, timing, trust, safety_net.view().cloned());
+        if let Some((_, now)) = shared.follow_view_timings() {
+            info!(
+                lease_timeout = %bloodraven_core::duration::HumanDuration(now.lease_timeout),
+                peer_check_interval = %bloodraven_core::duration::HumanDuration(now.peer_check_interval),
+                "timings from the group's spec.sidecar (the operator's signed view)"
+            );
+        }
+        let timing = shared.timing();
         let metrics = Arc::new(Metrics::new());
         let monitor =
             FencingMonitor::new(contacts, db.clone(), shared.clone(), metrics.clone(), clock);
@@ -189,6 +217,7 @@ pub async fn run(
         Arc::new(contacts),
         Arc::new(db),
         timing,
+        settings.trust.clone(),
         settings.listen,
         clock,
     );

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::contract::logs;
+use bloodraven_core::contract::metrics as metrics_contract;
 use bloodraven_core::fencing::{ReadOnlyState, Rule, TickFacts, Verdict, ViewSource, evaluate};
+use bloodraven_core::wire::ActiveSite;
 use bloodraven_mysql::FenceOutcome;
 use bloodraven_runtime::clock::SharedClock;
 use futures::future::join_all;
@@ -28,6 +30,9 @@ use crate::contacts::{ContactError, Contacts};
 use crate::database::Database;
 use crate::metrics::Metrics;
 use crate::state::Shared;
+
+/// How often a sidecar whose server does not answer tries it again.
+pub const RECONNECT_EVERY: Duration = Duration::from_millis(100);
 
 /// What one tick did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,27 +109,85 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
 
     /// Ticks every `peerCheckInterval` (the first tick at once) until `shutdown` resolves. A
     /// tick in progress is finished, never cut short.
+    ///
+    /// While the server cannot be reached, it is tried again every [`RECONNECT_EVERY`]; the
+    /// moment it answers, a tick runs at once instead of at the next interval, so a restarted
+    /// server that comes back writable while the cached view names another site is fenced by
+    /// rule #1 as soon as it accepts connections. When a verified view changes the timings,
+    /// the interval follows.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let mut interval = tokio::time::interval(self.shared.timing.peer_check_interval);
+        let mut period = self.shared.timing().peer_check_interval;
+        let mut interval = tokio::time::interval(period);
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         loop {
+            let server_down = self.shared.lock().mysql_up == Some(false);
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 _ = interval.tick() => {
                     self.tick().await;
                 }
+                () = self.server_back(), if server_down => {
+                    info!(site = %self.shared.identity.site, "the server answers again; evaluating at once");
+                    self.tick().await;
+                }
+            }
+            let now_period = self.shared.timing().peer_check_interval;
+            if now_period != period {
+                period = now_period;
+                interval = tokio::time::interval_at(Instant::now() + period, period);
+                interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
             }
         }
         info!(site = %self.shared.identity.site, "fencing monitor stopped");
+    }
+
+    /// Resolves once the server answers again (tried every [`RECONNECT_EVERY`], each attempt
+    /// bounded by it).
+    async fn server_back(&self) {
+        loop {
+            tokio::time::sleep(RECONNECT_EVERY).await;
+            if let Ok(Ok(_)) = timeout(RECONNECT_EVERY, self.db.read_only()).await {
+                return;
+            }
+        }
+    }
+
+    /// Keeps a view only if the sidecar's trust settings accept it; a refusal is logged when
+    /// it starts or its reason changes.
+    fn admit(&self, view: ActiveSite, source: &str) -> Option<ActiveSite> {
+        let verdict = self.shared.trust.check(&view, &self.shared.identity);
+        let mut g = self.shared.lock();
+        match verdict {
+            Ok(()) => {
+                if g.refused.remove(source).is_some() {
+                    info!(source, "active-site views from this source verify again");
+                }
+                Some(view)
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                if g.refused.get(source) != Some(&reason) {
+                    warn!(
+                        source,
+                        reason = %reason,
+                        active_site = %view.active_site,
+                        topology_generation = view.topology_generation,
+                        "refused an active-site view: it does not verify against the operator's public key"
+                    );
+                    g.refused.insert(source.to_string(), reason);
+                }
+                None
+            }
+        }
     }
 
     /// One tick: gather, decide, act.
     pub async fn tick(&self) -> TickReport {
         let started = Instant::now();
         let wall = self.clock.now();
-        let limit = self.shared.timing.request_timeout;
+        let limit = self.shared.timing().request_timeout;
         let c = &*self.contacts;
         let n = c.peer_count();
         let (healthz, view, pings, views) = tokio::join!(
@@ -151,12 +214,15 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             sent_at: self.shared.mono(started),
             now: self.shared.mono(Instant::now()),
             operator_answered: healthz.is_ok(),
-            operator_view: view.ok(),
+            operator_view: view
+                .ok()
+                .and_then(|v| self.admit(v, metrics_contract::PARTY_OPERATOR)),
             peers_answered: pings.iter().filter(|p| p.is_ok()).count(),
             peer_views: views
                 .into_iter()
                 .enumerate()
                 .filter_map(|(i, v)| v.ok().flatten().map(|v| (i, v)))
+                .filter_map(|(i, v)| self.admit(v, &c.peer_name(i)).map(|v| (i, v)))
                 .collect(),
             read_only,
         };
@@ -231,6 +297,16 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
                 name
             })
             .collect();
+        if let Some((before, now)) = self.shared.follow_view_timings() {
+            info!(
+                site = %self.shared.identity.site,
+                lease_timeout = %bloodraven_core::duration::HumanDuration(now.lease_timeout),
+                peer_check_interval = %bloodraven_core::duration::HumanDuration(now.peer_check_interval),
+                was_lease_timeout = %bloodraven_core::duration::HumanDuration(before.lease_timeout),
+                was_peer_check_interval = %bloodraven_core::duration::HumanDuration(before.peer_check_interval),
+                "timings from the group's spec.sidecar (the operator's signed view)"
+            );
+        }
         if observed.rearmed {
             info!(
                 site = %self.shared.identity.site,
@@ -274,7 +350,7 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             logs::SELF_FENCING,
             rule.reason()
         );
-        let outcome = self.db.fence(self.shared.timing.fence_bound).await;
+        let outcome = self.db.fence(self.shared.timing().fence_bound).await;
         match &outcome {
             FenceOutcome::Fenced => {
                 self.shared.lock().monitor.fence_confirmed();

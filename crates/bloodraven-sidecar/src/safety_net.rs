@@ -4,7 +4,8 @@
 //! It fences first and asks afterwards: set the fence (retrying until the server confirms it),
 //! then ask the operator for the active site once, and clear the fence only if the answer names
 //! this site. Every other answer — no answer, a bad answer, no active site, another site —
-//! leaves the server fenced, each with its own contract log line.
+//! leaves the server fenced, each with its own contract log line. With signed topology, an
+//! answer that does not verify counts as no answer.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use tracing::{error, info, warn};
 use crate::config::{Identity, Timing};
 use crate::contacts::{ContactError, Contacts};
 use crate::database::Database;
+use crate::trust::Trust;
 
 /// How the safety net ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +60,7 @@ pub async fn run_safety_net<C: Contacts, D: Database>(
     contacts: &Arc<C>,
     db: &Arc<D>,
     timing: Timing,
+    trust: &Trust,
 ) -> SafetyNetOutcome {
     let site = &identity.site;
     let mut attempt: u32 = 0;
@@ -80,10 +83,16 @@ pub async fn run_safety_net<C: Contacts, D: Database>(
     info!(site = %site, "safety net: fenced; asking the operator for the active site");
     let answer = timeout(timing.request_timeout, contacts.operator_active_site())
         .await
-        .unwrap_or(Err(ContactError::TimedOut(timing.request_timeout)));
+        .unwrap_or(Err(ContactError::TimedOut(timing.request_timeout)))
+        .map_err(|e| e.to_string())
+        .and_then(|view| match trust.check(&view, identity) {
+            Ok(()) => Ok(view),
+            Err(e) => Err(format!(
+                "the operator's answer was refused: {e} (is --operator-public-key the operator's key?)"
+            )),
+        });
     match answer {
-        Err(e) => {
-            let reason = e.to_string();
+        Err(reason) => {
             warn!(site = %site, reason = %reason, "{}", logs::SAFETY_NET_QUERY_FAILED);
             SafetyNetOutcome::QueryFailed { reason }
         }

@@ -74,7 +74,7 @@ fn wrong_group(shared: &Shared, q: &GroupQuery) -> Option<Response> {
 }
 
 async fn health<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
-    let limit = app.shared.timing.mysql_timeouts().statement;
+    let limit = app.shared.timing().mysql_timeouts().statement;
     match timeout(limit, app.db.read_only()).await {
         Ok(Ok(ro)) => (
             StatusCode::OK,
@@ -187,8 +187,13 @@ struct Status {
     last_peer_contact: Option<Timestamp>,
     peers: Vec<PeerStatus>,
     silent_for_seconds: f64,
+    /// The timings in effect, and where they come from (`flags`, `operator`, `pinned`).
     lease_timeout: String,
     peer_check_interval: String,
+    timings_source: crate::trust::TimingsSource,
+    /// Views are adopted only when signed by the operator (`--operator-public-key`).
+    #[serde(rename = "signedTopology")]
+    signed_topology: bool,
     last_tick: Option<Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<&'static str>,
@@ -240,7 +245,7 @@ fn mysql_status(probe: Result<Probe, String>) -> (MysqlStatus, &'static str) {
 }
 
 async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
-    let limit = app.shared.timing.mysql_timeouts().statement * 2;
+    let limit = app.shared.timing().mysql_timeouts().statement * 2;
     let probe = match timeout(limit, app.db.probe()).await {
         Ok(Ok(p)) => Ok(p),
         Ok(Err(e)) => Err(e.to_string()),
@@ -285,8 +290,10 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
             })
             .collect(),
         silent_for_seconds: g.monitor.lease().silent_for(now).as_secs_f64(),
-        lease_timeout: HumanDuration(shared.timing.lease_timeout).to_string(),
-        peer_check_interval: HumanDuration(shared.timing.peer_check_interval).to_string(),
+        lease_timeout: HumanDuration(g.timing.lease_timeout).to_string(),
+        peer_check_interval: HumanDuration(g.timing.peer_check_interval).to_string(),
+        timings_source: g.timings_source,
+        signed_topology: shared.trust.signed(),
         last_tick: g.last_tick,
         note: (self_fenced || role == "fenced").then_some(STALE_READS_NOTE),
     };

@@ -11,6 +11,7 @@ use bloodraven_core::wire::ActiveSite;
 use tokio::time::Instant;
 
 use crate::config::{Identity, Timing};
+use crate::trust::{TimingsSource, Trust};
 
 /// The monitor's memory and the facts `/status` reports.
 #[derive(Debug)]
@@ -30,6 +31,12 @@ pub struct Inner {
     pub last_tick: Option<Timestamp>,
     /// How many ticks ran.
     pub ticks: u64,
+    /// The timings in effect (the flags', or the group's spec from a verified view).
+    pub timing: Timing,
+    pub timings_source: TimingsSource,
+    /// Per source (`operator` or a peer's URL): why its last view was refused, so a refusal
+    /// is logged when it starts or changes, not every tick.
+    pub refused: std::collections::BTreeMap<String, String>,
 }
 
 /// State shared between the monitor and the HTTP server.
@@ -37,17 +44,22 @@ pub struct Inner {
 pub struct Shared {
     pub identity: Identity,
     pub peers: Vec<String>,
-    pub timing: Timing,
+    /// The timings the flags gave.
+    pub flag_timing: Timing,
+    pub trust: Trust,
     origin: Instant,
     inner: Mutex<Inner>,
 }
 
 impl Shared {
-    /// State for a monitor armed now, its cache seeded with `seed` (the safety net's answer).
+    /// State for a monitor armed now, its cache seeded with `seed` (the safety net's answer,
+    /// already checked against `trust`). The timings are the flags' until a verified view
+    /// carries the group's.
     pub fn new(
         identity: Identity,
         peers: Vec<String>,
         timing: Timing,
+        trust: Trust,
         seed: Option<ActiveSite>,
     ) -> Arc<Self> {
         let mut monitor = MonitorState::new(&identity.site, timing.lease_timeout, Duration::ZERO);
@@ -55,10 +67,16 @@ impl Shared {
             monitor.seed(v);
         }
         let n = peers.len();
+        let timings_source = if trust.pin_timings && trust.signed() {
+            TimingsSource::Pinned
+        } else {
+            TimingsSource::Flags
+        };
         Arc::new(Shared {
             identity,
             peers,
-            timing,
+            flag_timing: timing,
+            trust,
             origin: Instant::now(),
             inner: Mutex::new(Inner {
                 monitor,
@@ -69,8 +87,36 @@ impl Shared {
                 mysql_up: None,
                 last_tick: None,
                 ticks: 0,
+                timing,
+                timings_source,
+                refused: std::collections::BTreeMap::new(),
             }),
         })
+    }
+
+    /// The timings in effect now.
+    pub fn timing(&self) -> Timing {
+        self.lock().timing
+    }
+
+    /// Applies the timings the cached view carries (when it is verified and the flags are not
+    /// pinned). Returns the new timings when they changed.
+    pub fn follow_view_timings(&self) -> Option<(Timing, Timing)> {
+        let mut g = self.lock();
+        let view = g.monitor.cache().get().cloned()?;
+        let (lease, interval) = self.trust.timings_of(&view)?;
+        if self.trust.pin_timings {
+            return None;
+        }
+        let want = Timing::new(lease, interval);
+        g.timings_source = TimingsSource::Operator;
+        if want == g.timing {
+            return None;
+        }
+        let before = g.timing;
+        g.timing = want;
+        g.monitor.set_lease_timeout(lease);
+        Some((before, want))
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -28,6 +28,8 @@ enum Command {
     Operator(operator_cmd::OperatorArgs),
     /// Deploy tokens for the lease API (embedded mode): issue one, or create a signing key.
     Token(operator_cmd::TokenArgs),
+    /// The operator's topology signing key: sidecars adopt only active-site views it signed.
+    Topology(operator_cmd::TopologyArgs),
     /// Request a planned failover of a group to a site and follow its phases.
     Failover(failover_cmd::FailoverArgs),
     /// Show the groups: sites, states, lag, active site, generation, operations, leases.
@@ -57,6 +59,7 @@ fn main() {
     match cli.command {
         Command::Operator(args) => std::process::exit(operator_cmd::run_operator(&args)),
         Command::Token(args) => std::process::exit(operator_cmd::run_token(args)),
+        Command::Topology(args) => std::process::exit(operator_cmd::run_topology(args)),
         Command::Failover(args) => std::process::exit(failover_cmd::run(&args)),
         Command::Status(args) => std::process::exit(status_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),

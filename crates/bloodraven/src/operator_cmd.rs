@@ -220,6 +220,54 @@ pub fn run_token(args: TokenArgs) -> i32 {
     }
 }
 
+#[derive(Debug, Args)]
+pub struct TopologyArgs {
+    #[command(subcommand)]
+    command: TopologyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TopologyCommand {
+    /// Create the operator's Ed25519 topology signing key pair: the private key at --out (for
+    /// the operator's `topologySigningKeyFile`) and the public key at --out with `.pub` (for
+    /// every sidecar's `--operator-public-key`). Never overwrites a key.
+    Keygen {
+        /// Where to write the private key.
+        #[arg(long)]
+        out: PathBuf,
+        /// Where to write the public key (default: --out with the extension `.pub`).
+        #[arg(long)]
+        public_out: Option<PathBuf>,
+    },
+}
+
+pub fn run_topology(args: TopologyArgs) -> i32 {
+    match args.command {
+        TopologyCommand::Keygen { out, public_out } => {
+            let public = public_out.unwrap_or_else(|| out.with_extension("pub"));
+            match bloodraven_runtime::topology::SigningKey::generate(&out, &public) {
+                Ok(k) => {
+                    eprintln!(
+                        "wrote a topology signing key (key id {}) to {} and its public key to {}",
+                        k.key_id(),
+                        out.display(),
+                        public.display()
+                    );
+                    exit::OK
+                }
+                Err(e @ bloodraven_runtime::topology::KeyError::Exists { .. }) => {
+                    eprintln!("error: {e}");
+                    exit::USAGE
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    exit::ERROR
+                }
+            }
+        }
+    }
+}
+
 fn set_private(path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))

@@ -41,6 +41,10 @@ enum PlaygroundCommand {
         action: String,
         /// The site, for the actions that take one.
         site: Option<String>,
+        /// restart-site only: start the server writable (`read_only=OFF`), the crash case; by
+        /// default it boots read-only as every playground server does.
+        #[arg(long)]
+        writable: bool,
         /// The running playground's dashboard.
         #[arg(long, default_value = "http://127.0.0.1:8091")]
         dashboard: String,
@@ -68,14 +72,25 @@ pub fn run(args: PlaygroundArgs) -> i32 {
         Some(PlaygroundCommand::Chaos {
             action,
             site,
+            writable,
             dashboard,
         }) => rt.block_on(async move {
-            let url = match &site {
-                Some(s) => format!(
-                    "{}/api/chaos/{action}?site={s}",
-                    dashboard.trim_end_matches('/')
-                ),
-                None => format!("{}/api/chaos/{action}", dashboard.trim_end_matches('/')),
+            if writable && action != "restart-site" {
+                eprintln!("error: --writable applies to restart-site only");
+                return 2;
+            }
+            let base = format!("{}/api/chaos/{action}", dashboard.trim_end_matches('/'));
+            let mut query = Vec::new();
+            if let Some(s) = &site {
+                query.push(format!("site={s}"));
+            }
+            if writable {
+                query.push("writable=true".to_string());
+            }
+            let url = if query.is_empty() {
+                base
+            } else {
+                format!("{base}?{}", query.join("&"))
             };
             let client = reqwest::Client::new();
             match client.post(&url).send().await {

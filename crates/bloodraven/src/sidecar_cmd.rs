@@ -80,6 +80,21 @@ pub struct SidecarArgs {
         default_value = "5s"
     )]
     peer_check_interval: String,
+    /// A file with the operator's topology public key (`bloodraven topology keygen` writes
+    /// it): only active-site views it signed are adopted, read from the operator or relayed by
+    /// a peer, and their spec.sidecar timings replace the two flags above. Repeat for a key
+    /// rotation. Without it views are adopted unsigned (a warning at start).
+    #[arg(
+        long = "operator-public-key",
+        env = "BLOODRAVEN_OPERATOR_PUBLIC_KEYS",
+        value_name = "FILE",
+        value_delimiter = ','
+    )]
+    operator_public_keys: Vec<PathBuf>,
+    /// Keep --lease-timeout and --peer-check-interval even when the operator's signed view
+    /// carries the group's spec.sidecar timings.
+    #[arg(long, env = "BLOODRAVEN_PIN_TIMINGS")]
+    pin_timings: bool,
     /// Where the HTTP server listens (/health, /status, /peer/*, /metrics).
     #[arg(long, env = "BLOODRAVEN_LISTEN", value_name = "ADDRESS:PORT", default_value = limits::DEFAULT_LISTEN)]
     listen: String,
@@ -107,6 +122,8 @@ pub fn run(args: SidecarArgs) -> i32 {
         lease_timeout: Some(args.lease_timeout),
         peer_check_interval: Some(args.peer_check_interval),
         listen: Some(args.listen),
+        operator_public_keys: args.operator_public_keys,
+        pin_timings: args.pin_timings,
     };
     let settings = match validate(&raw) {
         Ok(s) => s,

@@ -148,8 +148,8 @@ pub fn render(v: &Value) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} RECOVERY",
-            "SITE", "ROLE", "STATE", "REPLICATING", "LAG", "GTID", "FENCED"
+            "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {:<26} RECOVERY",
+            "SITE", "ROLE", "STATE", "REPLICATING", "LAG", "GTID", "FENCED", "SIDECAR TIMINGS"
         );
         for site in g
             .pointer("/status/sites")
@@ -163,9 +163,23 @@ pub fn render(v: &Value) -> String {
                 Some(Value::Bool(false)) => "no",
                 _ => "?",
             };
+            let timings = match site.get("sidecarTimings") {
+                Some(t) if t.is_object() => format!(
+                    "{}/{} ({}{})",
+                    s(t, "/leaseTimeout"),
+                    s(t, "/peerCheckInterval"),
+                    s(t, "/source"),
+                    if t.get("signedTopology") == Some(&Value::Bool(true)) {
+                        ", signed"
+                    } else {
+                        ""
+                    }
+                ),
+                _ => "?".to_string(),
+            };
             let _ = writeln!(
                 out,
-                "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {}",
+                "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {:<26} {}",
                 s(site, "/name"),
                 s(site, "/role"),
                 s(site, "/state"),
@@ -181,6 +195,7 @@ pub fn render(v: &Value) -> String {
                 },
                 s(site, "/gtidExecuted"),
                 fenced,
+                timings,
                 s(site, "/recoveryState"),
             );
         }
@@ -265,7 +280,8 @@ mod tests {
             "namespace": "default",
             "status": {"activeSite": "iad", "topologyGeneration": 3,
                 "conditions": [{"type": "Ready", "status": "True", "reason": "ActiveSiteWritable"}],
-                "sites": [{"name": "iad", "role": "primary-candidate", "state": "writable", "replicating": false, "gtidExecuted": "0-1-9", "sidecarSelfFenced": false},
+                "sites": [{"name": "iad", "role": "primary-candidate", "state": "writable", "replicating": false, "gtidExecuted": "0-1-9", "sidecarSelfFenced": false,
+                             "sidecarTimings": {"leaseTimeout": "20s", "peerCheckInterval": "5s", "source": "operator", "signedTopology": true}},
                           {"name": "pdx", "role": "primary-candidate", "state": "read-only", "replicating": true, "secondsBehindSource": 0, "gtidExecuted": "0-1-9"}],
                 "plannedFailover": {"phase": "Deferred", "source": "iad", "target": "pdx",
                     "admission": {"deferReason": "DeploymentHold", "retryTime": "2026-11-30T10:00:30Z", "message": "deferred by failover-hold op (instance counter-app)"}}},
@@ -279,6 +295,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Ready=True (ActiveSiteWritable)"));
+        assert!(text.contains("20s/5s (operator, signed)"), "{text}");
         assert!(
             text.contains("pdx        primary-candidate  read-only    yes              0s"),
             "{text}"

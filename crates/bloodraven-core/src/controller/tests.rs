@@ -23,6 +23,7 @@ fn site(name: &str, index: usize, state: SiteState, gtid: &str) -> SiteView {
         gtid: Some(g(gtid)),
         replica: None,
         answered: true,
+        writable_now: state == SiteState::Writable,
         recovery_blocked: false,
     }
 }
@@ -52,6 +53,7 @@ fn input<'a>(sites: &'a [SiteView], active: &'a str, last_target: &'a str) -> De
         last_reassertion: None,
         reassert_interval: Duration::from_secs(30),
         max_lag_seconds: 300,
+        bootstrap_site: None,
     }
 }
 
@@ -119,13 +121,27 @@ fn healthy_group_does_nothing() {
 fn bootstrap_cases() {
     let mut sites = healthy_trio();
     let d = decide(&input(&sites, "", ""));
-    assert_eq!(d.actions, vec![Action::Bootstrap { site: "iad".into() }]);
+    assert_eq!(
+        d.actions,
+        vec![Action::Bootstrap {
+            site: "iad".into(),
+            promote: false
+        }]
+    );
     for s in &mut sites {
         s.state = SiteState::ReadOnly;
+        s.writable_now = false;
     }
+    // Every site booted read-only and answers: the most advanced candidate is promoted.
     let d = decide(&input(&sites, "", ""));
-    assert!(d.actions.is_empty());
-    assert_eq!(d.alerts, vec![Alert::NoPrimary]);
+    assert_eq!(
+        d.actions,
+        vec![Action::Bootstrap {
+            site: "iad".into(),
+            promote: true
+        }]
+    );
+    assert!(d.alerts.is_empty(), "{d:?}");
     assert_eq!(d.conditions.degraded.unwrap().0, "NoPrimary");
     sites[0].state = SiteState::Writable;
     sites[1].state = SiteState::Writable;
@@ -152,7 +168,10 @@ fn bootstrap_cases() {
                 site: "iad".into(),
                 divergent: false
             },
-            Action::Bootstrap { site: "pdx".into() }
+            Action::Bootstrap {
+                site: "pdx".into(),
+                promote: false
+            }
         ]
     );
     for s in &mut sites {
@@ -160,6 +179,129 @@ fn bootstrap_cases() {
     }
     let d = decide(&input(&sites, "", ""));
     assert_eq!(d.alerts, vec![Alert::AllUnreachable]);
+}
+
+/// A group whose servers all boot read-only gets its first primary from the operator:
+/// `spec.bootstrapSite` when set, else the most advanced candidate; never a site that would
+/// orphan another's transactions, never while (without `bootstrapSite`) a site is silent.
+#[test]
+fn bootstrap_of_a_group_whose_sites_all_boot_read_only() {
+    let all_ro = || {
+        let mut sites = healthy_trio();
+        for s in &mut sites {
+            s.state = SiteState::ReadOnly;
+            s.writable_now = false;
+            s.replica = None;
+        }
+        sites
+    };
+    let promote = |site: &str| {
+        vec![Action::Bootstrap {
+            site: site.into(),
+            promote: true,
+        }]
+    };
+    let waiting = |d: &Decision| {
+        assert!(d.actions.is_empty(), "{d:?}");
+        match d.alerts.as_slice() {
+            [Alert::BootstrapWaiting { reason }] => reason.clone(),
+            other => panic!("expected a BootstrapWaiting alert: {other:?}"),
+        }
+    };
+
+    // Equal positions: priority, then spec order.
+    let mut sites = all_ro();
+    assert_eq!(decide(&input(&sites, "", "")).actions, promote("iad"));
+    sites[1].priority = 10;
+    assert_eq!(decide(&input(&sites, "", "")).actions, promote("pdx"));
+    // The most advanced candidate wins over priority; a reader is never chosen.
+    sites[0].gtid = Some(g("0-1-120"));
+    sites[2].gtid = Some(g("0-1-130"));
+    let r = waiting(&decide(&input(&sites, "", "")));
+    assert!(r.contains("reader"), "{r}");
+    sites[2].gtid = Some(g("0-1-100"));
+    assert_eq!(decide(&input(&sites, "", "")).actions, promote("iad"));
+
+    // bootstrapSite decides, but only if it holds everything the others hold.
+    let mut i = input(&sites, "", "");
+    i.bootstrap_site = Some("pdx");
+    let r = waiting(&decide(&i));
+    assert!(r.contains("pdx lacks transactions that iad"), "{r}");
+    sites[1].gtid = Some(g("0-1-120"));
+    let mut i = input(&sites, "", "");
+    i.bootstrap_site = Some("pdx");
+    assert_eq!(decide(&i).actions, promote("pdx"));
+    // An unknown or read-only bootstrapSite is refused with its reason.
+    i.bootstrap_site = Some("reader");
+    assert!(waiting(&decide(&i)).contains("never promoted"));
+    i.bootstrap_site = Some("nowhere");
+    assert!(waiting(&decide(&i)).contains("not a site"));
+
+    // A silent site may hold the newest data: without bootstrapSite, wait for it.
+    let mut sites = all_ro();
+    sites[1].state = SiteState::Unreachable;
+    sites[1].answered = false;
+    let r = waiting(&decide(&input(&sites, "", "")));
+    assert!(r.contains("waiting for pdx"), "{r}");
+    // With bootstrapSite, the human has decided: promote it if it holds what the others do.
+    let mut i = input(&sites, "", "");
+    i.bootstrap_site = Some("iad");
+    assert_eq!(decide(&i).actions, promote("iad"));
+    // Still settling: nothing yet.
+    let mut sites = all_ro();
+    sites[1].state = SiteState::Unknown;
+    let d = decide(&input(&sites, "", ""));
+    assert!(d.actions.is_empty() && d.alerts.is_empty(), "{d:?}");
+}
+
+/// A site seen writable by one probe while another site is active is fenced by that poll's
+/// decision: the debounce applies to its reported state, never to fencing.
+#[test]
+fn a_writable_intruder_is_fenced_on_first_sight() {
+    let mut sites = healthy_trio();
+    let promotion = g("0-1-100");
+    // pdx is active after a failover; iad restarted and answered writable once.
+    sites[0].state = SiteState::Unknown;
+    sites[0].writable_now = true;
+    sites[1].state = SiteState::Writable;
+    sites[1].writable_now = true;
+    sites[1].replica = None;
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promotion);
+    let d = decide(&i);
+    assert!(
+        d.actions.contains(&Action::FenceIntruder {
+            site: "iad".into(),
+            divergent: false
+        }),
+        "{d:?}"
+    );
+    // No split-brain alarm for a site the debounce has not confirmed.
+    assert!(d.alerts.is_empty(), "{d:?}");
+    // Divergent on first sight too (it took writes the group never received).
+    sites[0].gtid = Some(GtidSet::parse(GtidFlavor::MariaDb, "0-1-101").unwrap());
+    sites[1].gtid = Some(GtidSet::parse(GtidFlavor::MariaDb, "0-2-101").unwrap());
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promotion);
+    assert!(
+        decide(&i).actions.contains(&Action::FenceIntruder {
+            site: "iad".into(),
+            divergent: true
+        }),
+        "{:?}",
+        decide(&i)
+    );
+    // A probe that did not answer this poll cannot fence: next poll.
+    sites[0].answered = false;
+    sites[0].writable_now = false;
+    let mut i = input(&sites, "pdx", "pdx");
+    i.promotion_gtid = Some(&promotion);
+    assert!(
+        !decide(&i)
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::FenceIntruder { .. }))
+    );
 }
 
 #[test]
@@ -170,12 +312,26 @@ fn no_primary_waits_until_every_site_has_settled() {
     sites[0].state = SiteState::Unknown;
     let d = decide(&input(&sites, "", ""));
     assert!(d.actions.is_empty() && d.alerts.is_empty(), "{d:?}");
-    // Settled read-only, or settled unreachable: now it is news.
-    for settled in [SiteState::ReadOnly, SiteState::Unreachable] {
-        sites[0].state = settled;
-        let d = decide(&input(&sites, "", ""));
-        assert_eq!(d.alerts, vec![Alert::NoPrimary], "iad {settled:?}");
-    }
+    // Settled read-only: every site answers read-only, so the first primary is chosen.
+    sites[0].state = SiteState::ReadOnly;
+    sites[0].writable_now = false;
+    let d = decide(&input(&sites, "", ""));
+    assert_eq!(
+        d.actions,
+        vec![Action::Bootstrap {
+            site: "iad".into(),
+            promote: true
+        }]
+    );
+    // Settled unreachable: now it is news (and nothing is promoted past it).
+    sites[0].state = SiteState::Unreachable;
+    sites[0].answered = false;
+    let d = decide(&input(&sites, "", ""));
+    assert!(d.actions.is_empty(), "{d:?}");
+    assert!(
+        matches!(d.alerts.as_slice(), [Alert::BootstrapWaiting { reason }] if reason.contains("iad")),
+        "{d:?}"
+    );
 }
 
 #[test]

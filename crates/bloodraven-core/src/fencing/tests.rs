@@ -10,11 +10,7 @@ fn at(s: i64) -> Timestamp {
 }
 
 fn view(site: &str, observed: i64) -> ActiveSite {
-    ActiveSite {
-        active_site: site.to_string(),
-        topology_generation: 7,
-        observed_at: at(observed),
-    }
+    ActiveSite::new(site.to_string(), 7, at(observed))
 }
 
 fn secs(s: u64) -> Duration {

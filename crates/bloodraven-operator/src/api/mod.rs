@@ -31,6 +31,8 @@ pub struct AppState {
     /// The deploy API's token key and audience (when the API is enabled).
     pub key: Option<Arc<SigningKey>>,
     pub audience: String,
+    /// Signs every active-site view served (when configured).
+    pub topology_key: Option<Arc<bloodraven_runtime::topology::SigningKey>>,
 }
 
 impl std::fmt::Debug for AppState {

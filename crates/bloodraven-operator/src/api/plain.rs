@@ -100,14 +100,15 @@ async fn active_site(
             Map::new(),
         );
     };
-    json_response(
-        StatusCode::OK,
-        &json!(ActiveSite {
-            active_site: s.active_site.clone(),
-            topology_generation: s.topology_generation,
-            observed_at,
-        }),
-    )
+    let mut view = ActiveSite::new(s.active_site.clone(), s.topology_generation, observed_at);
+    view.group.clone_from(&rt.name);
+    view.namespace.clone_from(&rt.namespace);
+    view.lease_timeout_seconds = Some(rt.config.lease_timeout.as_secs());
+    view.peer_check_interval_seconds = Some(rt.config.peer_check_interval.as_secs());
+    if let Some(k) = &state.topology_key {
+        k.sign(&mut view);
+    }
+    json_response(StatusCode::OK, &json!(view))
 }
 
 async fn status(

@@ -201,11 +201,7 @@ fn at(s: i64) -> Timestamp {
 }
 
 fn view(site: &str, observed: i64) -> ActiveSite {
-    ActiveSite {
-        active_site: site.into(),
-        topology_generation: 3,
-        observed_at: at(observed),
-    }
+    ActiveSite::new(site, 3, at(observed))
 }
 
 struct World {
@@ -233,6 +229,7 @@ impl World {
             },
             (0..peers).map(|i| contacts.peer_name(i)).collect(),
             timing,
+            crate::trust::Trust::default(),
             None,
         );
         let metrics = Arc::new(Metrics::new());
@@ -295,7 +292,7 @@ async fn stale_primary_with_a_reachable_peer_fences_within_one_tick_of_the_relay
         let took = fences[0] - relayed;
         // The next tick: at most one interval, plus the request timeout a hanging operator costs.
         let bound = match operator {
-            Answer::Hang => INTERVAL + w.shared.timing.request_timeout,
+            Answer::Hang => INTERVAL + w.shared.timing().request_timeout,
             _ => INTERVAL,
         };
         assert!(
@@ -334,7 +331,7 @@ async fn isolated_primary_fences_only_after_the_lease_timeout() {
             "{silence:?}: fenced {:?} after the last answer",
             fences[0] - last_answer
         );
-        let bound = LEASE + INTERVAL + w.shared.timing.request_timeout;
+        let bound = LEASE + INTERVAL + w.shared.timing().request_timeout;
         assert!(
             fences[0] - silent_from <= bound,
             "{silence:?}: fenced {:?} after the silence began",
@@ -477,7 +474,7 @@ async fn a_slow_peer_cannot_stall_the_tick() {
     );
     let t = Instant::now();
     let report = monitor.tick().await;
-    assert_eq!(t.elapsed(), w.shared.timing.request_timeout);
+    assert_eq!(t.elapsed(), w.shared.timing().request_timeout);
     assert_eq!(report.verdict, Verdict::Nothing);
     w.finish().await;
 }

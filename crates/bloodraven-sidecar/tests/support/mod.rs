@@ -295,11 +295,7 @@ impl Drop for FakeParty {
 
 /// An active-site view.
 pub fn view(site: &str, generation: u64, observed_at: Timestamp) -> ActiveSite {
-    ActiveSite {
-        active_site: site.into(),
-        topology_generation: generation,
-        observed_at,
-    }
+    ActiveSite::new(site, generation, observed_at)
 }
 
 /// A timestamp `s` seconds after a fixed instant.
@@ -359,6 +355,31 @@ pub async fn start_sidecar_with(
     listen: SocketAddr,
     timing: Timing,
 ) -> Sidecar {
+    start_sidecar_trusting(
+        h,
+        i,
+        site,
+        operator,
+        peers,
+        listen,
+        timing,
+        bloodraven_sidecar::trust::Trust::default(),
+    )
+    .await
+}
+
+/// [`start_sidecar_with`] with trust settings (signed topology).
+#[allow(clippy::too_many_arguments)]
+pub async fn start_sidecar_trusting(
+    h: &Harness,
+    i: usize,
+    site: &str,
+    operator: &str,
+    peers: &[String],
+    listen: SocketAddr,
+    timing: Timing,
+    trust: bloodraven_sidecar::trust::Trust,
+) -> Sidecar {
     let id = identity(site);
     let contacts = HttpContacts::new(&id, operator, peers, timing.request_timeout).unwrap();
     Sidecar::start(
@@ -366,6 +387,7 @@ pub async fn start_sidecar_with(
         Arc::new(contacts),
         Arc::new(sidecar_client(h, i, site, timing)),
         timing,
+        trust,
         listen,
         bloodraven_runtime::clock::system(),
     )
