@@ -12,7 +12,7 @@ use std::time::Duration;
 use bloodraven_mysql::FenceOutcome;
 use bloodraven_mysql::harness::{Harness, HarnessOptions};
 use bloodraven_mysql::switchover::{SwitchoverOptions, switchover};
-use bloodraven_mysql::writer::{WRITES_TABLE_DDL, Writer, percentile};
+use bloodraven_testkit::ledger::{WRITES_TABLE_DDL, Writer, percentile};
 use tokio::time::{Instant, sleep};
 
 fn show(label: &str, v: &mut [Duration]) {

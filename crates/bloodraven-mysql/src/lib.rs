@@ -6,7 +6,6 @@
 //! | [`site`] | [`site::SiteClient`]: probe, fence, unfence, kill sessions, GTID waits, promote, re-point, audit |
 //! | [`switchover`] | the planned switchover primitive built only from adapter calls |
 //! | [`harness`] | starts real `mariadbd` servers for tests, benchmarks and the playground |
-//! | [`writer`] | a continuous writer that records acknowledged / refused / ambiguous inserts |
 //! | [`creds`] | credentials that never print |
 //! | [`error`] | the boundary's error type |
 //!
@@ -19,7 +18,6 @@ pub mod harness;
 pub mod site;
 pub mod sql;
 pub mod switchover;
-pub mod writer;
 
 pub use creds::{Credentials, Password};
 pub use error::{Cause, MysqlError};

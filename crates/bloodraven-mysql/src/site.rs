@@ -572,13 +572,14 @@ impl SiteClient {
 
     /// Lists the server's sessions (needs `PROCESS` to see other accounts').
     pub async fn sessions(&self) -> Result<(u64, Vec<Session>), MysqlError> {
-        type R = (u64, String, String);
+        type R = (u64, String, String, String, u64);
         let (own, rows): (Option<u64>, Vec<R>) = self
             .run_read(Op::KillSessions, |c| {
                 Box::pin(async move {
                     let own: Option<u64> = c.query_first("SELECT CONNECTION_ID()").await?;
+                    // Never INFO: a statement's text can hold data, and is never logged.
                     let rows: Vec<R> = c
-                        .query("SELECT ID, IFNULL(USER, ''), IFNULL(COMMAND, '') FROM information_schema.PROCESSLIST")
+                        .query("SELECT ID, IFNULL(USER, ''), IFNULL(HOST, ''), IFNULL(COMMAND, ''), IFNULL(TIME, 0) FROM information_schema.PROCESSLIST")
                         .await?;
                     Ok((own, rows))
                 })
@@ -586,21 +587,56 @@ impl SiteClient {
             .await?;
         let sessions = rows
             .into_iter()
-            .map(|(id, user, command)| Session { id, user, command })
+            .map(|(id, user, host, command, seconds)| Session {
+                id,
+                user,
+                host,
+                command,
+                seconds,
+            })
             .collect();
         Ok((own.unwrap_or(0), sessions))
+    }
+
+    /// The application sessions: never replication threads, server threads, this client's
+    /// own connection, or the control-plane accounts (`spare_users`).
+    pub async fn application_sessions(&self) -> Result<Vec<Session>, MysqlError> {
+        let (own, sessions) = self.sessions().await?;
+        let spare: Vec<&str> = self.inner.spare_users.iter().map(String::as_str).collect();
+        Ok(sessions
+            .into_iter()
+            .filter(|s| is_application_session(s, own, &spare))
+            .collect())
+    }
+
+    /// Kills the application sessions that can keep a fence from landing, and returns them:
+    /// those running a statement (or committing), and — when none does — the idle ones, one of
+    /// which holds the `LOCK TABLES … WRITE` the fence waits behind (an idle open transaction
+    /// does not block a fence: its later `COMMIT` is refused). Each killed session loses only
+    /// what it had not committed.
+    pub async fn kill_fence_blockers(&self) -> Result<(Vec<Session>, KillReport), MysqlError> {
+        let sessions = self.application_sessions().await?;
+        let busy: Vec<Session> = sessions.iter().filter(|s| s.is_busy()).cloned().collect();
+        let targets = if busy.is_empty() { sessions } else { busy };
+        let report = self
+            .kill_sessions(targets.iter().map(|s| s.id).collect())
+            .await?;
+        Ok((targets, report))
     }
 
     /// Kills every application session: never replication threads, server threads, this
     /// client's own connection, or the control-plane accounts (`spare_users`).
     pub async fn kill_application_sessions(&self) -> Result<KillReport, MysqlError> {
-        let (own, sessions) = self.sessions().await?;
-        let spare: Vec<&str> = self.inner.spare_users.iter().map(String::as_str).collect();
-        let targets: Vec<u64> = sessions
+        let targets: Vec<u64> = self
+            .application_sessions()
+            .await?
             .iter()
-            .filter(|s| is_application_session(s, own, &spare))
             .map(|s| s.id)
             .collect();
+        self.kill_sessions(targets).await
+    }
+
+    async fn kill_sessions(&self, targets: Vec<u64>) -> Result<KillReport, MysqlError> {
         if targets.is_empty() {
             return Ok(KillReport::default());
         }

@@ -315,7 +315,28 @@ impl ReplicaStatus {
 pub struct Session {
     pub id: u64,
     pub user: String,
+    /// The client's host (`host:port`), for logs.
+    pub host: String,
     pub command: String,
+    /// Seconds in the current state (`TIME`): how long a statement has run, or the session
+    /// has been idle.
+    pub seconds: u64,
+}
+
+impl Session {
+    /// `user@host` without the port, for logs and events (never the statement's text).
+    pub fn account(&self) -> String {
+        let host = self
+            .host
+            .rsplit_once(':')
+            .map_or(self.host.as_str(), |(h, _)| h);
+        format!("{}@{host}", self.user)
+    }
+
+    /// Whether it is running a statement (not idle).
+    pub fn is_busy(&self) -> bool {
+        !self.command.eq_ignore_ascii_case("Sleep")
+    }
 }
 
 /// Commands of threads that belong to replication or the server itself.
@@ -483,6 +504,8 @@ mod tests {
     #[test]
     fn application_sessions() {
         let s = |id, user: &str, command: &str| Session {
+            host: "127.0.0.1:5555".into(),
+            seconds: 3,
             id,
             user: user.into(),
             command: command.into(),

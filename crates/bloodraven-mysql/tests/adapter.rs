@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use bloodraven_core::gtid::{GtidFlavor, GtidSet};
 use bloodraven_mysql::harness::Harness;
-use bloodraven_mysql::writer::WRITES_TABLE_DDL;
 use bloodraven_mysql::{
     Cause, Credentials, Endpoint, FenceOutcome, MysqlError, SiteClient, Timeouts,
 };
+use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 use tokio::time::{Instant, sleep};

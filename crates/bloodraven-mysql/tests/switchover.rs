@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bloodraven_mysql::harness::Harness;
 use bloodraven_mysql::switchover::{SwitchoverOptions, switchover};
-use bloodraven_mysql::writer::{WRITES_TABLE_DDL, Writer, percentile};
+use bloodraven_testkit::ledger::{WRITES_TABLE_DDL, Writer, percentile};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tokio::time::sleep;

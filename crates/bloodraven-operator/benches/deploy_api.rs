@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use bloodraven_core::status::{SiteState, SiteStatus};
 use bloodraven_core::time::Clock as _;
-use bloodraven_mysql::writer::percentile;
 use bloodraven_operator::auth::{self, SigningKey};
 use bloodraven_runtime::clock::SystemClock;
+use bloodraven_testkit::ledger::percentile;
 use tokio::time::Instant;
 
 fn config(dir: &std::path::Path, n: usize, durability: &str) -> std::path::PathBuf {

@@ -15,9 +15,9 @@ use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::status::GroupStatus;
 use bloodraven_mysql::harness::Harness;
-use bloodraven_mysql::writer::{WRITES_TABLE_DDL, Writer, percentile};
 use bloodraven_operator::OperatorHandle;
 use bloodraven_operator::local::{LocalOptions, write_files};
+use bloodraven_testkit::ledger::{WRITES_TABLE_DDL, Writer, percentile};
 use tokio::time::Instant;
 
 async fn wait(

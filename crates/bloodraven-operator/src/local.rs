@@ -43,6 +43,8 @@ pub struct LocalOptions {
     /// More groups with the same sites layout are not supported; extra groups for load tests
     /// get their own databases: `(group name, database name)`.
     pub extra_groups: Vec<(String, String)>,
+    /// `spec.bootstrapSite`.
+    pub bootstrap_site: Option<String>,
 }
 
 impl LocalOptions {
@@ -68,6 +70,7 @@ impl LocalOptions {
             deploy_api: true,
             databases: vec![("counter-app".into(), "ci".into(), "deployer".into())],
             extra_groups: Vec::new(),
+            bootstrap_site: None,
         }
     }
 }
@@ -209,7 +212,11 @@ pub fn write_files(
             lag = o.max_lag_wait,
             lt = o.lease_timeout,
             pci = o.peer_check_interval,
-        )
+        ) + &o
+            .bootstrap_site
+            .as_ref()
+            .map(|b| format!("  bootstrapSite: {b}\n"))
+            .unwrap_or_default()
     };
     text.push_str(&group_doc(&o.group));
     for (g, _) in &o.extra_groups {

@@ -146,7 +146,9 @@ pub async fn start_with_store(
         tracing::info!(key_id = %k.key_id(), "active-site views are signed");
         Some(Arc::new(k))
     } else {
-        tracing::warn!("no topologySigningKeyFile: active-site views are served unsigned, and sidecars that hold an operator public key will refuse them");
+        tracing::warn!(
+            "no topologySigningKeyFile: active-site views are served unsigned, and sidecars that hold an operator public key will refuse them"
+        );
         None
     };
     let (leader, leader_task) = crate::leader::start(&data_dir);

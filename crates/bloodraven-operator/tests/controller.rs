@@ -14,11 +14,11 @@ use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_core::status::{SiteState, condition};
-use bloodraven_mysql::writer::{Writer, percentile};
 use bloodraven_operator::OperatorHandle;
 use bloodraven_store::{
     ObjectKey, RawObject, SqliteStore, Store, StoreFuture, WatchEvent, WriteOp,
 };
+use bloodraven_testkit::ledger::{Writer, percentile};
 use mysql_async::prelude::Queryable;
 use reqwest::StatusCode;
 use support::{Client, GROUP, Live, Timings, wait_status};

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use bloodraven_mysql::SiteClient;
 use bloodraven_mysql::harness::Harness;
-use bloodraven_mysql::writer::percentile;
+use bloodraven_testkit::ledger::percentile;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use support::{FakeParty, Mode, at, free_port, view};

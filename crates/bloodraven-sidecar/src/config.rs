@@ -474,6 +474,36 @@ mod tests {
     }
 
     #[test]
+    fn operator_public_keys_are_read_and_a_bad_one_is_named() {
+        let f = creds_file("username=u\npassword=p\n");
+        let dir = tempfile::tempdir().unwrap();
+        let public = dir.path().join("op.pub");
+        bloodraven_runtime::topology::SigningKey::generate(&dir.path().join("op.key"), &public)
+            .unwrap();
+        let s = validate(&RawSettings {
+            operator_public_keys: vec![public],
+            pin_timings: true,
+            ..good(&f)
+        })
+        .unwrap();
+        assert!(s.trust.signed() && s.trust.pin_timings);
+        assert!(!validate(&good(&f)).unwrap().trust.signed());
+        let bad = dir.path().join("bad.pub");
+        std::fs::write(&bad, "not a key").unwrap();
+        let err = validate(&RawSettings {
+            operator_public_keys: vec![bad],
+            ..good(&f)
+        })
+        .unwrap_err();
+        assert!(
+            err.0
+                .iter()
+                .any(|e| e.field == flags::OPERATOR_PUBLIC_KEY && e.rule.contains("bad.pub")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
     fn a_malformed_credentials_file_never_echoes_its_contents() {
         let f = creds_file("hunter2-password-line\n");
         let err = validate(&good(&f)).unwrap_err();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bloodraven_core::contract::logs;
 use bloodraven_mysql::harness::Harness;
-use bloodraven_mysql::writer::WRITES_TABLE_DDL;
+use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
@@ -363,4 +363,51 @@ fn one_rule(fencing: &[serde_json::Map<String, Value>]) -> bool {
     fencing
         .first()
         .is_some_and(|first| fencing.iter().all(|r| rule(r) == rule(first)))
+}
+
+/// A server that comes back writable while the sidecar's cached view names another site is
+/// fenced as soon as it accepts connections, not at the sidecar's next tick: while the server
+/// is down the sidecar tries it every 100 ms and evaluates the moment it answers. Ticks are
+/// 8 s apart here, so a fence within 3 s of the restart can only come from that path.
+#[tokio::test]
+async fn a_restarted_server_is_fenced_as_soon_as_it_accepts_connections() {
+    let captured = bloodraven_runtime::logging::capture();
+    let (a, b) = ("fx-ra", "fx-rb");
+    let mut h = group(&[a, b]).await;
+    let op = FakeParty::start(Some(view(b, 2, at(0)))).await;
+    let slow =
+        bloodraven_sidecar::config::Timing::new(Duration::from_secs(24), Duration::from_secs(8));
+    let sidecar =
+        support::start_sidecar_with(&h, 0, a, &op.url, &[], local(free_port()), slow).await;
+    assert!(!sidecar.safety_net.cleared(), "a is a standby");
+    // The server dies; the sidecar's next tick finds it unreachable.
+    h.kill(0).unwrap();
+    let shared = sidecar.shared().clone();
+    wait_until(Duration::from_secs(20), || {
+        let down = shared.lock().mysql_up == Some(false);
+        async move { down }
+    })
+    .await
+    .expect("the sidecar notices the server is gone");
+    // It comes back writable (no read_only=ON in its configuration).
+    h.restart_writable(0).await.unwrap();
+    let back = Instant::now();
+    let took = wait_until(Duration::from_secs(30), || fenced(&h, 0))
+        .await
+        .expect("fenced");
+    println!(
+        "fenced {:.0} ms after the restarted server accepted connections",
+        took.as_secs_f64() * 1e3
+    );
+    assert!(
+        back.elapsed() < Duration::from_secs(8),
+        "fenced only by a later tick"
+    );
+    assert!(took < Duration::from_secs(3), "fenced after {took:?}");
+    let fencing = records(&captured, a, logs::SELF_FENCING);
+    assert!(
+        !fencing.is_empty() && fencing.iter().all(|r| msg(r).contains("rule #1")),
+        "{fencing:?}"
+    );
+    sidecar.stop().await;
 }

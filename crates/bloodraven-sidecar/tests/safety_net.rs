@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bloodraven_core::contract::logs;
 use bloodraven_mysql::harness::Harness;
-use bloodraven_mysql::writer::WRITES_TABLE_DDL;
 use bloodraven_sidecar::safety_net::SafetyNetOutcome;
+use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use support::{FakeParty, Mode, at, free_port, records, start_sidecar, start_sidecar_with, view};

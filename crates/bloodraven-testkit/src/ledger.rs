@@ -265,6 +265,8 @@ pub struct ProbeRound {
     pub acked: Vec<usize>,
     /// Sites whose answer was lost.
     pub ambiguous: Vec<usize>,
+    /// Sites that answered with an error (read-only, typically).
+    pub refused: Vec<usize>,
 }
 
 /// Everything the probe saw.
@@ -284,6 +286,17 @@ impl ProbeLog {
     pub fn two_writable_window(&self) -> Option<(Instant, Instant)> {
         let w = self.two_writable();
         Some((w.first()?.started, w.last()?.started))
+    }
+
+    /// Rounds in which `site` answered at all (acknowledged or refused), started at or after
+    /// `since`: evidence that the probe reached it.
+    pub fn answered_by(&self, site: usize, since: Instant) -> Vec<&ProbeRound> {
+        self.rounds
+            .iter()
+            .filter(|r| {
+                r.started >= since && (r.acked.contains(&site) || r.refused.contains(&site))
+            })
+            .collect()
     }
 
     /// Rounds in which `site` acknowledged, started at or after `since`.
@@ -348,6 +361,12 @@ impl Probe {
                         .iter()
                         .enumerate()
                         .filter(|(_, o)| **o == Outcome::Ambiguous)
+                        .map(|(i, _)| i)
+                        .collect(),
+                    refused: outcomes
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, o)| matches!(o, Outcome::Refused(_)))
                         .map(|(i, _)| i)
                         .collect(),
                 });
@@ -429,10 +448,18 @@ pub async fn check(
     Ok(judge(&present, writer, probe))
 }
 
-/// [`check`] on rows already read.
+/// [`check`] on rows already read. Only rows in the writer's own id range are judged, so
+/// several writers (with separate ranges, [`Writer::start_from`]) can share the table.
 pub fn judge(present: &BTreeSet<u64>, writer: &WriterLog, probe: Option<&ProbeLog>) -> Report {
     let acked: BTreeSet<u64> = writer.acked.iter().map(|a| a.id).collect();
     let ambiguous: BTreeSet<u64> = writer.ambiguous.iter().copied().collect();
+    let ids = writer.attempts.iter().map(|a| a.id);
+    let range = ids.clone().min().zip(ids.max());
+    let present: BTreeSet<u64> = match range {
+        Some((lo, hi)) => present.range(lo..=hi).copied().collect(),
+        None => present.clone(),
+    };
+    let present = &present;
     let two = probe.map(ProbeLog::two_writable).unwrap_or_default();
     Report {
         acknowledged: acked.len(),
@@ -517,7 +544,15 @@ mod tests {
     #[test]
     fn the_checker_finds_lost_unexpected_and_two_writable_rounds() {
         let t0 = Instant::now();
+        let attempt = |id| Attempt {
+            id,
+            site: 0,
+            outcome: Outcome::Acknowledged,
+            sent: t0,
+            answered: t0,
+        };
         let writer = WriterLog {
+            attempts: (1..=5).map(attempt).collect(),
             acked: vec![ack(t0, 1, 0, 0), ack(t0, 2, 0, 1), ack(t0, 4, 1, 30)],
             ambiguous: vec![3],
             refused: 1,
@@ -528,6 +563,7 @@ mod tests {
             started: t0 + Duration::from_millis(ms),
             acked,
             ambiguous: Vec::new(),
+            refused: Vec::new(),
         };
         let probe = ProbeLog {
             sites: vec!["iad".into(), "pdx".into()],
@@ -539,8 +575,8 @@ mod tests {
             ],
         };
         // Row 2 was acknowledged and is gone; row 5 was never acknowledged nor ambiguous;
-        // the ambiguous row 3 landed.
-        let present: BTreeSet<u64> = [1, 3, 4, 5].into_iter().collect();
+        // the ambiguous row 3 landed; row 9 is another writer's.
+        let present: BTreeSet<u64> = [1, 3, 4, 5, 9].into_iter().collect();
         let r = judge(&present, &writer, Some(&probe));
         assert_eq!(r.lost, vec![2]);
         assert_eq!(r.unexpected, vec![5]);

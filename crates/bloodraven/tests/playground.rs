@@ -47,7 +47,7 @@ fn start() -> Running {
 fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Running {
     bloodraven_runtime::tls::install_crypto_provider();
     let (app, dash, op, deploy) = (free_port(), free_port(), free_port(), free_port());
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["playground", "--dir"])
         .arg(dir.path().join("pg"))
         .args([
@@ -67,26 +67,35 @@ fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Running {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    // From here on a failed assertion stops the playground (Running's drop), even one made
+    // before it finished starting.
+    let mut r = Running {
+        child,
+        dir,
+        app: format!("http://127.0.0.1:{app}"),
+        dashboard: format!("http://127.0.0.1:{dash}"),
+    };
+    let stdout = r.child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     let mut seen = String::new();
     loop {
         let Some(Ok(l)) = lines.next() else {
             let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
+            if let Some(mut e) = r.child.stderr.take() {
                 let _ = std::io::Read::read_to_string(&mut e, &mut err);
             }
             panic!("the playground did not start:\n{seen}\n{err}");
         };
         seen.push_str(&l);
         seen.push('\n');
-        if l.contains("Chaos from the command line") {
+        // The summary's last line.
+        if l.contains(" failover --config ") {
             break;
         }
     }
     // Keep draining stdout so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    if let Some(err) = child.stderr.take() {
+    if let Some(err) = r.child.stderr.take() {
         std::thread::spawn(move || for _ in BufReader::new(err).lines() {});
     }
     assert!(
@@ -94,12 +103,19 @@ fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Running {
         "{seen}"
     );
     assert!(seen.contains("curl -s --cacert"), "{seen}");
-    Running {
-        child,
-        dir,
-        app: format!("http://127.0.0.1:{app}"),
-        dashboard: format!("http://127.0.0.1:{dash}"),
-    }
+    // Follow-up commands name the binary that runs (it need not be on PATH) and, with a
+    // non-default dashboard port, the dashboard they must talk to.
+    assert!(
+        seen.contains(&format!(
+            "{BIN} playground chaos kill-site iad --dashboard http://127.0.0.1:{dash}"
+        )),
+        "{seen}"
+    );
+    assert!(
+        seen.contains(&format!("TOKEN=$({BIN} token issue")),
+        "{seen}"
+    );
+    r
 }
 
 /// Ctrl-C, as a user would; SIGKILL after 30 s. Returns how it exited (`None`: it had to be
@@ -340,6 +356,23 @@ async fn the_seeds_scenarios_pass_against_a_running_playground() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scenario"));
+    // The isolated primary was fenced by its own sidecar through rule #2 (lease expiry): with
+    // every link of the site cut in both directions, no peer can relay it a view.
+    let mut fencing = Vec::new();
+    for site in ["iad", "pdx", "reader"] {
+        let log = std::fs::read_to_string(r.dir.path().join(format!("pg/logs/sidecar-{site}.log")))
+            .unwrap_or_default();
+        fencing.extend(
+            log.lines()
+                .filter(|l| l.contains("SELF-FENCING:"))
+                .map(|l| format!("{site}: {l}")),
+        );
+    }
+    assert!(!fencing.is_empty(), "no sidecar fenced its server");
+    assert!(
+        fencing.iter().all(|l| l.contains("rule #2")),
+        "{fencing:#?}"
+    );
     stop(r);
 }
 

@@ -349,6 +349,14 @@ impl Default for Timings {
 
 impl Live {
     pub async fn start(t: Timings) -> Live {
+        Live::start_with(t, |_| {}).await
+    }
+
+    /// [`Live::start`] with the group's options adjusted by `tweak` before they are written.
+    pub async fn start_with(
+        t: Timings,
+        tweak: impl FnOnce(&mut bloodraven_operator::local::LocalOptions),
+    ) -> Live {
         use bloodraven_core::config::SiteRole;
         let harness = bloodraven_mysql::harness::Harness::start_group(&["iad", "pdx", "reader"])
             .await
@@ -356,7 +364,13 @@ impl Live {
         harness
             .admin(0)
             .unwrap()
-            .execute(bloodraven_mysql::writer::WRITES_TABLE_DDL)
+            .execute(bloodraven_testkit::ledger::WRITES_TABLE_DDL)
+            .await
+            .unwrap();
+        harness
+            .admin(0)
+            .unwrap()
+            .execute(bloodraven_testkit::ledger::PROBES_TABLE_DDL)
             .await
             .unwrap();
         harness
@@ -376,6 +390,7 @@ impl Live {
         o.failover_cooldown = t.cooldown.into();
         o.drain_timeout = t.drain.into();
         o.max_lag_wait = t.max_lag_wait.into();
+        tweak(&mut o);
         let files = bloodraven_operator::local::write_files(dir.path(), &harness, &o).unwrap();
         Live {
             harness,

@@ -1,0 +1,290 @@
+//! What the application sees when a killed primary comes back, and how a group whose servers
+//! all boot read-only gets its first primary — on real MariaDB servers, judged by the ledger
+//! (a writer that records every answer, a probe that tries a write on every site).
+
+mod support;
+
+use std::time::Duration;
+
+use bloodraven_core::status::{GroupStatus, SiteState, condition};
+use bloodraven_operator::OperatorHandle;
+use bloodraven_testkit::ledger::{self, Probe, ProbeLog, Target, Writer, WriterLog};
+use support::{GROUP, Live, Timings, wait_status};
+
+const SITES: [&str; 3] = ["iad", "pdx", "reader"];
+
+fn writer_sites(live: &Live) -> Vec<(String, mysql_async::Opts)> {
+    SITES
+        .iter()
+        .enumerate()
+        .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
+        .collect()
+}
+
+fn probe_targets(live: &Live) -> Vec<Target> {
+    SITES
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Target::new(*n, live.harness.app_opts(i)))
+        .collect()
+}
+
+/// The application's traffic for one phase: a writer every millisecond, a probe every 5 ms.
+struct Traffic {
+    writer: Writer,
+    probe: Probe,
+}
+
+impl Traffic {
+    fn start(live: &Live, first_id: u64) -> Traffic {
+        Traffic {
+            writer: Writer::start_from(writer_sites(live), Duration::from_millis(1), first_id),
+            probe: Probe::start(probe_targets(live), Duration::from_millis(5)),
+        }
+    }
+
+    async fn stop(self) -> (WriterLog, ProbeLog) {
+        (self.writer.stop().await, self.probe.stop().await)
+    }
+}
+
+async fn bootstrapped(live: &Live) -> OperatorHandle {
+    let op = live.operator().await;
+    wait_status(
+        &op,
+        Duration::from_secs(15),
+        "bootstrap and replication",
+        |s| s.active_site == "iad" && s.replication_running(),
+    )
+    .await;
+    op
+}
+
+/// Waits until every other site has applied everything `primary` has (so a kill loses
+/// nothing that was acknowledged).
+async fn caught_up(live: &Live, primary: usize) {
+    live.harness
+        .wait_replicas_caught_up(primary, Duration::from_secs(20))
+        .await
+        .unwrap();
+}
+
+fn rejoined(name: &'static str) -> impl Fn(&GroupStatus) -> bool {
+    move |s| {
+        s.site(name).is_some_and(|x| {
+            x.state == SiteState::ReadOnly && x.replicating && x.recovery_state.is_empty()
+        })
+    }
+}
+
+/// Kill -9 the primary, let the group fail over, restart the old primary: booting read-only
+/// it acknowledges nothing and is re-pointed; booting writable (the crash case) it is fenced
+/// as soon as it is seen, and the window in which it acknowledged writes is reported. Either
+/// way nothing acknowledged is lost and, since the candidates held all its transactions at
+/// the kill, it is re-pointed, not blocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_returning_primary_takes_no_writes_when_it_boots_read_only_and_is_fenced_at_once_when_writable()
+ {
+    let mut live = Live::start(Timings::default()).await;
+    let op = bootstrapped(&live).await;
+
+    // Phase 1: iad is killed and comes back read-only.
+    let t = Traffic::start(&live, 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (w0, p0) = t.stop().await;
+    caught_up(&live, 0).await;
+    let t = Traffic::start(&live, 1_000_000);
+    live.harness.kill(0).unwrap();
+    wait_status(&op, Duration::from_secs(20), "failover to pdx", |s| {
+        s.active_site == "pdx"
+    })
+    .await;
+    let restarted = tokio::time::Instant::now();
+    live.harness.restart(0).await.unwrap();
+    wait_status(
+        &op,
+        Duration::from_secs(20),
+        "iad re-pointed",
+        rejoined("iad"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (w1, p1) = t.stop().await;
+    let iad_acks = p1.acked_by(0, restarted).len();
+    assert_eq!(iad_acks, 0, "iad booted read-only yet acknowledged writes");
+    assert!(
+        !p1.answered_by(0, restarted).is_empty(),
+        "the probe never reached the restarted iad"
+    );
+    assert!(
+        w1.first_ack_on(1, restarted).is_some() || !w1.acked.is_empty(),
+        "the writer kept writing on pdx"
+    );
+
+    // Phase 2: pdx is killed and comes back writable.
+    caught_up(&live, 1).await;
+    let t = Traffic::start(&live, 2_000_000);
+    live.harness.kill(1).unwrap();
+    wait_status(&op, Duration::from_secs(20), "failover to iad", |s| {
+        s.active_site == "iad"
+    })
+    .await;
+    let restarted = tokio::time::Instant::now();
+    live.harness.restart_writable(1).await.unwrap();
+    wait_status(
+        &op,
+        Duration::from_secs(20),
+        "pdx fenced and re-pointed",
+        rejoined("pdx"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (w2, p2) = t.stop().await;
+    assert!(
+        !p2.answered_by(1, restarted).is_empty(),
+        "the probe never reached the restarted pdx"
+    );
+    let pdx_acks = p2.acked_by(1, restarted);
+    let window = match (pdx_acks.first(), pdx_acks.last()) {
+        (Some(a), Some(b)) => b.started - a.started,
+        _ => Duration::ZERO,
+    };
+    println!(
+        "restarted writable: pdx acknowledged {} probe write(s), over {:.1} ms, before it was fenced",
+        pdx_acks.len(),
+        window.as_secs_f64() * 1e3
+    );
+
+    // Judged on the final primary: nothing acknowledged is missing.
+    let final_primary = live.harness.app_opts(0);
+    for (name, w, p) in [
+        ("before", &w0, &p0),
+        ("iad killed", &w1, &p1),
+        ("pdx killed", &w2, &p2),
+    ] {
+        let r = ledger::check(&final_primary, w, Some(p)).await.unwrap();
+        println!("{name}: {}", r.summary());
+        assert!(
+            r.lost.is_empty(),
+            "{name}: acknowledged writes lost: {:?}",
+            r.lost
+        );
+        assert!(r.unexpected.is_empty(), "{name}: {:?}", r.unexpected);
+    }
+    let s = op.group(GROUP).await.unwrap().snapshot().status().clone();
+    assert_eq!(s.active_site, "iad");
+    assert!(
+        s.sites.iter().all(|x| x.recovery_state.is_empty()),
+        "a site was blocked though the candidates held its transactions: {:?}",
+        s.sites
+    );
+    op.stop().await;
+}
+
+async fn all_read_only(live: &Live) {
+    let outcome = live
+        .harness
+        .admin(0)
+        .unwrap()
+        .fence(Duration::from_secs(5))
+        .await;
+    assert_eq!(outcome, bloodraven_mysql::FenceOutcome::Fenced);
+    for i in 0..3 {
+        assert!(
+            live.harness
+                .failover_client(i)
+                .probe()
+                .await
+                .unwrap()
+                .read_only
+        );
+    }
+}
+
+async fn bootstrap_event(op: &OperatorHandle) -> String {
+    let rt = op.group(GROUP).await.unwrap();
+    bloodraven_operator::events::list(rt.store(), "default", GROUP)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e)
+        .find(|e| e.reason == "ActiveSiteBootstrapped")
+        .map(|e| e.message)
+        .unwrap_or_default()
+}
+
+/// Every server boots read-only and the group never had an active site: the operator promotes
+/// the most advanced candidate (here iad, by spec order) and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_whose_sites_all_boot_read_only_gets_the_most_advanced_candidate() {
+    let live = Live::start(Timings::default()).await;
+    all_read_only(&live).await;
+    let op = live.operator().await;
+    let s = wait_status(&op, Duration::from_secs(20), "bootstrapped", |s| {
+        s.active_site == "iad"
+            && s.topology_generation == 1
+            && s.condition(condition::READY)
+                .is_some_and(bloodraven_core::status::Condition::is_true)
+            && s.replication_running()
+    })
+    .await;
+    assert_eq!(s.site("iad").unwrap().state, SiteState::Writable);
+    assert!(
+        !live
+            .harness
+            .failover_client(0)
+            .probe()
+            .await
+            .unwrap()
+            .read_only
+    );
+    let m = bootstrap_event(&op).await;
+    assert!(m.contains("most advanced candidate"), "{m}");
+    op.stop().await;
+}
+
+/// The same with `spec.bootstrapSite: pdx`: pdx is promoted, and iad and the reader are
+/// re-pointed to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_whose_sites_all_boot_read_only_gets_its_bootstrap_site() {
+    let live = Live::start_with(Timings::default(), |o| {
+        o.bootstrap_site = Some("pdx".into());
+    })
+    .await;
+    all_read_only(&live).await;
+    let op = live.operator().await;
+    let s = wait_status(
+        &op,
+        Duration::from_secs(30),
+        "pdx bootstrapped, others following it",
+        |s| s.active_site == "pdx" && s.topology_generation == 1 && s.replication_running(),
+    )
+    .await;
+    assert_eq!(s.site("pdx").unwrap().state, SiteState::Writable);
+    assert!(s.site("iad").unwrap().replicating);
+    assert!(
+        !live
+            .harness
+            .failover_client(1)
+            .probe()
+            .await
+            .unwrap()
+            .read_only
+    );
+    let m = bootstrap_event(&op).await;
+    assert!(m.contains("spec.bootstrapSite"), "{m}");
+    // The application writes on pdx, and the writes reach the others.
+    let w = Writer::start(writer_sites(&live), Duration::from_millis(2));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = w.stop().await;
+    assert!(log.acked.iter().all(|a| a.site == 1) && !log.acked.is_empty());
+    live.harness
+        .wait_replicas_caught_up(1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let r = ledger::check(&live.harness.app_opts(0), &log, None)
+        .await
+        .unwrap();
+    assert!(r.lost.is_empty(), "{}", r.summary());
+    op.stop().await;
+}
