@@ -46,6 +46,10 @@ pub mod events {
     pub const DEPLOYMENT_LEASE_REVOKED: &str = "DeploymentLeaseRevoked";
     pub const PLANNED_FAILOVER_DEFERRED: &str = "PlannedFailoverDeferred";
     pub const DATA_LOSS_DETECTED: &str = "DataLossDetected";
+    /// A planned failover entered (or re-entered, after a deferral) admission.
+    pub const PLANNED_FAILOVER_ADMITTING: &str = "PlannedFailoverAdmitting";
+    /// Draining killed an application session that kept the fence from landing.
+    pub const BLOCKING_SESSION_KILLED: &str = "BlockingSessionKilled";
 }
 
 /// Metric names as they appear in the Prometheus exposition.

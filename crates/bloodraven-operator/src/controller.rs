@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use bloodraven_core::config::{CredentialsRef, SiteConfig};
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
-use bloodraven_core::contract::events::{DATA_LOSS_DETECTED, PLANNED_FAILOVER_DEFERRED};
+use bloodraven_core::contract::events::{
+    BLOCKING_SESSION_KILLED, DATA_LOSS_DETECTED, PLANNED_FAILOVER_ADMITTING,
+    PLANNED_FAILOVER_DEFERRED,
+};
 use bloodraven_core::controller::{
     self, Action, Alert, DecideInput, ProbeResult, ReplicaView, SiteTracker, SiteView,
 };
@@ -39,6 +42,10 @@ use crate::events::{self, EventType};
 use crate::group::GroupRuntime;
 use crate::metrics::{FailoverLabels, GroupLabel, GroupSite, GroupSiteState, Metrics};
 use crate::operator::GroupTask;
+
+/// How long one fence attempt of a planned failover's `Draining` may wait behind running
+/// statements and locks before the sessions that block it are killed and it is tried again.
+pub const DRAIN_FENCE_BOUND: Duration = Duration::from_secs(2);
 
 /// `recovery_state` of a site that holds divergent transactions.
 pub const RECOVERY_BLOCKED: &str = "RecoveryBlocked";
@@ -1033,6 +1040,12 @@ impl Controller {
             PlannedFailoverPhase::Pending => {
                 self.set_planned(|p| p.phase = PlannedFailoverPhase::Admitting)
                     .await?;
+                self.event(
+                    EventType::Normal,
+                    PLANNED_FAILOVER_ADMITTING,
+                    &format!("planned failover to {}: admitting", pf.target),
+                )
+                .await;
                 Ok(true)
             }
             PlannedFailoverPhase::Admitting | PlannedFailoverPhase::Deferred => {
@@ -1051,6 +1064,28 @@ impl Controller {
                     cooldown: cfg.failover_cooldown,
                     live_hold: hold.as_ref(),
                 });
+                // What deferred it is gone (the hold was released or lapsed, the cooldown
+                // ended): the failover re-enters Admitting — persisted, with its event — and
+                // admission runs again from there.
+                if pf.phase == PlannedFailoverPhase::Deferred
+                    && !matches!(verdict, Admission::Defer { .. })
+                {
+                    let was = pf.admission.defer_reason.clone();
+                    self.set_planned(|p| p.phase = PlannedFailoverPhase::Admitting)
+                        .await?;
+                    drop(leases);
+                    tracing::info!(group = %self.group(), target = %pf.target, was_deferred_by = %was, "planned failover re-enters admission");
+                    self.event(
+                        EventType::Normal,
+                        PLANNED_FAILOVER_ADMITTING,
+                        &format!(
+                            "planned failover to {}: no longer deferred ({was}); admitting again",
+                            pf.target
+                        ),
+                    )
+                    .await;
+                    return Ok(true);
+                }
                 match verdict {
                     Admission::Proceed { source, target } => {
                         tracing::info!(group = %self.group(), %source, %target, "planned failover admitted");
@@ -1117,18 +1152,69 @@ impl Controller {
                         )
                         .await;
                 };
-                let drain = cfg.drain_timeout.max(Duration::from_secs(1));
-                match source.fence(drain).await {
-                    FenceOutcome::Fenced => {}
-                    other => {
+                let drain = cfg.drain_timeout.max(Duration::from_millis(500));
+                let deadline = Instant::now() + drain;
+                // Fence; when it does not land within its bound, kill the application sessions
+                // that block it (a running statement, a `LOCK TABLES … WRITE`) and try again,
+                // until it lands or drainTimeout runs out. A long lock cannot veto the failover.
+                let mut killed_blockers = 0usize;
+                loop {
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    let bound = remaining
+                        .min(DRAIN_FENCE_BOUND)
+                        .max(Duration::from_millis(100));
+                    let outcome = source.fence(bound).await;
+                    if outcome == FenceOutcome::Fenced {
+                        break;
+                    }
+                    if Instant::now() >= deadline {
                         let _ = source.unfence().await;
-                        return self.planned_fail(&pf, "FenceFailed", &format!("fencing {} did not take effect: {other:?}; it was unfenced again", pf.source)).await;
+                        return self
+                            .planned_fail(
+                                &pf,
+                                "FenceFailed",
+                                &format!(
+                                    "fencing {} did not take effect within drainTimeout {} ({outcome:?}; {killed_blockers} blocking session(s) killed); it was unfenced again",
+                                    pf.source,
+                                    bloodraven_core::duration::HumanDuration(drain)
+                                ),
+                            )
+                            .await;
+                    }
+                    match source.kill_fence_blockers().await {
+                        Ok((sessions, report)) => {
+                            for s in sessions.iter().filter(|s| report.killed.contains(&s.id)) {
+                                killed_blockers += 1;
+                                let what = if s.is_busy() {
+                                    format!("running a statement for {} s", s.seconds)
+                                } else {
+                                    format!(
+                                        "idle for {} s; an idle session can hold a table lock",
+                                        s.seconds
+                                    )
+                                };
+                                tracing::warn!(group = %self.group(), site = %pf.source, connection = s.id, account = %s.account(), seconds = s.seconds, "draining: killed a session that kept the fence from landing");
+                                self.event(
+                                    EventType::Warning,
+                                    BLOCKING_SESSION_KILLED,
+                                    &format!(
+                                        "draining {}: killed connection {} of {} ({what}): the fence could not land behind it",
+                                        pf.source,
+                                        s.id,
+                                        s.account()
+                                    ),
+                                )
+                                .await;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(group = %self.group(), site = %pf.source, error = %e, "draining: cannot list or kill the sessions that block the fence");
+                        }
                     }
                 }
                 if let Some(i) = self.index(&pf.source) {
                     self.mark_read_only(i);
                 }
-                let deadline = Instant::now() + drain;
                 loop {
                     match source.kill_application_sessions().await {
                         Ok(r) if r.killed.is_empty() => break,

@@ -464,6 +464,21 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     assert_eq!(s.active_site, "pdx");
     assert_eq!(s.topology_generation, 2);
     assert_eq!(s.planned_failover.unwrap().transactions_lost, Some(0));
+    // It went back through Admitting (persisted, with its event) before Draining: once when
+    // requested, once after the deferral ended.
+    let ev = events(&op).await;
+    let admitting: Vec<&String> = ev
+        .iter()
+        .filter(|(r, _)| r == "PlannedFailoverAdmitting")
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(admitting.len(), 2, "{ev:?}");
+    assert!(
+        admitting
+            .iter()
+            .any(|m| m.contains("no longer deferred (DeploymentHold)")),
+        "{admitting:?}"
+    );
     // The migration lease (no hold any more) was revoked by the generation change.
     support::wait_leases_synced(&op.group(GROUP).await.unwrap()).await;
     let r = client

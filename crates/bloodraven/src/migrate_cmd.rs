@@ -225,12 +225,22 @@ async fn migrate(
         "operation {operation_id}: record {}",
         record.path().display()
     );
+    // Before any lease is held, a record that cannot be written stops everything at once.
     macro_rules! rec {
         ($step:expr, $($k:expr => $v:expr),* $(,)?) => {
             if let Err(e) = record.step($step, fields(&[$(($k, json!($v))),*])) {
                 eprintln!("error: {e}; stopping (nothing written after this point is certain)");
                 return exit::ERROR;
             }
+        };
+    }
+    // Once leases are held, a record that cannot be written never skips stopping the command
+    // or releasing the hold: it is noted, the run stops, and the migration mutex is left to
+    // expire (its outcome could not be recorded).
+    let mut record_failed: Option<String> = None;
+    macro_rules! note {
+        ($step:expr, $($k:expr => $v:expr),* $(,)?) => {
+            note(&mut record, &mut record_failed, $step, fields(&[$(($k, json!($v))),*]))
         };
     }
     let refuse = |record: &mut RecordWriter, why: &str| -> i32 {
@@ -343,15 +353,22 @@ async fn migrate(
         }
     };
     let generation = session.topology_generation();
-    rec!("leases-acquired", "topologyGeneration" => generation, "ttlSeconds" => ttl,
+    let leases_recorded = note!("leases-acquired", "topologyGeneration" => generation, "ttlSeconds" => ttl,
         "migrationExpiresAt" => session.expires_at(LeaseKind::Migration).await.map(bloodraven_core::time::Timestamp::to_rfc3339),
         "holdExpiresAt" => session.expires_at(LeaseKind::FailoverHold).await.map(bloodraven_core::time::Timestamp::to_rfc3339));
+    if !leases_recorded {
+        // Nothing ran: release the hold, leave the mutex (no outcome can be recorded).
+        session.stop_heartbeat().await;
+        let _ = session.release(LeaseKind::FailoverHold).await;
+        return record_lost(&session, record_failed.as_ref()).await;
+    }
     eprintln!(
         "holding the migration lease and the failover-hold (topologyGeneration {generation}, active site {})",
         obs.active_site
     );
 
-    // 3. Run the command.
+    // 3. Run the command, in a process group of its own: every exit path below ends the
+    // whole group, grandchildren included.
     let marker = args
         .ddl_marker
         .then(|| args.records_dir.join(format!("{operation_id}.ddl-started")));
@@ -382,12 +399,12 @@ async fn migrate(
         .stdin(Stdio::null())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let mut group = match cmd.spawn() {
+        Ok(c) => ProcessGroup::new(c),
         Err(e) => {
             session.stop_heartbeat().await;
             let _ = session.release(LeaseKind::FailoverHold).await;
-            let _ = record.outcome(
+            let recorded = record.outcome(
                 "outcome",
                 "failed",
                 fields(&[(
@@ -395,120 +412,231 @@ async fn migrate(
                     json!(format!("cannot start {}: {e}", args.command[0])),
                 )]),
             );
-            let _ = session.release(LeaseKind::Migration).await;
             eprintln!("error: cannot start {}: {e}", args.command[0]);
+            if let Err(re) = recorded {
+                record_failed = Some(re.to_string());
+                return record_lost(&session, record_failed.as_ref()).await;
+            }
+            let _ = session.release(LeaseKind::Migration).await;
             return exit::MIGRATION_FAILED;
         }
     };
-    rec!("command-started", "command" => args.command[0], "pid" => child.id());
     let mut past_boundary = marker.is_none();
-    if past_boundary {
-        rec!("ddl-boundary", "signal" => "command-start");
-    }
+    let started = note!("command-started", "command" => args.command[0], "pid" => group.pid())
+        && (!past_boundary || note!("ddl-boundary", "signal" => "command-start"));
 
     // 4. Wait for the command, the DDL boundary, or lost authority.
     let mut lost_rx = session.lost();
     let mut poll = tokio::time::interval(Duration::from_millis(100));
-    let outcome = loop {
-        tokio::select! {
-            status = child.wait() => break Outcome::Exited(status.map(|s| s.code()).ok().flatten()),
-            _ = lost_rx.changed() => {
-                if let Some(l) = lost_rx.borrow().clone() {
-                    break Outcome::Lost(l);
+    let outcome = if started {
+        loop {
+            tokio::select! {
+                status = group.child.wait() => break Outcome::Exited(status.map(|s| s.code()).ok().flatten()),
+                _ = lost_rx.changed() => {
+                    if let Some(l) = lost_rx.borrow().clone() {
+                        break Outcome::Lost(l);
+                    }
                 }
-            }
-            _ = poll.tick() => {
-                if !past_boundary && marker.as_ref().is_some_and(|m| m.exists()) {
-                    past_boundary = true;
-                    rec!("ddl-boundary", "signal" => "marker");
-                    eprintln!("the command signalled the DDL boundary");
+                _ = poll.tick() => {
+                    if !past_boundary && marker.as_ref().is_some_and(|m| m.exists()) {
+                        past_boundary = true;
+                        eprintln!("the command signalled the DDL boundary");
+                        if !note!("ddl-boundary", "signal" => "marker") {
+                            break Outcome::RecordFailed;
+                        }
+                    }
                 }
             }
         }
+    } else {
+        Outcome::RecordFailed
     };
     // A marker created just before the end still counts.
     if !past_boundary && marker.as_ref().is_some_and(|m| m.exists()) {
         past_boundary = true;
-        rec!("ddl-boundary", "signal" => "marker");
+        note!("ddl-boundary", "signal" => "marker");
     }
 
-    // 5. Outcomes.
-    match outcome {
+    // 5. Outcomes. The process group ends first, whatever happened; then the hold is
+    // released; the mutex only once the outcome is recorded.
+    session.stop_heartbeat().await;
+    let (outcome_text, exit_code, reason) = match outcome {
+        Outcome::RecordFailed => {
+            eprintln!("stopping the migration command: its record cannot be written");
+            group.end(grace).await;
+            let _ = session.release(LeaseKind::FailoverHold).await;
+            return record_lost(&session, record_failed.as_ref()).await;
+        }
         Outcome::Exited(code) => {
-            session.stop_heartbeat().await;
+            // The command is done; anything it left running in its group is not.
+            group.end(grace).await;
             let hold = session.release(LeaseKind::FailoverHold).await;
-            rec!("hold-released", "ok" => hold.is_ok());
-            let (outcome, exit_code) = if code == Some(0) {
-                ("succeeded", exit::SUCCEEDED)
+            note!("hold-released", "ok" => hold.is_ok());
+            eprintln!(
+                "migration {} (exit status {code:?})",
+                if code == Some(0) {
+                    "succeeded"
+                } else {
+                    "failed"
+                }
+            );
+            if code == Some(0) {
+                ("succeeded", exit::SUCCEEDED, json!({"exitCode": code}))
             } else {
-                ("failed", exit::MIGRATION_FAILED)
-            };
-            if let Err(e) = record.outcome("outcome", outcome, fields(&[("exitCode", json!(code))]))
-            {
-                eprintln!("error: {e}; the migration lease is kept until it expires");
-                return exit::ERROR;
+                ("failed", exit::MIGRATION_FAILED, json!({"exitCode": code}))
             }
-            let m = session.release(LeaseKind::Migration).await;
-            let _ = record.step("migration-released", fields(&[("ok", json!(m.is_ok()))]));
-            eprintln!("migration {outcome} (exit status {code:?})");
-            exit_code
         }
         Outcome::Lost(lost) => {
-            session.stop_heartbeat().await;
             eprintln!("authority lost: {lost}");
-            rec!("authority-lost", "reason" => lost.code(), "detail" => lost.to_string());
-            terminate(&mut child, grace).await;
-            rec!("command-terminated",);
+            note!("authority-lost", "reason" => lost.code(), "detail" => lost.to_string());
+            group.end(grace).await;
+            note!("command-terminated",);
             let hold = session.release(LeaseKind::FailoverHold).await;
-            rec!("hold-released", "ok" => hold.is_ok());
-            let (outcome, exit_code) = if past_boundary {
+            note!("hold-released", "ok" => hold.is_ok());
+            if past_boundary {
                 eprintln!(
                     "the DDL boundary was passed: a human must verify the schema before any retry"
                 );
-                ("needs-human-verification", exit::NEEDS_HUMAN_VERIFICATION)
+                (
+                    "needs-human-verification",
+                    exit::NEEDS_HUMAN_VERIFICATION,
+                    json!({"reason": lost.code()}),
+                )
             } else {
                 let abort = match &args.abort_command {
                     Some(a) => run_abort(a, &env).await,
                     None => None,
                 };
-                rec!("abort-command", "ran" => args.abort_command.is_some(), "exitCode" => abort);
-                ("aborted-before-ddl", exit::ABORTED_BEFORE_DDL)
-            };
-            if let Err(e) = record.outcome(
-                "outcome",
-                outcome,
-                fields(&[("reason", json!(lost.code()))]),
-            ) {
-                eprintln!("error: {e}; the migration lease is kept until it expires");
-                return exit::ERROR;
+                note!("abort-command", "ran" => args.abort_command.is_some(), "exitCode" => abort);
+                (
+                    "aborted-before-ddl",
+                    exit::ABORTED_BEFORE_DDL,
+                    json!({"reason": lost.code()}),
+                )
             }
-            let m = session.release(LeaseKind::Migration).await;
-            let _ = record.step("migration-released", fields(&[("ok", json!(m.is_ok()))]));
-            exit_code
+        }
+    };
+    if record_failed.is_none()
+        && let Err(e) = record.outcome(
+            "outcome",
+            outcome_text,
+            reason.as_object().cloned().unwrap_or_default(),
+        )
+    {
+        record_failed = Some(e.to_string());
+    }
+    if record_failed.is_some() {
+        return record_lost(&session, record_failed.as_ref()).await;
+    }
+    let m = session.release(LeaseKind::Migration).await;
+    let _ = record.step("migration-released", fields(&[("ok", json!(m.is_ok()))]));
+    exit_code
+}
+
+/// Appends one step; on failure remembers why (the first failure) and says so.
+fn note(
+    record: &mut RecordWriter,
+    failed: &mut Option<String>,
+    step: &str,
+    fields: Map<String, Value>,
+) -> bool {
+    if failed.is_some() {
+        return false;
+    }
+    match record.step(step, fields) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("error: {e}");
+            *failed = Some(e.to_string());
+            false
         }
     }
+}
+
+/// The record could not be written: the migration mutex is not released (its outcome is not
+/// durable), so it expires on its own; say when.
+async fn record_lost(session: &LeaseSession, failed: Option<&String>) -> i32 {
+    let until = session
+        .expires_at(LeaseKind::Migration)
+        .await
+        .map_or_else(
+            || "its expiry".to_string(),
+            bloodraven_core::time::Timestamp::to_rfc3339,
+        );
+    eprintln!(
+        "error: the record cannot be written ({}); the hold was released, the command stopped, and the migration lease is left to expire at {until} (it is not released without a recorded outcome)",
+        failed.map_or("unknown error", String::as_str)
+    );
+    exit::ERROR
 }
 
 enum Outcome {
     Exited(Option<i32>),
     Lost(AuthorityLost),
+    /// A record line could not be written while the command ran.
+    RecordFailed,
 }
 
-/// SIGTERM to the command's process group, then SIGKILL after `grace`.
-async fn terminate(child: &mut Child, grace: Duration) {
-    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
-        return;
-    };
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = child.wait().await;
+/// The migration command's process group. Every way out ends the whole group — the command
+/// and anything it started (a `sh -c` runs the real work in a grandchild) — and a dropped
+/// group (an early return, a panic) is killed at once.
+struct ProcessGroup {
+    child: Child,
+    pgid: Option<nix::unistd::Pid>,
+}
+
+impl ProcessGroup {
+    fn new(child: Child) -> ProcessGroup {
+        let pgid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .map(nix::unistd::Pid::from_raw);
+        ProcessGroup { child, pgid }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.pgid.and_then(|p| u32::try_from(p.as_raw()).ok())
+    }
+
+    /// Whether any process of the group is left (the direct child is reaped on the way, so
+    /// it does not count as a zombie).
+    fn alive(&mut self) -> bool {
+        let _ = self.child.try_wait();
+        self.pgid
+            .is_some_and(|g| nix::sys::signal::killpg(g, None).is_ok())
+    }
+
+    /// SIGTERM to the group, `grace` for it to go, then SIGKILL to the group whatever the
+    /// direct child did; returns once no process of the group is left (bounded).
+    async fn end(&mut self, grace: Duration) {
+        let Some(g) = self.pgid else { return };
+        if !self.alive() {
+            return;
+        }
+        let _ = nix::sys::signal::killpg(g, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while self.alive() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if self.alive() {
+            let _ = nix::sys::signal::killpg(g, nix::sys::signal::Signal::SIGKILL);
+        }
+        for _ in 0..100 {
+            if !self.alive() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = self.child.wait().await;
+        self.pgid = None;
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if let Some(g) = self.pgid {
+            let _ = nix::sys::signal::killpg(g, nix::sys::signal::Signal::SIGKILL);
+        }
     }
 }
 

@@ -399,3 +399,186 @@ async fn primary_killed_after_the_ddl_marker_needs_human_verification() {
     let _ = op.kill();
     let _ = op.wait();
 }
+
+/// Makes a file immutable (`chattr +i`): from then on every write to it fails, root's too,
+/// also through a descriptor opened before. Undone on drop so the directory can be removed.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(path: &Path) -> Immutable {
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "chattr +i {} failed: these tests need an ext4 (or similar) file system under the test directory",
+            path.display()
+        );
+        Immutable(path.to_path_buf())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+fn revoke_all(s: &Setup) {
+    let ok = Command::new(BIN)
+        .args([
+            "deploy",
+            "revoke-all",
+            "--group",
+            "playground",
+            "--wait",
+            "10s",
+            "--config",
+        ])
+        .arg(&s.config)
+        .status()
+        .is_ok_and(|st| st.success());
+    assert!(ok, "revoke-all failed");
+}
+
+/// The group's live deploy leases of `op`, by kind.
+async fn leases_of(s: &Setup, op: &str) -> Vec<String> {
+    status(s).await["groups"]["playground"]["deploy"]["leases"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|l| l["operationId"] == op)
+        .map(|l| l["kind"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// A migration whose grandchild writes a line every 50 ms and ignores SIGTERM; `go-OP` makes
+/// it signal the DDL boundary, `finish-OP` makes the direct child exit (the grandchild stays).
+const STUBBORN: &str = r#"op=$BLOODRAVEN_OPERATION_ID
+(trap '' TERM; while true; do date +%s%N >> "writes-$op.txt"; sleep 0.05; done) &
+while [ ! -f "go-$op" ]; do sleep 0.05; done
+touch "$BLOODRAVEN_DDL_MARKER"
+while [ ! -f "finish-$op" ]; do sleep 0.05; done"#;
+
+/// After the client exits, nothing of its command's group writes any more.
+async fn writer_stopped(s: &Setup, op: &str) {
+    let path = s.dir.path().join(format!("writes-{op}.txt"));
+    let size = || std::fs::metadata(&path).map_or(0, |m| m.len());
+    let before = size();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        size(),
+        before,
+        "{op}: the grandchild kept writing after the client exited"
+    );
+}
+
+/// A record that cannot be written, at each step of a run, never leaves the command running
+/// nor the hold held: the client stops the whole process group (a grandchild that ignores
+/// SIGTERM included) within the grace period, releases the hold, and leaves the migration
+/// mutex to expire on its own because no outcome could be recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_cannot_be_written_stops_the_command_releases_the_hold_and_keeps_the_mutex() {
+    let s = setup().await;
+    let mut op = spawn_operator(&s, "operator.log");
+    wait_active(&s, "iad", 1).await;
+    stable(&s).await;
+    let touch = |name: String| std::fs::write(s.dir.path().join(name), "").unwrap();
+
+    // (step whose record write fails, how the run gets there)
+    for (step, how) in [
+        ("ddl-boundary", "the DDL marker, during the run"),
+        ("authority-lost", "a revocation, after the DDL boundary"),
+        ("hold-released", "the command exiting on its own"),
+    ] {
+        let id = format!("rec-{step}");
+        let child = migrate_cmd(&s, &id, &["--ddl-marker", "--grace", "1s"], STUBBORN)
+            .spawn()
+            .unwrap();
+        let rec = record_path(&s, &id);
+        wait_step(&rec, "command-started").await;
+        let frozen = match step {
+            "ddl-boundary" => {
+                let f = Immutable::set(&rec);
+                touch(format!("go-{id}"));
+                f
+            }
+            "authority-lost" => {
+                touch(format!("go-{id}"));
+                wait_step(&rec, "ddl-boundary").await;
+                let f = Immutable::set(&rec);
+                revoke_all(&s);
+                f
+            }
+            _ => {
+                touch(format!("go-{id}"));
+                wait_step(&rec, "ddl-boundary").await;
+                let f = Immutable::set(&rec);
+                touch(format!("finish-{id}"));
+                f
+            }
+        };
+        let out = finish(child).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{step} ({how}): {err}");
+        assert!(err.contains("left to expire"), "{step}: {err}");
+        writer_stopped(&s, &id).await;
+        let leases = leases_of(&s, &id).await;
+        assert!(
+            !leases.iter().any(|k| k == "failover-hold"),
+            "{step}: the hold was not released: {leases:?}"
+        );
+        if step != "authority-lost" {
+            assert_eq!(
+                leases,
+                vec!["migration"],
+                "{step}: the mutex is left to expire"
+            );
+        }
+        // No outcome line made it: the mutex was not released behind an unrecorded outcome.
+        assert!(
+            steps(&rec).iter().all(|l| l.outcome.is_none()),
+            "{step}: {:?}",
+            order(&steps(&rec))
+        );
+        drop(frozen);
+        revoke_all(&s);
+        stable(&s).await;
+    }
+
+    // The record fails at leases-acquired: the command never starts, the hold is released,
+    // the mutex stays. (The run waits on another operation's mutex so the file can be made
+    // immutable between its first line and the acquisition.)
+    let blocker = migrate_cmd(
+        &s,
+        "rec-blocker",
+        &[],
+        "while [ ! -f finish-rec-blocker ]; do sleep 0.05; done",
+    )
+    .spawn()
+    .unwrap();
+    wait_step(&record_path(&s, "rec-blocker"), "command-started").await;
+    let victim = migrate_cmd(&s, "rec-acquire", &[], "touch ran-rec-acquire")
+        .spawn()
+        .unwrap();
+    let rec = record_path(&s, "rec-acquire");
+    wait_step(&rec, "checked").await;
+    let frozen = Immutable::set(&rec);
+    touch("finish-rec-blocker".into());
+    assert_eq!(finish(blocker).await.status.code(), Some(0));
+    let out = finish(victim).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("left to expire"), "{err}");
+    assert!(
+        !s.dir.path().join("ran-rec-acquire").exists(),
+        "the command never ran"
+    );
+    assert_eq!(leases_of(&s, "rec-acquire").await, vec!["migration"]);
+    drop(frozen);
+    let _ = op.kill();
+    let _ = op.wait();
+}

@@ -1,0 +1,308 @@
+//! A planned failover that a long lock cannot veto, on real MariaDB servers, judged by the
+//! ledger's writer: `Draining` kills the application sessions that keep the fence from landing
+//! (a `LOCK TABLES … WRITE` held for 40 s, a long transaction) and tries again until the fence
+//! lands or `drainTimeout` runs out; killed sessions lose only what they had not committed.
+
+mod support;
+
+use std::time::Duration;
+
+use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
+use bloodraven_core::contract::events::BLOCKING_SESSION_KILLED;
+use bloodraven_core::health::PlannedFailoverPhase;
+use bloodraven_operator::OperatorHandle;
+use bloodraven_testkit::ledger::{self, Writer};
+use mysql_async::prelude::Queryable;
+use support::{GROUP, Live, Timings, wait_status};
+
+async fn request_failover(op: &OperatorHandle, to: &str) {
+    let rt = op.group(GROUP).await.unwrap();
+    let to = to.to_string();
+    rt.update(|o| {
+        o.metadata
+            .annotations
+            .insert(PLANNED_FAILOVER.into(), to.clone());
+        true
+    })
+    .await
+    .unwrap();
+}
+
+async fn events(op: &OperatorHandle, reason: &str) -> Vec<String> {
+    let rt = op.group(GROUP).await.unwrap();
+    bloodraven_operator::events::list(rt.store(), "default", GROUP)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e)
+        .filter(|e| e.reason == reason)
+        .map(|e| e.message)
+        .collect()
+}
+
+/// A group with a table the application may lock, and an operator that bootstrapped it.
+async fn live_group(drain: &'static str) -> (Live, OperatorHandle) {
+    let live = Live::start(Timings {
+        drain,
+        ..Timings::default()
+    })
+    .await;
+    let admin = live.harness.admin(0).unwrap();
+    admin
+        .execute("CREATE TABLE app.locked (id INT PRIMARY KEY) ENGINE=InnoDB")
+        .await
+        .unwrap();
+    admin
+        .execute("GRANT LOCK TABLES ON app.* TO 'app'@'127.0.0.1'")
+        .await
+        .unwrap();
+    live.harness
+        .wait_replicas_caught_up(0, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let op = live.operator().await;
+    wait_status(
+        &op,
+        Duration::from_secs(15),
+        "bootstrap, replication, Ready",
+        |s| {
+            s.active_site == "iad"
+                && s.replication_running()
+                && s.condition(bloodraven_core::status::condition::READY)
+                    .is_some_and(bloodraven_core::status::Condition::is_true)
+                && s.condition(bloodraven_core::status::condition::DEGRADED)
+                    .is_some_and(|c| !c.is_true())
+        },
+    )
+    .await;
+    (live, op)
+}
+
+fn writer(live: &Live) -> Writer {
+    Writer::start(
+        ["iad", "pdx", "reader"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(2),
+    )
+}
+
+/// An application session on iad that holds `LOCK TABLES app.locked WRITE` (idle), and one
+/// whose insert waits behind it (running).
+async fn hold_a_long_lock(live: &Live) -> (mysql_async::Conn, tokio::task::JoinHandle<bool>) {
+    let mut holder = mysql_async::Conn::new(live.harness.app_opts(0))
+        .await
+        .unwrap();
+    holder
+        .query_drop("LOCK TABLES app.locked WRITE")
+        .await
+        .unwrap();
+    let opts = live.harness.app_opts(0);
+    let queued = tokio::spawn(async move {
+        let mut c = mysql_async::Conn::new(opts).await.unwrap();
+        c.query_drop("SET SESSION lock_wait_timeout = 40")
+            .await
+            .unwrap();
+        c.query_drop("INSERT INTO app.locked VALUES (1)")
+            .await
+            .is_ok()
+    });
+    assert!(
+        live.harness
+            .wait_app_statement_running(0, "INSERT INTO app.locked", Duration::from_secs(10))
+            .await,
+        "the queued insert never ran"
+    );
+    (holder, queued)
+}
+
+async fn succeeded(op: &OperatorHandle, what: &str) {
+    let s = wait_status(op, Duration::from_secs(40), what, |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase.is_terminal())
+    })
+    .await;
+    let pf = s.planned_failover.unwrap();
+    assert_eq!(pf.phase, PlannedFailoverPhase::Succeeded, "{what}: {pf:?}");
+    assert_eq!(pf.transactions_lost, Some(0));
+    assert_eq!(s.active_site, "pdx");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forty_second_lock_tables_write_does_not_veto_a_planned_failover() {
+    let (live, op) = live_group("5s").await;
+    let w = writer(&live);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut holder, queued) = hold_a_long_lock(&live).await;
+    request_failover(&op, "pdx").await;
+    succeeded(&op, "the failover through a long lock").await;
+    // The lock holder's connection was killed, and the queued insert never committed.
+    assert!(holder.query_drop("SELECT 1").await.is_err());
+    assert!(
+        !queued.await.unwrap(),
+        "the queued insert was killed, not committed"
+    );
+    let kills = events(&op, BLOCKING_SESSION_KILLED).await;
+    assert!(!kills.is_empty());
+    assert!(
+        kills
+            .iter()
+            .all(|k| k.contains("app@127.0.0.1") && k.contains(" s")),
+        "{kills:?}"
+    );
+    assert!(
+        kills
+            .iter()
+            .all(|k| !k.contains("INSERT") && !k.contains("app.locked")),
+        "an event carries a statement's text: {kills:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = w.stop().await;
+    let r = ledger::check(&live.harness.app_opts(1), &log, None)
+        .await
+        .unwrap();
+    println!("{}", r.summary());
+    assert!(r.lost.is_empty(), "acknowledged writes lost: {:?}", r.lost);
+    assert!(r.unexpected.is_empty(), "{:?}", r.unexpected);
+    assert!(
+        log.acked.iter().any(|a| a.site == 1),
+        "writes resumed on pdx"
+    );
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_running_transaction_does_not_veto_a_planned_failover() {
+    let (live, op) = live_group("5s").await;
+    let w = writer(&live);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A transaction that wrote, then runs a 40 s write statement.
+    let opts = live.harness.app_opts(0);
+    let long = tokio::spawn(async move {
+        let mut c = mysql_async::Conn::new(opts).await.unwrap();
+        c.query_drop("BEGIN").await.unwrap();
+        c.query_drop("INSERT INTO app.locked VALUES (7)")
+            .await
+            .unwrap();
+        let slept = c
+            .query_drop("INSERT INTO app.locked SELECT 8 FROM DUAL WHERE SLEEP(40) = 0")
+            .await;
+        let committed = c.query_drop("COMMIT").await;
+        slept.is_ok() && committed.is_ok()
+    });
+    assert!(
+        live.harness
+            .wait_app_statement_running(0, "SLEEP(40)", Duration::from_secs(10))
+            .await,
+        "the long statement never ran"
+    );
+    request_failover(&op, "pdx").await;
+    succeeded(&op, "the failover through a long transaction").await;
+    assert!(!long.await.unwrap(), "the long transaction was killed");
+    assert!(
+        !events(&op, BLOCKING_SESSION_KILLED).await.is_empty(),
+        "the running statement kept the fence from landing and was killed"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = w.stop().await;
+    let r = ledger::check(&live.harness.app_opts(1), &log, None)
+        .await
+        .unwrap();
+    println!("{}", r.summary());
+    assert!(r.lost.is_empty(), "acknowledged writes lost: {:?}", r.lost);
+    // Its uncommitted insert is nowhere.
+    let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
+        .await
+        .unwrap();
+    let n: Option<u64> = c
+        .query_first("SELECT COUNT(*) FROM app.locked WHERE id IN (7, 8)")
+        .await
+        .unwrap();
+    assert_eq!(n, Some(0));
+    op.stop().await;
+}
+
+/// With `drainTimeout` shorter than one bounded fence attempt there is no time to kill the
+/// blockers and try again: the failover fails, the source is unfenced and stays the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_timeout_shorter_than_the_fence_fails_and_unfences() {
+    let (live, op) = live_group("1s").await;
+    let (_holder, _queued) = hold_a_long_lock(&live).await;
+    request_failover(&op, "pdx").await;
+    let s = wait_status(&op, Duration::from_secs(20), "the failover ends", |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase.is_terminal())
+    })
+    .await;
+    let pf = s.planned_failover.unwrap();
+    assert_eq!(pf.phase, PlannedFailoverPhase::Failed, "{pf:?}");
+    assert_eq!(pf.reason, "FenceFailed", "{pf:?}");
+    assert_eq!(s.active_site, "iad");
+    assert!(
+        !live
+            .harness
+            .failover_client(0)
+            .probe()
+            .await
+            .unwrap()
+            .read_only,
+        "iad was unfenced again"
+    );
+    op.stop().await;
+}
+
+/// A deferred failover re-enters Admitting when its hold goes, and a target that became
+/// unhealthy meanwhile fails it with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_that_broke_while_deferred_fails_admission_with_its_reason() {
+    let (mut live, op) = live_group("5s").await;
+    let client = support::Client::new(&live.ca, op.https_addr.unwrap());
+    let token = live.token();
+    let m = client
+        .grant(&token, "migration", "mig-9", "counter-app", 60)
+        .await;
+    assert_eq!(m.status, reqwest::StatusCode::CREATED, "{}", m.text);
+    let h = client
+        .grant(&token, "failover-hold", "mig-9", "counter-app", 60)
+        .await;
+    assert_eq!(h.status, reqwest::StatusCode::CREATED, "{}", h.text);
+    request_failover(&op, "pdx").await;
+    wait_status(&op, Duration::from_secs(10), "deferred", |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase == PlannedFailoverPhase::Deferred)
+    })
+    .await;
+    live.harness.kill(1).unwrap();
+    wait_status(&op, Duration::from_secs(10), "pdx unreachable", |s| {
+        s.site("pdx")
+            .is_some_and(|p| p.state == bloodraven_core::status::SiteState::Unreachable)
+    })
+    .await;
+    let d = client
+        .release(
+            &token,
+            "failover-hold",
+            "mig-9",
+            h.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(d.status, reqwest::StatusCode::NO_CONTENT);
+    let s = wait_status(&op, Duration::from_secs(15), "admission fails", |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase.is_terminal())
+    })
+    .await;
+    let pf = s.planned_failover.unwrap();
+    assert_eq!(pf.phase, PlannedFailoverPhase::Failed, "{pf:?}");
+    assert_eq!(pf.reason, "TargetNotReady", "{pf:?}");
+    assert_eq!(s.active_site, "iad");
+    let admitting = events(&op, "PlannedFailoverAdmitting").await;
+    assert_eq!(admitting.len(), 2, "{admitting:?}");
+    op.stop().await;
+}
