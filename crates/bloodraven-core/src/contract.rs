@@ -41,15 +41,145 @@ pub mod logs {
     pub const DEPLOY_API: &str = "deploy api";
 }
 
-/// Event reasons on the `MysqlFailoverGroup`.
+/// Event reasons on the `MysqlFailoverGroup`. docs/operator.md lists them from here.
 pub mod events {
+    /// Deploy leases were revoked (`TopologyChanged` or `OperatorRevoked`).
     pub const DEPLOYMENT_LEASE_REVOKED: &str = "DeploymentLeaseRevoked";
-    pub const PLANNED_FAILOVER_DEFERRED: &str = "PlannedFailoverDeferred";
+    /// The group got its first active site.
+    pub const ACTIVE_SITE_BOOTSTRAPPED: &str = "ActiveSiteBootstrapped";
+    /// An emergency failover started, succeeded, failed (with the step that failed).
+    pub const FAILOVER_STARTED: &str = "FailoverStarted";
+    pub const FAILOVER_SUCCEEDED: &str = "FailoverSucceeded";
+    pub const FAILOVER_FAILED: &str = "FailoverFailed";
+    /// A writable site that is not the active one was fenced.
+    pub const SITE_FENCED: &str = "SiteFenced";
+    /// A returning site holds transactions the group never received: it stays fenced.
     pub const DATA_LOSS_DETECTED: &str = "DataLossDetected";
+    /// A recovery-blocked site no longer diverges.
+    pub const RECOVERY_UNBLOCKED: &str = "RecoveryUnblocked";
+    /// Every site was read-only: writability was restored on the last failover target.
+    pub const PRIMARY_REASSERTED: &str = "PrimaryReasserted";
+    /// A replica now follows the active site.
+    pub const REPLICA_REPOINTED: &str = "ReplicaRepointed";
     /// A planned failover entered (or re-entered, after a deferral) admission.
     pub const PLANNED_FAILOVER_ADMITTING: &str = "PlannedFailoverAdmitting";
+    pub const PLANNED_FAILOVER_DEFERRED: &str = "PlannedFailoverDeferred";
+    /// A planned failover request was dropped: another one is in flight.
+    pub const PLANNED_FAILOVER_REJECTED: &str = "PlannedFailoverRejected";
+    pub const PLANNED_FAILOVER_SUCCEEDED: &str = "PlannedFailoverSucceeded";
+    pub const PLANNED_FAILOVER_FAILED: &str = "PlannedFailoverFailed";
     /// Draining killed an application session that kept the fence from landing.
     pub const BLOCKING_SESSION_KILLED: &str = "BlockingSessionKilled";
+    /// Alerts (raised once when they start): see [`super::reasons`].
+    pub const SPLIT_BRAIN: &str = super::reasons::SPLIT_BRAIN;
+    pub const NO_PRIMARY: &str = super::reasons::NO_PRIMARY;
+    pub const ALL_SITES_UNREACHABLE: &str = "AllSitesUnreachable";
+    pub const FAILOVER_BLOCKED_BY_COOLDOWN: &str = "FailoverBlockedByCooldown";
+    pub const NO_FAILOVER_CANDIDATE: &str = "NoFailoverCandidate";
+    pub const AUTOMATIC_FAILOVER_HELD: &str = "AutomaticFailoverHeld";
+
+    /// Every event reason, for docs and tests.
+    pub const ALL: &[&str] = &[
+        DEPLOYMENT_LEASE_REVOKED,
+        ACTIVE_SITE_BOOTSTRAPPED,
+        FAILOVER_STARTED,
+        FAILOVER_SUCCEEDED,
+        FAILOVER_FAILED,
+        SITE_FENCED,
+        DATA_LOSS_DETECTED,
+        RECOVERY_UNBLOCKED,
+        PRIMARY_REASSERTED,
+        REPLICA_REPOINTED,
+        PLANNED_FAILOVER_ADMITTING,
+        PLANNED_FAILOVER_DEFERRED,
+        PLANNED_FAILOVER_REJECTED,
+        PLANNED_FAILOVER_SUCCEEDED,
+        PLANNED_FAILOVER_FAILED,
+        BLOCKING_SESSION_KILLED,
+        SPLIT_BRAIN,
+        NO_PRIMARY,
+        ALL_SITES_UNREACHABLE,
+        FAILOVER_BLOCKED_BY_COOLDOWN,
+        NO_FAILOVER_CANDIDATE,
+        AUTOMATIC_FAILOVER_HELD,
+    ];
+}
+
+/// Condition types and reasons of `status.conditions`, and the reasons a planned failover
+/// fails or defers with (`status.plannedFailover.reason`, `admission.deferReason`).
+pub mod reasons {
+    /// Condition types.
+    pub const READY: &str = "Ready";
+    pub const DEGRADED: &str = "Degraded";
+    pub const RECOVERY_PENDING: &str = "RecoveryPending";
+    /// Informational: every sidecar runs with the group's `spec.sidecar` timings. Never makes
+    /// the group unstable.
+    pub const SIDECAR_TIMINGS_IN_SYNC: &str = "SidecarTimingsInSync";
+
+    /// Condition reasons.
+    pub const AS_EXPECTED: &str = "AsExpected";
+    pub const ACTIVE_SITE_WRITABLE: &str = "ActiveSiteWritable";
+    pub const SPLIT_BRAIN: &str = "SplitBrain";
+    pub const NO_PRIMARY: &str = "NoPrimary";
+    pub const REPLICATION_NOT_RUNNING: &str = "ReplicationNotRunning";
+    /// Degraded by lag alone: reported, but never makes the group unstable.
+    pub const REPLICATION_LAGGING: &str = "ReplicationLagging";
+    pub const SITE_UNREACHABLE: &str = "SiteUnreachable";
+    /// Also a site's `recoveryState`.
+    pub const RECOVERY_BLOCKED: &str = "RecoveryBlocked";
+    pub const SIDECAR_TIMINGS_MISMATCH: &str = "SidecarTimingsMismatch";
+
+    /// Why admission deferred a planned failover.
+    pub const DEPLOYMENT_HOLD: &str = "DeploymentHold";
+    pub const COOLDOWN: &str = "Cooldown";
+
+    /// Why a planned failover failed: admission.
+    pub const UNKNOWN_TARGET: &str = "UnknownTarget";
+    pub const TARGET_NOT_CANDIDATE: &str = "TargetNotCandidate";
+    pub const NO_ACTIVE_SITE: &str = "NoActiveSite";
+    pub const ALREADY_ACTIVE: &str = "AlreadyActive";
+    pub const SOURCE_NOT_WRITABLE: &str = "SourceNotWritable";
+    pub const TARGET_RECOVERY_BLOCKED: &str = "TargetRecoveryBlocked";
+    pub const TARGET_NOT_READY: &str = "TargetNotReady";
+    pub const TARGET_NOT_REPLICATING: &str = "TargetNotReplicating";
+    /// Why a planned failover failed: execution.
+    pub const FENCE_FAILED: &str = "FenceFailed";
+    pub const SOURCE_UNREADABLE: &str = "SourceUnreadable";
+    pub const LAG_TIMEOUT: &str = "LagTimeout";
+    pub const WAIT_FAILED: &str = "WaitFailed";
+    pub const SITE_UNKNOWN: &str = "SiteUnknown";
+
+    /// Every condition type and reason, for docs and tests.
+    pub const ALL: &[&str] = &[
+        READY,
+        DEGRADED,
+        RECOVERY_PENDING,
+        SIDECAR_TIMINGS_IN_SYNC,
+        AS_EXPECTED,
+        ACTIVE_SITE_WRITABLE,
+        SPLIT_BRAIN,
+        NO_PRIMARY,
+        REPLICATION_NOT_RUNNING,
+        REPLICATION_LAGGING,
+        SITE_UNREACHABLE,
+        RECOVERY_BLOCKED,
+        SIDECAR_TIMINGS_MISMATCH,
+        DEPLOYMENT_HOLD,
+        COOLDOWN,
+        UNKNOWN_TARGET,
+        TARGET_NOT_CANDIDATE,
+        NO_ACTIVE_SITE,
+        ALREADY_ACTIVE,
+        SOURCE_NOT_WRITABLE,
+        TARGET_RECOVERY_BLOCKED,
+        TARGET_NOT_READY,
+        TARGET_NOT_REPLICATING,
+        FENCE_FAILED,
+        SOURCE_UNREADABLE,
+        LAG_TIMEOUT,
+        WAIT_FAILED,
+        SITE_UNKNOWN,
+    ];
 }
 
 /// Metric names as they appear in the Prometheus exposition.

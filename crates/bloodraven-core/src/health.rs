@@ -7,49 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Phases of a planned failover (SPEC §2.6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum PlannedFailoverPhase {
-    Pending,
-    Admitting,
-    Deferred,
-    Draining,
-    WaitingForLag,
-    Promoting,
-    Resuming,
-    Succeeded,
-    Failed,
-}
-
-impl PlannedFailoverPhase {
-    /// `Succeeded` and `Failed` end an operation; every other phase is in flight.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed)
-    }
-
-    /// Phases past admission, in which the operation is moving the primary. The group's
-    /// topology is reserved: automatic failover is held and lease renewals answer `423`.
-    pub fn is_executing(self) -> bool {
-        matches!(
-            self,
-            Self::Draining | Self::WaitingForLag | Self::Promoting | Self::Resuming
-        )
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "Pending",
-            Self::Admitting => "Admitting",
-            Self::Deferred => "Deferred",
-            Self::Draining => "Draining",
-            Self::WaitingForLag => "WaitingForLag",
-            Self::Promoting => "Promoting",
-            Self::Resuming => "Resuming",
-            Self::Succeeded => "Succeeded",
-            Self::Failed => "Failed",
-        }
-    }
-}
+pub use crate::planned::PlannedFailoverPhase;
 
 /// Why the group is not `stable`, in the precedence order of SPEC §3.3 (the first that applies
 /// is reported). The derived `Ord` follows declaration order, which is that precedence.

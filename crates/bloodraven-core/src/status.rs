@@ -6,28 +6,24 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::health::{HealthInputs, PlannedFailoverPhase};
+use crate::health::HealthInputs;
+pub use crate::planned::{Admission, PlannedFailoverPhase, PlannedFailoverStatus};
 use crate::time::Timestamp;
 
-/// Condition types.
+/// Condition types (defined in [`crate::contract::reasons`]).
 pub mod condition {
-    pub const READY: &str = "Ready";
-    pub const DEGRADED: &str = "Degraded";
-    pub const RECOVERY_PENDING: &str = "RecoveryPending";
-    /// Informational: whether every sidecar runs with the group's `spec.sidecar` timings. It
-    /// never makes the group unstable.
-    pub const SIDECAR_TIMINGS_IN_SYNC: &str = "SidecarTimingsInSync";
+    pub use crate::contract::reasons::{
+        DEGRADED, READY, RECOVERY_PENDING, SIDECAR_TIMINGS_IN_SYNC,
+    };
 }
 
-/// Condition reasons that the stability rules look at.
+/// Condition reasons that the stability rules look at (defined in
+/// [`crate::contract::reasons`]).
 pub mod reason {
-    pub const SPLIT_BRAIN: &str = "SplitBrain";
-    pub const NO_PRIMARY: &str = "NoPrimary";
-    pub const REPLICATION_NOT_RUNNING: &str = "ReplicationNotRunning";
-    /// Degraded by lag alone: reported, but never makes the group unstable.
-    pub const REPLICATION_LAGGING: &str = "ReplicationLagging";
-    /// A sidecar's effective timings differ from `spec.sidecar` (informational).
-    pub const SIDECAR_TIMINGS_MISMATCH: &str = "SidecarTimingsMismatch";
+    pub use crate::contract::reasons::{
+        NO_PRIMARY, REPLICATION_LAGGING, REPLICATION_NOT_RUNNING, SIDECAR_TIMINGS_MISMATCH,
+        SPLIT_BRAIN,
+    };
 }
 
 /// A site's debounced state.
@@ -112,45 +108,6 @@ impl Condition {
     pub fn is_true(&self) -> bool {
         self.status == "True"
     }
-}
-
-/// `status.plannedFailover.admission`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Admission {
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub defer_reason: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry_time: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-}
-
-/// `status.plannedFailover`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlannedFailoverStatus {
-    pub phase: PlannedFailoverPhase,
-    pub target: String,
-    #[serde(default)]
-    pub source: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_time: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completion_time: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_seconds: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transactions_lost: Option<u64>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-    #[serde(default)]
-    pub admission: Admission,
-    /// The fenced source's GTID set, recorded while draining (what the target must contain).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub source_gtid_executed: String,
 }
 
 /// `MysqlFailoverGroup.status`.

@@ -26,7 +26,9 @@ use bloodraven_core::controller::{
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::health::{HealthInputs, assess};
 use bloodraven_core::lease::{GrantRequest, GroupLeases, LeaseGate, LeaseKind};
-use bloodraven_core::planned::{Admission, AdmissionInput, admit};
+use bloodraven_core::planned::{
+    Done, Facts, FenceVerdict, PlannedFailoverStatus, Request, Step, Undo, finish, request, step,
+};
 use bloodraven_core::status::SiteState;
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::token::SeededTokenSource;
@@ -82,6 +84,7 @@ struct Status {
     last_failover: Option<Timestamp>,
     promotion: Option<GtidSet>,
     blocked: Vec<String>,
+    planned: Option<PlannedFailoverStatus>,
 }
 
 struct World {
@@ -102,6 +105,7 @@ struct World {
     writes: u64,
     lease_ops: u64,
     bootstraps_from_read_only: usize,
+    planned_outcomes: BTreeMap<&'static str, usize>,
 }
 
 impl World {
@@ -139,6 +143,7 @@ impl World {
                 last_failover: None,
                 promotion: None,
                 blocked: Vec::new(),
+                planned: None,
             },
             last_reassertion: None,
             leases: GroupLeases::new(0),
@@ -148,6 +153,7 @@ impl World {
             writes: 0,
             lease_ops: 0,
             bootstraps_from_read_only: 0,
+            planned_outcomes: BTreeMap::new(),
         }
     }
 
@@ -446,50 +452,141 @@ impl World {
         }
     }
 
+    /// Requests a planned failover (when none is in flight) and advances the one in flight
+    /// through the real state machine ([`step`] / [`finish`]), executing its steps on the
+    /// model. The fence can be lost or ambiguous; the target may fall behind.
     fn planned(&mut self) {
         if self.status.active.is_empty() {
             return;
         }
-        let target = if self.rng.chance(50) { "pdx" } else { "iad" };
-        let views = self.views();
-        let hold = self
-            .leases
-            .live_hold(self.now)
-            .map(bloodraven_core::lease::LeaseRecord::view);
-        let verdict = admit(&AdmissionInput {
-            target,
-            active_site: &self.status.active,
-            sites: &views,
-            now: self.now,
-            last_failover: self.status.last_failover,
-            cooldown: Duration::from_secs(20),
-            live_hold: hold.as_ref(),
-        });
-        if let Admission::Proceed { source, target } = verdict {
-            let (s, t) = (self.idx(&source), self.idx(&target));
-            if !self.fence(s) && !self.sites[s].read_only {
-                return;
+        if self
+            .status
+            .planned
+            .as_ref()
+            .is_none_or(|p| p.phase.is_terminal())
+        {
+            let target = if self.rng.chance(50) { "pdx" } else { "iad" };
+            match request(
+                target,
+                self.status.planned.as_ref(),
+                &self.status.active,
+                self.now,
+            ) {
+                Request::Accept(p) => self.status.planned = Some(p),
+                Request::Reject(_) => return,
             }
-            self.replicate();
-            if !self.sites[t].history.starts_with(&self.sites[s].history) {
-                // The target cannot catch up: the planned failover fails and unfences.
-                self.sites[s].read_only = false;
-                return;
-            }
-            assert_eq!(
-                self.sites[t].history, self.sites[s].history,
-                "transactionsLost must be 0"
-            );
-            self.status.promotion = Some(self.sites[t].gtid());
-            self.status.last_failover = Some(self.now);
-            self.status.last_failover_target.clone_from(&target);
-            self.promote(&target, "planned failover");
-            self.sites[s].source = Some(t);
-            for i in 0..self.sites.len() {
-                if i != t && self.reachable(i) && !self.status.blocked.contains(&self.sites[i].name)
-                {
-                    self.sites[i].source = Some(t);
+        }
+        for _ in 0..10 {
+            let views = self.views();
+            let hold = self
+                .leases
+                .live_hold(self.now)
+                .map(bloodraven_core::lease::LeaseRecord::view);
+            let facts = Facts {
+                sites: &views,
+                active_site: &self.status.active,
+                last_failover: self.status.last_failover,
+                cooldown: Duration::from_secs(20),
+                live_hold: hold.as_ref(),
+                drain_timeout: Duration::from_secs(5),
+                max_lag_wait: Duration::from_secs(60),
+            };
+            let pf = self.status.planned.clone();
+            let done = match step(pf.as_ref(), &facts, self.now) {
+                Step::Idle => return,
+                Step::Persist { next, again, .. } => {
+                    self.status.planned = Some(next);
+                    if again {
+                        continue;
+                    }
+                    return;
                 }
+                Step::Drain { source, .. } => {
+                    let s = self.idx(&source);
+                    if !self.reachable(s) {
+                        Done::DrainFailed {
+                            fence: FenceVerdict::Unknown {
+                                reason: "unreachable".into(),
+                            },
+                            blockers_killed: 0,
+                        }
+                    } else if self.fence(s) {
+                        Done::Drained {
+                            source_gtid: self.sites[s].gtid().to_string(),
+                        }
+                    } else {
+                        // The fence landed but its answer was lost.
+                        Done::DrainFailed {
+                            fence: FenceVerdict::Unknown {
+                                reason: "answer lost".into(),
+                            },
+                            blockers_killed: 0,
+                        }
+                    }
+                }
+                Step::CatchUp { source, target, .. } => {
+                    self.replicate();
+                    let (s, t) = (self.idx(&source), self.idx(&target));
+                    if self.sites[t].history.starts_with(&self.sites[s].history) {
+                        Done::CaughtUp
+                    } else {
+                        Done::LagTimeout { missing: 1 }
+                    }
+                }
+                Step::Promote { target, .. } => {
+                    let (t, s) = (
+                        self.idx(&target),
+                        self.idx(&pf.as_ref().map(|p| p.source.clone()).unwrap_or_default()),
+                    );
+                    assert!(
+                        self.sites[t].history.starts_with(&self.sites[s].history),
+                        "a planned failover promoted {target}, which lacks transactions of the fenced source: transactionsLost must be 0"
+                    );
+                    self.status.promotion = Some(self.sites[t].gtid());
+                    self.status.last_failover = Some(self.now);
+                    self.status.last_failover_target.clone_from(&target);
+                    self.promote(&target, "planned failover");
+                    Done::Promoted {
+                        promotion_gtid: self.sites[t].gtid().to_string(),
+                        transactions_lost: 0,
+                    }
+                }
+                Step::Resume { target, sites } => {
+                    let t = self.idx(&target);
+                    for name in sites {
+                        let i = self.idx(&name);
+                        if self.reachable(i) {
+                            self.assert_contained(i, t, "re-pointed after a planned failover");
+                            self.sites[i].source = Some(t);
+                            self.sites[i].read_only = true;
+                        }
+                    }
+                    Done::Resumed {
+                        failures: Vec::new(),
+                    }
+                }
+            };
+            let Some(current) = pf else { return };
+            let tr = finish(&current, done, self.now);
+            match &tr.undo {
+                Undo::Nothing => {}
+                Undo::Unfence { site } | Undo::ReadBackThenUnfence { site } => {
+                    let i = self.idx(site);
+                    if self.reachable(i) {
+                        self.sites[i].read_only = false;
+                    }
+                }
+            }
+            if let Some(next) = tr.next {
+                if next.phase == bloodraven_core::health::PlannedFailoverPhase::Succeeded {
+                    *self.planned_outcomes.entry("succeeded").or_default() += 1;
+                } else if next.phase == bloodraven_core::health::PlannedFailoverPhase::Failed {
+                    *self.planned_outcomes.entry("failed").or_default() += 1;
+                }
+                self.status.planned = Some(next);
+            }
+            if !tr.again {
+                return;
             }
         }
     }
@@ -584,12 +681,16 @@ fn invariants_hold_over_seeded_fault_schedules() {
     let mut blocked = 0usize;
     let mut by_kind: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut from_read_only = 0usize;
+    let mut planned_outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
     for seed in 0..SCHEDULES {
         let mut w = World::new(seed);
         for _ in 0..STEPS {
             w.step();
         }
         from_read_only += w.bootstraps_from_read_only;
+        for (k, n) in &w.planned_outcomes {
+            *planned_outcomes.entry(k).or_default() += n;
+        }
         promotions += w.promoted_in_generation.len();
         for (k, n) in &w.promotions_by_kind {
             *by_kind.entry(k).or_default() += n;
@@ -610,6 +711,13 @@ fn invariants_hold_over_seeded_fault_schedules() {
         blocked > 0,
         "no schedule produced a divergent returning primary"
     );
+    println!("planned failovers through the state machine: {planned_outcomes:?}");
+    for outcome in ["succeeded", "failed"] {
+        assert!(
+            planned_outcomes.get(outcome).copied().unwrap_or(0) >= 20,
+            "planned failovers {outcome}: {planned_outcomes:?}"
+        );
+    }
     assert!(
         from_read_only >= 100,
         "too few groups bootstrapped from all read-only: {from_read_only}"

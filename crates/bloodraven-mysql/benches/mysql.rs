@@ -1,9 +1,9 @@
 //! Figures for the MySQL adapter on real MariaDB servers, printed as median and p99:
 //! - time to start 3 servers (exec → accepting connections) and to wire replication;
-//! - fence latency, idle and under a continuous writer;
-//! - planned switchover write-unavailability seen by a writer trying every millisecond
-//!   (last acknowledged write on the old primary → first on the new), and the primitive's own
-//!   fence → writable time.
+//! - fence latency, idle and under a continuous writer.
+//!
+//! The planned switchover is measured through the operator, on the path it really runs:
+//! `cargo bench -p bloodraven-operator --bench failover`.
 //!
 //! Run: `cargo bench -p bloodraven-mysql --bench mysql` (optionally `-- RUNS`, default 20).
 
@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use bloodraven_mysql::FenceOutcome;
 use bloodraven_mysql::harness::{Harness, HarnessOptions};
-use bloodraven_mysql::switchover::{SwitchoverOptions, switchover};
 use bloodraven_testkit::ledger::{WRITES_TABLE_DDL, Writer, percentile};
 use tokio::time::{Instant, sleep};
 
@@ -89,48 +88,4 @@ async fn main() {
         }
         show(label, &mut v);
     }
-
-    // 3. Switchovers under a writer trying every millisecond.
-    let writer = Writer::start(
-        (0..3)
-            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
-            .collect(),
-        Duration::from_millis(1),
-    );
-    let opts = SwitchoverOptions {
-        fence_timeout: Duration::from_secs(5),
-        catch_up_timeout: Duration::from_secs(30),
-    };
-    let mut primary = 0;
-    let mut internal = Vec::new();
-    for _ in 0..runs {
-        sleep(Duration::from_millis(200)).await;
-        let target = 1 - primary;
-        let r = switchover(
-            &clients[primary],
-            &clients[target],
-            &[clients[2].clone()],
-            &h.accounts().replication,
-            opts,
-        )
-        .await
-        .expect("switchover");
-        internal.push(r.write_unavailable);
-        primary = target;
-    }
-    sleep(Duration::from_millis(200)).await;
-    let log = writer.stop().await;
-    let mut gaps = log.unavailability_gaps();
-    show("switchover write-unavailability (writer's view)", &mut gaps);
-    show(
-        "switchover primitive: fence start → target writable",
-        &mut internal,
-    );
-    println!(
-        "writer: {} acknowledged, {} refused {:?} (by server error), {} ambiguous",
-        log.acked.len(),
-        log.refused,
-        log.refusals_by_code,
-        log.ambiguous.len()
-    );
 }

@@ -1,131 +1,161 @@
-//! The planned switchover primitive under a continuous writer: zero acknowledged writes lost
-//! over 20 switchovers back and forth, and every replica converges.
+//! The planned switchover's MySQL steps on real MariaDB servers, as the operator runs them:
+//! `drain` through a held `LOCK TABLES … WRITE` under a writer, `catch_up`, promotion,
+//! `repoint_all`, with nothing acknowledged lost; a drain that runs out of time changed
+//! nothing; the typed undo rules; a catch-up that times out counts what is missing.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
+use bloodraven_core::planned::Undo;
+use bloodraven_mysql::FenceOutcome;
 use bloodraven_mysql::harness::Harness;
-use bloodraven_mysql::switchover::{SwitchoverOptions, switchover};
-use bloodraven_testkit::ledger::{WRITES_TABLE_DDL, Writer, percentile};
+use bloodraven_mysql::switchover::{CatchUp, Undone, catch_up, drain, repoint_all, undo};
+use bloodraven_testkit::ledger::{self, WRITES_TABLE_DDL, Writer};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tokio::time::sleep;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_switchovers_lose_no_acknowledged_write() {
+async fn group() -> Harness {
     let h = Harness::start_group(&["iad", "pdx", "reader"])
         .await
         .expect("harness");
-    h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
+    let admin = h.admin(0).unwrap();
+    admin.execute(WRITES_TABLE_DDL).await.unwrap();
+    admin
+        .execute("CREATE TABLE app.locked (id INT PRIMARY KEY) ENGINE=InnoDB")
+        .await
+        .unwrap();
+    admin
+        .execute("GRANT LOCK TABLES ON app.* TO 'app'@'127.0.0.1'")
+        .await
+        .unwrap();
     h.wait_replicas_caught_up(0, Duration::from_secs(10))
         .await
         .unwrap();
-    let clients: Vec<_> = (0..3).map(|i| h.failover_client(i)).collect();
+    h
+}
+
+/// An application session holding `LOCK TABLES app.locked WRITE` on server `i`.
+async fn lock_held(h: &Harness, i: usize) -> Conn {
+    let mut c = Conn::new(h.app_opts(i)).await.unwrap();
+    c.query_drop("LOCK TABLES app.locked WRITE").await.unwrap();
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_steps_move_the_primary_through_a_held_lock_and_lose_nothing() {
+    let h = group().await;
+    let (iad, pdx, reader) = (
+        h.failover_client(0),
+        h.failover_client(1),
+        h.failover_client(2),
+    );
     let writer = Writer::start(
         (0..3)
             .map(|i| (h.name(i).to_string(), h.app_opts(i)))
             .collect(),
         Duration::from_millis(1),
     );
-    let opts = SwitchoverOptions {
-        fence_timeout: Duration::from_secs(5),
-        catch_up_timeout: Duration::from_secs(30),
-    };
-    let mut primary = 0usize;
-    let mut internal = Vec::new();
-    // Each switchover must find the writer already writing on the current primary, or two
-    // changes of writable site would show as one gap. Rows carrying a site's own name only
-    // grow on that site by new acknowledged writes (the switchover waited for catch-up).
-    let own_rows = |i: usize| {
-        let (opts, name) = (h.app_opts(i), h.name(i).to_string());
-        async move {
-            let mut c = Conn::new(opts).await.unwrap();
-            c.exec_first::<u64, _, _>("SELECT COUNT(*) FROM app.writes WHERE site = ?", (name,))
-                .await
-                .unwrap()
-                .unwrap_or(0)
-        }
-    };
-    let mut since = 0;
-    for n in 0..20 {
-        sleep(Duration::from_millis(150)).await;
-        let mut waited = 0;
-        while own_rows(primary).await <= since {
-            waited += 1;
-            assert!(
-                waited < 500,
-                "the writer never wrote on {}",
-                h.name(primary)
-            );
-            sleep(Duration::from_millis(20)).await;
-        }
-        let target = 1 - primary;
-        let others = vec![clients[2].clone()];
-        let report = switchover(
-            &clients[primary],
-            &clients[target],
-            &others,
-            &h.accounts().replication,
-            opts,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("switchover {n} failed: {e}"));
-        assert!(
-            report.repoint_failures.is_empty(),
-            "{:?}",
-            report.repoint_failures
-        );
-        assert!(report.promotion.gtid.contains(&report.source_gtid));
-        internal.push(report.write_unavailable);
-        primary = target;
-        since = own_rows(primary).await;
-    }
     sleep(Duration::from_millis(200)).await;
+    let mut holder = lock_held(&h, 0).await;
+
+    let d = drain(&iad, Duration::from_secs(10)).await;
+    assert_eq!(d.fence, FenceOutcome::Fenced);
+    assert!(d.attempts >= 2, "the first attempt waited behind the lock");
+    assert!(
+        d.blockers
+            .iter()
+            .any(|s| s.account() == "app@127.0.0.1" && !s.is_busy()),
+        "the idle lock holder was killed: {:?}",
+        d.blockers
+    );
+    assert!(
+        holder.query_drop("SELECT 1").await.is_err(),
+        "its session is gone"
+    );
+    let want = d.source_gtid.unwrap().unwrap();
+    assert!(matches!(
+        catch_up(&pdx, &want, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        CatchUp::CaughtUp
+    ));
+    let promotion = pdx.promote().await.unwrap();
+    assert!(
+        promotion.gtid.contains(&want),
+        "the promotion point holds every acknowledged write"
+    );
+    let failures = repoint_all(&[iad, reader], &h.source_spec(1).unwrap()).await;
+    assert!(failures.is_empty(), "{failures:?}");
+    sleep(Duration::from_millis(300)).await;
     let log = writer.stop().await;
-    h.wait_replicas_caught_up(primary, Duration::from_secs(30))
+    h.wait_replicas_caught_up(1, Duration::from_secs(20))
         .await
         .unwrap();
+    let r = ledger::check(&h.app_opts(1), &log, None).await.unwrap();
+    println!("{}", r.summary());
+    assert!(r.lost.is_empty(), "acknowledged writes lost: {:?}", r.lost);
+    assert!(r.unexpected.is_empty(), "{:?}", r.unexpected);
+    assert!(log.acked.iter().any(|a| a.site == 1), "writes moved to pdx");
+}
 
-    let mut c = Conn::new(h.app_opts(primary)).await.unwrap();
-    let present: BTreeSet<u64> = c
-        .query::<u64, _>("SELECT id FROM app.writes")
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_that_runs_out_changed_nothing_and_undo_follows_its_rule() {
+    let h = group().await;
+    let iad = h.failover_client(0);
+    let holder = lock_held(&h, 0).await;
+    // Shorter than one attempt: no time to kill the holder and try again.
+    let d = drain(&iad, Duration::from_millis(500)).await;
+    assert!(
+        matches!(d.fence, FenceOutcome::NotFenced { .. }),
+        "{:?}",
+        d.fence
+    );
+    assert!(d.blockers.is_empty() && d.source_gtid.is_none());
+    assert!(!iad.is_fenced().await.unwrap(), "nothing was changed");
+    assert!(matches!(undo(&iad, &Undo::Nothing).await, Undone::Nothing));
+    // Unknown outcome: read back first; a source that is not fenced is left alone…
+    let read_back = Undo::ReadBackThenUnfence { site: "iad".into() };
+    assert!(matches!(undo(&iad, &read_back).await, Undone::WasNotFenced));
+    // …and one that is, is unfenced.
+    drop(holder);
+    assert_eq!(
+        iad.fence(Duration::from_secs(5)).await,
+        FenceOutcome::Fenced
+    );
+    assert!(matches!(undo(&iad, &read_back).await, Undone::Unfenced));
+    assert!(!iad.is_fenced().await.unwrap());
+    assert_eq!(
+        iad.fence(Duration::from_secs(5)).await,
+        FenceOutcome::Fenced
+    );
+    assert!(matches!(
+        undo(&iad, &Undo::Unfence { site: "iad".into() }).await,
+        Undone::Unfenced
+    ));
+    assert!(!iad.is_fenced().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_that_times_out_counts_what_is_missing() {
+    let h = group().await;
+    let (iad, pdx) = (h.failover_client(0), h.failover_client(1));
+    h.admin(1)
+        .unwrap()
+        .execute("STOP SLAVE SQL_THREAD")
+        .await
+        .unwrap();
+    let mut c = Conn::new(h.app_opts(0)).await.unwrap();
+    for id in 1..=3 {
+        c.exec_drop("INSERT INTO app.writes (id, site) VALUES (?, 'iad')", (id,))
+            .await
+            .unwrap();
+    }
+    let want = iad.probe().await.unwrap().gtid;
+    match catch_up(&pdx, &want, Duration::from_millis(300))
         .await
         .unwrap()
-        .into_iter()
-        .collect();
-    let lost: Vec<u64> = log
-        .acked_ids()
-        .into_iter()
-        .filter(|id| !present.contains(id))
-        .collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-    assert!(
-        log.acked.len() > 100,
-        "the writer barely wrote: {}",
-        log.acked.len()
-    );
-    // Every replica converged on the same rows.
-    for i in 0..3 {
-        let mut rc = Conn::new(h.app_opts(i)).await.unwrap();
-        let (n, sum): (u64, u64) = rc
-            .query_first("SELECT COUNT(*), CAST(IFNULL(SUM(id), 0) AS UNSIGNED) FROM app.writes")
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(n, present.len() as u64, "site {i} row count");
-        assert_eq!(sum, present.iter().sum::<u64>(), "site {i} rows");
+    {
+        CatchUp::TimedOut { missing } => assert_eq!(missing, 3),
+        other @ CatchUp::CaughtUp => panic!("{other:?}"),
     }
-    let mut gaps = log.unavailability_gaps();
-    assert_eq!(gaps.len(), 20, "one change of writable site per switchover");
-    println!(
-        "write unavailability over {} switchovers: p50 {:?} p99 {:?}; primitive fence→writable p50 {:?} p99 {:?}; acked {} refused {} ambiguous {}",
-        gaps.len(),
-        percentile(&mut gaps, 50.0).unwrap(),
-        percentile(&mut gaps, 99.0).unwrap(),
-        percentile(&mut internal, 50.0).unwrap(),
-        percentile(&mut internal, 99.0).unwrap(),
-        log.acked.len(),
-        log.refused,
-        log.ambiguous.len()
-    );
 }

@@ -29,3 +29,21 @@ pub mod operator;
 pub mod server;
 
 pub use operator::{OperatorHandle, StartError, start};
+
+#[cfg(test)]
+mod contract_docs {
+    /// docs/operator.md lists every event and condition reason of the contract.
+    #[test]
+    fn the_operator_page_lists_every_reason() {
+        let page = include_str!("../../../docs/operator.md");
+        for reason in bloodraven_core::contract::events::ALL
+            .iter()
+            .chain(bloodraven_core::contract::reasons::ALL)
+        {
+            assert!(
+                page.contains(&format!("`{reason}`")),
+                "docs/operator.md does not list `{reason}`"
+            );
+        }
+    }
+}

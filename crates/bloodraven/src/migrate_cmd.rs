@@ -556,13 +556,10 @@ fn note(
 /// The record could not be written: the migration mutex is not released (its outcome is not
 /// durable), so it expires on its own; say when.
 async fn record_lost(session: &LeaseSession, failed: Option<&String>) -> i32 {
-    let until = session
-        .expires_at(LeaseKind::Migration)
-        .await
-        .map_or_else(
-            || "its expiry".to_string(),
-            bloodraven_core::time::Timestamp::to_rfc3339,
-        );
+    let until = session.expires_at(LeaseKind::Migration).await.map_or_else(
+        || "its expiry".to_string(),
+        bloodraven_core::time::Timestamp::to_rfc3339,
+    );
     eprintln!(
         "error: the record cannot be written ({}); the hold was released, the command stopped, and the migration lease is left to expire at {until} (it is not released without a recorded outcome)",
         failed.map_or("unknown error", String::as_str)

@@ -1,0 +1,318 @@
+//! Act: carry out [`bloodraven_core::controller::decide`]'s actions through the MySQL adapter —
+//! bootstrap, the emergency promotion sequence (SPEC §2.3), fencing intruders, blocking
+//! divergent sites, reassertion, re-pointing.
+
+use std::time::Duration;
+
+use bloodraven_core::contract::events as E;
+use bloodraven_core::controller::Action;
+use bloodraven_core::status::{GroupStatus, SiteState};
+use bloodraven_mysql::FenceOutcome;
+use tokio::time::Instant;
+
+use super::{Controller, ControllerError};
+use crate::events::EventType;
+use crate::metrics::FailoverLabels;
+
+/// What an action did to a site's recovery state.
+pub(super) enum Outcome {
+    Done,
+    Blocked(String),
+    Unblocked(String),
+}
+
+/// How long the controller's own fence of an intruder may wait.
+const INTRUDER_FENCE_BOUND: Duration = Duration::from_secs(5);
+
+impl Controller {
+    pub(super) async fn act(
+        &mut self,
+        action: &Action,
+        status: &GroupStatus,
+    ) -> Result<Outcome, ControllerError> {
+        match action {
+            Action::Bootstrap { site, promote } => self.bootstrap(site, *promote).await,
+            Action::EmergencyFailover { from, to } => {
+                self.emergency(from, to).await.map(|()| Outcome::Done)
+            }
+            Action::FenceIntruder { site, divergent } => {
+                self.fence_intruder(site, *divergent, status).await
+            }
+            Action::BlockDivergent { site } => {
+                let gtid = self.last_gtid(site);
+                Ok(self
+                    .block_divergent(site, "is read-only but", &gtid, status)
+                    .await)
+            }
+            Action::Reassert { site } => {
+                let c = self.client(site)?;
+                c.unfence().await.map_err(|e| ControllerError::Unfence {
+                    site: site.clone(),
+                    source: e,
+                })?;
+                self.last_reassertion = Some(self.rt.now());
+                if let Some(s) = self.site_mut(site) {
+                    s.tracker.state = SiteState::Writable;
+                }
+                tracing::warn!(group = %self.group(), site, "primary reasserted: every site was read-only");
+                self.event(
+                    EventType::Warning,
+                    E::PRIMARY_REASSERTED,
+                    &format!("every site was read-only; restored writability on {site}, whose GTID set contains every other site's"),
+                )
+                .await;
+                Ok(Outcome::Done)
+            }
+            Action::Repoint { site } => {
+                // A re-pointed replica's IO thread needs a moment to connect; do not re-point it
+                // again on the next poll just because the probe has not seen it running yet.
+                let settle = (self.rt.config.poll_interval * 3).max(Duration::from_secs(3));
+                let recently = self
+                    .site(site)
+                    .and_then(|s| s.repointed.as_ref())
+                    .is_some_and(|(source, at)| {
+                        *source == status.active_site && at.elapsed() < settle
+                    });
+                if recently {
+                    return Ok(Outcome::Done);
+                }
+                self.repoint(site, &status.active_site).await?;
+                let active = status.active_site.clone();
+                if let Some(s) = self.site_mut(site) {
+                    s.repointed = Some((active, Instant::now()));
+                }
+                tracing::info!(group = %self.group(), site, source = %status.active_site, "re-pointed a replica");
+                self.event(
+                    EventType::Normal,
+                    E::REPLICA_REPOINTED,
+                    &format!("{site} now replicates from {}", status.active_site),
+                )
+                .await;
+                Ok(Outcome::Done)
+            }
+            Action::ClearRecoveryBlock { site } => {
+                self.event(
+                    EventType::Normal,
+                    E::RECOVERY_UNBLOCKED,
+                    &format!("{site} holds no transaction the active site lacks any more; it will be re-pointed"),
+                )
+                .await;
+                Ok(Outcome::Unblocked(site.clone()))
+            }
+        }
+    }
+
+    async fn bootstrap(&mut self, site: &str, promote: bool) -> Result<Outcome, ControllerError> {
+        let how = if promote {
+            // Every site booted read-only: promote the chosen one first (stop and reset
+            // replication, clear the fence, confirm), then announce it.
+            let c = self.client(site)?;
+            let why = match &self.rt.config.bootstrap_site {
+                Some(b) if b == site => "spec.bootstrapSite names it",
+                _ => {
+                    "every site booted read-only and it is the most advanced candidate (GTID set, then priority, then spec order)"
+                }
+            };
+            let promotion = c.promote().await.map_err(|e| ControllerError::Promote {
+                site: site.to_string(),
+                source: e,
+            })?;
+            self.mark_writable(site);
+            format!("promoted at {}: {why}", promotion.gtid)
+        } else {
+            "it was the one writable site".to_string()
+        };
+        let generation = self
+            .rt
+            .change_active_site(site, |_| {})
+            .await
+            .map_err(|e| ControllerError::Persist {
+                what: "topologyGeneration",
+                source: e,
+            })?;
+        tracing::info!(group = %self.group(), site, topologyGeneration = generation, how = %how, "bootstrap: first active site");
+        self.event(
+            EventType::Normal,
+            E::ACTIVE_SITE_BOOTSTRAPPED,
+            &format!(
+                "{site} is the group's first active site (topologyGeneration {generation}); {how}"
+            ),
+        )
+        .await;
+        Ok(Outcome::Done)
+    }
+
+    async fn fence_intruder(
+        &mut self,
+        site: &str,
+        divergent: bool,
+        status: &GroupStatus,
+    ) -> Result<Outcome, ControllerError> {
+        let c = self.client(site)?;
+        let outcome = c.fence(INTRUDER_FENCE_BOUND).await;
+        tracing::warn!(group = %self.group(), site, ?outcome, divergent, active = %status.active_site, "fencing a writable site that is not the active site");
+        if outcome != FenceOutcome::Fenced {
+            return Err(ControllerError::Fence {
+                site: site.to_string(),
+                outcome,
+            });
+        }
+        self.mark_read_only(site);
+        let killed =
+            c.kill_application_sessions()
+                .await
+                .map_err(|e| ControllerError::KillSessions {
+                    site: site.to_string(),
+                    source: e,
+                })?;
+        let gtid = self.last_gtid(site);
+        if divergent {
+            return Ok(self
+                .block_divergent(site, "came back writable", &gtid, status)
+                .await);
+        }
+        self.event(
+            EventType::Warning,
+            E::SITE_FENCED,
+            &format!(
+                "{site} was writable while {} is the active site: fenced, {} application session(s) killed, no divergence; re-pointing it",
+                status.active_site,
+                killed.killed.len()
+            ),
+        )
+        .await;
+        self.repoint(site, &status.active_site).await?;
+        Ok(Outcome::Done)
+    }
+
+    /// `DataLossDetected`: the site stays fenced and is not re-pointed until a human has
+    /// reconciled it (the block clears itself once its position no longer diverges).
+    async fn block_divergent(
+        &self,
+        site: &str,
+        how: &str,
+        gtid: &str,
+        status: &GroupStatus,
+    ) -> Outcome {
+        let message = format!(
+            "{site} {how} with transactions the active site {} never received (its GTID set {gtid}, promotion point {}); it stays fenced and is not re-pointed: a human must reconcile it",
+            status.active_site, status.promotion_gtid_executed
+        );
+        tracing::warn!(group = %self.group(), site, gtid, "{message}");
+        self.event(EventType::Warning, E::DATA_LOSS_DETECTED, &message)
+            .await;
+        Outcome::Blocked(site.to_string())
+    }
+
+    /// The emergency promotion sequence (SPEC §2.3).
+    async fn emergency(&mut self, from: &str, to: &str) -> Result<(), ControllerError> {
+        let started = Instant::now();
+        let group = self.group().to_string();
+        tracing::warn!(group = %group, from, to, "emergency failover: starting");
+        self.event(
+            EventType::Warning,
+            E::FAILOVER_STARTED,
+            &format!("active site {from} unreachable for the detection budget; promoting {to}"),
+        )
+        .await;
+        let result = self.promote_in_emergency(from, to).await;
+        let label = |result: &str| FailoverLabels {
+            group: group.clone(),
+            kind: "emergency".into(),
+            result: result.into(),
+        };
+        match result {
+            Ok(generation) => {
+                // Re-point every other reachable site.
+                let others: Vec<String> = self
+                    .sites
+                    .iter()
+                    .filter(|s| {
+                        s.name() != to
+                            && s.name() != from
+                            && s.tracker.state != SiteState::Unreachable
+                    })
+                    .map(|s| s.cfg.name.clone())
+                    .collect();
+                for site in &others {
+                    if let Err(e) = self.repoint(site, to).await {
+                        tracing::warn!(group = %group, site, step = e.step(), error = %e, "emergency failover: re-point failed; retried next poll");
+                    }
+                }
+                let took = started.elapsed();
+                self.metrics()
+                    .failovers
+                    .get_or_create(&label("succeeded"))
+                    .inc();
+                tracing::warn!(group = %group, from, to, topologyGeneration = generation, duration_ms = took.as_secs_f64() * 1e3, "emergency failover: complete");
+                self.event(
+                    EventType::Warning,
+                    E::FAILOVER_SUCCEEDED,
+                    &format!("{to} is the active site (topologyGeneration {generation}); {from} will be fenced if it returns writable"),
+                )
+                .await;
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics()
+                    .failovers
+                    .get_or_create(&label("failed"))
+                    .inc();
+                tracing::error!(group = %group, from, to, step = e.step(), error = %e, "emergency failover: failed");
+                self.event(
+                    EventType::Warning,
+                    E::FAILOVER_FAILED,
+                    &format!("emergency failover to {to} failed at {}: {e}", e.step()),
+                )
+                .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Steps 1–4 of the emergency sequence; returns the new generation.
+    async fn promote_in_emergency(&mut self, from: &str, to: &str) -> Result<u64, ControllerError> {
+        let group = self.group().to_string();
+        // 1. Best effort: fence the old primary (it is unreachable, so this rarely lands).
+        if let Ok(old) = self.client(from) {
+            let outcome = tokio::time::timeout(
+                Duration::from_secs(1),
+                old.fence(Duration::from_millis(500)),
+            )
+            .await;
+            tracing::info!(group = %group, site = from, ?outcome, "emergency failover: best-effort fence of the old primary");
+        }
+        let c = self.client(to)?;
+        // 2. Bounded relay-log drain.
+        match c.drain_relay_log(Duration::from_secs(5)).await {
+            Ok(drained) => {
+                tracing::info!(group = %group, site = to, drained, "emergency failover: relay log drain");
+            }
+            Err(e) => {
+                tracing::warn!(group = %group, site = to, error = %e, "emergency failover: relay log drain failed; promoting what was applied");
+            }
+        }
+        // 3. Stop and reset replication, record the GTID set, clear the fence, confirm.
+        let promotion = c.promote().await.map_err(|e| ControllerError::Promote {
+            site: to.to_string(),
+            source: e,
+        })?;
+        tracing::info!(group = %group, site = to, promotion_gtid = %promotion.gtid, "emergency failover: promoted");
+        self.mark_writable(to);
+        // 4. Bump the generation and persist it before it is announced.
+        let now = self.rt.now();
+        let gtid = promotion.gtid.to_string();
+        let target = to.to_string();
+        self.rt
+            .change_active_site(to, |s| {
+                s.last_failover = Some(now);
+                s.last_failover_target.clone_from(&target);
+                s.promotion_gtid_executed.clone_from(&gtid);
+            })
+            .await
+            .map_err(|e| ControllerError::Persist {
+                what: "topologyGeneration",
+                source: e,
+            })
+    }
+}

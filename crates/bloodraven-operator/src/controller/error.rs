@@ -1,0 +1,69 @@
+//! Why a controller step failed, one variant per step. Logs and events name the step.
+
+use bloodraven_mysql::{FenceOutcome, MysqlError};
+use bloodraven_store::StoreError;
+
+/// A step of the controller failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("no MySQL client for site {site}: {reason}")]
+    NoClient { site: String, reason: String },
+    #[error("the replication account is not usable: {0}")]
+    ReplicationCredentials(String),
+    #[error("persisting {what} failed: {source}")]
+    Persist {
+        what: &'static str,
+        #[source]
+        source: StoreError,
+    },
+    #[error("fencing {site} did not take effect: {outcome:?}")]
+    Fence { site: String, outcome: FenceOutcome },
+    #[error("killing application sessions on {site} failed: {source}")]
+    KillSessions {
+        site: String,
+        #[source]
+        source: MysqlError,
+    },
+    #[error("unfencing {site} failed: {source}")]
+    Unfence {
+        site: String,
+        #[source]
+        source: MysqlError,
+    },
+    #[error("promoting {site} failed: {source}")]
+    Promote {
+        site: String,
+        #[source]
+        source: MysqlError,
+    },
+    #[error("re-pointing {site} to {source_site} failed: {source}")]
+    Repoint {
+        site: String,
+        source_site: String,
+        #[source]
+        source: MysqlError,
+    },
+    #[error("reading {site} failed: {source}")]
+    Read {
+        site: String,
+        #[source]
+        source: MysqlError,
+    },
+}
+
+impl ControllerError {
+    /// The step that failed, for logs and events.
+    pub fn step(&self) -> &'static str {
+        match self {
+            ControllerError::NoClient { .. } => "client",
+            ControllerError::ReplicationCredentials(_) => "replication-credentials",
+            ControllerError::Persist { .. } => "persist",
+            ControllerError::Fence { .. } => "fence",
+            ControllerError::KillSessions { .. } => "kill-sessions",
+            ControllerError::Unfence { .. } => "unfence",
+            ControllerError::Promote { .. } => "promote",
+            ControllerError::Repoint { .. } => "re-point",
+            ControllerError::Read { .. } => "read",
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Gather: probe every site (concurrently, each bounded by the poll interval) and ask each
+//! sidecar for its fence state and effective timings; then debounce.
+
+use std::time::Duration;
+
+use bloodraven_core::controller::{self, ProbeResult};
+use bloodraven_core::status::SidecarTimings;
+use bloodraven_mysql::Probe;
+use futures::future::join_all;
+
+use super::{Controller, SidecarReport};
+
+fn probe_result(p: &Result<Probe, String>) -> ProbeResult {
+    match p {
+        Err(_) => ProbeResult::Unreachable,
+        Ok(p) if p.fenced() || p.read_only => ProbeResult::ReadOnly,
+        Ok(_) => ProbeResult::Writable,
+    }
+}
+
+/// Reads a sidecar's `/status` body (`snake_case`, as documented in docs/sidecar.md).
+fn sidecar_report(v: &serde_json::Value) -> SidecarReport {
+    let text = |k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+    };
+    SidecarReport {
+        self_fenced: v.get("self_fenced").and_then(serde_json::Value::as_bool),
+        timings: match (text("lease_timeout"), text("peer_check_interval")) {
+            (Some(lease_timeout), Some(peer_check_interval)) => Some(SidecarTimings {
+                lease_timeout,
+                peer_check_interval,
+                source: text("timings_source").unwrap_or_default(),
+                signed_topology: v
+                    .get("signedTopology")
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false),
+            }),
+            _ => None,
+        },
+    }
+}
+
+impl Controller {
+    pub(super) async fn gather(&mut self) {
+        let poll = self.rt.config.poll_interval.max(Duration::from_millis(500));
+        let probes = join_all(self.sites.iter().map(|s| async move {
+            match &s.client {
+                Ok(c) => match tokio::time::timeout(poll, c.probe()).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {} ms", poll.as_millis())),
+                },
+                Err(e) => Err(e.clone()),
+            }
+        }));
+        let http = &self.http;
+        let sidecars = join_all(self.sites.iter().map(|s| async move {
+            let url = format!("{}/status", s.cfg.sidecar_url);
+            let v: serde_json::Value = http.get(url).send().await.ok()?.json().await.ok()?;
+            Some(sidecar_report(&v))
+        }));
+        let (probes, sidecars) = tokio::join!(probes, sidecars);
+        let now = self.rt.now();
+        let (failure, recovery) = (
+            self.rt.config.failure_threshold,
+            self.rt.config.recovery_threshold,
+        );
+        let group = self.rt.name.clone();
+        for ((site, p), sidecar) in self.sites.iter_mut().zip(probes).zip(sidecars) {
+            let result = probe_result(&p);
+            site.tracker = controller::debounce(site.tracker, result, failure, recovery);
+            site.answered = p.is_ok();
+            site.probed_writable = result == ProbeResult::Writable;
+            match p {
+                Ok(p) => {
+                    site.last_seen = Some(now);
+                    site.probe = Some(p);
+                }
+                Err(e) => {
+                    tracing::debug!(group = %group, site = %site.cfg.name, error = %e, "probe failed");
+                }
+            }
+            site.sidecar = sidecar.unwrap_or_default();
+        }
+    }
+}

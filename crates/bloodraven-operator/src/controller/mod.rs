@@ -1,0 +1,395 @@
+//! The failover controller of one group: gather → decide → act, every `pollInterval`.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`gather`] | probing every site and asking each sidecar for its state, into [`Site`] |
+//! | [`act`] | [`bloodraven_core::controller::decide`]'s actions: bootstrap, emergency failover, fencing intruders, reassertion, re-pointing, blocking |
+//! | [`planned`] | executing the planned failover's steps, as [`bloodraven_core::planned`] decides them |
+//! | [`status`] | persisting the status and conditions, alerts, site metrics |
+//! | [`error`] | why a step failed |
+//!
+//! A planned failover, when one is requested or in flight, is advanced first — one persisted
+//! phase transition at a time, so a restarted operator resumes from an observable phase — and
+//! holds automatic failover while it executes. Nothing here reads a deploy lease except
+//! planned-failover admission (a live failover-hold defers it). Emergency failover, intruder
+//! fencing and reassertion never do.
+
+// A step's error carries the adapter's or the store's error whole (for the log line that
+// names the step); it is built once per failed step, never on a hot path.
+#![allow(clippy::result_large_err)]
+
+mod act;
+mod error;
+mod gather;
+mod planned;
+mod status;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::config::{CredentialsRef, SiteConfig};
+use bloodraven_core::controller::{self, DecideInput, ReplicaView, SiteTracker, SiteView};
+use bloodraven_core::gtid::GtidSet;
+use bloodraven_core::status::{GroupStatus, SidecarTimings, SiteState};
+use bloodraven_core::time::Timestamp;
+use bloodraven_mysql::{Credentials, Endpoint, Probe, SiteClient, SourceSpec, Timeouts};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+pub use error::ControllerError;
+
+use crate::events::{self, EventType};
+use crate::group::GroupRuntime;
+use crate::metrics::{GroupLabel, Metrics};
+use crate::operator::GroupTask;
+
+/// `recovery_state` of a site that holds divergent transactions.
+pub const RECOVERY_BLOCKED: &str = bloodraven_core::contract::reasons::RECOVERY_BLOCKED;
+
+/// Runs a [`Controller`] per group.
+#[derive(Debug, Clone, Default)]
+pub struct ControllerTask;
+
+impl GroupTask for ControllerTask {
+    fn spawn(&self, runtime: Arc<GroupRuntime>, shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut c = Controller::new(runtime);
+            c.run(shutdown).await;
+        })
+    }
+}
+
+/// What a site's sidecar last reported.
+#[derive(Clone, Debug, Default)]
+struct SidecarReport {
+    self_fenced: Option<bool>,
+    timings: Option<SidecarTimings>,
+}
+
+/// One site: its configuration, its client, and everything the controller knows about it.
+struct Site {
+    cfg: SiteConfig,
+    client: Result<SiteClient, String>,
+    /// The debounce counters.
+    tracker: SiteTracker,
+    /// The last successful probe.
+    probe: Option<Probe>,
+    /// This poll's probe answered.
+    answered: bool,
+    /// This poll's probe showed it accepting writes (cleared when this controller fences the
+    /// site itself later in the poll: the probe is stale then).
+    probed_writable: bool,
+    last_seen: Option<Timestamp>,
+    sidecar: SidecarReport,
+    /// When it was last re-pointed by this controller, and to which source.
+    repointed: Option<(String, Instant)>,
+}
+
+impl Site {
+    fn client(&self) -> Result<&SiteClient, ControllerError> {
+        self.client
+            .as_ref()
+            .map_err(|reason| ControllerError::NoClient {
+                site: self.cfg.name.clone(),
+                reason: reason.clone(),
+            })
+    }
+
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+}
+
+/// The controller of one group.
+#[allow(missing_debug_implementations)] // holds clients whose Debug would be noise
+pub struct Controller {
+    rt: Arc<GroupRuntime>,
+    sites: Vec<Site>,
+    replication: Result<Credentials, String>,
+    last_reassertion: Option<Timestamp>,
+    /// Alerts raised and not yet cleared (each is evented once when it starts).
+    raised: BTreeSet<String>,
+    http: reqwest::Client,
+}
+
+fn load_credentials(r: &CredentialsRef) -> Result<Credentials, String> {
+    match (&r.file, &r.secret_name) {
+        (Some(f), _) => Credentials::load(std::path::Path::new(f)).map_err(|e| e.to_string()),
+        (None, Some(s)) => Err(format!(
+            "credentials from Secret {s:?} need the Kubernetes back-end; use a file in embedded mode"
+        )),
+        (None, None) => Err("no credentials configured".into()),
+    }
+}
+
+impl Controller {
+    pub fn new(rt: Arc<GroupRuntime>) -> Controller {
+        let cfg = rt.config.clone();
+        let bound = cfg.poll_interval.max(Duration::from_millis(500));
+        let timeouts = Timeouts {
+            connect: bound.min(Duration::from_secs(2)),
+            statement: Duration::from_secs(5),
+        };
+        let sites: Vec<Site> = cfg
+            .sites
+            .iter()
+            .map(|s| Site {
+                cfg: s.clone(),
+                client: load_credentials(&s.credentials).map(|creds| {
+                    SiteClient::new(
+                        s.name.clone(),
+                        Endpoint::tcp(s.mysql_host.clone(), s.mysql_port),
+                        creds,
+                        timeouts,
+                    )
+                }),
+                tracker: SiteTracker::default(),
+                probe: None,
+                answered: false,
+                probed_writable: false,
+                last_seen: None,
+                sidecar: SidecarReport::default(),
+                repointed: None,
+            })
+            .collect();
+        for s in &sites {
+            if let Err(e) = &s.client {
+                tracing::error!(group = %cfg.name, site = %s.cfg.name, error = %e, "cannot load the site's MySQL credentials; the site will be reported unreachable");
+            }
+        }
+        let replication = cfg
+            .replication_credentials
+            .as_ref()
+            .ok_or_else(|| "spec.replication.credentials is not configured".to_string())
+            .and_then(load_credentials);
+        bloodraven_runtime::tls::install_crypto_provider();
+        let http = bloodraven_runtime::tls::client_config(None)
+            .ok()
+            .and_then(|tls| {
+                reqwest::Client::builder()
+                    .tls_backend_preconfigured(tls)
+                    .timeout(Duration::from_secs(1))
+                    .build()
+                    .ok()
+            })
+            .unwrap_or_default();
+        Controller {
+            rt,
+            sites,
+            replication,
+            last_reassertion: None,
+            raised: BTreeSet::new(),
+            http,
+        }
+    }
+
+    fn group(&self) -> &str {
+        &self.rt.name
+    }
+
+    fn metrics(&self) -> &Metrics {
+        self.rt.metrics()
+    }
+
+    /// Polls every `pollInterval` until `shutdown`.
+    pub async fn run(&mut self, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.rt.config.poll_interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.poll().await,
+                _ = shutdown.changed() => {
+                    if *shutdown.borrow() { return; }
+                }
+            }
+        }
+    }
+
+    fn site(&self, name: &str) -> Option<&Site> {
+        self.sites.iter().find(|s| s.cfg.name == name)
+    }
+
+    fn site_mut(&mut self, name: &str) -> Option<&mut Site> {
+        self.sites.iter_mut().find(|s| s.cfg.name == name)
+    }
+
+    fn client(&self, name: &str) -> Result<SiteClient, ControllerError> {
+        match self.site(name) {
+            Some(s) => s.client().cloned(),
+            None => Err(ControllerError::NoClient {
+                site: name.to_string(),
+                reason: "not a site of the group".into(),
+            }),
+        }
+    }
+
+    /// This controller fenced `site` itself: it is read-only from now on, whatever this poll's
+    /// (earlier) probe said.
+    fn mark_read_only(&mut self, site: &str) {
+        if let Some(s) = self.site_mut(site) {
+            s.tracker.state = SiteState::ReadOnly;
+            s.probed_writable = false;
+        }
+    }
+
+    /// This controller promoted `site` itself: it is writable from now on.
+    fn mark_writable(&mut self, site: &str) {
+        let confirmed = self.rt.config.recovery_threshold;
+        if let Some(s) = self.site_mut(site) {
+            s.tracker = SiteTracker {
+                state: SiteState::Writable,
+                failures: 0,
+                writable_streak: confirmed,
+            };
+        }
+    }
+
+    fn views(&self, status: &GroupStatus) -> Vec<SiteView> {
+        self.sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let p = s.probe.as_ref();
+                SiteView {
+                    name: s.cfg.name.clone(),
+                    role: s.cfg.role,
+                    priority: s.cfg.priority,
+                    index: i,
+                    host: s.cfg.mysql_host.clone(),
+                    port: s.cfg.mysql_port,
+                    state: s.tracker.state,
+                    gtid: p.map(|p| p.gtid.clone()),
+                    answered: s.answered,
+                    writable_now: s.answered && s.probed_writable,
+                    replica: p.and_then(|p| p.replica.as_ref()).map(|r| ReplicaView {
+                        io_running: r.io_running,
+                        sql_running: r.sql_running,
+                        source_host: r.source_host.clone(),
+                        source_port: r.source_port,
+                        seconds_behind: r.seconds_behind,
+                    }),
+                    recovery_blocked: status
+                        .site(&s.cfg.name)
+                        .is_some_and(|st| st.recovery_state == RECOVERY_BLOCKED),
+                }
+            })
+            .collect()
+    }
+
+    /// One poll: gather, advance a planned failover, decide, act, persist.
+    pub async fn poll(&mut self) {
+        let started = Instant::now();
+        self.gather().await;
+        self.metrics()
+            .poll_duration
+            .get_or_create(&GroupLabel {
+                group: self.group().to_string(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+
+        self.planned_step().await;
+
+        let snap = self.rt.snapshot();
+        let status = snap.status().clone();
+        let views = self.views(&status);
+        let promotion = GtidSet::parse(
+            self.sites
+                .iter()
+                .find_map(|s| s.probe.as_ref())
+                .map_or(bloodraven_core::gtid::GtidFlavor::MariaDb, |p| {
+                    p.flavor.gtid_flavor()
+                }),
+            &status.promotion_gtid_executed,
+        )
+        .ok()
+        .filter(|_| !status.promotion_gtid_executed.is_empty());
+        let held = status
+            .planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase.is_executing())
+            || self.rt.flags().automatic_failover_held;
+        let now = self.rt.now();
+        let cfg = self.rt.config.clone();
+        let decision = controller::decide(&DecideInput {
+            sites: &views,
+            active_site: &status.active_site,
+            last_failover_target: &status.last_failover_target,
+            last_failover: status.last_failover,
+            promotion_gtid: promotion.as_ref(),
+            now,
+            cooldown: cfg.failover_cooldown,
+            automatic_failover_held: held,
+            site_priorities: &cfg.site_priorities,
+            last_reassertion: self.last_reassertion,
+            reassert_interval: (cfg.poll_interval * 5).max(Duration::from_secs(10)),
+            max_lag_seconds: cfg.max_lag_seconds,
+            bootstrap_site: cfg.bootstrap_site.as_deref(),
+        });
+        self.alerts(&decision.alerts, &status).await;
+        let mut blocked: Vec<String> = Vec::new();
+        let mut unblocked: Vec<String> = Vec::new();
+        for action in &decision.actions {
+            match self.act(action, &status).await {
+                Ok(act::Outcome::Blocked(site)) => blocked.push(site),
+                Ok(act::Outcome::Unblocked(site)) => unblocked.push(site),
+                Ok(act::Outcome::Done) => {}
+                Err(e) => {
+                    tracing::warn!(group = %self.group(), ?action, step = e.step(), error = %e, "action failed");
+                }
+            }
+        }
+        self.persist_status(&decision.conditions, &blocked, &unblocked)
+            .await;
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, message: &str) {
+        events::record(
+            self.rt.store(),
+            &self.rt.namespace,
+            &self.rt.name,
+            type_,
+            reason,
+            message,
+            self.rt.now(),
+        )
+        .await;
+    }
+
+    fn replication_spec(&self, source: &str) -> Result<SourceSpec, ControllerError> {
+        let creds = self
+            .replication
+            .clone()
+            .map_err(ControllerError::ReplicationCredentials)?;
+        let s = self.site(source).ok_or_else(|| ControllerError::NoClient {
+            site: source.to_string(),
+            reason: "not a site of the group".into(),
+        })?;
+        Ok(SourceSpec {
+            host: s.cfg.mysql_host.clone(),
+            port: s.cfg.mysql_port,
+            credentials: creds,
+        })
+    }
+
+    /// The site's GTID set from its last successful probe ("" when never probed).
+    fn last_gtid(&self, site: &str) -> String {
+        self.site(site)
+            .and_then(|s| s.probe.as_ref())
+            .map(|p| p.gtid.to_string())
+            .unwrap_or_default()
+    }
+
+    async fn repoint(&self, site: &str, source: &str) -> Result<(), ControllerError> {
+        let spec = self.replication_spec(source)?;
+        let c = self.client(site)?;
+        c.repoint(&spec)
+            .await
+            .map_err(|e| ControllerError::Repoint {
+                site: site.to_string(),
+                source_site: source.to_string(),
+                source: e,
+            })
+    }
+}

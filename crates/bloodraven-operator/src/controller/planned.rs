@@ -1,0 +1,420 @@
+//! Executing a planned failover. What to do next, and what each outcome means, is decided by
+//! [`bloodraven_core::planned`] ([`request`], [`step`], [`finish`]); this module gathers the
+//! facts, runs each step through the MySQL adapter's switchover steps
+//! ([`bloodraven_mysql::switchover`]), undoes by the typed rule, and persists — one phase
+//! transition per write, so a restarted operator resumes from an observable phase.
+
+use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
+use bloodraven_core::gtid::GtidSet;
+use bloodraven_core::planned::{
+    Count, Done, Facts, FenceVerdict, Note, PlannedFailoverStatus, Request, Severity, Step,
+    Transition, Undo, finish, request, step,
+};
+use bloodraven_core::resources::FailoverGroupBody;
+use bloodraven_mysql::FenceOutcome;
+use bloodraven_mysql::switchover::{self, CatchUp, Undone};
+
+use super::{Controller, ControllerError};
+use crate::events::EventType;
+use crate::metrics::{FailoverLabels, GroupLabel, Metrics};
+
+/// At most this many transitions per poll (a failover that can run straight through does).
+const MAX_STEPS_PER_POLL: usize = 12;
+
+impl Controller {
+    /// Takes a request (the annotation), then advances the planned failover as far as it can
+    /// go now.
+    pub(super) async fn planned_step(&mut self) {
+        if let Err(e) = self.take_request().await {
+            tracing::warn!(group = %self.group(), step = e.step(), error = %e, "cannot accept the planned failover request");
+            return;
+        }
+        for _ in 0..MAX_STEPS_PER_POLL {
+            match self.advance().await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::warn!(group = %self.group(), step = e.step(), error = %e, "planned failover: a step failed; retried next poll");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Consumes a `planned-failover` annotation: starts the failover (status and annotation in
+    /// one write) or drops the request when one is already in flight.
+    async fn take_request(&mut self) -> Result<(), ControllerError> {
+        let snap = self.rt.snapshot();
+        let Some(target) = snap.annotations.get(PLANNED_FAILOVER).cloned() else {
+            return Ok(());
+        };
+        let decision = request(
+            &target,
+            snap.status().planned_failover.as_ref(),
+            &snap.status().active_site,
+            self.rt.now(),
+        );
+        let accepted = match &decision {
+            Request::Accept(pf) => Some(pf.clone()),
+            Request::Reject(_) => None,
+        };
+        self.rt
+            .update(|obj| {
+                let removed = obj.metadata.annotations.remove(PLANNED_FAILOVER).is_some();
+                let Some(pf) = &accepted else {
+                    return removed;
+                };
+                let Ok(mut body) = obj.decode::<FailoverGroupBody>() else {
+                    return removed;
+                };
+                body.status.planned_failover = Some(pf.clone());
+                if let Ok(v) = serde_json::to_value(&body.status) {
+                    obj.body.insert("status".into(), v);
+                }
+                true
+            })
+            .await
+            .map_err(|e| ControllerError::Persist {
+                what: "the planned failover request",
+                source: e,
+            })?;
+        match decision {
+            Request::Accept(_) => {
+                tracing::info!(group = %self.group(), target = %target, "planned failover requested");
+            }
+            Request::Reject(note) => self.note(note).await,
+        }
+        Ok(())
+    }
+
+    /// One step of the machine; `Ok(true)` when the next can run at once.
+    async fn advance(&mut self) -> Result<bool, ControllerError> {
+        let snap = self.rt.snapshot();
+        let status = snap.status().clone();
+        let Some(pf) = status.planned_failover.clone() else {
+            return Ok(false);
+        };
+        let views = self.views(&status);
+        let cfg = self.rt.config.clone();
+        let now = self.rt.now();
+        // Admission holds the lease lock until its verdict is persisted: a failover-hold is
+        // either seen here or refused (the group is no longer stable once the next phase is
+        // stored), never granted in between.
+        let rt = self.rt.clone();
+        let leases = if pf.phase.admits() {
+            Some(rt.lock_leases().await)
+        } else {
+            None
+        };
+        let hold = leases.as_ref().and_then(crate::group::LeaseLock::live_hold);
+        let facts = Facts {
+            sites: &views,
+            active_site: &status.active_site,
+            last_failover: status.last_failover,
+            cooldown: cfg.failover_cooldown,
+            live_hold: hold.as_ref(),
+            drain_timeout: cfg.drain_timeout,
+            max_lag_wait: cfg.max_lag_wait,
+        };
+        let done = match step(Some(&pf), &facts, now) {
+            Step::Idle => return Ok(false),
+            Step::Persist {
+                next,
+                note,
+                count,
+                again,
+            } => {
+                self.persist_phase(&pf, next, None).await?;
+                drop(leases);
+                if let Some(n) = note {
+                    self.note(n).await;
+                }
+                if let Some(c) = count {
+                    self.count(c);
+                }
+                return Ok(again);
+            }
+            Step::Drain { source, budget } => {
+                drop(leases);
+                self.drain(&source, budget).await
+            }
+            Step::CatchUp {
+                target,
+                want,
+                budget,
+                ..
+            } => self.catch_up(&target, &want, budget).await,
+            Step::Promote {
+                target,
+                source_gtid,
+            } => self.promote(&target, &source_gtid).await,
+            Step::Resume { target, sites } => self.resume(&target, &sites).await,
+        };
+        let transition = finish(&pf, done, self.rt.now());
+        self.apply(&pf, transition).await
+    }
+
+    async fn drain(&mut self, source: &str, budget: std::time::Duration) -> Done {
+        let client = match self.client(source) {
+            Ok(c) => c,
+            Err(e) => {
+                return Done::DrainFailed {
+                    fence: FenceVerdict::NotApplied {
+                        reason: e.to_string(),
+                    },
+                    blockers_killed: 0,
+                };
+            }
+        };
+        let d = switchover::drain(&client, budget).await;
+        for s in &d.blockers {
+            let what = if s.is_busy() {
+                format!("running a statement for {} s", s.seconds)
+            } else {
+                format!(
+                    "idle for {} s; an idle session can hold a table lock",
+                    s.seconds
+                )
+            };
+            tracing::warn!(group = %self.group(), site = source, connection = s.id, account = %s.account(), seconds = s.seconds, "draining: killed a session that kept the fence from landing");
+            self.note(Note {
+                severity: Severity::Warning,
+                reason: bloodraven_core::contract::events::BLOCKING_SESSION_KILLED,
+                message: format!(
+                    "draining {source}: killed connection {} of {} ({what}): the fence could not land behind it",
+                    s.id,
+                    s.account()
+                ),
+            })
+            .await;
+        }
+        match d.fence {
+            FenceOutcome::Fenced => {
+                self.mark_read_only(source);
+                if let Some(Err(e)) = &d.killed_after {
+                    tracing::warn!(group = %self.group(), site = source, error = %e, "draining: killing the remaining application sessions failed (the fence blocks their writes)");
+                }
+                match d.source_gtid {
+                    Some(Ok(g)) => Done::Drained {
+                        source_gtid: g.to_string(),
+                    },
+                    Some(Err(e)) => Done::SourceUnreadable {
+                        error: e.to_string(),
+                    },
+                    None => Done::SourceUnreadable {
+                        error: "not read".into(),
+                    },
+                }
+            }
+            FenceOutcome::NotFenced { reason } => Done::DrainFailed {
+                fence: FenceVerdict::NotApplied { reason },
+                blockers_killed: d.blockers.len(),
+            },
+            FenceOutcome::Unknown { reason } => Done::DrainFailed {
+                fence: FenceVerdict::Unknown { reason },
+                blockers_killed: d.blockers.len(),
+            },
+        }
+    }
+
+    async fn catch_up(&self, target: &str, want: &str, budget: std::time::Duration) -> Done {
+        let failed = |error: String| Done::CatchUpFailed { error };
+        let client = match self.client(target) {
+            Ok(c) => c,
+            Err(e) => return failed(e.to_string()),
+        };
+        let flavor = match client.flavor().await {
+            Ok(f) => f,
+            Err(e) => return failed(e.to_string()),
+        };
+        let want = match GtidSet::parse(flavor.gtid_flavor(), want) {
+            Ok(w) => w,
+            Err(e) => return failed(e.to_string()),
+        };
+        match switchover::catch_up(&client, &want, budget).await {
+            Ok(CatchUp::CaughtUp) => Done::CaughtUp,
+            Ok(CatchUp::TimedOut { missing }) => Done::LagTimeout { missing },
+            Err(e) => failed(e.to_string()),
+        }
+    }
+
+    async fn promote(&mut self, target: &str, source_gtid: &str) -> Done {
+        let failed = |error: String| Done::PromoteFailed { error };
+        let client = match self.client(target) {
+            Ok(c) => c,
+            Err(e) => return failed(e.to_string()),
+        };
+        // After a restart the target may already be promoted: then its GTID set is the
+        // promotion point (clients still write only where /active-site points).
+        let promotion = match client.probe().await {
+            Ok(p) if !p.read_only && p.replica.is_none() => p.gtid,
+            _ => match client.promote().await {
+                Ok(p) => p.gtid,
+                Err(e) => {
+                    let e = ControllerError::Promote {
+                        site: target.to_string(),
+                        source: e,
+                    };
+                    tracing::warn!(group = %self.group(), step = e.step(), error = %e, "planned failover: promotion failed; the source stays fenced; retried next poll");
+                    return failed(e.to_string());
+                }
+            },
+        };
+        self.mark_writable(target);
+        let lost = GtidSet::parse(promotion.flavor(), source_gtid)
+            .map_or(0, |s| s.count_missing_from(&promotion));
+        Done::Promoted {
+            promotion_gtid: promotion.to_string(),
+            transactions_lost: lost,
+        }
+    }
+
+    async fn resume(&self, target: &str, sites: &[String]) -> Done {
+        let spec = match self.replication_spec(target) {
+            Ok(s) => s,
+            Err(e) => {
+                return Done::Resumed {
+                    failures: sites.iter().map(|s| (s.clone(), e.to_string())).collect(),
+                };
+            }
+        };
+        let mut failures = Vec::new();
+        let mut clients = Vec::new();
+        for s in sites {
+            match self.client(s) {
+                Ok(c) => clients.push(c),
+                Err(e) => failures.push((s.clone(), e.to_string())),
+            }
+        }
+        for (site, e) in switchover::repoint_all(&clients, &spec).await {
+            tracing::warn!(group = %self.group(), site = %site, step = "re-point", error = %e, "planned failover: re-point failed; retried by the next polls");
+            failures.push((site, e.to_string()));
+        }
+        Done::Resumed { failures }
+    }
+
+    /// Undoes by the transition's rule, persists it, records its event and metrics.
+    async fn apply(
+        &mut self,
+        pf: &PlannedFailoverStatus,
+        tr: Transition,
+    ) -> Result<bool, ControllerError> {
+        if let Undo::Unfence { site } | Undo::ReadBackThenUnfence { site } = &tr.undo {
+            let outcome = match self.client(site) {
+                Ok(c) => switchover::undo(&c, &tr.undo).await,
+                Err(e) => {
+                    tracing::error!(group = %self.group(), site = %site, step = e.step(), error = %e, "planned failover: cannot undo the fence");
+                    Undone::Nothing
+                }
+            };
+            match &outcome {
+                Undone::Failed(e) => {
+                    tracing::error!(group = %self.group(), site = %site, step = "unfence", error = %e, "planned failover: undoing the fence failed; no site may be writable until the operator's reassertion or a human resolves it");
+                }
+                other => {
+                    tracing::info!(group = %self.group(), site = %site, undo = ?other, "planned failover: undone");
+                }
+            }
+        }
+        let Some(next) = tr.next else {
+            return Ok(tr.again);
+        };
+        self.persist_phase(pf, next, tr.new_active_site).await?;
+        if let Some(n) = tr.note {
+            self.note(n).await;
+        }
+        if let Some(c) = tr.count {
+            self.count(c);
+        }
+        Ok(tr.again)
+    }
+
+    /// Persists `next` as the planned failover's status; with a new active site, in the same
+    /// write that bumps `topologyGeneration` (and revokes every deploy lease afterwards).
+    async fn persist_phase(
+        &self,
+        before: &PlannedFailoverStatus,
+        next: PlannedFailoverStatus,
+        new_active: Option<bloodraven_core::planned::NewActiveSite>,
+    ) -> Result<(), ControllerError> {
+        let phase = next.phase;
+        let persist_err = |e| ControllerError::Persist {
+            what: "the planned failover phase",
+            source: e,
+        };
+        if let Some(na) = new_active {
+            let now = self.rt.now();
+            let (target, gtid) = (na.site.clone(), na.promotion_gtid.clone());
+            let generation = self
+                .rt
+                .change_active_site(&na.site, |s| {
+                    s.last_failover = Some(now);
+                    s.last_failover_target.clone_from(&target);
+                    s.promotion_gtid_executed.clone_from(&gtid);
+                    s.planned_failover = Some(next.clone());
+                })
+                .await
+                .map_err(persist_err)?;
+            tracing::info!(group = %self.group(), target = %na.site, topologyGeneration = generation, transactions_lost = next.transactions_lost.unwrap_or(0), "planned failover: promoted");
+            return Ok(());
+        }
+        let failed = (phase == bloodraven_core::planned::PlannedFailoverPhase::Failed)
+            .then(|| (next.reason.clone(), next.message.clone()));
+        self.rt
+            .update_status(|s| s.planned_failover = Some(next.clone()))
+            .await
+            .map_err(persist_err)?;
+        match failed {
+            Some((reason, message)) => {
+                tracing::warn!(group = %self.group(), target = %before.target, reason = %reason, message = %message, "planned failover failed");
+            }
+            None => {
+                tracing::info!(group = %self.group(), target = %before.target, from = before.phase.as_str(), to = phase.as_str(), "planned failover: phase");
+            }
+        }
+        Ok(())
+    }
+
+    async fn note(&self, n: Note) {
+        let t = match n.severity {
+            Severity::Normal => EventType::Normal,
+            Severity::Warning => EventType::Warning,
+        };
+        self.event(t, n.reason, &n.message).await;
+    }
+
+    fn count(&self, c: Count) {
+        let group = self.group().to_string();
+        let planned = |result: &str| FailoverLabels {
+            group: group.clone(),
+            kind: "planned".into(),
+            result: result.into(),
+        };
+        match c {
+            Count::Deferred(reason) => {
+                self.metrics()
+                    .planned_failovers_deferred
+                    .get_or_create(&Metrics::reason(&group, reason.as_str()))
+                    .inc();
+            }
+            Count::Succeeded(d) => {
+                self.metrics()
+                    .failovers
+                    .get_or_create(&planned("succeeded"))
+                    .inc();
+                self.metrics()
+                    .planned_failover_duration
+                    .get_or_create(&GroupLabel {
+                        group: group.clone(),
+                    })
+                    .observe(d.as_secs_f64());
+            }
+            Count::Failed => {
+                self.metrics()
+                    .failovers
+                    .get_or_create(&planned("failed"))
+                    .inc();
+            }
+        }
+    }
+}
