@@ -1,5 +1,14 @@
-//! JSON bodies exchanged between Bloodraven's own processes (operator ↔ sidecars ↔ peers).
-//! The deploy API's bodies live with the deploy API.
+//! Every JSON body that crosses a process boundary, defined once and used by the server and
+//! the client alike, with each field's wire name exactly as documented:
+//!
+//! | body | server | clients |
+//! |---|---|---|
+//! | [`ActiveSite`] (`/active-site`, `/peer/active-site`) | operator, sidecars | sidecars |
+//! | [`deploy`] (`/deploy/v1`: requests, answers, errors, the observation) | operator | deploy client, CLI, playground |
+//! | [`SidecarStatus`] (sidecar `/status`, `snake_case` as documented) | sidecar | operator, dashboard |
+//! | [`OperatorStatus`] (operator `/status`) | operator | `bloodraven status`, playground |
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -89,9 +98,311 @@ impl ActiveSite {
     }
 }
 
+/// The deploy API's bodies (SPEC §3).
+pub mod deploy {
+    use std::fmt;
+
+    use serde::{Deserialize, Serialize};
+
+    use crate::lease::{Holder, LeaseKind, LeaseView};
+    use crate::time::Timestamp;
+
+    /// `POST /deploy/v1/groups/{group}/leases`. Unknown fields are refused (`400`).
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct GrantBody {
+        /// Parsed by the server into a [`LeaseKind`], so a bad kind gets its own message.
+        pub kind: String,
+        pub operation_id: String,
+        pub instance: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub ttl_seconds: Option<i64>,
+    }
+
+    /// `PUT /deploy/v1/groups/{group}/leases/{kind}/{operationId}`.
+    #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct RenewBody {
+        pub token: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub ttl_seconds: Option<i64>,
+    }
+
+    impl fmt::Debug for RenewBody {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("RenewBody")
+                .field("token", &"<redacted>")
+                .field("ttl_seconds", &self.ttl_seconds)
+                .finish()
+        }
+    }
+
+    /// `201`/`200` to a grant. The only body that carries a lease token.
+    #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct GrantAnswer {
+        pub kind: LeaseKind,
+        pub operation_id: String,
+        pub token: String,
+        pub expires_at: Timestamp,
+        pub topology_generation: u64,
+    }
+
+    impl fmt::Debug for GrantAnswer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("GrantAnswer")
+                .field("kind", &self.kind)
+                .field("operation_id", &self.operation_id)
+                .field("token", &"<redacted>")
+                .field("expires_at", &self.expires_at)
+                .field("topology_generation", &self.topology_generation)
+                .finish()
+        }
+    }
+
+    /// `200` to a renewal.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct RenewAnswer {
+        pub expires_at: Timestamp,
+        pub topology_generation: u64,
+    }
+
+    /// Every error answer: `{"error": code, "message": sentence, ...}`; the extra fields
+    /// appear with the codes that carry them.
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ErrorBody {
+        pub error: String,
+        #[serde(default)]
+        pub message: String,
+        /// `409 held`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub holder: Option<Holder>,
+        /// `423 unstable`, `409 revoked`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub reason: Option<String>,
+        /// `423 unstable`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub retry_after_seconds: Option<u32>,
+        /// `409 revoked`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub topology_generation: Option<u64>,
+    }
+
+    impl ErrorBody {
+        pub fn new(error: &str, message: &str) -> Self {
+            ErrorBody {
+                error: error.to_string(),
+                message: message.to_string(),
+                ..ErrorBody::default()
+            }
+        }
+    }
+
+    /// `GET /deploy/v1/groups/{group}` (SPEC §3.3).
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Observation {
+        pub group: String,
+        pub namespace: String,
+        pub active_site: String,
+        pub topology_generation: u64,
+        pub health: HealthView,
+        #[serde(default)]
+        pub operations: Operations,
+        pub stable: bool,
+        #[serde(default)]
+        pub unstable_reason: String,
+        #[serde(default)]
+        pub leases: Vec<LeaseView>,
+    }
+
+    /// `health` of the observation.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct HealthView {
+        pub ready: bool,
+        #[serde(default)]
+        pub degraded_reason: String,
+        pub replication_running: bool,
+        pub replication_lag_seconds: Option<f64>,
+        pub recovery_pending: bool,
+    }
+
+    /// `operations` of the observation: every in-flight operation.
+    #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Operations {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub planned_failover: Option<PlannedFailoverView>,
+    }
+
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct PlannedFailoverView {
+        pub phase: String,
+        pub target: String,
+        #[serde(default)]
+        pub admission: crate::planned::Admission,
+    }
+}
+
+/// The sidecar's `/status` (documented in docs/sidecar.md; `snake_case` but for
+/// `signedTopology`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SidecarStatus {
+    pub site: String,
+    pub group: String,
+    pub namespace: String,
+    /// `primary`, `replica`, `fenced` or `unknown`.
+    pub role: String,
+    pub mysql: SidecarMysql,
+    pub self_fenced: bool,
+    pub topology: Option<SidecarTopology>,
+    pub topology_floor: Option<Timestamp>,
+    pub last_operator_contact: Option<Timestamp>,
+    pub last_peer_contact: Option<Timestamp>,
+    pub peers: Vec<SidecarPeer>,
+    pub silent_for_seconds: f64,
+    /// The effective timings, as durations (`20s`).
+    pub lease_timeout: String,
+    pub peer_check_interval: String,
+    /// `flags`, `operator` or `pinned`.
+    pub timings_source: String,
+    #[serde(rename = "signedTopology")]
+    pub signed_topology: bool,
+    pub last_tick: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// `mysql` of the sidecar's `/status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SidecarMysql {
+    pub reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub flavor: Option<String>,
+    pub read_only: Option<bool>,
+    /// `null` on MariaDB, which has no `super_read_only`.
+    pub super_read_only: Option<bool>,
+    pub gtid: Option<String>,
+    /// `null` when the server is not a replica.
+    pub replication: Option<SidecarReplication>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SidecarReplication {
+    pub io_running: bool,
+    pub sql_running: bool,
+    pub seconds_behind: Option<u64>,
+    pub source: String,
+    pub last_io_error: String,
+    pub last_sql_error: String,
+}
+
+/// `topology` of the sidecar's `/status`: the cached view and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SidecarTopology {
+    #[serde(flatten)]
+    pub view: ActiveSite,
+    /// `operator`, or the base URL of the peer that relayed it.
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SidecarPeer {
+    pub url: String,
+    pub answering: Option<bool>,
+    pub last_contact: Option<Timestamp>,
+}
+
+/// The operator's `/status`: every group (or one, with `?group=`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OperatorStatus {
+    pub groups: BTreeMap<String, GroupReport>,
+}
+
+/// One group of the operator's `/status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupReport {
+    pub namespace: String,
+    pub spec: crate::config::FailoverGroupSpec,
+    pub status: crate::status::GroupStatus,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// The deploy API's observation of the group.
+    pub deploy: deploy::Observation,
+    /// The most recent events, newest first.
+    #[serde(default)]
+    pub events: Vec<crate::resources::EventBody>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_bodies_carry_only_their_fields() {
+        let e = deploy::ErrorBody::new("not_found", "no such lease");
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"error":"not_found","message":"no such lease"}"#
+        );
+        let e = deploy::ErrorBody {
+            reason: Some("TopologyChanged".into()),
+            topology_generation: Some(18),
+            ..deploy::ErrorBody::new("revoked", "m")
+        };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"error":"revoked","message":"m","reason":"TopologyChanged","topologyGeneration":18}"#
+        );
+        let g = deploy::GrantAnswer {
+            kind: crate::lease::LeaseKind::Migration,
+            operation_id: "op".into(),
+            token: "secret-value".into(),
+            expires_at: Timestamp::from_unix_seconds(0),
+            topology_generation: 1,
+        };
+        assert!(!format!("{g:?}").contains("secret-value"));
+        let r = deploy::RenewBody {
+            token: "secret-value".into(),
+            ttl_seconds: None,
+        };
+        assert!(!format!("{r:?}").contains("secret-value"));
+        assert!(
+            serde_json::from_str::<deploy::GrantBody>(
+                r#"{"kind":"migration","operationId":"a","instance":"b","x":1}"#
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_sidecar_status_reads_back_with_its_documented_names() {
+        let s = SidecarStatus {
+            self_fenced: true,
+            signed_topology: true,
+            lease_timeout: "20s".into(),
+            ..SidecarStatus::default()
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["self_fenced"], true);
+        assert_eq!(v["signedTopology"], true);
+        assert_eq!(v["lease_timeout"], "20s");
+        let back: SidecarStatus = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+        // Tolerant of what it does not know.
+        let old: SidecarStatus =
+            serde_json::from_str(r#"{"self_fenced":false,"extra":1}"#).unwrap();
+        assert!(!old.self_fenced);
+    }
 
     #[test]
     fn signed_bytes_are_the_compact_json_in_the_contract_order() {

@@ -1,17 +1,13 @@
-//! Bloodraven's pipeline-side clients.
+//! Bloodraven's deploy lease client, usable without a Kubernetes client.
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`release`] | the release engine for Kubernetes Deployments (`bloodraven release`, SPEC §6) |
 //! | [`lease`] | the deploy lease client: API calls, the lease session and its heartbeat (seed 01) |
+//! | [`migrate`] | the migrate engine: a migration under the leases, its DDL boundary, process group and record |
 //! | [`record`] | append-only JSON-lines outcome records, shared by every pipeline client |
-//! | [`cluster`] | Kubernetes clients for writing, with automatic retries off |
 //!
-//! Decisions live in `bloodraven-core` (plan checks, plan store, Lease validity, rollout
-//! verdict); this crate gathers facts from the cluster, acts, and writes records. It never
-//! retries a write whose outcome is unknown.
+//! The release engine for Kubernetes Deployments is `bloodraven-release`.
 
-pub mod cluster;
 pub mod lease;
+pub mod migrate;
 pub mod record;
-pub mod release;

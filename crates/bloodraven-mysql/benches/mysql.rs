@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use bloodraven_mysql::FenceOutcome;
-use bloodraven_mysql::harness::{Harness, HarnessOptions};
+use bloodraven_mysql::launcher::{Launcher, LauncherOptions};
 use bloodraven_testkit::ledger::{WRITES_TABLE_DDL, Writer, percentile};
 use tokio::time::{Instant, sleep};
 
@@ -37,7 +37,7 @@ async fn main() {
     let mut wire = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
-        let mut h = Harness::start(HarnessOptions::new(["iad", "pdx", "reader"]))
+        let mut h = Launcher::start(LauncherOptions::new(["iad", "pdx", "reader"]))
             .await
             .expect("start");
         start.push(t.elapsed());
@@ -51,7 +51,7 @@ async fn main() {
     );
     show("wire GTID replication primary → 2 replicas", &mut wire);
 
-    let h = Harness::start_group(&["iad", "pdx", "reader"])
+    let h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .expect("harness");
     h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();

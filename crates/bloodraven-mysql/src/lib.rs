@@ -5,7 +5,7 @@
 //! | [`sql`] | the statements per flavour and the parsers of their answers (pure) |
 //! | [`site`] | [`site::SiteClient`]: probe, fence, unfence, kill sessions, GTID waits, promote, re-point, audit |
 //! | [`switchover`] | the planned switchover primitive built only from adapter calls |
-//! | [`harness`] | starts real `mariadbd` servers for tests, benchmarks and the playground |
+//! | [`launcher`] | starts real `mariadbd` servers on loopback (read-only at boot) for the playground, tests and benchmarks |
 //! | [`creds`] | credentials that never print |
 //! | [`error`] | the boundary's error type |
 //!
@@ -14,7 +14,7 @@
 
 pub mod creds;
 pub mod error;
-pub mod harness;
+pub mod launcher;
 pub mod site;
 pub mod sql;
 pub mod switchover;

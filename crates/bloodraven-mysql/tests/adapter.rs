@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bloodraven_core::gtid::{GtidFlavor, GtidSet};
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_mysql::{
     Cause, Credentials, Endpoint, FenceOutcome, MysqlError, SiteClient, Timeouts,
 };
@@ -12,9 +12,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 use tokio::time::{Instant, sleep};
 
-async fn group() -> Harness {
+async fn group() -> Launcher {
     let t = Instant::now();
-    let h = Harness::start_group(&["iad", "pdx", "reader"])
+    let h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .expect("harness");
     println!(
@@ -28,11 +28,11 @@ async fn group() -> Harness {
     h
 }
 
-async fn app(h: &Harness, i: usize) -> Conn {
+async fn app(h: &Launcher, i: usize) -> Conn {
     Conn::new(h.app_opts(i)).await.expect("app connection")
 }
 
-fn user_opts(h: &Harness, i: usize, user: &str, pw: &str) -> mysql_async::Opts {
+fn user_opts(h: &Launcher, i: usize, user: &str, pw: &str) -> mysql_async::Opts {
     OptsBuilder::default()
         .ip_or_hostname("127.0.0.1")
         .tcp_port(h.port(i))

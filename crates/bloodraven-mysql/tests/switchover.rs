@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use bloodraven_core::planned::Undo;
 use bloodraven_mysql::FenceOutcome;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_mysql::switchover::{CatchUp, Undone, catch_up, drain, repoint_all, undo};
 use bloodraven_testkit::ledger::{self, WRITES_TABLE_DDL, Writer};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tokio::time::sleep;
 
-async fn group() -> Harness {
-    let h = Harness::start_group(&["iad", "pdx", "reader"])
+async fn group() -> Launcher {
+    let h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .expect("harness");
     let admin = h.admin(0).unwrap();
@@ -35,7 +35,7 @@ async fn group() -> Harness {
 }
 
 /// An application session holding `LOCK TABLES app.locked WRITE` on server `i`.
-async fn lock_held(h: &Harness, i: usize) -> Conn {
+async fn lock_held(h: &Launcher, i: usize) -> Conn {
     let mut c = Conn::new(h.app_opts(i)).await.unwrap();
     c.query_drop("LOCK TABLES app.locked WRITE").await.unwrap();
     c

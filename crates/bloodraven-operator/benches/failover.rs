@@ -14,7 +14,7 @@ use bloodraven_core::config::SiteRole;
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::status::GroupStatus;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_operator::OperatorHandle;
 use bloodraven_operator::local::{LocalOptions, write_files};
 use bloodraven_testkit::ledger::{WRITES_TABLE_DDL, Writer, percentile};
@@ -57,7 +57,7 @@ async fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(20);
-    let mut h = Harness::start_group(&["iad", "pdx", "reader"])
+    let mut h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .unwrap();
     h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();

@@ -27,9 +27,9 @@ use bloodraven_core::resources::{API_VERSION, FailoverGroupBody, KIND_GROUP, KIN
 use bloodraven_core::status::{GroupStatus, PendingFlags, condition, health_inputs};
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::token::{TOKEN_BYTES, TokenSource};
+use bloodraven_core::wire::deploy::{HealthView, Observation, Operations, PlannedFailoverView};
 use bloodraven_runtime::clock::SharedClock;
 use bloodraven_store::{ObjectKey, RawObject, Store, StoreError, WriteOp};
-use serde::Serialize;
 
 use crate::events::{self, EventType};
 use crate::lease_objects::{self, LABEL_GROUP};
@@ -137,46 +137,6 @@ pub enum RequestError {
     Store(#[from] StoreError),
     #[error("the operating system's random number generator failed")]
     Random,
-}
-
-/// `GET /deploy/v1/groups/{group}` (SPEC §3.3).
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Observation {
-    pub group: String,
-    pub namespace: String,
-    pub active_site: String,
-    pub topology_generation: u64,
-    pub health: HealthView,
-    pub operations: Operations,
-    pub stable: bool,
-    pub unstable_reason: String,
-    pub leases: Vec<LeaseView>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HealthView {
-    pub ready: bool,
-    pub degraded_reason: String,
-    pub replication_running: bool,
-    pub replication_lag_seconds: Option<f64>,
-    pub recovery_pending: bool,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Operations {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub planned_failover: Option<PlannedFailoverView>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlannedFailoverView {
-    pub phase: String,
-    pub target: String,
-    pub admission: bloodraven_core::status::Admission,
 }
 
 /// A failover group at run time.

@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use bloodraven_core::config::SiteRole;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_runtime::tls::{self, Pki};
 
 use crate::auth::SigningKey;
@@ -115,7 +115,7 @@ fn write(path: &Path, text: &str) -> Result<(), LocalError> {
 /// PKI and token key are kept (so tokens and `--cacert` stay valid across runs).
 pub fn write_files(
     dir: &Path,
-    harness: &Harness,
+    harness: &Launcher,
     o: &LocalOptions,
 ) -> Result<LocalFiles, LocalError> {
     std::fs::create_dir_all(dir).map_err(|e| LocalError::Write {

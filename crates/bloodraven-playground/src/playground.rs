@@ -19,7 +19,7 @@ use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_core::time::Clock as _;
 use bloodraven_deploy::lease::{HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig};
 use bloodraven_mysql::Credentials;
-use bloodraven_mysql::harness::{Accounts, Harness, HarnessOptions};
+use bloodraven_mysql::launcher::{Accounts, Launcher, LauncherOptions};
 use bloodraven_operator::auth::{self, SigningKey};
 use bloodraven_operator::local::{LocalFiles, LocalOptions, write_files};
 use bloodraven_runtime::clock::SystemClock;
@@ -66,7 +66,7 @@ pub enum PlaygroundError {
         flag: &'static str,
     },
     #[error("MariaDB: {0}")]
-    Harness(#[from] bloodraven_mysql::harness::HarnessError),
+    Launcher(#[from] bloodraven_mysql::launcher::LaunchError),
     #[error("MySQL: {0}")]
     Mysql(#[from] bloodraven_mysql::MysqlError),
     #[error("files: {0}")]
@@ -123,7 +123,7 @@ pub struct Playground {
     pub dir: PathBuf,
     keep: bool,
     pub files: LocalFiles,
-    pub harness: Mutex<Harness>,
+    pub harness: Mutex<Launcher>,
     pub links: Vec<SiteLinks>,
     pub sidecar_ports: Vec<u16>,
     operator: Mutex<Option<Child>>,
@@ -155,7 +155,7 @@ fn check_port(port: u16, what: &'static str, flag: &'static str) -> Result<(), P
 }
 
 fn free_port() -> Result<u16, PlaygroundError> {
-    bloodraven_mysql::harness::free_port().map_err(io("pick a free port"))
+    bloodraven_mysql::launcher::free_port().map_err(io("pick a free port"))
 }
 
 fn loopback(port: u16) -> SocketAddr {
@@ -194,7 +194,7 @@ impl Playground {
             .and_then(|t| serde_json::from_str(&t).ok());
 
         progress("starting MariaDB servers iad, pdx, reader");
-        let mut hopts = HarnessOptions::new(SITES);
+        let mut hopts = LauncherOptions::new(SITES);
         hopts.dir = Some(dir.join("mysql"));
         hopts.graceful_shutdown = true;
         hopts.buffer_pool = "64M".into();
@@ -213,7 +213,7 @@ impl Playground {
         // Every server boots read-only (`read_only=ON`), as docs/mysql.md recommends: a
         // restarted server takes no write before the operator decides it may.
         hopts.read_only_at_start = true;
-        let mut harness = Harness::start(hopts).await?;
+        let mut harness = Launcher::start(hopts).await?;
         let fresh = !harness.was_initialised(0);
         if !fresh
             && let Some(active) = &stored_active

@@ -31,7 +31,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bloodraven_mysql::SiteClient;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_testkit::ledger::percentile;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -176,7 +176,7 @@ struct Sidecar {
 /// net has cleared the fence.
 async fn spawn(
     bin: &Path,
-    h: &Harness,
+    h: &Launcher,
     creds: &Path,
     op: &FakeParty,
     pdx: &FakeParty,
@@ -259,7 +259,7 @@ async fn main() {
         std::process::exit(1);
     }
 
-    let h = Harness::start_group(&[SITE]).await.expect("harness");
+    let h = Launcher::start_group(&[SITE]).await.expect("harness");
     let admin = h.admin(0).expect("admin");
     let acct = &h.accounts().failover;
     let mut creds = tempfile::NamedTempFile::new().unwrap();

@@ -15,10 +15,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bloodraven_core::duration::HumanDuration;
 use bloodraven_core::fencing::ViewSource;
-use bloodraven_core::time::Timestamp;
-use bloodraven_core::wire::ActiveSite;
+use bloodraven_core::wire::{
+    SidecarMysql, SidecarPeer, SidecarReplication, SidecarStatus, SidecarTopology,
+};
 use bloodraven_mysql::Probe;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
 use tokio::time::{Instant, timeout};
 
@@ -132,74 +133,7 @@ async fn metrics<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
         .into_response()
 }
 
-#[derive(Debug, Serialize)]
-struct Replication {
-    io_running: bool,
-    sql_running: bool,
-    seconds_behind: Option<u64>,
-    source: String,
-    last_io_error: String,
-    last_sql_error: String,
-}
-
-#[derive(Debug, Serialize)]
-struct MysqlStatus {
-    reachable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    flavor: Option<String>,
-    read_only: Option<bool>,
-    /// `null` on MariaDB, which has no `super_read_only`.
-    super_read_only: Option<bool>,
-    gtid: Option<String>,
-    /// `null` when the server is not a replica.
-    replication: Option<Replication>,
-}
-
-#[derive(Debug, Serialize)]
-struct Topology {
-    #[serde(flatten)]
-    view: ActiveSite,
-    /// `operator`, or the base URL of the peer that relayed it.
-    source: String,
-}
-
-#[derive(Debug, Serialize)]
-struct PeerStatus {
-    url: String,
-    answering: Option<bool>,
-    last_contact: Option<Timestamp>,
-}
-
-#[derive(Debug, Serialize)]
-struct Status {
-    site: String,
-    group: String,
-    namespace: String,
-    /// `primary` (writable), `replica` (read-only, replicating), `fenced` (read-only, not a
-    /// replica) or `unknown` (MySQL unreachable).
-    role: &'static str,
-    mysql: MysqlStatus,
-    self_fenced: bool,
-    topology: Option<Topology>,
-    topology_floor: Option<Timestamp>,
-    last_operator_contact: Option<Timestamp>,
-    last_peer_contact: Option<Timestamp>,
-    peers: Vec<PeerStatus>,
-    silent_for_seconds: f64,
-    /// The timings in effect, and where they come from (`flags`, `operator`, `pinned`).
-    lease_timeout: String,
-    peer_check_interval: String,
-    timings_source: crate::trust::TimingsSource,
-    /// Views are adopted only when signed by the operator (`--operator-public-key`).
-    #[serde(rename = "signedTopology")]
-    signed_topology: bool,
-    last_tick: Option<Timestamp>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    note: Option<&'static str>,
-}
-
-fn mysql_status(probe: Result<Probe, String>) -> (MysqlStatus, &'static str) {
+fn mysql_status(probe: Result<Probe, String>) -> (SidecarMysql, &'static str) {
     match probe {
         Ok(p) => {
             let fenced = p.fenced();
@@ -208,7 +142,7 @@ fn mysql_status(probe: Result<Probe, String>) -> (MysqlStatus, &'static str) {
                 (true, Some(_)) => "replica",
                 (true, None) => "fenced",
             };
-            let replication = p.replica.map(|r| Replication {
+            let replication = p.replica.map(|r| SidecarReplication {
                 io_running: r.io_running,
                 sql_running: r.sql_running,
                 seconds_behind: r.seconds_behind,
@@ -217,7 +151,7 @@ fn mysql_status(probe: Result<Probe, String>) -> (MysqlStatus, &'static str) {
                 last_sql_error: r.last_sql_error,
             });
             (
-                MysqlStatus {
+                SidecarMysql {
                     reachable: true,
                     error: None,
                     flavor: Some(p.flavor.to_string()),
@@ -230,7 +164,7 @@ fn mysql_status(probe: Result<Probe, String>) -> (MysqlStatus, &'static str) {
             )
         }
         Err(error) => (
-            MysqlStatus {
+            SidecarMysql {
                 reachable: false,
                 error: Some(error),
                 flavor: None,
@@ -256,7 +190,7 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
     let now = shared.mono(Instant::now());
     let g = shared.lock();
     let cache = g.monitor.cache();
-    let topology = cache.get().map(|v| Topology {
+    let topology = cache.get().map(|v| SidecarTopology {
         view: v.clone(),
         source: match cache.source() {
             Some(ViewSource::Peer(p)) => shared
@@ -268,11 +202,11 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
         },
     });
     let self_fenced = g.monitor.self_fenced();
-    let body = Status {
+    let body = SidecarStatus {
         site: shared.identity.site.clone(),
         group: shared.identity.group.clone(),
         namespace: shared.identity.namespace.clone(),
-        role,
+        role: role.to_string(),
         mysql,
         self_fenced,
         topology,
@@ -283,7 +217,7 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
             .peers
             .iter()
             .enumerate()
-            .map(|(i, url)| PeerStatus {
+            .map(|(i, url)| SidecarPeer {
                 url: url.clone(),
                 answering: g.peer_up.get(i).copied().flatten(),
                 last_contact: g.peer_contact.get(i).copied().flatten(),
@@ -292,10 +226,10 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
         silent_for_seconds: g.monitor.lease().silent_for(now).as_secs_f64(),
         lease_timeout: HumanDuration(g.timing.lease_timeout).to_string(),
         peer_check_interval: HumanDuration(g.timing.peer_check_interval).to_string(),
-        timings_source: g.timings_source,
+        timings_source: g.timings_source.as_str().to_string(),
         signed_topology: shared.trust.signed(),
         last_tick: g.last_tick,
-        note: (self_fenced || role == "fenced").then_some(STALE_READS_NOTE),
+        note: (self_fenced || role == "fenced").then(|| STALE_READS_NOTE.to_string()),
     };
     drop(g);
     axum::Json(body).into_response()

@@ -37,6 +37,16 @@ pub enum TimingsSource {
     Pinned,
 }
 
+impl TimingsSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimingsSource::Flags => "flags",
+            TimingsSource::Operator => "operator",
+            TimingsSource::Pinned => "pinned",
+        }
+    }
+}
+
 impl Trust {
     /// Whether views must be signed.
     pub fn signed(&self) -> bool {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bloodraven_core::contract::logs;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
@@ -27,8 +27,8 @@ fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-async fn group(names: &[&str]) -> Harness {
-    let h = Harness::start_group(names).await.expect("harness");
+async fn group(names: &[&str]) -> Launcher {
+    let h = Launcher::start_group(names).await.expect("harness");
     h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
     h.wait_replicas_caught_up(0, Duration::from_secs(10))
         .await
@@ -36,11 +36,11 @@ async fn group(names: &[&str]) -> Harness {
     h
 }
 
-async fn fenced(h: &Harness, i: usize) -> bool {
+async fn fenced(h: &Launcher, i: usize) -> bool {
     h.admin(i).unwrap().is_fenced().await.unwrap_or(false)
 }
 
-async fn rows(h: &Harness, id: u64) -> u64 {
+async fn rows(h: &Launcher, id: u64) -> u64 {
     h.admin(0)
         .unwrap()
         .query_string(format!("SELECT COUNT(*) FROM app.writes WHERE id = {id}"))

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bloodraven_core::contract::metrics as names;
 use bloodraven_core::wire::ActiveSite;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use reqwest::StatusCode;
 use serde_json::Value;
 use support::{FakeParty, at, start_sidecar, view, wait_until};
@@ -22,7 +22,7 @@ async fn get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
 #[tokio::test]
 async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
     let site = "http-iad";
-    let mut h = Harness::start_group(&[site, "http-pdx"]).await.unwrap();
+    let mut h = Launcher::start_group(&[site, "http-pdx"]).await.unwrap();
     let op = FakeParty::start(Some(view(site, 5, at(0)))).await;
     let peer = FakeParty::start(None).await;
     let sidecar = start_sidecar(

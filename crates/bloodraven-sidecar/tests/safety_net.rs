@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bloodraven_core::contract::logs;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_sidecar::safety_net::SafetyNetOutcome;
 use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
 use mysql_async::Conn;
@@ -16,8 +16,8 @@ use mysql_async::prelude::Queryable;
 use support::{FakeParty, Mode, at, free_port, records, start_sidecar, start_sidecar_with, view};
 use tokio::time::sleep;
 
-async fn server(name: &str) -> Harness {
-    let h = Harness::start_group(&[name]).await.expect("harness");
+async fn server(name: &str) -> Launcher {
+    let h = Launcher::start_group(&[name]).await.expect("harness");
     h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
     assert!(
         !h.admin(0).unwrap().is_fenced().await.unwrap(),
@@ -27,7 +27,7 @@ async fn server(name: &str) -> Harness {
 }
 
 /// An application write: `Ok` when it landed, the server error code otherwise.
-async fn app_write(h: &Harness, id: u64) -> Result<(), Option<u16>> {
+async fn app_write(h: &Launcher, id: u64) -> Result<(), Option<u16>> {
     let mut c = Conn::new(h.app_opts(0)).await.expect("app connects");
     c.exec_drop(
         "INSERT INTO app.writes (id, site) VALUES (?, 'safety-net')",

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bloodraven_core::contract::logs;
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::wire::ActiveSite;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_runtime::topology::{SigningKey, Verifier};
 use bloodraven_sidecar::trust::Trust;
 use serde_json::Value;
@@ -72,7 +72,7 @@ async fn status(addr: SocketAddr) -> Value {
         .unwrap()
 }
 
-async fn fenced(h: &Harness) -> bool {
+async fn fenced(h: &Launcher) -> bool {
     h.admin(0).unwrap().is_fenced().await.unwrap_or(false)
 }
 
@@ -89,7 +89,7 @@ fn refusals(captured: &bloodraven_runtime::logging::Captured) -> Vec<String> {
 async fn forged_relayed_views_are_refused_and_a_genuine_one_fences() {
     let captured = bloodraven_runtime::logging::capture();
     let site = "sg-a";
-    let h = Harness::start_group(&[site]).await.unwrap();
+    let h = Launcher::start_group(&[site]).await.unwrap();
     let k = keys();
     let op = FakeParty::start(Some(signed(&k.operator, site, 1, at(0)))).await;
     let peer = FakeParty::start(None).await;
@@ -175,7 +175,7 @@ async fn forged_relayed_views_are_refused_and_a_genuine_one_fences() {
 
 #[tokio::test]
 async fn pinned_timings_win_and_a_sidecar_without_a_key_says_so() {
-    let h = Harness::start_group(&["sg-p", "sg-q"]).await.unwrap();
+    let h = Launcher::start_group(&["sg-p", "sg-q"]).await.unwrap();
     let k = keys();
     let op = FakeParty::start(Some(signed(&k.operator, "sg-p", 1, at(0)))).await;
     let pinned = start_sidecar_trusting(
@@ -222,7 +222,7 @@ async fn pinned_timings_win_and_a_sidecar_without_a_key_says_so() {
 #[tokio::test]
 async fn the_safety_net_does_not_trust_an_answer_signed_by_another_key() {
     let captured = bloodraven_runtime::logging::capture();
-    let h = Harness::start_group(&["sg-s"]).await.unwrap();
+    let h = Launcher::start_group(&["sg-s"]).await.unwrap();
     let k = keys();
     let op = FakeParty::start(Some(signed(&k.stranger, "sg-s", 1, at(0)))).await;
     let sidecar = start_sidecar_trusting(

@@ -18,6 +18,8 @@ use bloodraven_runtime::clock::{self, Clock as _};
 use bloodraven_store::{ObjectKey, SqliteStore, Store};
 use clap::{Args, Subcommand};
 
+use crate::cli::{Flavor, block_on};
+
 use crate::operator_cmd::exit;
 
 #[derive(Debug, Args)]
@@ -161,14 +163,10 @@ fn lease_command(action: &LeaseAction) -> i32 {
             return exit::USAGE;
         }
     };
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return exit::ERROR;
-    };
-    let result: Result<serde_json::Value, bloodraven_deploy::lease::ApiError> = rt.block_on(async {
-        match action {
+    let result: Result<serde_json::Value, bloodraven_deploy::lease::ApiError> = match block_on(
+        Flavor::CurrentThread,
+        async {
+            match action {
             LeaseAction::Grant { instance, ttl, .. } => client
                 .grant(kind, operation_id, instance, *ttl)
                 .await
@@ -185,7 +183,11 @@ fn lease_command(action: &LeaseAction) -> i32 {
                 client.release(kind, operation_id, &token).await.map(|()| serde_json::json!({"released": true}))
             }
         }
-    });
+        },
+    ) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     match result {
         Ok(v) => {
             println!("{v}");
@@ -207,13 +209,11 @@ fn status_command(api: &crate::migrate_cmd::ApiArgs, json: bool) -> i32 {
             return exit::USAGE;
         }
     };
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return exit::ERROR;
+    let observed = match block_on(Flavor::CurrentThread, client.observe()) {
+        Ok(o) => o,
+        Err(code) => return code,
     };
-    match rt.block_on(client.observe()) {
+    match observed {
         Ok(o) if json => {
             println!(
                 "{}",
@@ -250,8 +250,18 @@ fn status_command(api: &crate::migrate_cmd::ApiArgs, json: bool) -> i32 {
                     .map_or_else(|| "-".to_string(), |l| format!("{l}s")),
                 o.health.recovery_pending
             );
-            if let Some(pf) = o.operations.get("plannedFailover") {
-                println!("planned failover: {pf}");
+            if let Some(pf) = &o.operations.planned_failover {
+                let a = &pf.admission;
+                println!(
+                    "planned failover to {}: {}{}",
+                    pf.target,
+                    pf.phase,
+                    if a.defer_reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({}: {})", a.defer_reason, a.message)
+                    }
+                );
             }
             for l in &o.leases {
                 println!(
@@ -301,14 +311,10 @@ pub fn run(args: DeployArgs) -> i32 {
             };
             let namespace = g.metadata.namespace.clone();
             let path = cfg.settings.data_dir.join(STORE_FILE);
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                eprintln!("error: cannot start the async runtime");
-                return exit::ERROR;
-            };
-            rt.block_on(revoke_all(&path, &namespace, &group, wait))
+            crate::cli::run(
+                Flavor::CurrentThread,
+                revoke_all(&path, &namespace, &group, wait),
+            )
         }
     }
 }

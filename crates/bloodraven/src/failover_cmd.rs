@@ -17,9 +17,7 @@ use clap::Args;
 
 /// Exit codes of `bloodraven failover`.
 pub mod exit {
-    pub const SUCCEEDED: i32 = 0;
-    pub const ERROR: i32 = 1;
-    pub const USAGE: i32 = 2;
+    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, USAGE};
     /// The failover ended in `Failed`.
     pub const FAILED: i32 = 3;
     /// `--wait` passed before it finished (it goes on without this command).
@@ -81,14 +79,10 @@ pub fn run(args: &FailoverArgs) -> i32 {
     }
     let key = ObjectKey::new(KIND_GROUP, &g.metadata.namespace, &args.group);
     let path = cfg.settings.data_dir.join(STORE_FILE);
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        eprintln!("error: cannot start the async runtime");
-        return exit::ERROR;
-    };
-    rt.block_on(request_and_follow(&path, &key, &args.to, wait))
+    crate::cli::run(
+        crate::cli::Flavor::CurrentThread,
+        request_and_follow(&path, &key, &args.to, wait),
+    )
 }
 
 async fn request_and_follow(

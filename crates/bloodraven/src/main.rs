@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod cli;
 mod deploy_cmd;
 mod failover_cmd;
 mod migrate_cmd;

@@ -13,9 +13,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 /// Exit codes shared by the service commands.
 pub mod exit {
-    pub const OK: i32 = 0;
-    pub const ERROR: i32 = 1;
-    pub const USAGE: i32 = 2;
+    pub use crate::cli::exit::{ERROR, OK, USAGE};
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -58,17 +56,7 @@ pub fn run_operator(args: &OperatorArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return exit::ERROR;
-        }
-    };
-    rt.block_on(async move {
+    crate::cli::run(crate::cli::Flavor::MultiThread, async move {
         let tasks = crate::controller_tasks();
         let handle = match bloodraven_operator::start(cfg, clock::system(), tasks).await {
             Ok(h) => h,

@@ -61,23 +61,16 @@ enum PlaygroundCommand {
 }
 
 pub fn run(args: PlaygroundArgs) -> i32 {
-    let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    else {
-        eprintln!("error: cannot start the async runtime");
-        return 1;
-    };
     match args.command {
         Some(PlaygroundCommand::Chaos {
             action,
             site,
             writable,
             dashboard,
-        }) => rt.block_on(async move {
+        }) => crate::cli::run(crate::cli::Flavor::MultiThread, async move {
             if writable && action != "restart-site" {
                 eprintln!("error: --writable applies to restart-site only");
-                return 2;
+                return crate::cli::exit::USAGE;
             }
             let base = format!("{}/api/chaos/{action}", dashboard.trim_end_matches('/'));
             let mut query = Vec::new();
@@ -111,15 +104,17 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                 }
             }
         }),
-        Some(PlaygroundCommand::Scenario { name, dashboard }) => rt.block_on(async move {
-            match bloodraven_playground::scenario::run(&name, &dashboard).await {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    1
+        Some(PlaygroundCommand::Scenario { name, dashboard }) => {
+            crate::cli::run(crate::cli::Flavor::MultiThread, async move {
+                match bloodraven_playground::scenario::run(&name, &dashboard).await {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        1
+                    }
                 }
-            }
-        }),
+            })
+        }
         None => {
             let exe = match std::env::current_exe() {
                 Ok(e) => e,
@@ -129,15 +124,18 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                 }
             };
             bloodraven_runtime::logging::init(bloodraven_runtime::logging::Format::Text);
-            rt.block_on(bloodraven_playground::run(PlaygroundOptions {
-                dir: args.dir,
-                reset: args.reset,
-                app_port: args.app_port,
-                dashboard_port: args.dashboard_port,
-                operator_port: args.operator_port,
-                deploy_port: args.deploy_port,
-                exe,
-            }))
+            crate::cli::run(
+                crate::cli::Flavor::MultiThread,
+                bloodraven_playground::run(PlaygroundOptions {
+                    dir: args.dir,
+                    reset: args.reset,
+                    app_port: args.app_port,
+                    dashboard_port: args.dashboard_port,
+                    operator_port: args.operator_port,
+                    deploy_port: args.deploy_port,
+                    exe,
+                }),
+            )
         }
     }
 }

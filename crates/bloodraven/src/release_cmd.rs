@@ -1,7 +1,7 @@
 //! `bloodraven release`: safe changes to a Kubernetes Deployment (SPEC §6, seed 03).
 //!
 //! Parses and validates the arguments, shows the plan, asks for confirmation (unless `--yes`),
-//! applies it through `bloodraven_deploy::release::Releaser` and maps the outcome to an exit
+//! applies it through `bloodraven_release::Releaser` and maps the outcome to an exit
 //! code. All decisions live in the core and the engine; this file only talks to the user.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -11,23 +11,18 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use bloodraven_core::names::{check_dns1123_label, check_dns1123_subdomain};
 use bloodraven_core::release::{Change, Plan, ReleaseAction, check_replicas};
-use bloodraven_deploy::cluster::{self, ClusterOptions};
 use bloodraven_deploy::record::RecordLine;
-use bloodraven_deploy::release::history::{self, ReleaseSummary};
-use bloodraven_deploy::release::{
-    ApplyError, ApplyReport, Outcome, PlanningError, Releaser, Timeouts,
-};
+use bloodraven_release::cluster::{self, ClusterOptions};
+use bloodraven_release::history::{self, ReleaseSummary};
+use bloodraven_release::{ApplyError, ApplyReport, Outcome, PlanningError, Releaser, Timeouts};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
 /// Exit codes of `bloodraven release`, one per outcome (documented in docs/release.md).
 pub mod exit {
-    /// Ready (or `history` listed the records).
-    pub const READY: i32 = 0;
-    /// Unexpected error: kubeconfig, connection, local IO.
-    pub const ERROR: i32 = 1;
-    /// Bad command-line input (also clap's own code).
-    pub const USAGE: i32 = 2;
+    /// Ready (or `history` listed the records) is `OK`; `ERROR` an unexpected error
+    /// (kubeconfig, connection, local IO); `USAGE` bad command-line input.
+    pub use crate::cli::exit::{ERROR, OK as READY, USAGE};
     /// No plan: a pre-check failed, the dry-run was rejected, nothing to roll back to.
     pub const NO_PLAN: i32 = 3;
     /// The plan was not confirmed (declined, or no terminal and no `--yes`).
@@ -187,14 +182,10 @@ pub fn run(args: ReleaseArgs) -> i32 {
     {
         return usage("--record: must not be empty");
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return error(common.output, &anyhow::Error::new(e)),
-    };
-    runtime.block_on(release(&deployment, request, &common))
+    crate::cli::run(
+        crate::cli::Flavor::CurrentThread,
+        release(&deployment, request, &common),
+    )
 }
 
 fn usage(message: &str) -> i32 {

@@ -13,12 +13,9 @@ use clap::{Args, ValueEnum};
 
 /// Exit codes of `bloodraven sidecar`.
 pub mod exit {
-    /// Stopped by a signal.
-    pub const STOPPED: i32 = 0;
-    /// Could not run: the listener could not bind, the runtime could not start.
-    pub const ERROR: i32 = 1;
-    /// A bad flag or environment value (also clap's own code).
-    pub const USAGE: i32 = 2;
+    /// Stopped by a signal (`OK`); could not run (`ERROR`: the listener could not bind, the
+    /// runtime could not start); a bad flag or environment value (`USAGE`).
+    pub use crate::cli::exit::{ERROR, OK as STOPPED, USAGE};
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -138,23 +135,20 @@ pub fn run(args: SidecarArgs) -> i32 {
         LogFormat::Json => Format::Json,
         LogFormat::Text => Format::Text,
     });
-    let result = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("failed to start the async runtime")
-        .and_then(|rt| {
-            rt.block_on(bloodraven_sidecar::run(
-                settings,
-                bloodraven_runtime::clock::system(),
-                bloodraven_runtime::shutdown::signal(),
-            ))
-            .context("the sidecar could not run")
-        });
-    match result {
-        Ok(()) => exit::STOPPED,
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "sidecar stopped with an error");
-            exit::ERROR
+    crate::cli::run(crate::cli::Flavor::CurrentThread, async move {
+        let result = bloodraven_sidecar::run(
+            settings,
+            bloodraven_runtime::clock::system(),
+            bloodraven_runtime::shutdown::signal(),
+        )
+        .await
+        .context("the sidecar could not run");
+        match result {
+            Ok(()) => exit::STOPPED,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "sidecar stopped with an error");
+                exit::ERROR
+            }
         }
-    }
+    })
 }

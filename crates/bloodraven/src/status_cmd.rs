@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use bloodraven_core::wire::OperatorStatus;
 use clap::Args;
 use serde_json::Value;
 
@@ -53,38 +54,42 @@ pub fn run(args: &StatusArgs) -> i32 {
         Some(g) => format!("{base}/status?group={g}"),
         None => format!("{base}/status"),
     };
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return exit::ERROR;
-    };
-    let body: Result<Value, String> = rt.block_on(async {
-        let resp = reqwest::get(&url)
-            .await
-            .map_err(|e| format!("cannot reach the operator at {base}: {e}"))?;
-        let status = resp.status();
-        let v: Value = resp
-            .json()
-            .await
-            .map_err(|e| format!("bad answer from {url}: {e}"))?;
-        if !status.is_success() {
-            return Err(format!(
-                "{url}: {status}: {}",
-                v.get("message").and_then(Value::as_str).unwrap_or("")
-            ));
-        }
-        Ok(v)
-    });
+    let body: Result<Value, String> =
+        match crate::cli::block_on(crate::cli::Flavor::CurrentThread, async {
+            let resp = reqwest::get(&url)
+                .await
+                .map_err(|e| format!("cannot reach the operator at {base}: {e}"))?;
+            let status = resp.status();
+            let v: Value = resp
+                .json()
+                .await
+                .map_err(|e| format!("bad answer from {url}: {e}"))?;
+            if !status.is_success() {
+                return Err(format!(
+                    "{url}: {status}: {}",
+                    v.get("message").and_then(Value::as_str).unwrap_or("")
+                ));
+            }
+            Ok(v)
+        }) {
+            Ok(b) => b,
+            Err(code) => return code,
+        };
     match body {
         Ok(v) if args.json => {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             exit::OK
         }
-        Ok(v) => {
-            print!("{}", render(&v));
-            exit::OK
-        }
+        Ok(v) => match serde_json::from_value::<OperatorStatus>(v) {
+            Ok(status) => {
+                print!("{}", render(&status));
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("error: the operator's /status does not read as expected: {e}");
+                exit::ERROR
+            }
+        },
         Err(e) => {
             eprintln!("error: {e}");
             exit::ERROR
@@ -92,54 +97,48 @@ pub fn run(args: &StatusArgs) -> i32 {
     }
 }
 
-fn s(v: &Value, ptr: &str) -> String {
-    match v.pointer(ptr) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(other) => other.to_string(),
-    }
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".to_string())
 }
 
 /// Renders `/status` as text.
-pub fn render(v: &Value) -> String {
+pub fn render(v: &OperatorStatus) -> String {
     let mut out = String::new();
-    let Some(groups) = v.get("groups").and_then(Value::as_object) else {
+    if v.groups.is_empty() {
         return "no groups\n".into();
-    };
-    for (name, g) in groups {
+    }
+    for (name, g) in &v.groups {
+        let st = &g.status;
         let _ = writeln!(
             out,
             "group {name} (namespace {})  active site: {}  topologyGeneration: {}  stable: {}{}",
-            s(g, "/namespace"),
-            if s(g, "/status/activeSite").is_empty() {
-                "(none)".to_string()
+            g.namespace,
+            if st.active_site.is_empty() {
+                "(none)"
             } else {
-                s(g, "/status/activeSite")
+                st.active_site.as_str()
             },
-            s(g, "/status/topologyGeneration"),
-            if g.pointer("/deploy/stable") == Some(&Value::Bool(true)) {
-                "yes"
+            st.topology_generation,
+            if g.deploy.stable { "yes" } else { "no" },
+            if g.deploy.unstable_reason.is_empty() {
+                String::new()
             } else {
-                "no"
-            },
-            match s(g, "/deploy/unstableReason") {
-                r if r.is_empty() => String::new(),
-                r => format!(" ({r})"),
+                format!(" ({})", g.deploy.unstable_reason)
             }
         );
-        if let Some(conds) = g.pointer("/status/conditions").and_then(Value::as_array) {
-            let line: Vec<String> = conds
+        if !st.conditions.is_empty() {
+            let line: Vec<String> = st
+                .conditions
                 .iter()
                 .map(|c| {
-                    let reason = s(c, "/reason");
                     format!(
                         "{}={}{}",
-                        s(c, "/type"),
-                        s(c, "/status"),
-                        if reason.is_empty() {
+                        c.type_,
+                        c.status,
+                        if c.reason.is_empty() {
                             String::new()
                         } else {
-                            format!(" ({reason})")
+                            format!(" ({})", c.reason)
                         }
                     )
                 })
@@ -151,116 +150,92 @@ pub fn render(v: &Value) -> String {
             "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {:<26} RECOVERY",
             "SITE", "ROLE", "STATE", "REPLICATING", "LAG", "GTID", "FENCED", "SIDECAR TIMINGS"
         );
-        for site in g
-            .pointer("/status/sites")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let lag = s(site, "/secondsBehindSource");
-            let fenced = match site.get("sidecarSelfFenced") {
-                Some(Value::Bool(true)) => "self",
-                Some(Value::Bool(false)) => "no",
-                _ => "?",
+        for site in &st.sites {
+            let fenced = match site.sidecar_self_fenced {
+                Some(true) => "self",
+                Some(false) => "no",
+                None => "?",
             };
-            let timings = match site.get("sidecarTimings") {
-                Some(t) if t.is_object() => format!(
-                    "{}/{} ({}{})",
-                    s(t, "/leaseTimeout"),
-                    s(t, "/peerCheckInterval"),
-                    s(t, "/source"),
-                    if t.get("signedTopology") == Some(&Value::Bool(true)) {
-                        ", signed"
-                    } else {
-                        ""
-                    }
-                ),
-                _ => "?".to_string(),
-            };
+            let timings = site.sidecar_timings.as_ref().map_or_else(
+                || "?".to_string(),
+                |t| {
+                    format!(
+                        "{}/{} ({}{})",
+                        t.lease_timeout,
+                        t.peer_check_interval,
+                        t.source,
+                        if t.signed_topology { ", signed" } else { "" }
+                    )
+                },
+            );
             let _ = writeln!(
                 out,
                 "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {:<26} {}",
-                s(site, "/name"),
-                s(site, "/role"),
-                s(site, "/state"),
-                if site.get("replicating") == Some(&Value::Bool(true)) {
-                    "yes"
-                } else {
-                    "no"
-                },
-                if lag.is_empty() {
-                    "-".into()
-                } else {
-                    format!("{lag}s")
-                },
-                s(site, "/gtidExecuted"),
+                site.name,
+                site.role.as_str(),
+                site.state.as_str(),
+                if site.replicating { "yes" } else { "no" },
+                or_dash(site.seconds_behind_source.map(|l| format!("{l}s"))),
+                site.gtid_executed,
                 fenced,
                 timings,
-                s(site, "/recoveryState"),
+                site.recovery_state,
             );
         }
-        if let Some(pf) = g
-            .pointer("/status/plannedFailover")
-            .filter(|p| !p.is_null())
-        {
+        if let Some(pf) = &st.planned_failover {
+            let admission = &pf.admission;
             let _ = writeln!(
                 out,
                 "planned failover: {} {} → {}{}{}",
-                s(pf, "/phase"),
-                s(pf, "/source"),
-                s(pf, "/target"),
-                match s(pf, "/admission/deferReason") {
-                    r if r.is_empty() => String::new(),
-                    r => format!(
-                        " ({r}, retry at {}: {})",
-                        s(pf, "/admission/retryTime"),
-                        s(pf, "/admission/message")
-                    ),
+                pf.phase.as_str(),
+                pf.source,
+                pf.target,
+                if admission.defer_reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({}, retry at {}: {})",
+                        admission.defer_reason,
+                        or_dash(
+                            admission
+                                .retry_time
+                                .map(bloodraven_core::time::Timestamp::to_rfc3339)
+                        ),
+                        admission.message
+                    )
                 },
-                match (s(pf, "/durationSeconds"), s(pf, "/transactionsLost")) {
-                    (d, t) if !d.is_empty() => format!(
+                match pf.duration_seconds {
+                    Some(d) => format!(
                         " in {d} s, {} transactions lost",
-                        if t.is_empty() { "0".into() } else { t }
+                        pf.transactions_lost.unwrap_or(0)
                     ),
-                    _ => String::new(),
+                    None => String::new(),
                 }
             );
         }
-        let leases = g
-            .pointer("/deploy/leases")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        if leases.is_empty() {
+        if g.deploy.leases.is_empty() {
             let _ = writeln!(out, "deploy leases: none");
         } else {
             let _ = writeln!(out, "deploy leases:");
-            for l in leases {
+            for l in &g.deploy.leases {
                 let _ = writeln!(
                     out,
                     "  {:<14} {} (instance {}) until {} (generation {})",
-                    s(&l, "/kind"),
-                    s(&l, "/operationId"),
-                    s(&l, "/instance"),
-                    s(&l, "/expiresAt"),
-                    s(&l, "/topologyGeneration")
+                    l.kind.as_str(),
+                    l.operation_id,
+                    l.instance,
+                    l.expires_at,
+                    l.topology_generation
                 );
             }
         }
-        if let Some(events) = g
-            .get("events")
-            .and_then(Value::as_array)
-            .filter(|e| !e.is_empty())
-        {
+        if !g.events.is_empty() {
             let _ = writeln!(out, "recent events:");
-            for e in events.iter().take(10) {
+            for e in g.events.iter().take(10) {
                 let _ = writeln!(
                     out,
                     "  {} {:<8} {:<26} {}",
-                    s(e, "/eventTime"),
-                    s(e, "/type"),
-                    s(e, "/reason"),
-                    s(e, "/message")
+                    e.event_time, e.type_, e.reason, e.message
                 );
             }
         }
@@ -278,6 +253,7 @@ mod tests {
     fn renders_sites_leases_and_the_planned_failover() {
         let v = json!({"groups": {"playground": {
             "namespace": "default",
+            "spec": {"sites": []},
             "status": {"activeSite": "iad", "topologyGeneration": 3,
                 "conditions": [{"type": "Ready", "status": "True", "reason": "ActiveSiteWritable"}],
                 "sites": [{"name": "iad", "role": "primary-candidate", "state": "writable", "replicating": false, "gtidExecuted": "0-1-9", "sidecarSelfFenced": false,
@@ -285,11 +261,13 @@ mod tests {
                           {"name": "pdx", "role": "primary-candidate", "state": "read-only", "replicating": true, "secondsBehindSource": 0, "gtidExecuted": "0-1-9"}],
                 "plannedFailover": {"phase": "Deferred", "source": "iad", "target": "pdx",
                     "admission": {"deferReason": "DeploymentHold", "retryTime": "2026-11-30T10:00:30Z", "message": "deferred by failover-hold op (instance counter-app)"}}},
-            "deploy": {"stable": false, "unstableReason": "PlannedFailover", "leases": [
+            "deploy": {"group": "playground", "namespace": "default", "activeSite": "iad", "topologyGeneration": 3,
+                "health": {"ready": true, "replicationRunning": true, "replicationLagSeconds": 0.0, "recoveryPending": false},
+                "stable": false, "unstableReason": "PlannedFailover", "leases": [
                 {"kind": "failover-hold", "operationId": "op", "instance": "counter-app", "expiresAt": "2026-11-30T10:00:30Z", "topologyGeneration": 3}]},
-            "events": [{"eventTime": "2026-11-30T10:00:00Z", "type": "Normal", "reason": "PlannedFailoverDeferred", "message": "m"}]
+            "events": [{"involvedObject": "MysqlFailoverGroup/default/playground", "eventTime": "2026-11-30T10:00:00Z", "type": "Normal", "reason": "PlannedFailoverDeferred", "message": "m"}]
         }}});
-        let text = render(&v);
+        let text = render(&serde_json::from_value(v).unwrap());
         assert!(
             text.contains("active site: iad  topologyGeneration: 3  stable: no (PlannedFailover)"),
             "{text}"

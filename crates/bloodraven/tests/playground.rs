@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
 
 fn free_port() -> u16 {
-    bloodraven_mysql::harness::free_port().unwrap()
+    bloodraven_mysql::launcher::free_port().unwrap()
 }
 
 struct Running {

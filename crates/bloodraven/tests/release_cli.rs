@@ -1,14 +1,10 @@
-//! `bloodraven release` end to end: the real binary, a kubeconfig pointing at the fake
-//! Kubernetes API server of `bloodraven-deploy`'s tests.
-
-#[path = "../../bloodraven-deploy/tests/support/fake_k8s.rs"]
-#[allow(dead_code)]
-mod fake_k8s;
+//! `bloodraven release` end to end: the real binary, a kubeconfig pointing at the test kit's
+//! fake Kubernetes API server.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use fake_k8s::FakeK8s;
+use bloodraven_testkit::fake_k8s::FakeK8s;
 use serde_json::Value;
 
 struct Env {

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use bloodraven_core::contract::logs;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -170,7 +170,7 @@ impl Drop for Running {
 async fn runs_the_safety_net_serves_fences_and_stops_on_sigterm() {
     bloodraven_runtime::tls::install_crypto_provider();
     let site = "cli-iad";
-    let h = Harness::start_group(&[site]).await.unwrap();
+    let h = Launcher::start_group(&[site]).await.unwrap();
     let acct = &h.accounts().failover;
     let password = acct.password.expose().to_string();
     let f = creds(&format!("username={}\npassword={password}\n", acct.user));

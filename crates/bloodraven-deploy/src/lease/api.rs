@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
-use bloodraven_core::lease::{Holder, LeaseKind, LeaseView};
+use bloodraven_core::lease::{Holder, LeaseKind};
 use bloodraven_core::time::Timestamp;
-use serde::Deserialize;
+use bloodraven_core::wire::deploy::{ErrorBody, GrantAnswer, GrantBody, RenewAnswer, RenewBody};
 use serde_json::Value;
 
 /// A new or re-granted lease.
@@ -45,34 +45,7 @@ pub struct Renewed {
     pub topology_generation: u64,
 }
 
-/// `GET /deploy/v1/groups/{group}`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Observation {
-    pub group: String,
-    pub namespace: String,
-    pub active_site: String,
-    pub topology_generation: u64,
-    pub health: ObservedHealth,
-    #[serde(default)]
-    pub operations: Value,
-    pub stable: bool,
-    #[serde(default)]
-    pub unstable_reason: String,
-    #[serde(default)]
-    pub leases: Vec<LeaseView>,
-}
-
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObservedHealth {
-    pub ready: bool,
-    #[serde(default)]
-    pub degraded_reason: String,
-    pub replication_running: bool,
-    pub replication_lag_seconds: Option<f64>,
-    pub recovery_pending: bool,
-}
+pub use bloodraven_core::wire::deploy::{HealthView as ObservedHealth, Observation};
 
 /// Every answer other than success.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -238,35 +211,25 @@ impl HttpLeaseApi {
     }
 }
 
-fn text(v: &Value, key: &str) -> String {
-    v.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// Maps a non-success answer to its error.
 pub fn error_of(status: u16, body: &Value) -> ApiError {
-    let code = text(body, "error");
-    let message = text(body, "message");
-    match (status, code.as_str()) {
-        (409, "held") => match serde_json::from_value::<Holder>(body["holder"].clone()) {
-            Ok(holder) => ApiError::Held { holder },
-            Err(e) => ApiError::Unexpected {
+    let e: ErrorBody = serde_json::from_value(body.clone()).unwrap_or_default();
+    let message = e.message.clone();
+    match (status, e.error.as_str()) {
+        (409, "held") => match e.holder {
+            Some(holder) => ApiError::Held { holder },
+            None => ApiError::Unexpected {
                 status,
-                detail: format!("held without a holder: {e}"),
+                detail: "held without a holder".into(),
             },
         },
         (409, "revoked") => ApiError::Revoked {
-            reason: text(body, "reason"),
-            topology_generation: body["topologyGeneration"].as_u64().unwrap_or(0),
+            reason: e.reason.unwrap_or_default(),
+            topology_generation: e.topology_generation.unwrap_or(0),
         },
         (423, _) => ApiError::Unstable {
-            reason: text(body, "reason"),
-            retry_after_seconds: body["retryAfterSeconds"]
-                .as_u64()
-                .and_then(|v| u32::try_from(v).ok())
-                .unwrap_or(1),
+            reason: e.reason.unwrap_or_default(),
+            retry_after_seconds: e.retry_after_seconds.unwrap_or(1),
         },
         (404, _) => ApiError::NotFound,
         (403, "token_mismatch") => ApiError::TokenMismatch,
@@ -277,19 +240,21 @@ pub fn error_of(status: u16, body: &Value) -> ApiError {
         (400 | 405 | 413, _) => ApiError::Invalid { message },
         _ => ApiError::Unexpected {
             status,
-            detail: format!("{code}: {message}"),
+            detail: format!("{}: {message}", e.error),
         },
     }
 }
 
-fn ts(v: &Value, key: &str, status: u16) -> Result<Timestamp, ApiError> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .and_then(|s| Timestamp::parse_rfc3339(s).ok())
-        .ok_or(ApiError::Unexpected {
-            status,
-            detail: format!("missing or bad {key}"),
-        })
+/// Reads a success body as `T`; a body that does not parse is an unexpected answer.
+fn answer<T: serde::de::DeserializeOwned>(
+    status: u16,
+    v: Value,
+    what: &str,
+) -> Result<T, ApiError> {
+    serde_json::from_value(v).map_err(|e| ApiError::Unexpected {
+        status,
+        detail: format!("{what}: {e}"),
+    })
 }
 
 impl LeaseApi for HttpLeaseApi {
@@ -300,10 +265,7 @@ impl LeaseApi for HttpLeaseApi {
             if status != 200 {
                 return Err(error_of(status, &body));
             }
-            serde_json::from_value(body).map_err(|e| ApiError::Unexpected {
-                status,
-                detail: format!("observation: {e}"),
-            })
+            answer(status, body, "observation")
         })
     }
 
@@ -315,22 +277,23 @@ impl LeaseApi for HttpLeaseApi {
         ttl_seconds: u32,
     ) -> Fut<'a, Granted> {
         Box::pin(async move {
-            let body = serde_json::json!({
-                "kind": kind.as_str(),
-                "operationId": operation_id,
-                "instance": instance,
-                "ttlSeconds": ttl_seconds,
-            });
+            let body = GrantBody {
+                kind: kind.as_str().to_string(),
+                operation_id: operation_id.to_string(),
+                instance: instance.to_string(),
+                ttl_seconds: Some(i64::from(ttl_seconds)),
+            };
             let (status, v) = self
                 .send(self.http.post(self.leases_url()).json(&body))
                 .await?;
             if status != 200 && status != 201 {
                 return Err(error_of(status, &v));
             }
+            let g: GrantAnswer = answer(status, v, "grant")?;
             Ok(Granted {
-                token: text(&v, "token"),
-                expires_at: ts(&v, "expiresAt", status)?,
-                topology_generation: v["topologyGeneration"].as_u64().unwrap_or(0),
+                token: g.token,
+                expires_at: g.expires_at,
+                topology_generation: g.topology_generation,
                 regranted: status == 200,
             })
         })
@@ -344,18 +307,19 @@ impl LeaseApi for HttpLeaseApi {
         ttl_seconds: Option<u32>,
     ) -> Fut<'a, Renewed> {
         Box::pin(async move {
-            let mut body = serde_json::json!({ "token": token });
-            if let Some(t) = ttl_seconds {
-                body["ttlSeconds"] = t.into();
-            }
+            let body = RenewBody {
+                token: token.to_string(),
+                ttl_seconds: ttl_seconds.map(i64::from),
+            };
             let url = format!("{}/{}/{}", self.leases_url(), kind.as_str(), operation_id);
             let (status, v) = self.send(self.http.put(url).json(&body)).await?;
             if status != 200 {
                 return Err(error_of(status, &v));
             }
+            let r: RenewAnswer = answer(status, v, "renewal")?;
             Ok(Renewed {
-                expires_at: ts(&v, "expiresAt", status)?,
-                topology_generation: v["topologyGeneration"].as_u64().unwrap_or(0),
+                expires_at: r.expires_at,
+                topology_generation: r.topology_generation,
             })
         })
     }

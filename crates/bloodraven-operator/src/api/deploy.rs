@@ -25,11 +25,11 @@ use bloodraven_core::lease::{
     GrantRequest, LeaseError, LeaseKind, Release, validate_instance, validate_operation_id,
 };
 use bloodraven_core::resources::{DatabaseBody, KIND_DATABASE};
+use bloodraven_core::wire::deploy::{ErrorBody, GrantAnswer, GrantBody, RenewAnswer, RenewBody};
 use serde::Deserialize;
-use serde_json::{Map, json};
 use tokio::time::Instant;
 
-use super::{AppState, error_response, json_response};
+use super::{AppState, error_body, error_response, json_response};
 use crate::auth::{Identity, verify};
 use crate::group::{GroupRuntime, RequestError};
 use crate::metrics::{Handler, HandlerCode};
@@ -97,7 +97,6 @@ fn not_leader() -> Response {
         StatusCode::SERVICE_UNAVAILABLE,
         "not_leader",
         "this operator is not the leader; retry against the leader",
-        Map::new(),
     )
 }
 
@@ -106,7 +105,6 @@ fn unauthorized(reason: &str) -> Response {
         StatusCode::UNAUTHORIZED,
         "unauthorized",
         &format!("authentication failed: {reason}"),
-        Map::new(),
     );
     r.headers_mut().insert(
         header::WWW_AUTHENTICATE,
@@ -116,21 +114,11 @@ fn unauthorized(reason: &str) -> Response {
 }
 
 fn forbidden() -> Response {
-    error_response(
-        StatusCode::FORBIDDEN,
-        "forbidden",
-        FORBIDDEN_MESSAGE,
-        Map::new(),
-    )
+    error_response(StatusCode::FORBIDDEN, "forbidden", FORBIDDEN_MESSAGE)
 }
 
 fn invalid(message: &str) -> Response {
-    error_response(
-        StatusCode::BAD_REQUEST,
-        "invalid_request",
-        message,
-        Map::new(),
-    )
+    error_response(StatusCode::BAD_REQUEST, "invalid_request", message)
 }
 
 fn method_not_allowed(allow: &'static str) -> Response {
@@ -138,7 +126,6 @@ fn method_not_allowed(allow: &'static str) -> Response {
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         &format!("this resource allows {allow}"),
-        Map::new(),
     );
     r.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));
@@ -146,12 +133,7 @@ fn method_not_allowed(allow: &'static str) -> Response {
 }
 
 fn unavailable(message: &str) -> Response {
-    error_response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "unavailable",
-        message,
-        Map::new(),
-    )
+    error_response(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
 }
 
 async fn not_found(State(state): State<AppState>) -> Response {
@@ -164,7 +146,6 @@ async fn not_found(State(state): State<AppState>) -> Response {
         StatusCode::NOT_FOUND,
         "not_found",
         "no such deploy API resource",
-        Map::new(),
     );
     finish(&state, &log, started, r)
 }
@@ -275,7 +256,6 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes,
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             &format!("the request body must be at most {MAX_BODY_BYTES} bytes"),
-            Map::new(),
         );
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -337,27 +317,29 @@ fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, Response>
 }
 
 fn lease_error(e: &LeaseError) -> Response {
+    let body = |code: &str| ErrorBody::new(code, &e.to_string());
     match e {
         LeaseError::InvalidRequest { .. } => invalid(&e.to_string()),
-        LeaseError::Held { holder } => {
-            let mut extra = Map::new();
-            extra.insert("holder".into(), json!(holder));
-            error_response(StatusCode::CONFLICT, "held", &e.to_string(), extra)
-        }
-        LeaseError::HoldRequiresMigration => error_response(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            &e.to_string(),
-            Map::new(),
+        LeaseError::Held { holder } => error_body(
+            StatusCode::CONFLICT,
+            &ErrorBody {
+                holder: Some(holder.clone()),
+                ..body("held")
+            },
         ),
+        LeaseError::HoldRequiresMigration => error_body(StatusCode::FORBIDDEN, &body("forbidden")),
         LeaseError::Unstable {
             reason,
             retry_after_seconds,
         } => {
-            let mut extra = Map::new();
-            extra.insert("reason".into(), json!(reason.as_str()));
-            extra.insert("retryAfterSeconds".into(), json!(retry_after_seconds));
-            let mut r = error_response(StatusCode::LOCKED, "unstable", &e.to_string(), extra);
+            let mut r = error_body(
+                StatusCode::LOCKED,
+                &ErrorBody {
+                    reason: Some(reason.as_str().to_string()),
+                    retry_after_seconds: Some(*retry_after_seconds),
+                    ..body("unstable")
+                },
+            );
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
             r
@@ -365,24 +347,16 @@ fn lease_error(e: &LeaseError) -> Response {
         LeaseError::Revoked {
             reason,
             topology_generation,
-        } => {
-            let mut extra = Map::new();
-            extra.insert("reason".into(), json!(reason.as_str()));
-            extra.insert("topologyGeneration".into(), json!(topology_generation));
-            error_response(StatusCode::CONFLICT, "revoked", &e.to_string(), extra)
-        }
-        LeaseError::NotFound => error_response(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &e.to_string(),
-            Map::new(),
+        } => error_body(
+            StatusCode::CONFLICT,
+            &ErrorBody {
+                reason: Some(reason.as_str().to_string()),
+                topology_generation: Some(*topology_generation),
+                ..body("revoked")
+            },
         ),
-        LeaseError::TokenMismatch => error_response(
-            StatusCode::FORBIDDEN,
-            "token_mismatch",
-            &e.to_string(),
-            Map::new(),
-        ),
+        LeaseError::NotFound => error_body(StatusCode::NOT_FOUND, &body("not_found")),
+        LeaseError::TokenMismatch => error_body(StatusCode::FORBIDDEN, &body("token_mismatch")),
     }
 }
 
@@ -419,20 +393,10 @@ async fn observe(
             Err(r) => return r,
         };
         let obs = rt.observe().await;
-        json_response(StatusCode::OK, &json!(obs))
+        json_response(StatusCode::OK, &obs)
     }
     .await;
     finish(&state, &log, started, r)
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct GrantBody {
-    kind: String,
-    operation_id: String,
-    instance: String,
-    #[serde(default)]
-    ttl_seconds: Option<i64>,
 }
 
 async fn leases(
@@ -489,13 +453,13 @@ async fn leases(
                 };
                 json_response(
                     status,
-                    &json!({
-                        "kind": g.kind,
-                        "operationId": g.operation_id,
-                        "token": g.token.expose(),
-                        "expiresAt": g.expires_at,
-                        "topologyGeneration": g.topology_generation,
-                    }),
+                    &GrantAnswer {
+                        kind: g.kind,
+                        operation_id: g.operation_id,
+                        token: g.token.expose().to_string(),
+                        expires_at: g.expires_at,
+                        topology_generation: g.topology_generation,
+                    },
                 )
             }
             Err(e) => request_error(&e),
@@ -503,14 +467,6 @@ async fn leases(
     }
     .await;
     finish(&state, &log, started, r)
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RenewBody {
-    token: String,
-    #[serde(default)]
-    ttl_seconds: Option<i64>,
 }
 
 fn lease_token(headers: &HeaderMap) -> &str {
@@ -617,7 +573,10 @@ async fn lease(
             {
                 Ok(r) => json_response(
                     StatusCode::OK,
-                    &json!({"expiresAt": r.expires_at, "topologyGeneration": r.topology_generation}),
+                    &RenewAnswer {
+                        expires_at: r.expires_at,
+                        topology_generation: r.topology_generation,
+                    },
                 ),
                 Err(e) => request_error(&e),
             }
@@ -629,10 +588,7 @@ async fn lease(
             if token.is_empty() {
                 return invalid("header X-Lease-Token is required");
             }
-            match rt
-                .release(kind, operation.clone(), token.to_string())
-                .await
-            {
+            match rt.release(kind, operation.clone(), token.to_string()).await {
                 Ok(Release::Released | Release::NothingToRelease) => no_content(),
                 Err(e) => request_error(&e),
             }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bloodraven_core::wire::deploy::ErrorBody;
 use bloodraven_runtime::clock::SharedClock;
 use bloodraven_store::Store;
-use serde_json::{Map, Value, json};
 use tokio::sync::{RwLock, watch};
 
 use crate::auth::SigningKey;
@@ -52,23 +52,19 @@ impl AppState {
 }
 
 /// A JSON response with `Cache-Control: no-store`.
-pub fn json_response(status: StatusCode, body: &Value) -> Response {
+pub fn json_response<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
     let mut r = (status, axum::Json(body)).into_response();
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
 }
 
-/// An error body: `{"error": code, "message": sentence, ...extra}`.
-pub fn error_response(
-    status: StatusCode,
-    code: &str,
-    message: &str,
-    extra: Map<String, Value>,
-) -> Response {
-    let mut body = Map::new();
-    body.insert("error".into(), json!(code));
-    body.insert("message".into(), json!(message));
-    body.extend(extra);
-    json_response(status, &Value::Object(body))
+/// An error answer: `{"error": code, "message": sentence}`.
+pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
+    error_body(status, &ErrorBody::new(code, message))
+}
+
+/// An error answer with its extra fields ([`ErrorBody`]).
+pub fn error_body(status: StatusCode, body: &ErrorBody) -> Response {
+    json_response(status, body)
 }

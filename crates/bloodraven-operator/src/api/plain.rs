@@ -9,8 +9,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bloodraven_core::wire::ActiveSite;
+use bloodraven_core::wire::{GroupReport, OperatorStatus};
 use serde::Deserialize;
-use serde_json::{Map, json};
+use serde_json::json;
 
 use super::{AppState, error_response, json_response};
 
@@ -58,7 +59,6 @@ async fn active_site(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "query parameters: namespace and group",
-            Map::new(),
         );
     };
     let Some(group) = q.group.filter(|g| !g.is_empty()) else {
@@ -66,7 +66,6 @@ async fn active_site(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "query parameter group is required",
-            Map::new(),
         );
     };
     if !state.is_leader() {
@@ -74,7 +73,6 @@ async fn active_site(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_leader",
             "this operator is not the leader",
-            Map::new(),
         );
     }
     let namespace = q.namespace.unwrap_or_else(|| "default".into());
@@ -83,12 +81,7 @@ async fn active_site(
         .await
         .filter(|rt| rt.namespace == namespace)
     else {
-        return error_response(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "no such group",
-            Map::new(),
-        );
+        return error_response(StatusCode::NOT_FOUND, "not_found", "no such group");
     };
     let snap = rt.snapshot();
     let s = snap.status();
@@ -97,7 +90,6 @@ async fn active_site(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_observed",
             "the group has not been observed yet",
-            Map::new(),
         );
     };
     let mut view = ActiveSite::new(s.active_site.clone(), s.topology_generation, observed_at);
@@ -108,7 +100,7 @@ async fn active_site(
     if let Some(k) = &state.topology_key {
         k.sign(&mut view);
     }
-    json_response(StatusCode::OK, &json!(view))
+    json_response(StatusCode::OK, &view)
 }
 
 async fn status(
@@ -120,7 +112,6 @@ async fn status(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_leader",
             "this operator is not the leader",
-            Map::new(),
         );
     }
     let want = q.ok().and_then(|Query(q)| q.group);
@@ -142,14 +133,14 @@ async fn status(
             .collect::<Vec<_>>();
         out.insert(
             name,
-            json!({
-                "namespace": rt.namespace,
-                "spec": snap.body.spec,
-                "status": snap.body.status,
-                "annotations": snap.annotations,
-                "deploy": obs,
-                "events": events,
-            }),
+            GroupReport {
+                namespace: rt.namespace.clone(),
+                spec: snap.body.spec.clone(),
+                status: snap.body.status.clone(),
+                annotations: snap.annotations.clone(),
+                deploy: obs,
+                events,
+            },
         );
     }
     if let Some(w) = want
@@ -159,10 +150,9 @@ async fn status(
             StatusCode::NOT_FOUND,
             "not_found",
             &format!("no group {w:?}"),
-            Map::new(),
         );
     }
-    json_response(StatusCode::OK, &json!({"groups": out}))
+    json_response(StatusCode::OK, &OperatorStatus { groups: out })
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -180,5 +170,5 @@ async fn fallback(uri: axum::http::Uri) -> Response {
     } else {
         "no such endpoint"
     };
-    error_response(StatusCode::NOT_FOUND, "not_found", message, Map::new())
+    error_response(StatusCode::NOT_FOUND, "not_found", message)
 }

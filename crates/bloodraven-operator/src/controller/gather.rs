@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bloodraven_core::controller::{self, ProbeResult};
 use bloodraven_core::status::SidecarTimings;
+use bloodraven_core::wire::SidecarStatus;
 use bloodraven_mysql::Probe;
 use futures::future::join_all;
 
@@ -18,27 +19,18 @@ fn probe_result(p: &Result<Probe, String>) -> ProbeResult {
     }
 }
 
-/// Reads a sidecar's `/status` body (`snake_case`, as documented in docs/sidecar.md).
-fn sidecar_report(v: &serde_json::Value) -> SidecarReport {
-    let text = |k: &str| {
-        v.get(k)
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_string)
-    };
+/// What the operator keeps of a sidecar's `/status`.
+fn sidecar_report(s: &SidecarStatus) -> SidecarReport {
     SidecarReport {
-        self_fenced: v.get("self_fenced").and_then(serde_json::Value::as_bool),
-        timings: match (text("lease_timeout"), text("peer_check_interval")) {
-            (Some(lease_timeout), Some(peer_check_interval)) => Some(SidecarTimings {
-                lease_timeout,
-                peer_check_interval,
-                source: text("timings_source").unwrap_or_default(),
-                signed_topology: v
-                    .get("signedTopology")
-                    .and_then(serde_json::Value::as_bool)
-                    .unwrap_or(false),
-            }),
-            _ => None,
-        },
+        self_fenced: Some(s.self_fenced),
+        timings: (!s.lease_timeout.is_empty() && !s.peer_check_interval.is_empty()).then(|| {
+            SidecarTimings {
+                lease_timeout: s.lease_timeout.clone(),
+                peer_check_interval: s.peer_check_interval.clone(),
+                source: s.timings_source.clone(),
+                signed_topology: s.signed_topology,
+            }
+        }),
     }
 }
 
@@ -57,8 +49,8 @@ impl Controller {
         let http = &self.http;
         let sidecars = join_all(self.sites.iter().map(|s| async move {
             let url = format!("{}/status", s.cfg.sidecar_url);
-            let v: serde_json::Value = http.get(url).send().await.ok()?.json().await.ok()?;
-            Some(sidecar_report(&v))
+            let s: SidecarStatus = http.get(url).send().await.ok()?.json().await.ok()?;
+            Some(sidecar_report(&s))
         }));
         let (probes, sidecars) = tokio::join!(probes, sidecars);
         let now = self.rt.now();

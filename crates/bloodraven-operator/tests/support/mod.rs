@@ -320,7 +320,7 @@ impl Client {
 
 /// A group of real MariaDB servers (`iad`, `pdx`, `reader`) and an operator controlling it.
 pub struct Live {
-    pub harness: bloodraven_mysql::harness::Harness,
+    pub harness: bloodraven_mysql::launcher::Launcher,
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
     pub ca: PathBuf,
@@ -358,7 +358,7 @@ impl Live {
         tweak: impl FnOnce(&mut bloodraven_operator::local::LocalOptions),
     ) -> Live {
         use bloodraven_core::config::SiteRole;
-        let harness = bloodraven_mysql::harness::Harness::start_group(&["iad", "pdx", "reader"])
+        let harness = bloodraven_mysql::launcher::Launcher::start_group(&["iad", "pdx", "reader"])
             .await
             .unwrap();
         harness

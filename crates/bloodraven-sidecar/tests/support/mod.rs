@@ -21,7 +21,7 @@ use axum::routing::get;
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::wire::ActiveSite;
 use bloodraven_mysql::SiteClient;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_runtime::logging::Captured;
 use bloodraven_sidecar::Sidecar;
 use bloodraven_sidecar::config::{Identity, Timing};
@@ -305,7 +305,7 @@ pub fn at(s: i64) -> Timestamp {
 
 /// A loopback port nobody listens on (picked, then released; outside the ephemeral range).
 pub fn free_port() -> u16 {
-    bloodraven_mysql::harness::free_port().unwrap()
+    bloodraven_mysql::launcher::free_port().unwrap()
 }
 
 /// Small timings for tests: ticks every second, a 3 s lease (the floor of the CEL rules).
@@ -323,7 +323,7 @@ pub fn identity(site: &str) -> Identity {
 
 /// The sidecar's MySQL client for harness server `i`: the least-privilege control-plane
 /// account over TCP, with the sidecar's bounds.
-pub fn sidecar_client(h: &Harness, i: usize, site: &str, timing: Timing) -> SiteClient {
+pub fn sidecar_client(h: &Launcher, i: usize, site: &str, timing: Timing) -> SiteClient {
     SiteClient::new(
         site,
         h.endpoint(i),
@@ -335,7 +335,7 @@ pub fn sidecar_client(h: &Harness, i: usize, site: &str, timing: Timing) -> Site
 /// Starts a real sidecar for harness server `i` as `site`, talking to `operator` and `peers`
 /// over HTTP, listening on `listen`.
 pub async fn start_sidecar(
-    h: &Harness,
+    h: &Launcher,
     i: usize,
     site: &str,
     operator: &str,
@@ -347,7 +347,7 @@ pub async fn start_sidecar(
 
 /// [`start_sidecar`] with other timings.
 pub async fn start_sidecar_with(
-    h: &Harness,
+    h: &Launcher,
     i: usize,
     site: &str,
     operator: &str,
@@ -371,7 +371,7 @@ pub async fn start_sidecar_with(
 /// [`start_sidecar_with`] with trust settings (signed topology).
 #[allow(clippy::too_many_arguments)]
 pub async fn start_sidecar_trusting(
-    h: &Harness,
+    h: &Launcher,
     i: usize,
     site: &str,
     operator: &str,

@@ -8,18 +8,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bloodraven_core::config::SiteRole;
-use bloodraven_mysql::harness::Harness;
+use bloodraven_mysql::launcher::Launcher;
 use bloodraven_operator::local::{LocalOptions, write_files};
 use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
 
 pub fn free_port() -> u16 {
-    bloodraven_mysql::harness::free_port().unwrap()
+    bloodraven_mysql::launcher::free_port().unwrap()
 }
 
 pub struct Setup {
-    pub harness: Harness,
+    pub harness: Launcher,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     pub http: u16,
@@ -28,7 +28,7 @@ pub struct Setup {
 
 pub async fn setup() -> Setup {
     bloodraven_runtime::tls::install_crypto_provider();
-    let harness = Harness::start_group(&["iad", "pdx", "reader"])
+    let harness = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

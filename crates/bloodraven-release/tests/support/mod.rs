@@ -2,16 +2,16 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
-pub mod fake_k8s;
+pub use bloodraven_testkit::fake_k8s;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::time::{ManualClock, Timestamp};
-use bloodraven_deploy::cluster;
 use bloodraven_deploy::record::{RecordLine, read_record};
-use bloodraven_deploy::release::{Releaser, Timeouts};
+use bloodraven_release::cluster;
+use bloodraven_release::{Releaser, Timeouts};
 
 /// The wall-clock instant every story starts at.
 pub fn start_time() -> Timestamp {

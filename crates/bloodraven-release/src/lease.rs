@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 
-use super::WriteFailure;
-use super::convert::{lease_facts, to_micro};
+use crate::WriteFailure;
+use crate::convert::{lease_facts, to_micro};
 
 /// A Lease this plan holds.
 #[derive(Clone, Debug)]

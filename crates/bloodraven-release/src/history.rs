@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use bloodraven_core::time::Timestamp;
 use serde::Serialize;
 
-use crate::record::{RecordError, RecordLine, read_records_dir};
+use bloodraven_deploy::record::{RecordError, RecordLine, read_records_dir};
 
 /// What one release record says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::release::{Change, RELEASE_ANNOTATION, ReleaseAction, lease_name};
-use bloodraven_deploy::cluster::{self, ClusterOptions};
 use bloodraven_deploy::record::RecordLine;
-use bloodraven_deploy::release::{Outcome, PlanningError, Releaser, Timeouts};
+use bloodraven_release::cluster::{self, ClusterOptions};
+use bloodraven_release::{Outcome, PlanningError, Releaser, Timeouts};
 use bloodraven_runtime::clock::SystemClock;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;

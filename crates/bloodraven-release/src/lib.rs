@@ -12,6 +12,7 @@
 //! This module never retries a write, never rolls a failed rollout back on its own, and never
 //! goes on after a record line could not be written.
 
+pub mod cluster;
 pub mod convert;
 pub mod history;
 pub mod lease;
@@ -34,7 +35,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::time::{Instant, MissedTickBehavior, timeout_at};
 
-use crate::record::{RecordError, RecordLine, RecordWriter};
+use bloodraven_deploy::record::{RecordError, RecordLine, RecordWriter};
 use convert::{deployment_facts, updated_deployment};
 use lease::{HeldLease, LeaseError, Released};
 

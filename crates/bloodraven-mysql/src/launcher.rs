@@ -1,11 +1,11 @@
 //! Real MariaDB servers on loopback, for tests, benchmarks and the playground.
 //!
-//! [`Harness::start`] starts N `mariadbd` processes from the Debian binaries, each with its own
+//! [`Launcher::start`] starts N `mariadbd` processes from the Debian binaries, each with its own
 //! data directory (copied from a template made once by `mariadb-install-db`), port, socket,
-//! `server_id`, binary log and GTID settings. [`Harness::wire`] creates the accounts on a
+//! `server_id`, binary log and GTID settings. [`Launcher::wire`] creates the accounts on a
 //! chosen primary and makes every other server its GTID replica.
 //!
-//! The harness stops exactly the processes it started, by pid: on drop (which also runs when a
+//! The launcher stops exactly the processes it started, by pid: on drop (which also runs when a
 //! test panics) and, for processes left behind by a test process that was killed outright, the
 //! next harness in any process reaps them — each harness directory records its owner's pid, and
 //! a server is only signalled after `/proc/<pid>/cmdline` confirms it runs on that directory.
@@ -29,9 +29,9 @@ use tokio::time::{Instant, sleep};
 use crate::creds::Credentials;
 use crate::site::{Endpoint, SiteClient, SourceSpec, Timeouts};
 
-/// The harness could not do what was asked.
+/// The launcher could not do what was asked.
 #[derive(Debug, thiserror::Error)]
-pub enum HarnessError {
+pub enum LaunchError {
     #[error(
         "{binary} not found; install MariaDB with `apt-get install -y mariadb-server mariadb-client` (or set BLOODRAVEN_MARIADBD)"
     )]
@@ -62,7 +62,7 @@ pub enum HarnessError {
     },
     #[error("replication to {server} did not come up: {detail}")]
     Replication { server: String, detail: String },
-    #[error("no server with index {index} (the harness has {count})")]
+    #[error("no server with index {index} (the launcher has {count})")]
     NoSuchServer { index: usize, count: usize },
     #[error("failed to signal {server} (pid {pid}): {detail}")]
     Signal {
@@ -72,16 +72,16 @@ pub enum HarnessError {
     },
 }
 
-fn fs_err(path: &Path) -> impl FnOnce(io::Error) -> HarnessError + '_ {
-    move |source| HarnessError::Filesystem {
+fn fs_err(path: &Path) -> impl FnOnce(io::Error) -> LaunchError + '_ {
+    move |source| LaunchError::Filesystem {
         path: path.display().to_string(),
         source,
     }
 }
 
-/// How to start a harness.
+/// How to start servers.
 #[derive(Clone, Debug)]
-pub struct HarnessOptions {
+pub struct LauncherOptions {
     /// One server per name; names double as site names (`iad`, `pdx`, `reader`).
     pub names: Vec<String>,
     /// Where the servers live. `None`: a fresh directory under the system temp dir, removed on
@@ -97,14 +97,14 @@ pub struct HarnessOptions {
     /// `None`: new random passwords.
     pub accounts: Option<Accounts>,
     /// Start servers with `read_only=ON` (the default, as a production option file should): a
-    /// restarted server then accepts no write before something decides it may. [`Harness::wire`]
+    /// restarted server then accepts no write before something decides it may. [`Launcher::wire`]
     /// clears it on the primary it wires; the operator's promotion clears it otherwise.
     pub read_only_at_start: bool,
 }
 
-impl HarnessOptions {
+impl LauncherOptions {
     pub fn new<S: Into<String>>(names: impl IntoIterator<Item = S>) -> Self {
-        HarnessOptions {
+        LauncherOptions {
             names: names.into_iter().map(Into::into).collect(),
             dir: None,
             ports: None,
@@ -137,7 +137,7 @@ pub const REPLICATION_GRANTS: &str = "REPLICATION SLAVE";
 /// The grants of the application account (on its schema only).
 pub const APP_GRANTS: &str = "SELECT, INSERT, UPDATE, DELETE";
 
-/// One `mariadbd` process of the harness.
+/// One `mariadbd` process of the launcher.
 pub struct Server {
     pub name: String,
     pub index: usize,
@@ -187,7 +187,7 @@ impl Server {
 static HARNESS_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A set of running MariaDB servers.
-pub struct Harness {
+pub struct Launcher {
     dir: PathBuf,
     keep: bool,
     graceful: bool,
@@ -199,9 +199,9 @@ pub struct Harness {
     read_only_at_start: bool,
 }
 
-impl fmt::Debug for Harness {
+impl fmt::Debug for Launcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Harness")
+        f.debug_struct("Launcher")
             .field("dir", &self.dir)
             .field("servers", &self.servers)
             .finish_non_exhaustive()
@@ -301,7 +301,7 @@ fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Makes (once per machine and server version) a data directory from `mariadb-install-db`
 /// and returns its path. Concurrent creators race on an atomic rename; losers discard theirs.
-fn template(mariadbd: &Path) -> Result<PathBuf, HarnessError> {
+fn template(mariadbd: &Path) -> Result<PathBuf, LaunchError> {
     let version = Command::new(mariadbd)
         .arg("--version")
         .output()
@@ -320,7 +320,7 @@ fn template(mariadbd: &Path) -> Result<PathBuf, HarnessError> {
     }
     let install = find_in_path("mariadb-install-db")
         .or_else(|| Some(PathBuf::from("/usr/bin/mariadb-install-db")).filter(|p| p.is_file()))
-        .ok_or(HarnessError::MissingBinary {
+        .ok_or(LaunchError::MissingBinary {
             binary: "mariadb-install-db",
         })?;
     let tmp = std::env::temp_dir().join(format!(
@@ -345,12 +345,12 @@ fn template(mariadbd: &Path) -> Result<PathBuf, HarnessError> {
         .stdout(log_file.try_clone().map_err(fs_err(&log))?)
         .stderr(log_file)
         .status()
-        .map_err(|e| HarnessError::InstallDb {
+        .map_err(|e| LaunchError::InstallDb {
             log: log.display().to_string(),
             detail: e.to_string(),
         })?;
     if !status.success() {
-        return Err(HarnessError::InstallDb {
+        return Err(LaunchError::InstallDb {
             log: log.display().to_string(),
             detail: format!("exit status {status}"),
         });
@@ -410,10 +410,10 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-impl Harness {
+impl Launcher {
     /// Starts one server per name and waits until every one accepts connections.
-    pub async fn start(opts: HarnessOptions) -> Result<Harness, HarnessError> {
-        let mariadbd = find_mariadbd().ok_or(HarnessError::MissingBinary { binary: "mariadbd" })?;
+    pub async fn start(opts: LauncherOptions) -> Result<Launcher, LaunchError> {
+        let mariadbd = find_mariadbd().ok_or(LaunchError::MissingBinary { binary: "mariadbd" })?;
         reap_orphans();
         let (dir, keep) = if let Some(d) = &opts.dir {
             (d.clone(), true)
@@ -438,7 +438,7 @@ impl Harness {
             replication: Credentials::new("repl", random_password()),
             app: Credentials::new("app", random_password()),
         });
-        let mut h = Harness {
+        let mut h = Launcher {
             dir: dir.clone(),
             keep,
             graceful: opts.graceful_shutdown,
@@ -478,7 +478,7 @@ impl Harness {
             loop {
                 match h.wait_ready(i, Duration::from_secs(60)).await {
                     Ok(()) => break,
-                    Err(HarnessError::StartupExit { tail, .. })
+                    Err(LaunchError::StartupExit { tail, .. })
                         if attempts < 3
                             && opts.ports.is_none()
                             && tail.contains("Bind on TCP/IP port") =>
@@ -495,24 +495,24 @@ impl Harness {
     }
 
     /// Starts N servers named `s1…sN` and wires replication from the first.
-    pub async fn start_group(names: &[&str]) -> Result<Harness, HarnessError> {
-        let mut h = Harness::start(HarnessOptions::new(names.iter().copied())).await?;
+    pub async fn start_group(names: &[&str]) -> Result<Launcher, LaunchError> {
+        let mut h = Launcher::start(LauncherOptions::new(names.iter().copied())).await?;
         h.wire(0).await?;
         Ok(h)
     }
 
-    fn server(&self, i: usize) -> Result<&Server, HarnessError> {
-        self.servers.get(i).ok_or(HarnessError::NoSuchServer {
+    fn server(&self, i: usize) -> Result<&Server, LaunchError> {
+        self.servers.get(i).ok_or(LaunchError::NoSuchServer {
             index: i,
             count: self.servers.len(),
         })
     }
 
-    fn server_mut(&mut self, i: usize) -> Result<&mut Server, HarnessError> {
+    fn server_mut(&mut self, i: usize) -> Result<&mut Server, LaunchError> {
         let count = self.servers.len();
         self.servers
             .get_mut(i)
-            .ok_or(HarnessError::NoSuchServer { index: i, count })
+            .ok_or(LaunchError::NoSuchServer { index: i, count })
     }
 
     /// Whether servers (re)started from now on start with `read_only=ON`.
@@ -520,11 +520,11 @@ impl Harness {
         self.read_only_at_start = on;
     }
 
-    fn spawn(&mut self, i: usize) -> Result<(), HarnessError> {
+    fn spawn(&mut self, i: usize) -> Result<(), LaunchError> {
         self.spawn_with(i, self.read_only_at_start)
     }
 
-    fn spawn_with(&mut self, i: usize, read_only: bool) -> Result<(), HarnessError> {
+    fn spawn_with(&mut self, i: usize, read_only: bool) -> Result<(), LaunchError> {
         let mariadbd = self.mariadbd.clone();
         let buffer_pool = self.buffer_pool.clone();
         let s = self.server_mut(i)?;
@@ -558,7 +558,7 @@ impl Harness {
             .stdin(Stdio::null())
             .stdout(out_file.try_clone().map_err(fs_err(&out))?)
             .stderr(out_file);
-        let child = cmd.spawn().map_err(|source| HarnessError::Spawn {
+        let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
             server: s.name.clone(),
             source,
         })?;
@@ -568,13 +568,13 @@ impl Harness {
         Ok(())
     }
 
-    async fn wait_ready(&mut self, i: usize, limit: Duration) -> Result<(), HarnessError> {
+    async fn wait_ready(&mut self, i: usize, limit: Duration) -> Result<(), LaunchError> {
         let started = Instant::now();
         let client = self.admin(i)?;
         loop {
             let s = self.server_mut(i)?;
             if !s.running() {
-                return Err(HarnessError::StartupExit {
+                return Err(LaunchError::StartupExit {
                     server: s.name.clone(),
                     log: s.error_log().display().to_string(),
                     tail: tail(&s.error_log(), 15),
@@ -585,7 +585,7 @@ impl Harness {
             }
             if started.elapsed() > limit {
                 let s = self.server(i)?;
-                return Err(HarnessError::StartupTimeout {
+                return Err(LaunchError::StartupTimeout {
                     server: s.name.clone(),
                     waited: limit,
                     log: s.error_log().display().to_string(),
@@ -598,7 +598,7 @@ impl Harness {
 
     /// Creates the accounts and the `app` schema on `primary`, and makes every other server a
     /// read-only GTID replica of it, waiting until each has caught up.
-    pub async fn wire(&mut self, primary: usize) -> Result<(), HarnessError> {
+    pub async fn wire(&mut self, primary: usize) -> Result<(), LaunchError> {
         let p = self.admin(primary)?;
         let a = &self.accounts;
         let setup = [
@@ -621,14 +621,12 @@ impl Harness {
         ];
         let pname = self.server(primary)?.name.clone();
         for stmt in setup {
-            p.execute(stmt)
-                .await
-                .map_err(|source| HarnessError::Setup {
-                    server: pname.clone(),
-                    source,
-                })?;
+            p.execute(stmt).await.map_err(|source| LaunchError::Setup {
+                server: pname.clone(),
+                source,
+            })?;
         }
-        p.unfence().await.map_err(|source| HarnessError::Setup {
+        p.unfence().await.map_err(|source| LaunchError::Setup {
             server: pname.clone(),
             source,
         })?;
@@ -641,7 +639,7 @@ impl Harness {
             let name = self.server(i)?.name.clone();
             r.repoint(&spec)
                 .await
-                .map_err(|source| HarnessError::Setup {
+                .map_err(|source| LaunchError::Setup {
                     server: name.clone(),
                     source,
                 })?;
@@ -661,13 +659,13 @@ impl Harness {
         &self,
         primary: usize,
         limit: Duration,
-    ) -> Result<(), HarnessError> {
+    ) -> Result<(), LaunchError> {
         let p = self.admin(primary)?;
         let pname = self.server(primary)?.name.clone();
         let target = p
             .probe()
             .await
-            .map_err(|source| HarnessError::Setup {
+            .map_err(|source| LaunchError::Setup {
                 server: pname,
                 source,
             })?
@@ -681,13 +679,13 @@ impl Harness {
             let caught_up =
                 r.wait_for_gtid(&target, limit)
                     .await
-                    .map_err(|e| HarnessError::Replication {
+                    .map_err(|e| LaunchError::Replication {
                         server: name.clone(),
                         detail: e.to_string(),
                     })?;
             if !caught_up {
                 let state = r.probe().await.map(|p| format!("{:?}", p.replica));
-                return Err(HarnessError::Replication {
+                return Err(LaunchError::Replication {
                     server: name,
                     detail: format!("not caught up within {} s: {state:?}", limit.as_secs()),
                 });
@@ -742,7 +740,7 @@ impl Harness {
     }
 
     /// How replicas reach server `i`.
-    pub fn source_spec(&self, i: usize) -> Result<SourceSpec, HarnessError> {
+    pub fn source_spec(&self, i: usize) -> Result<SourceSpec, LaunchError> {
         Ok(SourceSpec {
             host: "127.0.0.1".into(),
             port: self.server(i)?.port,
@@ -751,7 +749,7 @@ impl Harness {
     }
 
     /// `root` over the Unix socket.
-    pub fn admin(&self, i: usize) -> Result<SiteClient, HarnessError> {
+    pub fn admin(&self, i: usize) -> Result<SiteClient, LaunchError> {
         let s = self.server(i)?;
         Ok(SiteClient::new(
             s.name.clone(),
@@ -829,11 +827,11 @@ impl Harness {
         self.servers.get_mut(i).is_some_and(Server::running)
     }
 
-    fn signal(&mut self, i: usize, sig: Signal) -> Result<(), HarnessError> {
+    fn signal(&mut self, i: usize, sig: Signal) -> Result<(), LaunchError> {
         let s = self.server_mut(i)?;
         let Some(pid) = s.pid() else { return Ok(()) };
         let pid = i32::try_from(pid).unwrap_or(i32::MAX);
-        kill(Pid::from_raw(pid), sig).map_err(|e| HarnessError::Signal {
+        kill(Pid::from_raw(pid), sig).map_err(|e| LaunchError::Signal {
             server: s.name.clone(),
             pid,
             detail: e.to_string(),
@@ -841,7 +839,7 @@ impl Harness {
     }
 
     /// SIGKILLs server `i` (a crash) and reaps it.
-    pub fn kill(&mut self, i: usize) -> Result<(), HarnessError> {
+    pub fn kill(&mut self, i: usize) -> Result<(), LaunchError> {
         self.signal(i, Signal::SIGKILL)?;
         let s = self.server_mut(i)?;
         if let Some(mut c) = s.child.take() {
@@ -852,17 +850,17 @@ impl Harness {
     }
 
     /// SIGSTOPs server `i`: it holds its connections but answers nothing.
-    pub fn pause(&mut self, i: usize) -> Result<(), HarnessError> {
+    pub fn pause(&mut self, i: usize) -> Result<(), LaunchError> {
         self.signal(i, Signal::SIGSTOP)
     }
 
     /// SIGCONTs a paused server.
-    pub fn resume(&mut self, i: usize) -> Result<(), HarnessError> {
+    pub fn resume(&mut self, i: usize) -> Result<(), LaunchError> {
         self.signal(i, Signal::SIGCONT)
     }
 
     /// Stops server `i` cleanly (SIGTERM), waiting up to 30 s before SIGKILL.
-    pub async fn stop(&mut self, i: usize) -> Result<(), HarnessError> {
+    pub async fn stop(&mut self, i: usize) -> Result<(), LaunchError> {
         self.signal(i, Signal::SIGTERM)?;
         let started = Instant::now();
         while self.is_running(i) {
@@ -877,8 +875,8 @@ impl Harness {
     }
 
     /// Starts a stopped or killed server again on its data directory and port, read-only
-    /// unless [`Harness::set_read_only_at_start`] said otherwise.
-    pub async fn restart(&mut self, i: usize) -> Result<(), HarnessError> {
+    /// unless [`Launcher::set_read_only_at_start`] said otherwise.
+    pub async fn restart(&mut self, i: usize) -> Result<(), LaunchError> {
         if self.is_running(i) {
             return Ok(());
         }
@@ -889,7 +887,7 @@ impl Harness {
     /// Starts a stopped or killed server again writable (`read_only=OFF`), as a server without
     /// the recommended `read_only=ON` in its option file would: the crash case a returning
     /// primary must be fenced in.
-    pub async fn restart_writable(&mut self, i: usize) -> Result<(), HarnessError> {
+    pub async fn restart_writable(&mut self, i: usize) -> Result<(), LaunchError> {
         if self.is_running(i) {
             return Ok(());
         }
@@ -898,7 +896,7 @@ impl Harness {
     }
 }
 
-impl Drop for Harness {
+impl Drop for Launcher {
     fn drop(&mut self) {
         let sig = if self.graceful {
             Signal::SIGTERM

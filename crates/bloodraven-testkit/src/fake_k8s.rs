@@ -9,7 +9,7 @@
 //! update, answer the next update with a status code, reject dry-runs with a reason, change the
 //! Deployment out of band.
 //!
-//! Test-only code: it never leaves `tests/`.
+//! Test-only code: it lives in the test kit, which no product crate depends on.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -74,6 +74,7 @@ impl State {
 }
 
 /// The running fake. Stops when dropped.
+#[allow(missing_debug_implementations)] // its state is what tests inspect, through methods
 pub struct FakeK8s {
     pub url: String,
     state: Arc<Mutex<State>>,

@@ -12,7 +12,7 @@ use bloodraven_core::release::{
 };
 use bloodraven_core::time::ManualClock;
 use bloodraven_deploy::record::RecordLine;
-use bloodraven_deploy::release::{ApplyError, Outcome, PlanningError, WriteFailure};
+use bloodraven_release::{ApplyError, Outcome, PlanningError, WriteFailure};
 use k8s_openapi::api::apps::v1::Deployment;
 use support::fake_k8s::{Behavior, FakeK8s, foreign_lease};
 use support::{lines, releaser, start_time, steps, timeouts};
@@ -74,7 +74,7 @@ async fn env() -> Env {
 }
 
 impl Env {
-    fn releaser(&self, bound: Duration) -> bloodraven_deploy::release::Releaser {
+    fn releaser(&self, bound: Duration) -> bloodraven_release::Releaser {
         releaser(
             &self.fake.url,
             &self.clock,
@@ -615,7 +615,7 @@ async fn rollback_from_a_record() {
 }
 
 fn steps_dir_ids(dir: &std::path::Path) -> Vec<(String, Option<String>)> {
-    bloodraven_deploy::release::history::summaries(dir)
+    bloodraven_release::history::summaries(dir)
         .unwrap()
         .releases
         .into_iter()
