@@ -117,6 +117,28 @@ pub struct ReplicaView {
 }
 
 impl SiteView {
+    /// A primary candidate on `127.0.0.1:3300+index` that answered this poll in `state` at
+    /// MariaDB position `gtid`, not replicating: the starting point of decision tables.
+    #[cfg(test)]
+    pub(crate) fn answered(name: &str, index: usize, state: SiteState, gtid: &str) -> SiteView {
+        SiteView {
+            name: name.into(),
+            role: SiteRole::PrimaryCandidate,
+            priority: 0,
+            index,
+            host: "127.0.0.1".into(),
+            port: 3300 + u16::try_from(index).expect("a small index"),
+            state,
+            gtid: Some(
+                GtidSet::parse(crate::gtid::GtidFlavor::MariaDb, gtid).expect("a MariaDB GTID"),
+            ),
+            replica: None,
+            answered: true,
+            writable_now: state == SiteState::Writable,
+            recovery_blocked: false,
+        }
+    }
+
     fn reachable(&self) -> bool {
         matches!(self.state, SiteState::Writable | SiteState::ReadOnly)
     }

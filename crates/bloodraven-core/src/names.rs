@@ -4,6 +4,22 @@
 //! `IsDNS1123Subdomain`), so a name accepted here is accepted by a real cluster and the other way
 //! round. Each check returns the rule it broke as a sentence, ready to be put after a field name.
 
+/// Formats 16 random bytes as a version-4 UUID (`xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx`), the
+/// shape of object uids and operation IDs. The caller draws the randomness.
+pub fn uuid_v4(mut random: [u8; 16]) -> String {
+    random[6] = (random[6] & 0x0f) | 0x40;
+    random[8] = (random[8] & 0x3f) | 0x80;
+    let h = hex::encode(random);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
 /// Checks a DNS-1123 label: 1–63 characters, lowercase alphanumerics or `-`, starting and
 /// ending with an alphanumeric.
 pub fn check_dns1123_label(s: &str) -> Result<(), &'static str> {
@@ -67,5 +83,11 @@ mod tests {
         for bad in ["", ".a", "a.", "a..b", "A.b", "a b", &"a".repeat(254)] {
             assert!(check_dns1123_subdomain(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn uuid_v4_sets_version_and_variant_bits() {
+        assert_eq!(uuid_v4([0; 16]), "00000000-0000-4000-8000-000000000000");
+        assert_eq!(uuid_v4([0xff; 16]), "ffffffff-ffff-4fff-bfff-ffffffffffff");
     }
 }

@@ -836,20 +836,7 @@ mod tests {
     }
 
     fn sites() -> Vec<SiteView> {
-        let mk = |name: &str, index: usize, state| SiteView {
-            name: name.into(),
-            role: SiteRole::PrimaryCandidate,
-            priority: 0,
-            index,
-            host: "127.0.0.1".into(),
-            port: 3300 + u16::try_from(index).unwrap(),
-            state,
-            gtid: Some(GtidSet::parse(GtidFlavor::MariaDb, "0-1-5").unwrap()),
-            replica: None,
-            answered: true,
-            writable_now: state == SiteState::Writable,
-            recovery_blocked: false,
-        };
+        let mk = |name, index, state| SiteView::answered(name, index, state, "0-1-5");
         let iad = mk("iad", 0, SiteState::Writable);
         let mut pdx = mk("pdx", 1, SiteState::ReadOnly);
         pdx.replica = Some(ReplicaView {

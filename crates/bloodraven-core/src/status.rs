@@ -360,19 +360,10 @@ mod tests {
         );
         assert!(a.renewal_allowed().is_err());
         let mut s = healthy();
-        s.planned_failover = Some(PlannedFailoverStatus {
-            phase: PlannedFailoverPhase::Deferred,
-            target: "pdx".into(),
-            source: "iad".into(),
-            start_time: None,
-            completion_time: None,
-            duration_seconds: None,
-            transactions_lost: None,
-            reason: String::new(),
-            message: String::new(),
-            admission: Admission::default(),
-            source_gtid_executed: String::new(),
-        });
+        let mut planned =
+            PlannedFailoverStatus::requested("pdx", "iad", Timestamp::from_unix_seconds(0));
+        planned.phase = PlannedFailoverPhase::Deferred;
+        s.planned_failover = Some(planned);
         assert_eq!(reason_of(&s), Some(UnstableReason::PlannedFailover));
         if let Some(p) = s.planned_failover.as_mut() {
             p.phase = PlannedFailoverPhase::Succeeded;

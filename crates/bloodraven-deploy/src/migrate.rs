@@ -77,17 +77,7 @@ pub struct Migration {
 pub fn new_operation_id() -> Result<String, String> {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).map_err(|e| e.to_string())?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    ))
+    Ok(bloodraven_core::names::uuid_v4(b))
 }
 
 fn fields(pairs: &[(&str, Value)]) -> Map<String, Value> {

@@ -20,14 +20,9 @@ async fn group() -> Launcher {
         .expect("harness");
     let admin = h.admin(0).unwrap();
     admin.execute(WRITES_TABLE_DDL).await.unwrap();
-    admin
-        .execute("CREATE TABLE app.locked (id INT PRIMARY KEY) ENGINE=InnoDB")
-        .await
-        .unwrap();
-    admin
-        .execute("GRANT LOCK TABLES ON app.* TO 'app'@'127.0.0.1'")
-        .await
-        .unwrap();
+    for sql in ledger::LOCKABLE_TABLE_SETUP {
+        admin.execute(sql).await.unwrap();
+    }
     h.wait_replicas_caught_up(0, Duration::from_secs(10))
         .await
         .unwrap();

@@ -62,8 +62,7 @@ async fn run(n: usize, durability: &str, secs: u64) -> (f64, Duration, Duration,
     let bearer = auth::issue(
         &key,
         "bloodraven-deploy",
-        "ci",
-        "deployer",
+        &auth::Identity::new("ci", "deployer"),
         Duration::from_secs(3600),
         SystemClock.now(),
     )
@@ -73,11 +72,8 @@ async fn run(n: usize, durability: &str, secs: u64) -> (f64, Duration, Duration,
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for i in 0..n {
-        let tls = bloodraven_runtime::tls::client_config(Some(&ca)).unwrap();
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .build()
-            .unwrap();
+        let http =
+            bloodraven_runtime::tls::http_client(Some(&ca), Duration::from_secs(30)).unwrap();
         let (base, bearer) = (base.clone(), bearer.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();

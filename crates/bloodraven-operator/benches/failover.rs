@@ -106,15 +106,7 @@ async fn main() {
             GroupStatus::replication_running,
         )
         .await;
-        let t = target.to_string();
-        rt.update(|o| {
-            o.metadata
-                .annotations
-                .insert(PLANNED_FAILOVER.into(), t.clone());
-            true
-        })
-        .await
-        .unwrap();
+        rt.annotate(PLANNED_FAILOVER, target).await.unwrap();
         let generation = u64::try_from(n).unwrap() + 2;
         let s = wait(&op, Duration::from_secs(60), |s| {
             s.topology_generation == generation

@@ -96,6 +96,13 @@ pub struct Identity {
 }
 
 impl Identity {
+    pub fn new(namespace: &str, service_account: &str) -> Identity {
+        Identity {
+            namespace: namespace.to_string(),
+            service_account: service_account.to_string(),
+        }
+    }
+
     pub fn subject(&self) -> String {
         format!(
             "system:serviceaccount:{}:{}",
@@ -162,17 +169,16 @@ pub enum IssueError {
     Ttl,
 }
 
-/// Issues a token for `namespace:service_account`, valid from `now` for `ttl`.
+/// Issues a token for `who`, valid from `now` for `ttl`.
 pub fn issue(
     key: &SigningKey,
     audience: &str,
-    namespace: &str,
-    service_account: &str,
+    who: &Identity,
     ttl: Duration,
     now: Timestamp,
 ) -> Result<String, IssueError> {
-    check_dns1123_label(namespace).map_err(IssueError::Namespace)?;
-    check_dns1123_subdomain(service_account).map_err(IssueError::ServiceAccount)?;
+    check_dns1123_label(&who.namespace).map_err(IssueError::Namespace)?;
+    check_dns1123_subdomain(&who.service_account).map_err(IssueError::ServiceAccount)?;
     if ttl < Duration::from_secs(1) || ttl > MAX_TTL {
         return Err(IssueError::Ttl);
     }
@@ -184,11 +190,7 @@ pub fn issue(
     let claims = Claims {
         iss: "bloodraven".into(),
         aud: audience.to_string(),
-        sub: Identity {
-            namespace: namespace.into(),
-            service_account: service_account.into(),
-        }
-        .subject(),
+        sub: who.subject(),
         iat,
         nbf: iat,
         exp: now.plus(ttl).unix_seconds(),
@@ -277,8 +279,7 @@ mod tests {
         let tok = issue(
             &key(),
             "bloodraven-deploy",
-            "ci",
-            "deployer",
+            &Identity::new("ci", "deployer"),
             Duration::from_secs(3600),
             t(0),
         )
@@ -292,8 +293,7 @@ mod tests {
         let tok = issue(
             &key(),
             "bloodraven-deploy",
-            "ci",
-            "deployer",
+            &Identity::new("ci", "deployer"),
             Duration::from_secs(60),
             t(0),
         )
@@ -339,15 +339,33 @@ mod tests {
     #[test]
     fn issue_validates_input_and_key_never_prints() {
         assert!(matches!(
-            issue(&key(), "a", "Bad_NS", "sa", Duration::from_secs(60), t(0)),
+            issue(
+                &key(),
+                "a",
+                &Identity::new("Bad_NS", "sa"),
+                Duration::from_secs(60),
+                t(0)
+            ),
             Err(IssueError::Namespace(_))
         ));
         assert!(matches!(
-            issue(&key(), "a", "ns", "", Duration::from_secs(60), t(0)),
+            issue(
+                &key(),
+                "a",
+                &Identity::new("ns", ""),
+                Duration::from_secs(60),
+                t(0)
+            ),
             Err(IssueError::ServiceAccount(_))
         ));
         assert_eq!(
-            issue(&key(), "a", "ns", "sa", Duration::ZERO, t(0)),
+            issue(
+                &key(),
+                "a",
+                &Identity::new("ns", "sa"),
+                Duration::ZERO,
+                t(0)
+            ),
             Err(IssueError::Ttl)
         );
         assert!(SigningKey::from_bytes(vec![1; 31]).is_none());

@@ -60,6 +60,14 @@ async fn to_completion<T: Send + 'static>(
     }
 }
 
+/// The lease a renewal or release names, with the token that proves the caller holds it.
+#[derive(Debug)]
+pub struct LeaseRef {
+    pub kind: LeaseKind,
+    pub operation_id: String,
+    pub token: String,
+}
+
 /// Randomness for one lease token, drawn from the OS before the engine runs (so a failing
 /// RNG fails the request instead of producing a weak token).
 #[derive(Debug)]
@@ -463,39 +471,21 @@ impl GroupRuntime {
         let mut revoked: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
         let mut new_generation = 0;
         for e in &evs {
-            match e {
-                LeaseEvent::Granted(v) | LeaseEvent::Regranted(v) => {
-                    self.metrics
-                        .lease_grants
-                        .get_or_create(&Metrics::kind(g, v.kind))
-                        .inc();
-                }
-                LeaseEvent::Renewed(v) => {
-                    self.metrics
-                        .lease_renewals
-                        .get_or_create(&Metrics::kind(g, v.kind))
-                        .inc();
-                }
-                LeaseEvent::Released(v) => {
-                    self.metrics
-                        .lease_releases
-                        .get_or_create(&Metrics::kind(g, v.kind))
-                        .inc();
-                }
+            let m = &self.metrics;
+            let counted = match e {
+                LeaseEvent::Granted(v) | LeaseEvent::Regranted(v) => Some((&m.lease_grants, v)),
+                LeaseEvent::Renewed(v) => Some((&m.lease_renewals, v)),
+                LeaseEvent::Released(v) => Some((&m.lease_releases, v)),
                 LeaseEvent::Expired(v) => {
-                    self.metrics
-                        .lease_expirations
-                        .get_or_create(&Metrics::kind(g, v.kind))
-                        .inc();
                     tracing::info!(group = %g, kind = %v.kind, operationId = %v.operation_id, instance = %v.instance, "deploy lease expired");
+                    Some((&m.lease_expirations, v))
                 }
                 LeaseEvent::Revoked {
                     lease,
                     reason,
                     topology_generation,
                 } => {
-                    self.metrics
-                        .lease_revocations
+                    m.lease_revocations
                         .get_or_create(&Metrics::reason(g, reason.as_str()))
                         .inc();
                     new_generation = *topology_generation;
@@ -503,7 +493,11 @@ impl GroupRuntime {
                         "{} {} (instance {})",
                         lease.kind, lease.operation_id, lease.instance
                     ));
+                    None
                 }
+            };
+            if let Some((family, v)) = counted {
+                family.get_or_create(&Metrics::kind(g, v.kind)).inc();
             }
         }
         let now = self.now();
@@ -546,69 +540,64 @@ impl GroupRuntime {
         )
     }
 
-    /// `POST /leases`. Runs to completion even if the caller stops waiting (see
-    /// [`to_completion`]).
-    pub async fn grant(self: &Arc<Self>, req: GrantRequest) -> Result<Grant, RequestError> {
+    /// Runs one lease decision to completion, even if the caller stops waiting (see
+    /// [`to_completion`]): under the lease lock, against a fresh gate, committed through
+    /// [`Group::transact`]. With `check_race`, an answer decided while the topology moved is
+    /// replaced by `423` (a grant or renewal must not be honoured across a failover; a release
+    /// is safe either way).
+    async fn decide<T, F>(self: &Arc<Self>, check_race: bool, decide: F) -> Result<T, RequestError>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut GroupLeases, &LeaseGate, Timestamp) -> Result<T, LeaseError> + Send + 'static,
+    {
         let me = self.clone();
         to_completion(async move {
-            let mut tokens = PrefilledTokens::from_os().map_err(|_| RequestError::Random)?;
             let mut ls = me.leases.lock().await;
-            let (result, snap) = me
-                .transact(&mut ls, |next, gate, now| {
-                    next.grant(&req, gate, now, &mut tokens)
-                })
-                .await?;
-            let grant = result?;
-            if let Some(e) = me.raced(&snap) {
+            let (result, snap) = me.transact(&mut ls, decide).await?;
+            let answer = result?;
+            if check_race && let Some(e) = me.raced(&snap) {
                 return Err(e.into());
             }
-            Ok(grant)
+            Ok(answer)
         })
         .await
     }
 
-    /// `PUT /leases/{kind}/{operationId}`. Runs to completion even if the caller stops waiting.
+    /// `POST /leases`.
+    pub async fn grant(self: &Arc<Self>, req: GrantRequest) -> Result<Grant, RequestError> {
+        let mut tokens = PrefilledTokens::from_os().map_err(|_| RequestError::Random)?;
+        self.decide(true, move |next, gate, now| {
+            next.grant(&req, gate, now, &mut tokens)
+        })
+        .await
+    }
+
+    /// `PUT /leases/{kind}/{operationId}`.
     pub async fn renew(
         self: &Arc<Self>,
-        kind: LeaseKind,
-        operation_id: String,
-        token: String,
+        lease: LeaseRef,
         ttl_seconds: Option<i64>,
     ) -> Result<Renewal, RequestError> {
-        let me = self.clone();
-        to_completion(async move {
-            let mut ls = me.leases.lock().await;
-            let (result, snap) = me
-                .transact(&mut ls, |next, gate, now| {
-                    next.renew(kind, &operation_id, &token, ttl_seconds, gate, now)
-                })
-                .await?;
-            let renewal = result?;
-            if let Some(e) = me.raced(&snap) {
-                return Err(e.into());
-            }
-            Ok(renewal)
+        self.decide(true, move |next, gate, now| {
+            let LeaseRef {
+                kind,
+                operation_id,
+                token,
+            } = &lease;
+            next.renew(*kind, operation_id, token, ttl_seconds, gate, now)
         })
         .await
     }
 
-    /// `DELETE /leases/{kind}/{operationId}`. Runs to completion even if the caller stops
-    /// waiting.
-    pub async fn release(
-        self: &Arc<Self>,
-        kind: LeaseKind,
-        operation_id: String,
-        token: String,
-    ) -> Result<Release, RequestError> {
-        let me = self.clone();
-        to_completion(async move {
-            let mut ls = me.leases.lock().await;
-            let (result, _) = me
-                .transact(&mut ls, |next, gate, now| {
-                    next.release(kind, &operation_id, &token, gate, now)
-                })
-                .await?;
-            Ok(result?)
+    /// `DELETE /leases/{kind}/{operationId}`.
+    pub async fn release(self: &Arc<Self>, lease: LeaseRef) -> Result<Release, RequestError> {
+        self.decide(false, move |next, gate, now| {
+            let LeaseRef {
+                kind,
+                operation_id,
+                token,
+            } = &lease;
+            next.release(*kind, operation_id, token, gate, now)
         })
         .await
     }
@@ -761,13 +750,7 @@ impl GroupRuntime {
                     return Ok(self.snapshot());
                 }
                 Err(StoreError::Conflict { .. }) => {
-                    let fresh = self
-                        .store
-                        .get(&ObjectKey::new(KIND_GROUP, &self.namespace, &self.name))
-                        .await?
-                        .ok_or_else(|| StoreError::NotFound {
-                            key: ObjectKey::new(KIND_GROUP, &self.namespace, &self.name),
-                        })?;
+                    let fresh = self.read_stored().await?;
                     self.install(&mut current, fresh)?;
                 }
                 Err(e) => return Err(e),
@@ -778,6 +761,32 @@ impl GroupRuntime {
             expected: current.metadata.resource_version.clone(),
             actual: "changing concurrently".into(),
         })
+    }
+
+    /// Sets annotation `name` to `value` on the stored group object (a request to the
+    /// controller, as `bloodraven failover` makes it).
+    pub async fn annotate(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<Arc<GroupSnapshot>, StoreError> {
+        self.update(|o| {
+            o.metadata
+                .annotations
+                .insert(name.to_string(), value.to_string())
+                .as_deref()
+                != Some(value)
+        })
+        .await
+    }
+
+    /// The group object as stored now.
+    async fn read_stored(&self) -> Result<RawObject, StoreError> {
+        let key = ObjectKey::new(KIND_GROUP, &self.namespace, &self.name);
+        match self.store.get(&key).await? {
+            Some(obj) => Ok(obj),
+            None => Err(StoreError::NotFound { key }),
+        }
     }
 
     fn install(&self, current: &mut RawObject, obj: RawObject) -> Result<(), StoreError> {
@@ -879,13 +888,7 @@ impl GroupRuntime {
         {
             let mut current = self.group.lock().await;
             if seen.metadata.resource_version != current.metadata.resource_version {
-                let fresh = self
-                    .store
-                    .get(&ObjectKey::new(KIND_GROUP, &self.namespace, &self.name))
-                    .await?
-                    .ok_or_else(|| StoreError::NotFound {
-                        key: ObjectKey::new(KIND_GROUP, &self.namespace, &self.name),
-                    })?;
+                let fresh = self.read_stored().await?;
                 if fresh.metadata.resource_version != current.metadata.resource_version {
                     self.install(&mut current, fresh)?;
                 }

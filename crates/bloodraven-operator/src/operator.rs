@@ -170,8 +170,9 @@ pub async fn start_with_store(
         addr: cfg.settings.http_listen,
         detail: e.to_string(),
     })?;
-    tasks.push(tokio::spawn(server::serve_plain(
+    tasks.push(tokio::spawn(server::serve(
         http,
+        None,
         api::plain::router(state.clone()),
         shutdown.clone(),
     )));
@@ -182,9 +183,9 @@ pub async fn start_with_store(
             addr: d.listen,
             detail: e.to_string(),
         })?);
-        tasks.push(tokio::spawn(server::serve_tls(
+        tasks.push(tokio::spawn(server::serve(
             l,
-            acceptor,
+            Some(acceptor),
             api::deploy::router(state.clone()),
             shutdown.clone(),
         )));

@@ -87,10 +87,11 @@ where
         .await;
 }
 
-/// Serves `router` over TLS until `shutdown` turns true.
-pub async fn serve_tls(
+/// Serves `router` until `shutdown` turns true: over TLS with `tls` (a handshake gets
+/// `HANDSHAKE_TIMEOUT`), plain HTTP without.
+pub async fn serve(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    tls: Option<TlsAcceptor>,
     router: Router,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -99,34 +100,19 @@ pub async fn serve_tls(
             accepted = listener.accept() => {
                 let Ok((tcp, _)) = accepted else { continue };
                 let _ = tcp.set_nodelay(true);
-                let acceptor = acceptor.clone();
                 let router = router.clone();
-                tokio::spawn(async move {
-                    if let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        serve_connection(tls, router).await;
+                match tls.clone() {
+                    Some(acceptor) => {
+                        tokio::spawn(async move {
+                            if let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                                serve_connection(tls, router).await;
+                            }
+                        });
                     }
-                });
-            }
-            _ = shutdown.changed() => {
-                if *shutdown.borrow() { return; }
-            }
-        }
-    }
-}
-
-/// Serves `router` over plain HTTP until `shutdown` turns true.
-pub async fn serve_plain(
-    listener: TcpListener,
-    router: Router,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((tcp, _)) = accepted else { continue };
-                let _ = tcp.set_nodelay(true);
-                let router = router.clone();
-                tokio::spawn(serve_connection(tcp, router));
+                    None => {
+                        tokio::spawn(serve_connection(tcp, router));
+                    }
+                }
             }
             _ = shutdown.changed() => {
                 if *shutdown.borrow() { return; }

@@ -10,63 +10,19 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_core::status::{SiteState, condition};
-use bloodraven_operator::OperatorHandle;
 use bloodraven_store::{
     ObjectKey, RawObject, SqliteStore, Store, StoreFuture, WatchEvent, WriteOp,
 };
 use bloodraven_testkit::ledger::{Writer, percentile};
 use mysql_async::prelude::Queryable;
 use reqwest::StatusCode;
-use support::{Client, GROUP, Live, Timings, wait_status};
-
-async fn request_failover(op: &OperatorHandle, to: &str) {
-    let rt = op.group(GROUP).await.unwrap();
-    let to = to.to_string();
-    rt.update(|o| {
-        o.metadata
-            .annotations
-            .insert(PLANNED_FAILOVER.into(), to.clone());
-        true
-    })
-    .await
-    .unwrap();
-}
-
-async fn events(op: &OperatorHandle) -> Vec<(String, String)> {
-    let rt = op.group(GROUP).await.unwrap();
-    bloodraven_operator::events::list(rt.store(), "default", GROUP)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(_, e)| (e.reason, e.message))
-        .collect()
-}
-
-async fn wait_event(op: &OperatorHandle, reason: &str, count: usize) {
-    for _ in 0..300 {
-        if events(op).await.iter().filter(|(r, _)| r == reason).count() >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no {count}th {reason} event: {:?}", events(op).await);
-}
-
-async fn bootstrapped(live: &Live) -> OperatorHandle {
-    let op = live.operator().await;
-    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
-        s.active_site == "iad"
-            && s.topology_generation == 1
-            && s.condition(condition::READY)
-                .is_some_and(bloodraven_core::status::Condition::is_true)
-    })
-    .await;
-    op
-}
+use support::{
+    Client, GROUP, Live, Timings, bootstrapped, events, planned_in, request_failover, wait_event,
+    wait_status,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootstrap_sets_generation_one_and_reports_the_sites() {
@@ -380,11 +336,12 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
         .await;
     assert_eq!(h.status, StatusCode::CREATED);
     request_failover(&op, "pdx").await;
-    let s = wait_status(&op, Duration::from_secs(10), "deferred", |s| {
-        s.planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase == PlannedFailoverPhase::Deferred)
-    })
+    let s = wait_status(
+        &op,
+        Duration::from_secs(10),
+        "deferred",
+        planned_in(PlannedFailoverPhase::Deferred),
+    )
     .await;
     let pf = s.planned_failover.unwrap();
     assert_eq!(pf.admission.defer_reason, "DeploymentHold");
@@ -454,11 +411,7 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
         &op,
         Duration::from_secs(15),
         "planned failover succeeded",
-        |s| {
-            s.planned_failover
-                .as_ref()
-                .is_some_and(|p| p.phase == PlannedFailoverPhase::Succeeded)
-        },
+        planned_in(PlannedFailoverPhase::Succeeded),
     )
     .await;
     assert_eq!(s.active_site, "pdx");
@@ -607,14 +560,7 @@ async fn intruders_are_fenced_and_a_stale_fence_on_the_primary_is_reasserted() {
     })
     .await;
     assert_eq!(s.active_site, "pdx");
-    assert!(
-        live.harness
-            .failover_client(0)
-            .probe()
-            .await
-            .unwrap()
-            .read_only
-    );
+    assert!(live.read_only(0).await);
     // A stale fence on the primary: every site read-only → reasserted.
     live.harness
         .admin(1)
@@ -628,15 +574,7 @@ async fn intruders_are_fenced_and_a_stale_fence_on_the_primary_is_reasserted() {
             .is_some_and(|p| p.state == SiteState::Writable)
     })
     .await;
-    assert!(
-        !live
-            .harness
-            .failover_client(1)
-            .probe()
-            .await
-            .unwrap()
-            .read_only
-    );
+    assert!(!live.read_only(1).await);
     let ev = events(&op).await;
     assert!(ev.iter().any(|(r, _)| r == "SiteFenced"), "{ev:?}");
     assert!(ev.iter().any(|(r, _)| r == "PrimaryReasserted"), "{ev:?}");
@@ -696,22 +634,16 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
     })
     .await;
     request_failover(&op, "pdx").await;
-    wait_status(&op, Duration::from_secs(15), "promoting", |s| {
-        s.planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase == PlannedFailoverPhase::Promoting)
-    })
+    wait_status(
+        &op,
+        Duration::from_secs(15),
+        "promoting",
+        planned_in(PlannedFailoverPhase::Promoting),
+    )
     .await;
     // The target gets promoted by the stalled run.
     for _ in 0..100 {
-        if !live
-            .harness
-            .failover_client(1)
-            .probe()
-            .await
-            .unwrap()
-            .read_only
-        {
+        if !live.read_only(1).await {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -719,11 +651,12 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
     op.stop().await;
     // Second run on the same data: it resumes from the persisted phase.
     let op = live.operator().await;
-    let s = wait_status(&op, Duration::from_secs(20), "resumed and finished", |s| {
-        s.planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase == PlannedFailoverPhase::Succeeded)
-    })
+    let s = wait_status(
+        &op,
+        Duration::from_secs(20),
+        "resumed and finished",
+        planned_in(PlannedFailoverPhase::Succeeded),
+    )
     .await;
     assert_eq!(s.active_site, "pdx");
     assert_eq!(s.topology_generation, 2);

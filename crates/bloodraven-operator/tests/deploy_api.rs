@@ -15,7 +15,7 @@ use bloodraven_store::{ObjectKey, Store};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use sha2::Digest;
-use support::{Client, Env, GROUP, GatedStore, bootstrap};
+use support::{Client, Env, GROUP, bootstrap};
 
 struct Fixture {
     env: Env,
@@ -39,6 +39,42 @@ async fn fixture() -> Fixture {
     }
 }
 
+/// Calls of the deploy API as the fixture's `ci:deployer`.
+impl Fixture {
+    async fn grant(&self, kind: &str, op: &str, instance: &str, ttl: i64) -> support::Answer {
+        self.client
+            .grant(&self.token, kind, op, instance, ttl)
+            .await
+    }
+
+    async fn renew(&self, kind: &str, op: &str, lease_token: &str) -> support::Answer {
+        self.client.renew(&self.token, kind, op, lease_token).await
+    }
+
+    async fn release(&self, kind: &str, op: &str, lease_token: &str) -> support::Answer {
+        self.client
+            .release(&self.token, kind, op, lease_token)
+            .await
+    }
+
+    async fn observe(&self, group: &str) -> support::Answer {
+        self.client.observe(&self.token, group).await
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<&str>) -> support::Answer {
+        self.client
+            .call(method, path, Some(&self.token), body, &[])
+            .await
+    }
+}
+
+/// The lease token of a grant's answer.
+fn lease_token(a: &support::Answer) -> &str {
+    a.body["token"]
+        .as_str()
+        .expect("a token in the grant's answer")
+}
+
 fn ts(v: &serde_json::Value) -> Timestamp {
     Timestamp::parse_rfc3339(v.as_str().expect("timestamp string")).unwrap()
 }
@@ -47,16 +83,13 @@ fn ts(v: &serde_json::Value) -> Timestamp {
 async fn grant_clamps_ttl_and_answers_the_documented_body() {
     let f = fixture().await;
     let now = f.env.clock.now();
-    let a = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 1)
-        .await;
+    let a = f.grant("migration", "op-1", "counter-app", 1).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
     assert_eq!(a.headers["cache-control"], "no-store");
     assert_eq!(a.body["kind"], "migration");
     assert_eq!(a.body["operationId"], "op-1");
     assert_eq!(a.body["topologyGeneration"], 1);
-    assert!(a.body["token"].as_str().unwrap().len() >= 43);
+    assert!(lease_token(&a).len() >= 43);
     assert_eq!(
         ts(&a.body["expiresAt"]).since(now),
         Duration::from_secs(5),
@@ -80,10 +113,7 @@ async fn grant_clamps_ttl_and_answers_the_documented_body() {
         ])
     );
     // 999 → 120, on a re-POST (200) of the same operation.
-    let b = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 999)
-        .await;
+    let b = f.grant("migration", "op-1", "counter-app", 999).await;
     assert_eq!(b.status, StatusCode::OK, "{}", b.text);
     assert_eq!(
         ts(&b.body["expiresAt"]).since(now),
@@ -95,24 +125,15 @@ async fn grant_clamps_ttl_and_answers_the_documented_body() {
 #[tokio::test]
 async fn repost_rotates_the_token_and_the_old_one_is_refused() {
     let f = fixture().await;
-    let a = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
-    let b = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
+    let a = f.grant("migration", "op-1", "counter-app", 30).await;
+    let b = f.grant("migration", "op-1", "counter-app", 30).await;
     assert_eq!(b.status, StatusCode::OK);
-    let (old, new) = (
-        a.body["token"].as_str().unwrap(),
-        b.body["token"].as_str().unwrap(),
-    );
+    let (old, new) = (lease_token(&a), lease_token(&b));
     assert_ne!(old, new);
-    let r = f.client.renew(&f.token, "migration", "op-1", old).await;
+    let r = f.renew("migration", "op-1", old).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert_eq!(r.body["error"], "token_mismatch");
-    let r = f.client.renew(&f.token, "migration", "op-1", new).await;
+    let r = f.renew("migration", "op-1", new).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.body["topologyGeneration"], 1);
     assert!(r.body["expiresAt"].is_string());
@@ -121,14 +142,8 @@ async fn repost_rotates_the_token_and_the_old_one_is_refused() {
 #[tokio::test]
 async fn second_operation_gets_held_with_exactly_the_holder_fields() {
     let f = fixture().await;
-    let a = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
-    let b = f
-        .client
-        .grant(&f.token, "migration", "op-2", "counter-app", 30)
-        .await;
+    let a = f.grant("migration", "op-1", "counter-app", 30).await;
+    let b = f.grant("migration", "op-2", "counter-app", 30).await;
     assert_eq!(b.status, StatusCode::CONFLICT);
     assert_eq!(b.body["error"], "held");
     assert!(b.body["message"].as_str().unwrap().contains("op-1"));
@@ -141,30 +156,19 @@ async fn second_operation_gets_held_with_exactly_the_holder_fields() {
 #[tokio::test]
 async fn failover_hold_only_for_the_migration_holder() {
     let f = fixture().await;
-    let none = f
-        .client
-        .grant(&f.token, "failover-hold", "op-1", "counter-app", 30)
-        .await;
+    let none = f.grant("failover-hold", "op-1", "counter-app", 30).await;
     assert_eq!(none.status, StatusCode::FORBIDDEN, "no migration lease yet");
     assert_eq!(none.body["error"], "forbidden");
-    f.client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
-    let other = f
-        .client
-        .grant(&f.token, "failover-hold", "op-2", "counter-app", 30)
-        .await;
+    f.grant("migration", "op-1", "counter-app", 30).await;
+    let other = f.grant("failover-hold", "op-2", "counter-app", 30).await;
     assert_eq!(other.status, StatusCode::FORBIDDEN);
-    let holder = f
-        .client
-        .grant(&f.token, "failover-hold", "op-1", "counter-app", 30)
-        .await;
+    let holder = f.grant("failover-hold", "op-1", "counter-app", 30).await;
     assert_eq!(holder.status, StatusCode::CREATED, "{}", holder.text);
-    let obs = f.client.observe(&f.token, GROUP).await;
+    let obs = f.observe(GROUP).await;
     assert_eq!(obs.body["leases"].as_array().unwrap().len(), 2);
     let listed = obs.text.clone();
     assert!(
-        !listed.contains(holder.body["token"].as_str().unwrap()),
+        !listed.contains(lease_token(&holder)),
         "observation lists no token"
     );
 }
@@ -172,14 +176,8 @@ async fn failover_hold_only_for_the_migration_holder() {
 #[tokio::test]
 async fn generation_bump_revokes_and_the_tombstone_refuses_a_repost() {
     let f = fixture().await;
-    let m = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
-    let h = f
-        .client
-        .grant(&f.token, "failover-hold", "op-1", "counter-app", 30)
-        .await;
+    let m = f.grant("migration", "op-1", "counter-app", 30).await;
+    let h = f.grant("failover-hold", "op-1", "counter-app", 30).await;
     let rt = f.op.group(GROUP).await.unwrap();
     let now = f.env.clock.now();
     let generation = rt
@@ -189,26 +187,17 @@ async fn generation_bump_revokes_and_the_tombstone_refuses_a_repost() {
     assert_eq!(generation, 2);
     support::wait_leases_synced(&rt).await;
     for (kind, a) in [("migration", &m), ("failover-hold", &h)] {
-        let r = f
-            .client
-            .renew(&f.token, kind, "op-1", a.body["token"].as_str().unwrap())
-            .await;
+        let r = f.renew(kind, "op-1", lease_token(a)).await;
         assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
         assert_eq!(r.body["error"], "revoked");
         assert_eq!(r.body["reason"], "TopologyChanged");
         assert_eq!(r.body["topologyGeneration"], 2);
     }
     // Another operation takes the mutex; the revoked one still gets `revoked`.
-    let other = f
-        .client
-        .grant(&f.token, "migration", "op-2", "counter-app", 30)
-        .await;
+    let other = f.grant("migration", "op-2", "counter-app", 30).await;
     assert_eq!(other.status, StatusCode::CREATED, "{}", other.text);
     assert_eq!(other.body["topologyGeneration"], 2);
-    let again = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
+    let again = f.grant("migration", "op-1", "counter-app", 30).await;
     assert_eq!(again.status, StatusCode::CONFLICT);
     assert_eq!(again.body["error"], "revoked");
     assert_eq!(again.body["reason"], "TopologyChanged");
@@ -227,7 +216,7 @@ async fn generation_bump_revokes_and_the_tombstone_refuses_a_repost() {
 /// and returns that answer.
 async fn renew_until_refused(f: &Fixture, op: &str, lease_token: &str) -> support::Answer {
     for _ in 0..200 {
-        let r = f.client.renew(&f.token, "migration", op, lease_token).await;
+        let r = f.renew("migration", op, lease_token).await;
         if r.status != StatusCode::OK {
             return r;
         }
@@ -239,17 +228,14 @@ async fn renew_until_refused(f: &Fixture, op: &str, lease_token: &str) -> suppor
 #[tokio::test]
 async fn revoke_all_by_annotation_answers_operator_revoked() {
     let f = fixture().await;
-    let m = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
+    let m = f.grant("migration", "op-1", "counter-app", 30).await;
     // As `bloodraven deploy revoke-all` does: annotate the stored group from another handle.
     let store = f.env.open_store();
     let key = ObjectKey::new(KIND_GROUP, "default", GROUP);
     bloodraven_store::set_annotation(&store, &key, REVOKE_DEPLOYMENT_LEASES, "now")
         .await
         .unwrap();
-    let r = renew_until_refused(&f, "op-1", m.body["token"].as_str().unwrap()).await;
+    let r = renew_until_refused(&f, "op-1", lease_token(&m)).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(r.body["reason"], "OperatorRevoked");
     assert_eq!(r.body["topologyGeneration"], 1);
@@ -274,10 +260,7 @@ async fn revoke_all_by_annotation_answers_operator_revoked() {
 #[tokio::test]
 async fn a_revoke_request_absorbed_by_a_racing_status_write_is_still_acted_on() {
     let f = fixture().await;
-    let m = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
+    let m = f.grant("migration", "op-1", "counter-app", 30).await;
     assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
     let rt = f.op.group(GROUP).await.unwrap();
     let store = f.env.open_store();
@@ -289,25 +272,14 @@ async fn a_revoke_request_absorbed_by_a_racing_status_write_is_still_acted_on() 
     rt.update_status(|s| s.observed_generation += 1)
         .await
         .unwrap();
-    let r = renew_until_refused(&f, "op-1", m.body["token"].as_str().unwrap()).await;
+    let r = renew_until_refused(&f, "op-1", lease_token(&m)).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(r.body["reason"], "OperatorRevoked");
     // Once, not once per path that saw the annotation: a lease granted afterwards lives.
-    let next = f
-        .client
-        .grant(&f.token, "migration", "op-2", "counter-app", 30)
-        .await;
+    let next = f.grant("migration", "op-2", "counter-app", 30).await;
     assert_eq!(next.status, StatusCode::CREATED, "{}", next.text);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let renewed = f
-        .client
-        .renew(
-            &f.token,
-            "migration",
-            "op-2",
-            next.body["token"].as_str().unwrap(),
-        )
-        .await;
+    let renewed = f.renew("migration", "op-2", lease_token(&next)).await;
     assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.text);
     assert!(
         !store
@@ -324,49 +296,29 @@ async fn a_revoke_request_absorbed_by_a_racing_status_write_is_still_acted_on() 
 #[tokio::test]
 async fn expired_released_and_unknown_leases_are_404() {
     let f = fixture().await;
-    let a = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 10)
-        .await;
+    let a = f.grant("migration", "op-1", "counter-app", 10).await;
     f.env.clock.advance(Duration::from_secs(11));
-    let r = f
-        .client
-        .renew(
-            &f.token,
-            "migration",
-            "op-1",
-            a.body["token"].as_str().unwrap(),
-        )
-        .await;
+    let r = f.renew("migration", "op-1", lease_token(&a)).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
     assert_eq!(r.body["error"], "not_found");
-    let b = f
-        .client
-        .grant(&f.token, "migration", "op-2", "counter-app", 10)
-        .await;
+    let b = f.grant("migration", "op-2", "counter-app", 10).await;
     assert_eq!(
         b.status,
         StatusCode::CREATED,
         "the expired mutex is free again"
     );
-    let tok = b.body["token"].as_str().unwrap();
-    let d = f.client.release(&f.token, "migration", "op-2", tok).await;
+    let tok = lease_token(&b);
+    let d = f.release("migration", "op-2", tok).await;
     assert_eq!(d.status, StatusCode::NO_CONTENT);
     assert_eq!(d.headers["cache-control"], "no-store");
-    let d2 = f.client.release(&f.token, "migration", "op-2", tok).await;
+    let d2 = f.release("migration", "op-2", tok).await;
     assert_eq!(d2.status, StatusCode::NO_CONTENT, "release is idempotent");
     assert_eq!(
-        f.client
-            .renew(&f.token, "migration", "op-2", tok)
-            .await
-            .status,
+        f.renew("migration", "op-2", tok).await.status,
         StatusCode::NOT_FOUND
     );
     assert_eq!(
-        f.client
-            .renew(&f.token, "failover-hold", "never", "x")
-            .await
-            .status,
+        f.renew("failover-hold", "never", "x").await.status,
         StatusCode::NOT_FOUND
     );
 }
@@ -374,22 +326,14 @@ async fn expired_released_and_unknown_leases_are_404() {
 #[tokio::test]
 async fn a_423_while_a_topology_change_is_persisted_never_extends_the_deadline() {
     let env = Env::new();
-    let sqlite: Arc<dyn Store> = Arc::new(env.open_store());
-    let (gate, _) = tokio::sync::watch::channel(false);
-    let store = Arc::new(GatedStore {
-        inner: sqlite,
-        gate,
-    });
-    let op = env.start_with_store(store.clone()).await;
-    let rt = op.group(GROUP).await.unwrap();
-    bootstrap(&rt, env.clock.now()).await;
+    let (op, store, rt) = env.start_gated().await;
     let client = Client::new(&env.ca, op.https_addr.unwrap());
     let token = env.token("ci", "deployer");
     let a = client
         .grant(&token, "migration", "op-1", "counter-app", 30)
         .await;
     let expires = a.body["expiresAt"].clone();
-    let lease_token = a.body["token"].as_str().unwrap().to_string();
+    let lease_token = lease_token(&a).to_string();
 
     // Hold the status write of a topology change in flight.
     store.gate.send_replace(true);
@@ -447,8 +391,7 @@ async fn authentication_failures_are_401() {
     let wrong_aud = auth::issue(
         &f.env.key,
         "kubernetes",
-        "ci",
-        "deployer",
+        &auth::Identity::new("ci", "deployer"),
         Duration::from_secs(60),
         f.env.clock.now(),
     )
@@ -459,8 +402,7 @@ async fn authentication_failures_are_401() {
     let expired = auth::issue(
         &f.env.key,
         "bloodraven-deploy",
-        "ci",
-        "deployer",
+        &auth::Identity::new("ci", "deployer"),
         Duration::from_secs(1),
         f.env.clock.now().minus(Duration::from_secs(600)),
     )
@@ -477,8 +419,7 @@ async fn authentication_failures_are_401() {
     let forged = auth::issue(
         &other_key,
         "bloodraven-deploy",
-        "ci",
-        "deployer",
+        &auth::Identity::new("ci", "deployer"),
         Duration::from_secs(60),
         f.env.clock.now(),
     )
@@ -494,25 +435,19 @@ async fn forbidden_and_unknown_group_are_indistinguishable() {
     let f = fixture().await;
     let stranger = f.env.token("ci", "stranger");
     let a = f.client.observe(&stranger, GROUP).await;
-    let b = f.client.observe(&f.token, "no-such-group").await;
+    let b = f.observe("no-such-group").await;
     // `second` exists but `ci:deployer` may not coordinate it.
-    let c = f.client.observe(&f.token, "second").await;
+    let c = f.observe("second").await;
     for r in [&a, &b, &c] {
         assert_eq!(r.status, StatusCode::FORBIDDEN);
     }
     assert_eq!(a.text, b.text);
     assert_eq!(b.text, c.text);
     // A lease for an instance the caller is not listed on is forbidden too.
-    let d = f
-        .client
-        .grant(&f.token, "migration", "op-1", "other-db", 30)
-        .await;
+    let d = f.grant("migration", "op-1", "other-db", 30).await;
     assert_eq!(d.status, StatusCode::FORBIDDEN);
     assert_eq!(d.text, a.text);
-    let e = f
-        .client
-        .grant(&f.token, "migration", "op-1", "not-a-database", 30)
-        .await;
+    let e = f.grant("migration", "op-1", "not-a-database", 30).await;
     assert_eq!(e.text, a.text);
     // The right service account for `second` may observe it.
     let other = f.env.token("ci", "other");
@@ -559,135 +494,121 @@ async fn follower_answers_503_before_authentication() {
     follower.stop().await;
 }
 
+/// A request and its answer: (method, path, body, status, error code, Allow header).
+type Shape<'a> = (
+    Method,
+    &'a str,
+    Option<&'a str>,
+    StatusCode,
+    &'a str,
+    &'a str,
+);
+
 #[tokio::test]
 async fn bad_requests_413_405_400() {
     let f = fixture().await;
-    let big = format!(
-        r#"{{"kind":"migration","operationId":"{}","instance":"counter-app"}}"#,
-        "x".repeat(5000)
-    );
-    let r = f
-        .client
-        .call(
+    let group = format!("/deploy/v1/groups/{GROUP}");
+    let leases = format!("{group}/leases");
+    let lease = format!("{leases}/migration/x");
+    let body = |fields: &str| {
+        format!(r#"{{"kind":"migration","operationId":"a","instance":"counter-app"{fields}}}"#)
+    };
+    let big = body(&format!(r#","padding":"{}""#, "x".repeat(5000)));
+    let shapes: [Shape; 8] = [
+        (
             Method::POST,
-            &format!("/deploy/v1/groups/{GROUP}/leases"),
-            Some(&f.token),
+            &leases,
             Some(&big),
-            &[],
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(r.body["error"], "payload_too_large");
-
-    let r = f
-        .client
-        .call(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "",
+        ),
+        (
             Method::DELETE,
-            &format!("/deploy/v1/groups/{GROUP}"),
-            Some(&f.token),
+            &group,
             None,
-            &[],
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
-    assert_eq!(r.headers["allow"], "GET");
-    let r = f
-        .client
-        .call(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "GET",
+        ),
+        (
             Method::GET,
-            &format!("/deploy/v1/groups/{GROUP}/leases"),
-            Some(&f.token),
+            &leases,
             None,
-            &[],
-        )
-        .await;
-    assert_eq!(r.headers["allow"], "POST");
-    let r = f
-        .client
-        .call(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "POST",
+        ),
+        (
             Method::POST,
-            &format!("/deploy/v1/groups/{GROUP}/leases/migration/x"),
-            Some(&f.token),
+            &lease,
             None,
-            &[],
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
-    assert_eq!(r.headers["allow"], "PUT, DELETE");
-
-    let leases = format!("/deploy/v1/groups/{GROUP}/leases");
-    let long = "y".repeat(129);
-    for (body, needle) in [
-        ("{not json", "not valid JSON"),
-        (
-            r#"{"kind":"migration","operationId":"a","instance":"counter-app","extra":1}"#,
-            "extra",
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "PUT, DELETE",
         ),
         (
-            r#"{"kind":"hold","operationId":"a","instance":"counter-app"}"#,
-            "kind",
-        ),
-        (
-            r#"{"kind":"migration","operationId":"","instance":"counter-app"}"#,
-            "operationId",
-        ),
-        (
-            &format!(r#"{{"kind":"migration","operationId":"{long}","instance":"counter-app"}}"#),
-            "128",
-        ),
-        (
-            r#"{"kind":"migration","operationId":"a","instance":"Counter_App"}"#,
-            "instance",
-        ),
-        (
-            r#"{"kind":"migration","operationId":"a","instance":"counter-app","ttlSeconds":"ten"}"#,
-            "ttlSeconds",
-        ),
-    ] {
-        let r = f
-            .client
-            .call(Method::POST, &leases, Some(&f.token), Some(body), &[])
-            .await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.text);
-        assert_eq!(r.body["error"], "invalid_request");
-        assert!(
-            r.body["message"].as_str().unwrap().contains(needle),
-            "{body}: {}",
-            r.text
-        );
-    }
-    let r = f
-        .client
-        .call(
             Method::PUT,
             &format!("{leases}/bogus/a"),
-            Some(&f.token),
             Some(r#"{"token":"t"}"#),
-            &[],
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = f
-        .client
-        .call(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "",
+        ),
+        // X-Lease-Token is required.
+        (
             Method::DELETE,
-            &format!("{leases}/migration/a"),
-            Some(&f.token),
+            &lease,
             None,
-            &[],
-        )
-        .await;
-    assert_eq!(
-        r.status,
-        StatusCode::BAD_REQUEST,
-        "X-Lease-Token is required"
-    );
-    let r = f
-        .client
-        .call(Method::GET, "/deploy/v1/nothing", Some(&f.token), None, &[])
-        .await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND);
-    assert_eq!(r.headers["cache-control"], "no-store");
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "",
+        ),
+        (
+            Method::GET,
+            "/deploy/v1/nothing",
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "",
+        ),
+        (
+            Method::GET,
+            &format!("{group}/nothing"),
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "",
+        ),
+    ];
+    for (method, path, body, status, error, allow) in shapes {
+        let r = f.call(method.clone(), path, body).await;
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text);
+        assert_eq!(r.body["error"], error, "{method} {path}: {}", r.text);
+        assert_eq!(r.headers["cache-control"], "no-store");
+        if !allow.is_empty() {
+            assert_eq!(r.headers["allow"], allow, "{method} {path}");
+        }
+    }
+
+    let long = "y".repeat(129);
+    // (body, what the message must name)
+    let invalid = [
+        ("{not json".to_string(), "not valid JSON"),
+        (body(r#","extra":1"#), "extra"),
+        (body("").replace("migration", "hold"), "kind"),
+        (body("").replace(r#""a""#, r#""""#), "operationId"),
+        (body("").replace(r#""a""#, &format!("{long:?}")), "128"),
+        (body("").replace("counter-app", "Counter_App"), "instance"),
+        (body(r#","ttlSeconds":"ten""#), "ttlSeconds"),
+    ];
+    for (body, needle) in invalid {
+        let r = f.call(Method::POST, &leases, Some(&body)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.text);
+        assert_eq!(r.body["error"], "invalid_request");
+        let message = r.body["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{body}: {}", r.text);
+    }
 }
 
 #[tokio::test]
@@ -754,33 +675,18 @@ async fn no_token_or_token_hash_in_logs_events_metrics_or_status() {
     let f = fixture().await;
     let mut secrets = vec![f.token.clone()];
     for op in ["op-a", "op-b"] {
-        let m = f
-            .client
-            .grant(&f.token, "migration", op, "counter-app", 30)
-            .await;
-        let t = m.body["token"].as_str().unwrap().to_string();
-        f.client.renew(&f.token, "migration", op, &t).await;
-        f.client
-            .renew(&f.token, "migration", op, "wrong-token-value")
-            .await;
-        let h = f
-            .client
-            .grant(&f.token, "failover-hold", op, "counter-app", 30)
-            .await;
+        let m = f.grant("migration", op, "counter-app", 30).await;
+        let t = lease_token(&m).to_string();
+        f.renew("migration", op, &t).await;
+        f.renew("migration", op, "wrong-token-value").await;
+        let h = f.grant("failover-hold", op, "counter-app", 30).await;
         secrets.push(t.clone());
         if let Some(ht) = h.body["token"].as_str() {
             secrets.push(ht.to_string());
         }
         if op == "op-a" {
-            f.client
-                .release(
-                    &f.token,
-                    "failover-hold",
-                    op,
-                    h.body["token"].as_str().unwrap(),
-                )
-                .await;
-            f.client.release(&f.token, "migration", op, &t).await;
+            f.release("failover-hold", op, lease_token(&h)).await;
+            f.release("migration", op, &t).await;
         }
     }
     let rt = f.op.group(GROUP).await.unwrap();
@@ -859,18 +765,8 @@ async fn no_token_or_token_hash_in_logs_events_metrics_or_status() {
 async fn every_request_logs_one_deploy_api_line() {
     let logs = bloodraven_runtime::logging::capture();
     let f = fixture().await;
-    let a = f
-        .client
-        .grant(&f.token, "migration", "op-log-1", "counter-app", 30)
-        .await;
-    f.client
-        .renew(
-            &f.token,
-            "migration",
-            "op-log-1",
-            a.body["token"].as_str().unwrap(),
-        )
-        .await;
+    let a = f.grant("migration", "op-log-1", "counter-app", 30).await;
+    f.renew("migration", "op-log-1", lease_token(&a)).await;
     let lines: Vec<_> = logs
         .records()
         .into_iter()
@@ -893,49 +789,25 @@ async fn every_request_logs_one_deploy_api_line() {
 #[tokio::test]
 async fn unstable_group_refuses_grants_but_renews() {
     let f = fixture().await;
-    let a = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
+    let a = f.grant("migration", "op-1", "counter-app", 30).await;
     let rt = f.op.group(GROUP).await.unwrap();
     rt.update_status(|s| s.sites[1].replicating = false)
         .await
         .unwrap();
-    let obs = f.client.observe(&f.token, GROUP).await;
+    let obs = f.observe(GROUP).await;
     assert_eq!(obs.body["stable"], false);
     assert_eq!(obs.body["unstableReason"], "ReplicationNotRunning");
     assert_eq!(obs.body["health"]["replicationRunning"], false);
-    let r = f
-        .client
-        .renew(
-            &f.token,
-            "migration",
-            "op-1",
-            a.body["token"].as_str().unwrap(),
-        )
-        .await;
+    let r = f.renew("migration", "op-1", lease_token(&a)).await;
     assert_eq!(
         r.status,
         StatusCode::OK,
         "a renewal only needs no pending change"
     );
-    let g = f
-        .client
-        .grant(&f.token, "migration", "op-2", "counter-app", 30)
-        .await;
+    let g = f.grant("migration", "op-2", "counter-app", 30).await;
     assert_eq!(g.status, StatusCode::CONFLICT, "held comes before unstable");
-    f.client
-        .release(
-            &f.token,
-            "migration",
-            "op-1",
-            a.body["token"].as_str().unwrap(),
-        )
-        .await;
-    let g = f
-        .client
-        .grant(&f.token, "migration", "op-2", "counter-app", 30)
-        .await;
+    f.release("migration", "op-1", lease_token(&a)).await;
+    let g = f.grant("migration", "op-2", "counter-app", 30).await;
     assert_eq!(g.status, StatusCode::LOCKED, "{}", g.text);
     assert_eq!(g.body["reason"], "ReplicationNotRunning");
     // Lag alone keeps it stable.
@@ -945,7 +817,7 @@ async fn unstable_group_refuses_grants_but_renews() {
     })
     .await
     .unwrap();
-    let obs = f.client.observe(&f.token, GROUP).await;
+    let obs = f.observe(GROUP).await;
     assert_eq!(obs.body["stable"], true);
     assert_eq!(obs.body["health"]["replicationLagSeconds"], 5000.0);
 }
@@ -956,12 +828,9 @@ async fn unstable_group_refuses_grants_but_renews() {
 #[tokio::test]
 async fn a_conflicting_lease_write_is_healed_not_repeated() {
     let f = fixture().await;
-    let m = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
+    let m = f.grant("migration", "op-1", "counter-app", 30).await;
     assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    let lease_token = m.body["token"].as_str().unwrap().to_string();
+    let lease_token = lease_token(&m).to_string();
     let store = f.env.open_store();
     let rt = f.op.group(GROUP).await.unwrap();
     for round in 0..3 {
@@ -974,10 +843,7 @@ async fn a_conflicting_lease_write_is_healed_not_repeated() {
         assert!(rt.check_lease_state().await.is_err(), "round {round}");
         // A renewal a second later changes the stored record, so it writes.
         f.env.clock.advance(Duration::from_secs(1));
-        let r = f
-            .client
-            .renew(&f.token, "migration", "op-1", &lease_token)
-            .await;
+        let r = f.renew("migration", "op-1", &lease_token).await;
         assert_eq!(r.status, StatusCode::OK, "round {round}: {}", r.text);
         rt.check_lease_state().await.unwrap();
     }
@@ -989,12 +855,9 @@ async fn a_conflicting_lease_write_is_healed_not_repeated() {
 async fn someone_elses_operation_is_answered_like_an_unknown_one() {
     let f = fixture().await;
     let billing = f.env.token("ci", "billing");
-    let m = f
-        .client
-        .grant(&f.token, "migration", "op-1", "counter-app", 30)
-        .await;
+    let m = f.grant("migration", "op-1", "counter-app", 30).await;
     assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    let lease_token = m.body["token"].as_str().unwrap().to_string();
+    let lease_token = lease_token(&m).to_string();
 
     let unknown = f
         .client
@@ -1011,10 +874,7 @@ async fn someone_elses_operation_is_answered_like_an_unknown_one() {
         .release(&billing, "migration", "op-1", &lease_token)
         .await;
     assert_eq!(released.status, StatusCode::NO_CONTENT);
-    let mine = f
-        .client
-        .renew(&f.token, "migration", "op-1", &lease_token)
-        .await;
+    let mine = f.renew("migration", "op-1", &lease_token).await;
     assert_eq!(
         mine.status,
         StatusCode::OK,
@@ -1025,10 +885,7 @@ async fn someone_elses_operation_is_answered_like_an_unknown_one() {
     // A tombstone of another instance is hidden the same way (its owner gets 409 revoked).
     let rt = f.op.group(GROUP).await.unwrap();
     rt.revoke_all().await.unwrap();
-    let owner = f
-        .client
-        .renew(&f.token, "migration", "op-1", &lease_token)
-        .await;
+    let owner = f.renew("migration", "op-1", &lease_token).await;
     assert_eq!(owner.status, StatusCode::CONFLICT, "{}", owner.text);
     let theirs = f
         .client

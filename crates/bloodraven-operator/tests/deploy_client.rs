@@ -11,22 +11,13 @@ use bloodraven_core::time::Clock as _;
 use bloodraven_deploy::lease::{
     AuthorityLost, HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig,
 };
-use bloodraven_store::Store;
-use support::{Env, GROUP, GatedStore, bootstrap};
+use support::{Env, GROUP};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_423_during_a_pending_topology_change_ends_authority_at_the_confirmed_deadline() {
     let logs = bloodraven_runtime::logging::capture();
     let env = Env::new();
-    let sqlite: Arc<dyn Store> = Arc::new(env.open_store());
-    let (gate, _) = tokio::sync::watch::channel(false);
-    let store = Arc::new(GatedStore {
-        inner: sqlite,
-        gate,
-    });
-    let op = env.start_with_store(store.clone()).await;
-    let rt = op.group(GROUP).await.unwrap();
-    bootstrap(&rt, env.clock.now()).await;
+    let (op, store, rt) = env.start_gated().await;
     let token_file = env.dir.path().join("deploy.token");
     std::fs::write(&token_file, env.token("ci", "deployer")).unwrap();
     let api: Arc<dyn LeaseApi> = Arc::new(

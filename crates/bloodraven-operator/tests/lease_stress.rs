@@ -47,10 +47,7 @@ impl Rng {
 type Tokens = Arc<Mutex<BTreeMap<(String, String), String>>>;
 
 fn client(env: &Env, addr: std::net::SocketAddr) -> reqwest::Client {
-    let tls = bloodraven_runtime::tls::client_config(Some(&env.ca)).unwrap();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .build()
+    bloodraven_runtime::tls::http_client(Some(&env.ca), std::time::Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("client for {addr}: {e}"))
 }
 

@@ -7,38 +7,12 @@ mod support;
 
 use std::time::Duration;
 
-use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::contract::events::BLOCKING_SESSION_KILLED;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_operator::OperatorHandle;
 use bloodraven_testkit::ledger::{self, Writer};
 use mysql_async::prelude::Queryable;
-use support::{GROUP, Live, Timings, wait_status};
-
-async fn request_failover(op: &OperatorHandle, to: &str) {
-    let rt = op.group(GROUP).await.unwrap();
-    let to = to.to_string();
-    rt.update(|o| {
-        o.metadata
-            .annotations
-            .insert(PLANNED_FAILOVER.into(), to.clone());
-        true
-    })
-    .await
-    .unwrap();
-}
-
-async fn events(op: &OperatorHandle, reason: &str) -> Vec<String> {
-    let rt = op.group(GROUP).await.unwrap();
-    bloodraven_operator::events::list(rt.store(), "default", GROUP)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(_, e)| e)
-        .filter(|e| e.reason == reason)
-        .map(|e| e.message)
-        .collect()
-}
+use support::{Live, Timings, planned_ended, planned_in, request_failover, wait_status};
 
 /// A group with a table the application may lock, and an operator that bootstrapped it.
 async fn live_group(drain: &'static str) -> (Live, OperatorHandle) {
@@ -48,14 +22,9 @@ async fn live_group(drain: &'static str) -> (Live, OperatorHandle) {
     })
     .await;
     let admin = live.harness.admin(0).unwrap();
-    admin
-        .execute("CREATE TABLE app.locked (id INT PRIMARY KEY) ENGINE=InnoDB")
-        .await
-        .unwrap();
-    admin
-        .execute("GRANT LOCK TABLES ON app.* TO 'app'@'127.0.0.1'")
-        .await
-        .unwrap();
+    for sql in ledger::LOCKABLE_TABLE_SETUP {
+        admin.execute(sql).await.unwrap();
+    }
     live.harness
         .wait_replicas_caught_up(0, Duration::from_secs(10))
         .await
@@ -119,16 +88,21 @@ async fn hold_a_long_lock(live: &Live) -> (mysql_async::Conn, tokio::task::JoinH
 }
 
 async fn succeeded(op: &OperatorHandle, what: &str) {
-    let s = wait_status(op, Duration::from_secs(40), what, |s| {
-        s.planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase.is_terminal())
-    })
-    .await;
+    let s = wait_status(op, Duration::from_secs(40), what, planned_ended).await;
     let pf = s.planned_failover.unwrap();
     assert_eq!(pf.phase, PlannedFailoverPhase::Succeeded, "{what}: {pf:?}");
     assert_eq!(pf.transactions_lost, Some(0));
     assert_eq!(s.active_site, "pdx");
+}
+
+/// Waits for the planned failover to end and checks it failed with `reason`, iad staying the
+/// primary.
+async fn failed_with(op: &OperatorHandle, reason: &str) {
+    let s = wait_status(op, Duration::from_secs(20), reason, planned_ended).await;
+    let pf = s.planned_failover.unwrap();
+    assert_eq!(pf.phase, PlannedFailoverPhase::Failed, "{pf:?}");
+    assert_eq!(pf.reason, reason, "{pf:?}");
+    assert_eq!(s.active_site, "iad");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -145,7 +119,7 @@ async fn a_forty_second_lock_tables_write_does_not_veto_a_planned_failover() {
         !queued.await.unwrap(),
         "the queued insert was killed, not committed"
     );
-    let kills = events(&op, BLOCKING_SESSION_KILLED).await;
+    let kills = support::event_messages(&op, BLOCKING_SESSION_KILLED).await;
     assert!(!kills.is_empty());
     assert!(
         kills
@@ -203,7 +177,9 @@ async fn a_long_running_transaction_does_not_veto_a_planned_failover() {
     succeeded(&op, "the failover through a long transaction").await;
     assert!(!long.await.unwrap(), "the long transaction was killed");
     assert!(
-        !events(&op, BLOCKING_SESSION_KILLED).await.is_empty(),
+        !support::event_messages(&op, BLOCKING_SESSION_KILLED)
+            .await
+            .is_empty(),
         "the running statement kept the fence from landing and was killed"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -232,26 +208,8 @@ async fn a_drain_timeout_shorter_than_the_fence_fails_and_unfences() {
     let (live, op) = live_group("1s").await;
     let (_holder, _queued) = hold_a_long_lock(&live).await;
     request_failover(&op, "pdx").await;
-    let s = wait_status(&op, Duration::from_secs(20), "the failover ends", |s| {
-        s.planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase.is_terminal())
-    })
-    .await;
-    let pf = s.planned_failover.unwrap();
-    assert_eq!(pf.phase, PlannedFailoverPhase::Failed, "{pf:?}");
-    assert_eq!(pf.reason, "FenceFailed", "{pf:?}");
-    assert_eq!(s.active_site, "iad");
-    assert!(
-        !live
-            .harness
-            .failover_client(0)
-            .probe()
-            .await
-            .unwrap()
-            .read_only,
-        "iad was unfenced again"
-    );
+    failed_with(&op, "FenceFailed").await;
+    assert!(!live.read_only(0).await, "iad was unfenced again");
     op.stop().await;
 }
 
@@ -271,11 +229,12 @@ async fn a_target_that_broke_while_deferred_fails_admission_with_its_reason() {
         .await;
     assert_eq!(h.status, reqwest::StatusCode::CREATED, "{}", h.text);
     request_failover(&op, "pdx").await;
-    wait_status(&op, Duration::from_secs(10), "deferred", |s| {
-        s.planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase == PlannedFailoverPhase::Deferred)
-    })
+    wait_status(
+        &op,
+        Duration::from_secs(10),
+        "deferred",
+        planned_in(PlannedFailoverPhase::Deferred),
+    )
     .await;
     live.harness.kill(1).unwrap();
     wait_status(&op, Duration::from_secs(10), "pdx unreachable", |s| {
@@ -292,17 +251,8 @@ async fn a_target_that_broke_while_deferred_fails_admission_with_its_reason() {
         )
         .await;
     assert_eq!(d.status, reqwest::StatusCode::NO_CONTENT);
-    let s = wait_status(&op, Duration::from_secs(15), "admission fails", |s| {
-        s.planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase.is_terminal())
-    })
-    .await;
-    let pf = s.planned_failover.unwrap();
-    assert_eq!(pf.phase, PlannedFailoverPhase::Failed, "{pf:?}");
-    assert_eq!(pf.reason, "TargetNotReady", "{pf:?}");
-    assert_eq!(s.active_site, "iad");
-    let admitting = events(&op, "PlannedFailoverAdmitting").await;
+    failed_with(&op, "TargetNotReady").await;
+    let admitting = support::event_messages(&op, "PlannedFailoverAdmitting").await;
     assert_eq!(admitting.len(), 2, "{admitting:?}");
     op.stop().await;
 }

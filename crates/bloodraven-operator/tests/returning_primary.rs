@@ -6,10 +6,9 @@ mod support;
 
 use std::time::Duration;
 
-use bloodraven_core::status::{GroupStatus, SiteState, condition};
-use bloodraven_operator::OperatorHandle;
+use bloodraven_core::status::{GroupStatus, SiteState};
 use bloodraven_testkit::ledger::{self, Probe, ProbeLog, Target, Writer, WriterLog};
-use support::{GROUP, Live, Timings, wait_status};
+use support::{GROUP, Live, Timings, bootstrapped, bootstrapped_on, event_messages, wait_status};
 
 const SITES: [&str; 3] = ["iad", "pdx", "reader"];
 
@@ -46,18 +45,6 @@ impl Traffic {
     async fn stop(self) -> (WriterLog, ProbeLog) {
         (self.writer.stop().await, self.probe.stop().await)
     }
-}
-
-async fn bootstrapped(live: &Live) -> OperatorHandle {
-    let op = live.operator().await;
-    wait_status(
-        &op,
-        Duration::from_secs(15),
-        "bootstrap and replication",
-        |s| s.active_site == "iad" && s.replication_running(),
-    )
-    .await;
-    op
 }
 
 /// Waits until every other site has applied everything `primary` has (so a kill loses
@@ -190,27 +177,8 @@ async fn all_read_only(live: &Live) {
         .await;
     assert_eq!(outcome, bloodraven_mysql::FenceOutcome::Fenced);
     for i in 0..3 {
-        assert!(
-            live.harness
-                .failover_client(i)
-                .probe()
-                .await
-                .unwrap()
-                .read_only
-        );
+        assert!(live.read_only(i).await);
     }
-}
-
-async fn bootstrap_event(op: &OperatorHandle) -> String {
-    let rt = op.group(GROUP).await.unwrap();
-    bloodraven_operator::events::list(rt.store(), "default", GROUP)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(_, e)| e)
-        .find(|e| e.reason == "ActiveSiteBootstrapped")
-        .map(|e| e.message)
-        .unwrap_or_default()
 }
 
 /// Every server boots read-only and the group never had an active site: the operator promotes
@@ -220,25 +188,18 @@ async fn a_group_whose_sites_all_boot_read_only_gets_the_most_advanced_candidate
     let live = Live::start(Timings::default()).await;
     all_read_only(&live).await;
     let op = live.operator().await;
-    let s = wait_status(&op, Duration::from_secs(20), "bootstrapped", |s| {
-        s.active_site == "iad"
-            && s.topology_generation == 1
-            && s.condition(condition::READY)
-                .is_some_and(bloodraven_core::status::Condition::is_true)
-            && s.replication_running()
-    })
+    let s = wait_status(
+        &op,
+        Duration::from_secs(20),
+        "bootstrapped",
+        bootstrapped_on("iad"),
+    )
     .await;
     assert_eq!(s.site("iad").unwrap().state, SiteState::Writable);
-    assert!(
-        !live
-            .harness
-            .failover_client(0)
-            .probe()
-            .await
-            .unwrap()
-            .read_only
-    );
-    let m = bootstrap_event(&op).await;
+    assert!(!live.read_only(0).await);
+    let m = event_messages(&op, "ActiveSiteBootstrapped")
+        .await
+        .join("\n");
     assert!(m.contains("most advanced candidate"), "{m}");
     op.stop().await;
 }
@@ -262,16 +223,10 @@ async fn a_group_whose_sites_all_boot_read_only_gets_its_bootstrap_site() {
     .await;
     assert_eq!(s.site("pdx").unwrap().state, SiteState::Writable);
     assert!(s.site("iad").unwrap().replicating);
-    assert!(
-        !live
-            .harness
-            .failover_client(1)
-            .probe()
-            .await
-            .unwrap()
-            .read_only
-    );
-    let m = bootstrap_event(&op).await;
+    assert!(!live.read_only(1).await);
+    let m = event_messages(&op, "ActiveSiteBootstrapped")
+        .await
+        .join("\n");
     assert!(m.contains("spec.bootstrapSite"), "{m}");
     // The application writes on pdx, and the writes reach the others.
     let w = Writer::start(writer_sites(&live), Duration::from_millis(2));

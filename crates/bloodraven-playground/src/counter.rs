@@ -89,17 +89,8 @@ impl CounterApp {
         namespace: &str,
         group: &str,
     ) -> Arc<CounterApp> {
-        bloodraven_runtime::tls::install_crypto_provider();
-        let http = bloodraven_runtime::tls::client_config(None)
-            .ok()
-            .and_then(|tls| {
-                reqwest::Client::builder()
-                    .tls_backend_preconfigured(tls)
-                    .timeout(Duration::from_secs(1))
-                    .build()
-                    .ok()
-            })
-            .unwrap_or_default();
+        let http =
+            bloodraven_runtime::tls::http_client(None, Duration::from_secs(1)).unwrap_or_default();
         Arc::new(CounterApp {
             sites,
             operator: operator.trim_end_matches('/').to_string(),

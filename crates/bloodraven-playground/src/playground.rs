@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::config::SiteRole;
+use bloodraven_core::contract::DEPLOY_AUDIENCE;
 use bloodraven_core::contract::annotations::{PLANNED_FAILOVER, REVOKE_DEPLOYMENT_LEASES};
 use bloodraven_core::lease::LeaseKind;
 use bloodraven_core::resources::KIND_GROUP;
@@ -633,15 +634,10 @@ impl Playground {
 
     /// A deploy token for `ci/deployer` (valid one hour).
     pub fn token(&self) -> Result<String, PlaygroundError> {
-        auth::issue(
-            &self.key,
-            "bloodraven-deploy",
-            "ci",
-            "deployer",
-            Duration::from_secs(3600),
-            SystemClock.now(),
-        )
-        .map_err(|e| PlaygroundError::Other(e.to_string()))
+        let who = auth::Identity::new("ci", "deployer");
+        let hour = Duration::from_secs(3600);
+        auth::issue(&self.key, DEPLOY_AUDIENCE, &who, hour, SystemClock.now())
+            .map_err(|e| PlaygroundError::Other(e.to_string()))
     }
 
     /// Takes the migration lease and the failover-hold for `counter-app`, heartbeating them

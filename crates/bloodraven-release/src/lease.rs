@@ -115,27 +115,14 @@ pub async fn acquire(
         name: name.clone(),
         expires_at: now.plus(LEASE_DURATION),
     };
-    match api.get_opt(&name).await.map_err(read)? {
+    let written = match api.get_opt(&name).await.map_err(read)? {
         None => {
             let mut lease = lease_object(&name, deployment);
             let mut spec = LeaseSpec::default();
             hold(&mut spec, plan_id, now);
             spec.lease_transitions = Some(0);
             lease.spec = Some(spec);
-            match api.create(&params(), &lease).await {
-                Ok(_) => Ok(held),
-                Err(e) => match WriteFailure::classify(e) {
-                    // Another client created it first: report who.
-                    WriteFailure::Conflict { .. } => {
-                        let current = api.get(&name).await.map_err(read)?;
-                        Err(held_by_other(&current, &name, plan_id, now))
-                    }
-                    failure => Err(LeaseError::Write {
-                        lease: name.clone(),
-                        failure,
-                    }),
-                },
-            }
+            api.create(&params(), &lease).await
         }
         Some(current) => {
             match lease_state(&lease_facts(&current), plan_id, now, CLOCK_SKEW_MARGIN) {
@@ -152,20 +139,22 @@ pub async fn acquire(
             let spec = next.spec.get_or_insert_with(LeaseSpec::default);
             hold(spec, plan_id, now);
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
-            match api.replace(&name, &params(), &next).await {
-                Ok(_) => Ok(held),
-                Err(e) => match WriteFailure::classify(e) {
-                    WriteFailure::Conflict { .. } => {
-                        let current = api.get(&name).await.map_err(read)?;
-                        Err(held_by_other(&current, &name, plan_id, now))
-                    }
-                    failure => Err(LeaseError::Write {
-                        lease: name.clone(),
-                        failure,
-                    }),
-                },
-            }
+            api.replace(&name, &params(), &next).await
         }
+    };
+    match written {
+        Ok(_) => Ok(held),
+        Err(e) => match WriteFailure::classify(e) {
+            // Another client created or replaced it first: report who.
+            WriteFailure::Conflict { .. } => {
+                let current = api.get(&name).await.map_err(read)?;
+                Err(held_by_other(&current, &name, plan_id, now))
+            }
+            failure => Err(LeaseError::Write {
+                lease: name.clone(),
+                failure,
+            }),
+        },
     }
 }
 

@@ -13,8 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::release::{Change, RELEASE_ANNOTATION, ReleaseAction, lease_name};
-use bloodraven_deploy::record::RecordLine;
+use bloodraven_core::release::{Change, ReleaseAction, lease_name};
 use bloodraven_release::cluster::{self, ClusterOptions};
 use bloodraven_release::{Outcome, PlanningError, Releaser, Timeouts};
 use bloodraven_runtime::clock::SystemClock;
@@ -23,6 +22,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+mod support;
+use support::{app_image, assert_outcome, image, quiet, template_annotation};
 
 const OLD: &str = "registry.k8s.io/pause:3.9";
 const NEW: &str = "registry.k8s.io/pause:3.10";
@@ -98,11 +100,7 @@ impl Cluster {
     }
 
     async fn image(&self) -> String {
-        let d = self.deployments().get(&self.name).await.unwrap();
-        d.spec.unwrap().template.spec.unwrap().containers[0]
-            .image
-            .clone()
-            .unwrap()
+        app_image(&self.deployments().get(&self.name).await.unwrap())
     }
 
     async fn cleanup(self) {
@@ -117,17 +115,6 @@ impl Cluster {
     }
 }
 
-fn image(img: &str) -> ReleaseAction {
-    ReleaseAction::Image {
-        container: "app".into(),
-        image: img.into(),
-    }
-}
-
-fn quiet() -> impl FnMut(&RecordLine) + Send {
-    |_: &RecordLine| {}
-}
-
 #[tokio::test]
 #[ignore = "needs a real cluster: set KUBECONFIG"]
 async fn real_happy_image_release_reaches_ready() {
@@ -135,22 +122,10 @@ async fn real_happy_image_release_reaches_ready() {
     let r = c.releaser().await;
     let plan = r.plan(&c.namespace, &c.name, &image(NEW)).await.unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(
-        matches!(report.outcome, Outcome::Ready { .. }),
-        "{:?}",
-        report.outcome
-    );
+    assert_outcome(&report, "ready");
     assert_eq!(c.image().await, NEW);
     let d = c.deployments().get(&c.name).await.unwrap();
-    let ann = d
-        .spec
-        .unwrap()
-        .template
-        .metadata
-        .unwrap()
-        .annotations
-        .unwrap();
-    assert_eq!(ann[RELEASE_ANNOTATION], plan.id.to_string());
+    assert_eq!(template_annotation(&d), Some(plan.id.to_string()));
     c.cleanup().await;
 }
 
@@ -182,11 +157,7 @@ async fn real_resource_version_changed_between_plan_and_apply_stops() {
         .await
         .unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(
-        matches!(report.outcome, Outcome::StalePlan { .. }),
-        "{:?}",
-        report.outcome
-    );
+    assert_outcome(&report, "stale-plan");
     assert_eq!(c.image().await, OLD);
     c.cleanup().await;
 }
@@ -231,11 +202,7 @@ async fn real_progress_deadline_exceeded_is_failed_and_not_rolled_back() {
     let broken = "registry.invalid/bloodraven/does-not-exist:0";
     let plan = r.plan(&c.namespace, &c.name, &image(broken)).await.unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(
-        matches!(report.outcome, Outcome::Failed { .. }),
-        "{:?}",
-        report.outcome
-    );
+    assert_outcome(&report, "failed");
     assert_eq!(c.image().await, broken, "nothing was rolled back");
     c.cleanup().await;
 }
@@ -251,11 +218,7 @@ async fn real_scale_leaves_the_template_untouched() {
         .await
         .unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(
-        matches!(report.outcome, Outcome::Ready { .. }),
-        "{:?}",
-        report.outcome
-    );
+    assert_outcome(&report, "ready");
     let after = c.deployments().get(&c.name).await.unwrap();
     assert_eq!(after.spec.as_ref().unwrap().replicas, Some(2));
     assert_eq!(after.spec.unwrap().template, before.spec.unwrap().template);
@@ -270,11 +233,7 @@ async fn real_rollback_from_a_record() {
     for img in [NEW, "registry.k8s.io/pause:3.8"] {
         let plan = r.plan(&c.namespace, &c.name, &image(img)).await.unwrap();
         let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-        assert!(
-            matches!(report.outcome, Outcome::Ready { .. }),
-            "{:?}",
-            report.outcome
-        );
+        assert_outcome(&report, "ready");
     }
     let plan = r.plan_rollback(&c.namespace, &c.name, None).await.unwrap();
     let Change::Image { target_image, .. } = &plan.change else {
@@ -282,11 +241,7 @@ async fn real_rollback_from_a_record() {
     };
     assert_eq!(target_image, NEW);
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(
-        matches!(report.outcome, Outcome::Ready { .. }),
-        "{:?}",
-        report.outcome
-    );
+    assert_outcome(&report, "ready");
     assert_eq!(c.image().await, NEW);
     c.cleanup().await;
 }

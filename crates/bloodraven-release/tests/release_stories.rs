@@ -8,54 +8,20 @@ mod support;
 use std::time::Duration;
 
 use bloodraven_core::release::{
-    Change, LEASE_DURATION, PlanId, PlanStoreError, RELEASE_ANNOTATION, ReleaseAction, lease_name,
+    Change, LEASE_DURATION, PlanId, PlanStoreError, ReleaseAction, lease_name,
 };
 use bloodraven_core::time::ManualClock;
 use bloodraven_deploy::record::RecordLine;
 use bloodraven_release::{ApplyError, Outcome, PlanningError, WriteFailure};
+use bloodraven_testkit::fake_k8s::{Behavior, FakeK8s, foreign_lease};
 use k8s_openapi::api::apps::v1::Deployment;
-use support::fake_k8s::{Behavior, FakeK8s, foreign_lease};
-use support::{lines, releaser, start_time, steps, timeouts};
+use support::{
+    app_image, assert_outcome, image, lines, quiet, releaser, start_time, steps,
+    template_annotation, timeouts,
+};
 
 const NS: &str = "shop";
 const APP: &str = "web";
-
-fn image(img: &str) -> ReleaseAction {
-    ReleaseAction::Image {
-        container: "app".into(),
-        image: img.into(),
-    }
-}
-
-fn app_image(d: &Deployment) -> String {
-    d.spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0]
-        .image
-        .clone()
-        .unwrap()
-}
-
-fn template_annotation(d: &Deployment) -> Option<String> {
-    d.spec
-        .as_ref()?
-        .template
-        .metadata
-        .as_ref()?
-        .annotations
-        .as_ref()?
-        .get(RELEASE_ANNOTATION)
-        .cloned()
-}
-
-fn quiet() -> impl FnMut(&RecordLine) + Send {
-    |_: &RecordLine| {}
-}
 
 struct Env {
     fake: FakeK8s,
@@ -73,7 +39,40 @@ async fn env() -> Env {
     }
 }
 
+const V1: &str = "registry.example/web:1.0";
+const V2: &str = "registry.example/web:2.0";
+
+/// The outcome's text: its message, detail or progress ("" for those without one).
+fn outcome_text(o: &Outcome) -> &str {
+    match o {
+        Outcome::Failed { message } => message,
+        Outcome::StillProgressing { progress } => progress,
+        Outcome::Superseded { detail }
+        | Outcome::Unconfirmed { detail }
+        | Outcome::StalePlan { detail }
+        | Outcome::Rejected { detail }
+        | Outcome::Aborted { detail } => detail,
+        Outcome::Ready { .. } | Outcome::Paused | Outcome::LeaseHeld { .. } => "",
+    }
+}
+
+const LEASE: &str = "lease-acquired";
+const CHECKED: &str = "pre-check-passed";
+const UPDATED: &str = "deployment-updated";
+const RELEASED: &str = "lease-released";
+
 impl Env {
+    /// Plans `web:2.0` on a fresh releaser that gives up after `bound`.
+    async fn plan_v2(&self, bound: Duration) -> (bloodraven_release::Releaser, PlanId) {
+        let r = self.releaser(bound);
+        let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
+        (r, plan.id)
+    }
+
+    fn image_now(&self) -> String {
+        app_image(&self.fake.deployment(NS, APP))
+    }
+
     fn releaser(&self, bound: Duration) -> bloodraven_release::Releaser {
         releaser(
             &self.fake.url,
@@ -90,10 +89,7 @@ async fn happy_image_release_reaches_ready() {
     let r = env.releaser(Duration::from_secs(20));
     let before = env.fake.deployment(NS, APP);
 
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
+    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
     // The plan shows what will happen and pins the object and the cluster.
     assert_eq!(plan.namespace, NS);
     assert_eq!(plan.deployment, APP);
@@ -114,10 +110,7 @@ async fn happy_image_release_reaches_ready() {
     assert_eq!(plan.progress_deadline_seconds, 60);
     assert_eq!(env.fake.dry_runs(), 1);
     // The dry-run persisted nothing.
-    assert_eq!(
-        app_image(&env.fake.deployment(NS, APP)),
-        "registry.example/web:1.0"
-    );
+    assert_eq!(env.image_now(), V1);
     assert_eq!(env.fake.deployment_updates(NS, APP), 0);
 
     let mut shown = Vec::new();
@@ -224,34 +217,6 @@ async fn pre_checks_refuse_without_a_dry_run() {
 }
 
 #[tokio::test]
-async fn resource_version_changed_between_plan_and_apply_stops() {
-    let env = env().await;
-    let r = env.releaser(Duration::from_secs(20));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
-    env.fake.bump_resource_version(NS, APP);
-
-    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    let Outcome::StalePlan { detail } = &report.outcome else {
-        panic!("expected a stale plan, got {:?}", report.outcome);
-    };
-    assert!(detail.contains("resourceVersion"), "{detail}");
-    assert!(report.outcome.describe().contains("make a new plan"));
-    assert_eq!(env.fake.deployment_updates(NS, APP), 0, "nothing was sent");
-    assert_eq!(
-        app_image(&env.fake.deployment(NS, APP)),
-        "registry.example/web:1.0"
-    );
-    assert_eq!(
-        steps(&report.record),
-        ["lease-acquired", "stale-plan", "lease-released"]
-    );
-    assert_eq!(report.lease_released, Some(true));
-}
-
-#[tokio::test]
 async fn two_clients_racing_on_one_deployment_exactly_one_applies() {
     let env = env().await;
     // The rollout does not progress until we say so: the winner holds the Lease meanwhile.
@@ -330,42 +295,21 @@ async fn two_clients_racing_on_one_deployment_exactly_one_applies() {
 }
 
 #[tokio::test]
-async fn dropped_update_response_is_unconfirmed_and_not_retried() {
+async fn dropped_update_response_is_unconfirmed_and_not_verified() {
+    // The table above checks the outcome, the record and the single update.
     let env = env().await;
-    let r = env.releaser(Duration::from_secs(20));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
+    let (r, plan) = env.plan_v2(Duration::from_secs(20)).await;
     env.fake.drop_next_update();
-
-    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    let Outcome::Unconfirmed { detail } = &report.outcome else {
-        panic!("expected unconfirmed, got {:?}", report.outcome);
-    };
+    let report = r.apply(&plan, &mut quiet()).await.unwrap();
+    let detail = outcome_text(&report.outcome);
     assert!(
         !detail.contains("HTTP"),
         "a transport failure, not a status: {detail}"
     );
     assert!(report.outcome.describe().contains("check the cluster"));
-    // The cluster did apply it; we just never heard back, and never sent it again.
-    assert_eq!(
-        app_image(&env.fake.deployment(NS, APP)),
-        "registry.example/web:2.0"
-    );
-    assert_eq!(env.fake.deployment_updates(NS, APP), 1);
     let l = lines(&report.record);
     let outcome_line = l.iter().find(|l| l.outcome.is_some()).unwrap();
     assert_eq!(outcome_line.outcome.as_deref(), Some("unconfirmed"));
-    assert_eq!(
-        steps(&report.record),
-        [
-            "lease-acquired",
-            "pre-check-passed",
-            "unconfirmed",
-            "lease-released"
-        ]
-    );
     // No verification polls after an unconfirmed update.
     let gets_after_update = env
         .fake
@@ -379,29 +323,7 @@ async fn dropped_update_response_is_unconfirmed_and_not_retried() {
     assert_eq!(gets_after_update, 0);
 }
 
-#[tokio::test]
-async fn a_503_on_the_update_is_not_retried() {
-    let env = env().await;
-    let r = env.releaser(Duration::from_secs(20));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
-    env.fake.fail_next_update(503);
-
-    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    let Outcome::Unconfirmed { detail } = &report.outcome else {
-        panic!("expected unconfirmed, got {:?}", report.outcome);
-    };
-    assert!(detail.contains("503"), "{detail}");
-    assert_eq!(
-        env.fake.deployment_updates(NS, APP),
-        1,
-        "exactly one update reached the server: client retries are off"
-    );
-}
-
-/// The control for the test above: kube's default client *does* resend a 503'd update, so
+/// The control for the 503 story: kube's default client *does* resend a 503'd update, so
 /// counting requests at the server is a test that can fail.
 #[tokio::test]
 async fn kube_default_client_would_have_retried() {
@@ -418,70 +340,99 @@ async fn kube_default_client_would_have_retried() {
     assert_eq!(env.fake.deployment_updates(NS, APP), 2);
 }
 
-#[tokio::test]
-async fn progress_deadline_exceeded_is_failed_and_nothing_rolled_back() {
-    let env = env().await;
-    env.fake.set_behavior(Behavior::DeadlineExceeded);
-    let r = env.releaser(Duration::from_secs(20));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
-
-    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    let Outcome::Failed { message } = &report.outcome else {
-        panic!("expected failed, got {:?}", report.outcome);
-    };
-    assert!(message.contains("timed out progressing"), "{message}");
-    assert_eq!(
-        env.fake.deployment_updates(NS, APP),
-        1,
-        "no rollback update"
-    );
-    assert_eq!(
-        app_image(&env.fake.deployment(NS, APP)),
-        "registry.example/web:2.0"
-    );
-    assert_eq!(
-        steps(&report.record),
-        [
-            "lease-acquired",
-            "pre-check-passed",
-            "deployment-updated",
-            "failed",
-            "lease-released"
-        ]
-    );
+/// What the cluster does between plan and apply, and what the release must then say.
+struct Story {
+    name: &'static str,
+    arrange: fn(&FakeK8s),
+    bound: Duration,
+    outcome: &'static str,
+    /// A phrase the outcome's text must hold.
+    says: &'static str,
+    steps: &'static [&'static str],
+    /// Updates the API server saw (a release never sends two).
+    updates: usize,
+    image_after: &'static str,
 }
 
 #[tokio::test]
-async fn stale_status_from_the_previous_rollout_is_not_read_as_ready() {
-    let env = env().await;
-    // The controller never looks: the status keeps showing generation 1 as complete.
-    env.fake.set_behavior(Behavior::Stalled);
-    let r = env.releaser(Duration::from_millis(600));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
-    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    let Outcome::StillProgressing { progress } = &report.outcome else {
-        panic!("expected still-progressing, got {:?}", report.outcome);
-    };
-    assert!(
-        progress.contains("has not observed generation 2"),
-        "{progress}"
-    );
-    assert_eq!(
-        steps(&report.record),
-        [
-            "lease-acquired",
-            "pre-check-passed",
-            "deployment-updated",
-            "still-progressing",
-            "lease-released"
-        ]
-    );
+async fn outcomes_of_an_applied_plan() {
+    let secs = Duration::from_secs;
+    let stories = [
+        Story {
+            name: "progress deadline exceeded: failed, nothing rolled back",
+            arrange: |f| f.set_behavior(Behavior::DeadlineExceeded),
+            bound: secs(20),
+            outcome: "failed",
+            says: "timed out progressing",
+            steps: &[LEASE, CHECKED, UPDATED, "failed", RELEASED],
+            updates: 1,
+            image_after: V2,
+        },
+        Story {
+            // The controller never looks: the status keeps showing generation 1 as complete.
+            name: "stale status of the previous rollout is not read as ready",
+            arrange: |f| f.set_behavior(Behavior::Stalled),
+            bound: Duration::from_millis(600),
+            outcome: "still-progressing",
+            says: "has not observed generation 2",
+            steps: &[LEASE, CHECKED, UPDATED, "still-progressing", RELEASED],
+            updates: 1,
+            image_after: V2,
+        },
+        Story {
+            name: "resourceVersion changed between plan and apply: stale plan, nothing sent",
+            arrange: |f| f.bump_resource_version(NS, APP),
+            bound: secs(20),
+            outcome: "stale-plan",
+            says: "resourceVersion",
+            steps: &[LEASE, "stale-plan", RELEASED],
+            updates: 0,
+            image_after: V1,
+        },
+        Story {
+            name: "a 503 on the update is unconfirmed and not retried",
+            arrange: |f| f.fail_next_update(503),
+            bound: secs(20),
+            outcome: "unconfirmed",
+            says: "503",
+            steps: &[LEASE, CHECKED, "unconfirmed", RELEASED],
+            updates: 1,
+            image_after: V1,
+        },
+        Story {
+            name: "a dropped answer to the update is unconfirmed (the cluster did apply it)",
+            arrange: FakeK8s::drop_next_update,
+            bound: secs(20),
+            outcome: "unconfirmed",
+            says: "",
+            steps: &[LEASE, CHECKED, "unconfirmed", RELEASED],
+            updates: 1,
+            image_after: V2,
+        },
+    ];
+    for story in stories {
+        let env = env().await;
+        let (r, plan) = env.plan_v2(story.bound).await;
+        (story.arrange)(&env.fake);
+        let report = r.apply(&plan, &mut quiet()).await.unwrap();
+        let name = story.name;
+        assert_eq!(
+            report.outcome.name(),
+            story.outcome,
+            "{name}: {:?}",
+            report.outcome
+        );
+        let text = outcome_text(&report.outcome);
+        assert!(text.contains(story.says), "{name}: {text}");
+        assert_eq!(steps(&report.record), story.steps, "{name}");
+        assert_eq!(
+            env.fake.deployment_updates(NS, APP),
+            story.updates,
+            "{name}"
+        );
+        assert_eq!(env.image_now(), story.image_after, "{name}");
+        assert_eq!(report.lease_released, Some(true), "{name}");
+    }
 }
 
 #[tokio::test]
@@ -489,10 +440,7 @@ async fn another_actor_changing_the_spec_mid_rollout_is_superseded() {
     let env = env().await;
     env.fake.set_behavior(Behavior::Stalled);
     let r = env.releaser(Duration::from_secs(20));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
+    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
     let fake = &env.fake;
     let mut changed = false;
     let report = r
@@ -521,11 +469,7 @@ async fn scale_leaves_the_template_and_the_annotation_untouched() {
         .unwrap();
     assert_eq!(plan.desired_replicas, 5);
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(
-        matches!(report.outcome, Outcome::Ready { .. }),
-        "{:?}",
-        report.outcome
-    );
+    assert_outcome(&report, "ready");
 
     let after = env.fake.deployment(NS, APP);
     assert_eq!(after.spec.as_ref().unwrap().replicas, Some(5));
@@ -545,11 +489,7 @@ async fn restart_annotates_the_template_only() {
     let r = env.releaser(Duration::from_secs(20));
     let plan = r.plan(NS, APP, &ReleaseAction::Restart).await.unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(
-        matches!(report.outcome, Outcome::Ready { .. }),
-        "{:?}",
-        report.outcome
-    );
+    assert_outcome(&report, "ready");
     let after = env.fake.deployment(NS, APP);
     assert_eq!(template_annotation(&after), Some(plan.id.to_string()));
     assert_eq!(app_image(&after), "registry.example/web:1.0");
@@ -565,7 +505,7 @@ async fn rollback_from_a_record() {
         env.clock.advance(Duration::from_secs(60));
         let plan = r.plan(NS, APP, &image(img)).await.unwrap();
         let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-        assert!(matches!(report.outcome, Outcome::Ready { .. }));
+        assert_outcome(&report, "ready");
     }
     let first_release = steps_dir_ids(env.records.path());
 
@@ -582,7 +522,7 @@ async fn rollback_from_a_record() {
     );
     assert!(plan.rollback_of.is_some());
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(matches!(report.outcome, Outcome::Ready { .. }));
+    assert_outcome(&report, "ready");
     assert_eq!(app_image(&env.fake.deployment(NS, APP)), v2);
     let l = lines(&report.record);
     assert!(l.iter().all(|l| l.str_field("action") == Some("rollback")));
@@ -600,7 +540,7 @@ async fn rollback_from_a_record() {
     assert_eq!(env.fake.dry_runs(), dry_runs + 1);
     assert_eq!(plan.rollback_of.as_deref(), Some(named.as_str()));
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(matches!(report.outcome, Outcome::Ready { .. }));
+    assert_outcome(&report, "ready");
     assert_eq!(
         app_image(&env.fake.deployment(NS, APP)),
         "registry.example/web:3.0"
@@ -632,10 +572,7 @@ async fn a_valid_foreign_lease_stops_and_an_expired_one_is_taken_over() {
         NS,
         foreign_lease(&name, "someone-else", "2026-11-30T09:58:00Z", 300),
     );
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
+    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
     assert_eq!(
         report.outcome,
@@ -666,16 +603,9 @@ async fn a_valid_foreign_lease_stops_and_an_expired_one_is_taken_over() {
 
     // Past its expiry plus the margin, the Lease is free and taken over by an update.
     env.clock.advance(Duration::from_secs(211));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
+    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
-    assert!(
-        matches!(report.outcome, Outcome::Ready { .. }),
-        "{:?}",
-        report.outcome
-    );
+    assert_outcome(&report, "ready");
     let spec = env.fake.lease(NS, &name).unwrap().spec.unwrap();
     assert_eq!(spec.lease_transitions, Some(1));
 }
@@ -684,10 +614,7 @@ async fn a_valid_foreign_lease_stops_and_an_expired_one_is_taken_over() {
 async fn a_record_that_cannot_be_written_stops_before_the_change() {
     let env = env().await;
     let r = env.releaser(Duration::from_secs(20));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
+    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
     // The record file of this plan points at a device that refuses every write.
     std::os::unix::fs::symlink(
         "/dev/full",
@@ -726,10 +653,7 @@ async fn a_record_that_cannot_be_written_stops_before_the_change() {
 async fn expired_plans_are_refused() {
     let env = env().await;
     let r = env.releaser(Duration::from_secs(20));
-    let plan = r
-        .plan(NS, APP, &image("registry.example/web:2.0"))
-        .await
-        .unwrap();
+    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
     env.clock.advance(Duration::from_secs(600));
     let err = r.apply(&plan.id, &mut quiet()).await.unwrap_err();
     assert!(

@@ -26,6 +26,23 @@ pub enum TlsError {
     Generate(String),
     #[error("cannot write {path}: {detail}")]
     Write { path: String, detail: String },
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+/// An HTTP client that trusts only the CA in `ca_pem_file` (or speaks plain HTTP only, with
+/// `None`), giving up on a request after `timeout` and on a connection after at most 5 s.
+pub fn http_client(
+    ca_pem_file: Option<&Path>,
+    timeout: std::time::Duration,
+) -> Result<reqwest::Client, TlsError> {
+    let tls = client_config(ca_pem_file)?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .timeout(timeout)
+        .connect_timeout(timeout.min(std::time::Duration::from_secs(5)))
+        .build()
+        .map_err(|e| TlsError::Client(e.to_string()))
 }
 
 /// A client configuration that trusts only the CA certificates in `ca_pem_file` (or nothing,

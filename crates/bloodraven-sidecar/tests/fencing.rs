@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bloodraven_core::contract::logs;
@@ -14,7 +13,8 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 use support::{
-    FakeParty, Mode, at, free_port, msg, records, reported_fenced, start_sidecar, view, wait_until,
+    FakeParty, Mode, at, free_port, local, msg, records, reported_fenced, start_sidecar, status,
+    view, wait_until,
 };
 use tokio::time::{Instant, sleep};
 
@@ -22,10 +22,6 @@ const LEASE: Duration = Duration::from_secs(3);
 const TICK: Duration = Duration::from_secs(1);
 /// How long a test waits for a fence before declaring that it never came.
 const PATIENCE: Duration = Duration::from_secs(20);
-
-fn local(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
 
 async fn group(names: &[&str]) -> Launcher {
     let h = Launcher::start_group(names).await.expect("harness");
@@ -48,15 +44,6 @@ async fn rows(h: &Launcher, id: u64) -> u64 {
         .unwrap()
         .and_then(|s| s.parse().ok())
         .unwrap_or(u64::MAX)
-}
-
-async fn status(addr: SocketAddr) -> Value {
-    reqwest::get(format!("http://{addr}/status"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]

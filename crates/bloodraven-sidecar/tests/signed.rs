@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -17,22 +16,28 @@ use bloodraven_runtime::topology::{SigningKey, Verifier};
 use bloodraven_sidecar::trust::Trust;
 use serde_json::Value;
 use support::{
-    FakeParty, Mode, at, free_port, msg, records, start_sidecar_trusting, test_timing, view,
-    wait_until,
+    FakeParty, Mode, at, free_port, local, msg, records, start_sidecar_trusting, status,
+    test_timing, view, wait_until,
 };
 use tokio::time::sleep;
 
 const TICK: Duration = Duration::from_secs(1);
-
-fn local(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
 
 struct Keys {
     _dir: tempfile::TempDir,
     operator: SigningKey,
     stranger: SigningKey,
     public: PathBuf,
+}
+
+impl Keys {
+    /// Trust in the operator's public key, with the spec's timings pinned or not.
+    fn trust(&self, pin_timings: bool) -> Trust {
+        Trust {
+            verifier: Some(Verifier::load(std::slice::from_ref(&self.public)).unwrap()),
+            pin_timings,
+        }
+    }
 }
 
 fn keys() -> Keys {
@@ -63,15 +68,6 @@ fn signed(key: &SigningKey, site: &str, generation: u64, observed_at: Timestamp)
     v
 }
 
-async fn status(addr: SocketAddr) -> Value {
-    reqwest::get(format!("http://{addr}/status"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 async fn fenced(h: &Launcher) -> bool {
     h.admin(0).unwrap().is_fenced().await.unwrap_or(false)
 }
@@ -94,10 +90,7 @@ async fn forged_relayed_views_are_refused_and_a_genuine_one_fences() {
     let op = FakeParty::start(Some(signed(&k.operator, site, 1, at(0)))).await;
     let peer = FakeParty::start(None).await;
     let port = free_port();
-    let trust = Trust {
-        verifier: Some(Verifier::load(std::slice::from_ref(&k.public)).unwrap()),
-        pin_timings: false,
-    };
+    let trust = k.trust(false);
     let sidecar = start_sidecar_trusting(
         &h,
         0,
@@ -186,10 +179,7 @@ async fn pinned_timings_win_and_a_sidecar_without_a_key_says_so() {
         &[],
         local(free_port()),
         test_timing(),
-        Trust {
-            verifier: Some(Verifier::load(std::slice::from_ref(&k.public)).unwrap()),
-            pin_timings: true,
-        },
+        k.trust(true),
     )
     .await;
     assert!(pinned.safety_net.cleared());
@@ -233,10 +223,7 @@ async fn the_safety_net_does_not_trust_an_answer_signed_by_another_key() {
         &[],
         local(free_port()),
         test_timing(),
-        Trust {
-            verifier: Some(Verifier::load(std::slice::from_ref(&k.public)).unwrap()),
-            pin_timings: false,
-        },
+        k.trust(false),
     )
     .await;
     assert!(!sidecar.safety_net.cleared(), "{:?}", sidecar.safety_net);

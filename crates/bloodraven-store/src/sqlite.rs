@@ -66,17 +66,7 @@ fn new_uid() -> String {
     // The uid only has to be unique; if the OS cannot provide randomness, fall back to zeros
     // plus the resource version mixed in by the caller.
     let _ = getrandom::fill(&mut b);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    bloodraven_core::names::uuid_v4(b)
 }
 
 impl SqliteStore {

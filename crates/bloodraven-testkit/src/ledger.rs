@@ -28,6 +28,12 @@ use tokio::time::{Instant, sleep, timeout};
 pub const WRITES_TABLE_DDL: &str = "CREATE TABLE IF NOT EXISTS app.writes (id BIGINT PRIMARY KEY, site VARCHAR(64) NOT NULL, at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 /// The table the probe inserts into (create it on the primary before starting).
 pub const PROBES_TABLE_DDL: &str = "CREATE TABLE IF NOT EXISTS app.probes (id BIGINT PRIMARY KEY, site VARCHAR(64) NOT NULL, round BIGINT NOT NULL) ENGINE=InnoDB";
+/// A table the application may lock (`LOCK TABLES app.locked WRITE`), for stories in which an
+/// application session blocks a fence: run these on the primary as an administrator.
+pub const LOCKABLE_TABLE_SETUP: [&str; 2] = [
+    "CREATE TABLE app.locked (id INT PRIMARY KEY) ENGINE=InnoDB",
+    "GRANT LOCK TABLES ON app.* TO 'app'@'127.0.0.1'",
+];
 
 /// How long one connection attempt may take before the site counts as not answering.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);

@@ -59,17 +59,24 @@ enum DeployCommand {
     },
 }
 
+/// Which lease a hand-driven call is about.
+#[derive(Debug, Args)]
+struct LeaseTarget {
+    #[command(flatten)]
+    api: crate::migrate_cmd::ApiArgs,
+    /// migration or failover-hold.
+    #[arg(long)]
+    kind: String,
+    #[arg(long)]
+    operation_id: String,
+}
+
 #[derive(Debug, Subcommand)]
 enum LeaseAction {
     /// POST a lease; prints {kind, operationId, token, expiresAt, topologyGeneration}.
     Grant {
         #[command(flatten)]
-        api: crate::migrate_cmd::ApiArgs,
-        /// migration or failover-hold.
-        #[arg(long)]
-        kind: String,
-        #[arg(long)]
-        operation_id: String,
+        target: LeaseTarget,
         /// The MysqlDatabase resource name.
         #[arg(long)]
         instance: String,
@@ -79,11 +86,7 @@ enum LeaseAction {
     /// PUT a renewal; the lease token comes from `BLOODRAVEN_LEASE_TOKEN` or `--lease-token-file`.
     Renew {
         #[command(flatten)]
-        api: crate::migrate_cmd::ApiArgs,
-        #[arg(long)]
-        kind: String,
-        #[arg(long)]
-        operation_id: String,
+        target: LeaseTarget,
         #[arg(long, env = "BLOODRAVEN_LEASE_TOKEN_FILE")]
         lease_token_file: Option<PathBuf>,
         #[arg(long)]
@@ -92,11 +95,7 @@ enum LeaseAction {
     /// DELETE a lease (idempotent).
     Release {
         #[command(flatten)]
-        api: crate::migrate_cmd::ApiArgs,
-        #[arg(long)]
-        kind: String,
-        #[arg(long)]
-        operation_id: String,
+        target: LeaseTarget,
         #[arg(long, env = "BLOODRAVEN_LEASE_TOKEN_FILE")]
         lease_token_file: Option<PathBuf>,
     },
@@ -129,26 +128,14 @@ fn api_error_code(e: &bloodraven_deploy::lease::ApiError) -> i32 {
 
 fn lease_command(action: &LeaseAction) -> i32 {
     use bloodraven_deploy::lease::LeaseApi as _;
-    let (api_args, kind, operation_id) = match action {
-        LeaseAction::Grant {
-            api,
-            kind,
-            operation_id,
-            ..
-        }
-        | LeaseAction::Renew {
-            api,
-            kind,
-            operation_id,
-            ..
-        }
-        | LeaseAction::Release {
-            api,
-            kind,
-            operation_id,
-            ..
-        } => (api, kind, operation_id),
-    };
+    let (LeaseAction::Grant { target, .. }
+    | LeaseAction::Renew { target, .. }
+    | LeaseAction::Release { target, .. }) = action;
+    let LeaseTarget {
+        api: api_args,
+        kind,
+        operation_id,
+    } = target;
     let kind: bloodraven_core::lease::LeaseKind = match kind.parse() {
         Ok(k) => k,
         Err(e) => {

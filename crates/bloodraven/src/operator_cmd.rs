@@ -160,8 +160,7 @@ pub fn run_token(args: TokenArgs) -> i32 {
             match auth::issue(
                 &key,
                 &audience,
-                &namespace,
-                &service_account,
+                &auth::Identity::new(&namespace, &service_account),
                 ttl,
                 clock::SystemClock.now(),
             ) {

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use bloodraven_deploy::record::{RecordLine, read_record};
-use common::{BIN, Setup, setup, spawn_operator, token, wait_active};
+use common::{BIN, Setup, cli_ok, revoke_all, setup, spawn_operator, token, wait_active};
 use serde_json::Value;
 
 fn token_file(s: &Setup) -> PathBuf {
@@ -135,25 +135,18 @@ async fn a_migration_holds_off_a_planned_failover_and_a_second_one_waits_its_tur
     let b = migrate_cmd(&s, "mig-second", &[], "true").spawn().unwrap();
     wait_step(&record_path(&s, "mig-second"), "checked").await;
     // A planned failover requested now waits behind the hold.
-    let out = Command::new(BIN)
-        .args([
-            "failover",
-            "--group",
-            "playground",
-            "--to",
-            "pdx",
-            "--wait",
-            "0s",
-            "--config",
-        ])
-        .arg(&s.config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let config = s.config.to_str().unwrap();
+    cli_ok([
+        "failover",
+        "--group",
+        "playground",
+        "--to",
+        "pdx",
+        "--wait",
+        "0s",
+        "--config",
+        config,
+    ]);
     let mut deferred = Value::Null;
     for _ in 0..100 {
         let st = status(&s).await;
@@ -426,23 +419,6 @@ impl Drop for Immutable {
     }
 }
 
-fn revoke_all(s: &Setup) {
-    let ok = Command::new(BIN)
-        .args([
-            "deploy",
-            "revoke-all",
-            "--group",
-            "playground",
-            "--wait",
-            "10s",
-            "--config",
-        ])
-        .arg(&s.config)
-        .status()
-        .is_ok_and(|st| st.success());
-    assert!(ok, "revoke-all failed");
-}
-
 /// The group's live deploy leases of `op`, by kind.
 async fn leases_of(s: &Setup, op: &str) -> Vec<String> {
     status(s).await["groups"]["playground"]["deploy"]["leases"]
@@ -510,7 +486,7 @@ async fn a_record_that_cannot_be_written_stops_the_command_releases_the_hold_and
                 touch(format!("go-{id}"));
                 wait_step(&rec, "ddl-boundary").await;
                 let f = Immutable::set(&rec);
-                revoke_all(&s);
+                assert!(revoke_all(&s.config), "revoke-all failed");
                 f
             }
             _ => {
@@ -545,7 +521,7 @@ async fn a_record_that_cannot_be_written_stops_the_command_releases_the_hold_and
             order(&steps(&rec))
         );
         drop(frozen);
-        revoke_all(&s);
+        assert!(revoke_all(&s.config), "revoke-all failed");
         stable(&s).await;
     }
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 mod common;
-use common::{BIN, client, setup, spawn_operator, token, wait_active};
+use common::{BIN, client, revoke_all, setup, spawn_operator, token, wait_active};
+use reqwest::Method;
 
 #[derive(Clone, Debug, PartialEq)]
 enum Known {
@@ -34,7 +35,7 @@ struct Traffic {
 impl Traffic {
     async fn send(
         &mut self,
-        method: reqwest::Method,
+        method: Method,
         path: &str,
         body: Option<String>,
         lease_token: Option<&str>,
@@ -64,7 +65,7 @@ impl Traffic {
         );
         let (code, v) = self
             .send(
-                reqwest::Method::POST,
+                Method::POST,
                 "/deploy/v1/groups/playground/leases",
                 Some(body),
                 None,
@@ -94,7 +95,7 @@ impl Traffic {
         let body = format!(r#"{{"token":"{t}"}}"#);
         let (code, v) = self
             .send(
-                reqwest::Method::PUT,
+                Method::PUT,
                 &format!("/deploy/v1/groups/playground/leases/{kind}/{op}"),
                 Some(body),
                 None,
@@ -124,7 +125,7 @@ impl Traffic {
         let t = self.token_of(op, kind);
         let (code, _) = self
             .send(
-                reqwest::Method::DELETE,
+                Method::DELETE,
                 &format!("/deploy/v1/groups/playground/leases/{kind}/{op}"),
                 None,
                 Some(&t),
@@ -149,23 +150,9 @@ impl Traffic {
 
 async fn revoke_all_cli(config: &Path) -> bool {
     let config = config.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        Command::new(BIN)
-            .args([
-                "deploy",
-                "revoke-all",
-                "--group",
-                "playground",
-                "--wait",
-                "10s",
-                "--config",
-            ])
-            .arg(&config)
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-    .await
-    .unwrap()
+    tokio::task::spawn_blocking(move || revoke_all(&config))
+        .await
+        .unwrap()
 }
 
 /// One sequential traffic run; returns when a request fails (the operator died), saying which.
@@ -337,63 +324,35 @@ async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation(
             // revoke-all in flight may have revoked every lease of the operation.
             continue;
         }
+        let lease = format!("/deploy/v1/groups/playground/leases/{kind}/{opid}");
+        let about = (opid.as_str(), kind.as_str());
         match k {
             Known::Live { token, expires_at } => {
                 let body = format!(r#"{{"token":"{token}"}}"#);
-                let r = t
-                    .http
-                    .put(format!(
-                        "{}/deploy/v1/groups/playground/leases/{kind}/{opid}",
-                        t.base
-                    ))
-                    .bearer_auth(&t.bearer)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
+                let (code, v) = t
+                    .send(Method::PUT, &lease, Some(body), None, about)
                     .await
                     .unwrap();
-                assert_eq!(
-                    r.status().as_u16(),
-                    200,
-                    "acknowledged live lease {opid} {kind} was lost"
-                );
-                let v: Value = r.json().await.unwrap();
+                assert_eq!(code, 200, "acknowledged live lease {opid} {kind} was lost");
                 assert!(v["expiresAt"].as_str().unwrap() >= expires_at.as_str());
             }
             Known::Released => {
-                let r = t
-                    .http
-                    .put(format!(
-                        "{}/deploy/v1/groups/playground/leases/{kind}/{opid}",
-                        t.base
-                    ))
-                    .bearer_auth(&t.bearer)
-                    .header("content-type", "application/json")
-                    .body(r#"{"token":"x"}"#)
-                    .send()
+                let body = r#"{"token":"x"}"#.to_string();
+                let (code, _) = t
+                    .send(Method::PUT, &lease, Some(body), None, about)
                     .await
                     .unwrap();
-                assert_eq!(
-                    r.status().as_u16(),
-                    404,
-                    "released lease {opid} {kind} came back"
-                );
+                assert_eq!(code, 404, "released lease {opid} {kind} came back");
             }
             Known::Revoked => {
                 let body = format!(
                     r#"{{"kind":"migration","operationId":"{opid}","instance":"counter-app"}}"#
                 );
-                let r = t
-                    .http
-                    .post(format!("{}/deploy/v1/groups/playground/leases", t.base))
-                    .bearer_auth(&t.bearer)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
+                let leases = "/deploy/v1/groups/playground/leases";
+                let (code, v) = t
+                    .send(Method::POST, leases, Some(body), None, about)
                     .await
                     .unwrap();
-                let code = r.status().as_u16();
-                let v: Value = r.json().await.unwrap();
                 assert_eq!(
                     (code, v["error"].as_str()),
                     (409, Some("revoked")),

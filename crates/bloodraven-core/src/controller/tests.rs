@@ -12,20 +12,7 @@ fn t(s: i64) -> Timestamp {
 }
 
 fn site(name: &str, index: usize, state: SiteState, gtid: &str) -> SiteView {
-    SiteView {
-        name: name.into(),
-        role: SiteRole::PrimaryCandidate,
-        priority: 0,
-        index,
-        host: "127.0.0.1".into(),
-        port: 3300 + u16::try_from(index).unwrap(),
-        state,
-        gtid: Some(g(gtid)),
-        replica: None,
-        answered: true,
-        writable_now: state == SiteState::Writable,
-        recovery_blocked: false,
-    }
+    SiteView::answered(name, index, state, gtid)
 }
 
 fn replicating(mut s: SiteView, from: &SiteView) -> SiteView {
@@ -57,6 +44,37 @@ fn input<'a>(sites: &'a [SiteView], active: &'a str, last_target: &'a str) -> De
     }
 }
 
+/// `i` after a failover that promoted at `promo`.
+fn promoted<'a>(mut i: DecideInput<'a>, promo: &'a GtidSet) -> DecideInput<'a> {
+    i.promotion_gtid = Some(promo);
+    i
+}
+
+fn emergency(from: &str, to: &str) -> Action {
+    Action::EmergencyFailover {
+        from: from.into(),
+        to: to.into(),
+    }
+}
+
+fn fence(site: &str, divergent: bool) -> Action {
+    Action::FenceIntruder {
+        site: site.into(),
+        divergent,
+    }
+}
+
+fn repoint(site: &str) -> Action {
+    Action::Repoint { site: site.into() }
+}
+
+fn bootstrap(site: &str, promote: bool) -> Action {
+    Action::Bootstrap {
+        site: site.into(),
+        promote,
+    }
+}
+
 fn healthy_trio() -> Vec<SiteView> {
     let iad = site("iad", 0, SiteState::Writable, "0-1-100");
     let pdx = replicating(site("pdx", 1, SiteState::ReadOnly, "0-1-100"), &iad);
@@ -67,32 +85,42 @@ fn healthy_trio() -> Vec<SiteView> {
 
 #[test]
 fn debounce_thresholds() {
+    use ProbeResult::{ReadOnly, Unreachable, Writable};
+    // failureThreshold 3, recoveryThreshold 2: (probe, state after it, why)
+    let steps = [
+        (
+            Writable,
+            SiteState::Unknown,
+            "one writable probe is not enough",
+        ),
+        (Writable, SiteState::Writable, "the second confirms it"),
+        (
+            Unreachable,
+            SiteState::Writable,
+            "one failure keeps the state",
+        ),
+        (
+            Unreachable,
+            SiteState::Writable,
+            "two failures keep the state",
+        ),
+        (
+            Unreachable,
+            SiteState::Unreachable,
+            "the third makes it unreachable",
+        ),
+        (
+            Writable,
+            SiteState::Unknown,
+            "back, not yet confirmed writable",
+        ),
+        (ReadOnly, SiteState::ReadOnly, "read-only at once"),
+    ];
     let mut tr = SiteTracker::default();
-    tr = debounce(tr, ProbeResult::Writable, 3, 2);
-    assert_eq!(
-        tr.state,
-        SiteState::Unknown,
-        "one writable probe is not enough"
-    );
-    tr = debounce(tr, ProbeResult::Writable, 3, 2);
-    assert_eq!(tr.state, SiteState::Writable);
-    tr = debounce(tr, ProbeResult::Unreachable, 3, 2);
-    tr = debounce(tr, ProbeResult::Unreachable, 3, 2);
-    assert_eq!(tr.state, SiteState::Writable, "two failures keep the state");
-    tr = debounce(tr, ProbeResult::Unreachable, 3, 2);
-    assert_eq!(
-        tr.state,
-        SiteState::Unreachable,
-        "the third makes it unreachable"
-    );
-    tr = debounce(tr, ProbeResult::Writable, 3, 2);
-    assert_eq!(
-        tr.state,
-        SiteState::Unknown,
-        "back, not yet confirmed writable"
-    );
-    tr = debounce(tr, ProbeResult::ReadOnly, 3, 2);
-    assert_eq!(tr.state, SiteState::ReadOnly, "read-only at once");
+    for (probe, state, why) in steps {
+        tr = debounce(tr, probe, 3, 2);
+        assert_eq!(tr.state, state, "{why}");
+    }
     assert_eq!((tr.failures, tr.writable_streak), (0, 0));
     // A blip does not reset a writable site.
     let w = SiteTracker {
@@ -121,26 +149,14 @@ fn healthy_group_does_nothing() {
 fn bootstrap_cases() {
     let mut sites = healthy_trio();
     let d = decide(&input(&sites, "", ""));
-    assert_eq!(
-        d.actions,
-        vec![Action::Bootstrap {
-            site: "iad".into(),
-            promote: false
-        }]
-    );
+    assert_eq!(d.actions, vec![bootstrap("iad", false)]);
     for s in &mut sites {
         s.state = SiteState::ReadOnly;
         s.writable_now = false;
     }
     // Every site booted read-only and answers: the most advanced candidate is promoted.
     let d = decide(&input(&sites, "", ""));
-    assert_eq!(
-        d.actions,
-        vec![Action::Bootstrap {
-            site: "iad".into(),
-            promote: true
-        }]
-    );
+    assert_eq!(d.actions, vec![bootstrap("iad", true)]);
     assert!(d.alerts.is_empty(), "{d:?}");
     assert_eq!(d.conditions.degraded.unwrap().0, "NoPrimary");
     sites[0].state = SiteState::Writable;
@@ -163,16 +179,7 @@ fn bootstrap_cases() {
     let d = decide(&i);
     assert_eq!(
         d.actions,
-        vec![
-            Action::FenceIntruder {
-                site: "iad".into(),
-                divergent: false
-            },
-            Action::Bootstrap {
-                site: "pdx".into(),
-                promote: false
-            }
-        ]
+        vec![fence("iad", false), bootstrap("pdx", false)]
     );
     for s in &mut sites {
         s.state = SiteState::Unreachable;
@@ -266,36 +273,24 @@ fn a_writable_intruder_is_fenced_on_first_sight() {
     sites[1].state = SiteState::Writable;
     sites[1].writable_now = true;
     sites[1].replica = None;
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promotion);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promotion);
     let d = decide(&i);
-    assert!(
-        d.actions.contains(&Action::FenceIntruder {
-            site: "iad".into(),
-            divergent: false
-        }),
-        "{d:?}"
-    );
+    assert!(d.actions.contains(&fence("iad", false)), "{d:?}");
     // No split-brain alarm for a site the debounce has not confirmed.
     assert!(d.alerts.is_empty(), "{d:?}");
     // Divergent on first sight too (it took writes the group never received).
     sites[0].gtid = Some(GtidSet::parse(GtidFlavor::MariaDb, "0-1-101").unwrap());
     sites[1].gtid = Some(GtidSet::parse(GtidFlavor::MariaDb, "0-2-101").unwrap());
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promotion);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promotion);
     assert!(
-        decide(&i).actions.contains(&Action::FenceIntruder {
-            site: "iad".into(),
-            divergent: true
-        }),
+        decide(&i).actions.contains(&fence("iad", true)),
         "{:?}",
         decide(&i)
     );
     // A probe that did not answer this poll cannot fence: next poll.
     sites[0].answered = false;
     sites[0].writable_now = false;
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promotion);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promotion);
     assert!(
         !decide(&i)
             .actions
@@ -316,13 +311,7 @@ fn no_primary_waits_until_every_site_has_settled() {
     sites[0].state = SiteState::ReadOnly;
     sites[0].writable_now = false;
     let d = decide(&input(&sites, "", ""));
-    assert_eq!(
-        d.actions,
-        vec![Action::Bootstrap {
-            site: "iad".into(),
-            promote: true
-        }]
-    );
+    assert_eq!(d.actions, vec![bootstrap("iad", true)]);
     // Settled unreachable: now it is news (and nothing is promoted past it).
     sites[0].state = SiteState::Unreachable;
     sites[0].answered = false;
@@ -340,43 +329,19 @@ fn emergency_failover_picks_the_most_advanced_candidate() {
     sites[0].state = SiteState::Unreachable;
     sites.push(site("sfo", 3, SiteState::ReadOnly, "0-1-90"));
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(
-        d.actions,
-        vec![Action::EmergencyFailover {
-            from: "iad".into(),
-            to: "pdx".into()
-        }]
-    );
+    assert_eq!(d.actions, vec![emergency("iad", "pdx")]);
     // The more advanced one wins over priority and spec order.
     sites[3].gtid = Some(g("0-1-120"));
     sites[1].priority = 100;
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(
-        d.actions,
-        vec![Action::EmergencyFailover {
-            from: "iad".into(),
-            to: "sfo".into()
-        }]
-    );
+    assert_eq!(d.actions, vec![emergency("iad", "sfo")]);
     // Equal sets: priority, then spec order.
     sites[3].gtid = Some(g("0-1-100"));
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(
-        d.actions,
-        vec![Action::EmergencyFailover {
-            from: "iad".into(),
-            to: "pdx".into()
-        }]
-    );
+    assert_eq!(d.actions, vec![emergency("iad", "pdx")]);
     sites[1].priority = 0;
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(
-        d.actions,
-        vec![Action::EmergencyFailover {
-            from: "iad".into(),
-            to: "pdx".into()
-        }]
-    );
+    assert_eq!(d.actions, vec![emergency("iad", "pdx")]);
 }
 
 #[test]
@@ -434,30 +399,16 @@ fn returning_primary_is_fenced_and_compared_with_the_promotion_point() {
     let iad = site("iad", 0, SiteState::Writable, "0-1-100");
     let sites = vec![iad, pdx];
     let promo = g("0-1-100");
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promo);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     let d = decide(&i);
-    assert_eq!(
-        d.actions,
-        vec![Action::FenceIntruder {
-            site: "iad".into(),
-            divergent: false
-        }]
-    );
+    assert_eq!(d.actions, vec![fence("iad", false)]);
     assert_eq!(d.conditions.degraded.as_ref().unwrap().0, "SplitBrain");
     assert!(!d.conditions.ready);
     // The old primary wrote past the promotion point: divergent.
     let mut sites2 = sites.clone();
     sites2[0].gtid = Some(g("0-1-103"));
-    let mut i = input(&sites2, "pdx", "pdx");
-    i.promotion_gtid = Some(&promo);
-    assert_eq!(
-        decide(&i).actions,
-        vec![Action::FenceIntruder {
-            site: "iad".into(),
-            divergent: true
-        }]
-    );
+    let i = promoted(input(&sites2, "pdx", "pdx"), &promo);
+    assert_eq!(decide(&i).actions, vec![fence("iad", true)]);
     // Even though pdx's current position is numerically ahead (0-2-150 > 0-1-103):
     // positions alone would have hidden the divergence.
     assert!(
@@ -479,8 +430,7 @@ fn a_returning_primary_that_comes_back_read_only_is_still_checked_for_divergence
     let iad = site("iad", 0, SiteState::ReadOnly, "0-1-103");
     let mut sites = vec![iad, pdx, reader];
     let promo = g("0-1-100");
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promo);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     assert_eq!(
         decide(&i).actions,
         vec![Action::BlockDivergent { site: "iad".into() }],
@@ -489,23 +439,16 @@ fn a_returning_primary_that_comes_back_read_only_is_still_checked_for_divergence
     // At (or behind) the promotion point, or already following pdx: re-pointed.
     for ok in ["0-1-100", "0-1-97", "0-2-120"] {
         sites[0].gtid = Some(g(ok));
-        let mut i = input(&sites, "pdx", "pdx");
-        i.promotion_gtid = Some(&promo);
-        assert_eq!(
-            decide(&i).actions,
-            vec![Action::Repoint { site: "iad".into() }],
-            "{ok}"
-        );
+        let i = promoted(input(&sites, "pdx", "pdx"), &promo);
+        assert_eq!(decide(&i).actions, vec![repoint("iad")], "{ok}");
     }
     // Once blocked, it is unblocked only when a human has brought it in line.
     sites[0].gtid = Some(g("0-1-103"));
     sites[0].recovery_blocked = true;
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promo);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     assert!(decide(&i).actions.is_empty());
     sites[0].gtid = Some(g("0-2-150"));
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promo);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     assert_eq!(
         decide(&i).actions,
         vec![Action::ClearRecoveryBlock { site: "iad".into() }]
@@ -522,8 +465,7 @@ fn positions_from_an_earlier_poll_never_block_or_repoint() {
     iad.replica.as_mut().unwrap().io_running = false;
     let sites = vec![iad, pdx];
     let promo = g("0-1-100");
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promo);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     let d = decide(&i);
     assert!(
         d.actions.is_empty(),
@@ -533,12 +475,8 @@ fn positions_from_an_earlier_poll_never_block_or_repoint() {
     let mut sites = sites;
     sites[1].answered = true;
     sites[1].gtid = Some(g("0-2-150"));
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promo);
-    assert_eq!(
-        decide(&i).actions,
-        vec![Action::Repoint { site: "iad".into() }]
-    );
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
+    assert_eq!(decide(&i).actions, vec![repoint("iad")]);
 }
 
 #[test]
@@ -554,13 +492,7 @@ fn writes_on_a_replica_by_a_stale_client_are_divergent_even_when_numbered_lower(
     let mut i = input(&sites, "iad", "");
     i.site_priorities = &prio;
     let d = decide(&i);
-    assert_eq!(
-        d.actions,
-        vec![Action::FenceIntruder {
-            site: "reader".into(),
-            divergent: true
-        }]
-    );
+    assert_eq!(d.actions, vec![fence("reader", true)]);
 }
 
 #[test]
@@ -572,22 +504,9 @@ fn split_brain_after_failover_fences_all_but_the_last_target() {
     ];
     sites[2].role = SiteRole::DrOnly;
     let promo = g("0-1-100");
-    let mut i = input(&sites, "pdx", "pdx");
-    i.promotion_gtid = Some(&promo);
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     let d = decide(&i);
-    assert_eq!(
-        d.actions,
-        vec![
-            Action::FenceIntruder {
-                site: "iad".into(),
-                divergent: false
-            },
-            Action::FenceIntruder {
-                site: "sfo".into(),
-                divergent: false
-            }
-        ]
-    );
+    assert_eq!(d.actions, vec![fence("iad", false), fence("sfo", false)]);
 }
 
 #[test]
@@ -607,13 +526,7 @@ fn split_brain_without_history_alerts_unless_a_priority_list_decides() {
     let prio = vec!["iad".to_string()];
     let mut i = input(&sites, "iad", "");
     i.site_priorities = &prio;
-    assert_eq!(
-        decide(&i).actions,
-        vec![Action::FenceIntruder {
-            site: "pdx".into(),
-            divergent: false
-        }]
-    );
+    assert_eq!(decide(&i).actions, vec![fence("pdx", false)]);
     // A policy naming the other site does not move the active site by itself.
     let prio = vec!["pdx".to_string()];
     let mut i = input(&sites, "iad", "");
@@ -658,12 +571,7 @@ fn replicas_not_following_the_active_site_are_repointed() {
     let pdx = sites[1].clone();
     sites[2] = replicating(sites[2].clone(), &pdx);
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(
-        d.actions,
-        vec![Action::Repoint {
-            site: "reader".into()
-        }]
-    );
+    assert_eq!(d.actions, vec![repoint("reader")]);
     assert_eq!(
         d.conditions.degraded.as_ref().unwrap().0,
         "ReplicationNotRunning"
@@ -672,9 +580,7 @@ fn replicas_not_following_the_active_site_are_repointed() {
     sites[2].replica = None;
     assert_eq!(
         decide(&input(&sites, "iad", "")).actions,
-        vec![Action::Repoint {
-            site: "reader".into()
-        }]
+        vec![repoint("reader")]
     );
     // A stopped applier on the right source is an errant transaction: no blind re-point.
     let iad = sites[0].clone();

@@ -3,6 +3,7 @@
 use super::*;
 use crate::health::{HealthInputs, PlannedFailoverPhase, assess};
 use crate::token::SeededTokenSource;
+use LeaseKind::{FailoverHold as H, Migration as M};
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_unix_seconds(1_796_000_000 + s)
@@ -41,6 +42,11 @@ fn req(kind: LeaseKind, op: &str, instance: &str, ttl: Option<i64>) -> GrantRequ
     }
 }
 
+/// The gate of a stable group at generation 17, the fixtures' generation.
+fn stable() -> LeaseGate {
+    stable_gate(17)
+}
+
 struct Fixture {
     leases: GroupLeases,
     tokens: SeededTokenSource,
@@ -63,22 +69,26 @@ impl Fixture {
         self.leases.grant(r, gate, now, &mut self.tokens)
     }
 
+    /// A grant against a stable gate.
+    fn ask(
+        &mut self,
+        kind: LeaseKind,
+        op: &str,
+        instance: &str,
+        ttl: Option<i64>,
+        now: Timestamp,
+    ) -> Result<Grant, LeaseError> {
+        self.grant(&req(kind, op, instance, ttl), &stable(), now)
+    }
+
     fn migration(&mut self, op: &str, now: Timestamp) -> Grant {
-        self.grant(
-            &req(LeaseKind::Migration, op, "counter-app", Some(30)),
-            &stable_gate(17),
-            now,
-        )
-        .expect("migration grant")
+        self.grant(&req(M, op, "counter-app", Some(30)), &stable(), now)
+            .expect("migration grant")
     }
 
     fn hold(&mut self, op: &str, now: Timestamp) -> Grant {
-        self.grant(
-            &req(LeaseKind::FailoverHold, op, "counter-app", Some(30)),
-            &stable_gate(17),
-            now,
-        )
-        .expect("hold grant")
+        self.grant(&req(H, op, "counter-app", Some(30)), &stable(), now)
+            .expect("hold grant")
     }
 }
 
@@ -87,7 +97,7 @@ fn grant_new_migration_is_201_with_token_expiry_and_generation() {
     let mut f = Fixture::new();
     let g = f.migration("op-a", t(0));
     assert!(!g.regranted, "a new grant answers 201");
-    assert_eq!(g.kind, LeaseKind::Migration);
+    assert_eq!(g.kind, M);
     assert_eq!(g.operation_id, "op-a");
     assert_eq!(g.expires_at, t(30));
     assert_eq!(g.topology_generation, 17);
@@ -109,29 +119,11 @@ fn ttl_is_clamped_to_5_and_120_and_defaults_to_30() {
     assert_eq!(clamp_ttl(999), 120);
     assert_eq!(clamp_ttl(i64::MAX), 120);
     let mut f = Fixture::new();
-    let g = f
-        .grant(
-            &req(LeaseKind::Migration, "a", "x", Some(1)),
-            &stable_gate(17),
-            t(0),
-        )
-        .unwrap();
+    let g = f.ask(M, "a", "x", Some(1), t(0)).unwrap();
     assert_eq!(g.expires_at, t(5));
-    let g = f
-        .grant(
-            &req(LeaseKind::Migration, "a", "x", Some(999)),
-            &stable_gate(17),
-            t(0),
-        )
-        .unwrap();
+    let g = f.ask(M, "a", "x", Some(999), t(0)).unwrap();
     assert_eq!(g.expires_at, t(120));
-    let g = f
-        .grant(
-            &req(LeaseKind::Migration, "a", "x", None),
-            &stable_gate(17),
-            t(0),
-        )
-        .unwrap();
+    let g = f.ask(M, "a", "x", None, t(0)).unwrap();
     assert_eq!(g.expires_at, t(30));
 }
 
@@ -143,23 +135,13 @@ fn same_operation_regrant_is_200_and_rotates_the_token() {
     assert!(second.regranted, "a same-operation re-grant answers 200");
     assert_ne!(first.token, second.token);
     assert_eq!(second.expires_at, t(40));
-    let old = f.leases.renew(
-        LeaseKind::Migration,
-        "op-a",
-        first.token.expose(),
-        None,
-        &stable_gate(17),
-        t(11),
-    );
+    let old = f
+        .leases
+        .renew(M, "op-a", first.token.expose(), None, &stable(), t(11));
     assert_eq!(old, Err(LeaseError::TokenMismatch));
-    let new = f.leases.renew(
-        LeaseKind::Migration,
-        "op-a",
-        second.token.expose(),
-        None,
-        &stable_gate(17),
-        t(11),
-    );
+    let new = f
+        .leases
+        .renew(M, "op-a", second.token.expose(), None, &stable(), t(11));
     assert_eq!(new.unwrap().expires_at, t(41));
 }
 
@@ -167,13 +149,7 @@ fn same_operation_regrant_is_200_and_rotates_the_token() {
 fn second_operation_gets_held_with_exact_holder() {
     let mut f = Fixture::new();
     f.migration("op-a", t(0));
-    let err = f
-        .grant(
-            &req(LeaseKind::Migration, "op-b", "other-db", Some(30)),
-            &stable_gate(17),
-            t(3),
-        )
-        .unwrap_err();
+    let err = f.ask(M, "op-b", "other-db", Some(30), t(3)).unwrap_err();
     assert_eq!(
         err,
         LeaseError::Held {
@@ -190,13 +166,7 @@ fn second_operation_gets_held_with_exact_holder() {
 fn same_operation_other_instance_is_held() {
     let mut f = Fixture::new();
     f.migration("op-a", t(0));
-    let err = f
-        .grant(
-            &req(LeaseKind::Migration, "op-a", "other-db", Some(30)),
-            &stable_gate(17),
-            t(3),
-        )
-        .unwrap_err();
+    let err = f.ask(M, "op-a", "other-db", Some(30), t(3)).unwrap_err();
     assert!(matches!(err, LeaseError::Held { .. }));
 }
 
@@ -205,13 +175,7 @@ fn mutex_is_free_again_once_expired() {
     let mut f = Fixture::new();
     f.migration("op-a", t(0));
     // Expiry is strict: at exactly expiresAt the lease is no longer live.
-    let g = f
-        .grant(
-            &req(LeaseKind::Migration, "op-b", "x", Some(30)),
-            &stable_gate(17),
-            t(30),
-        )
-        .unwrap();
+    let g = f.ask(M, "op-b", "x", Some(30), t(30)).unwrap();
     assert!(!g.regranted);
     let ev = f.leases.take_events();
     assert!(
@@ -224,37 +188,19 @@ fn mutex_is_free_again_once_expired() {
 fn hold_only_for_current_migration_holder() {
     let mut f = Fixture::new();
     // No migration lease at all.
-    let err = f
-        .grant(
-            &req(LeaseKind::FailoverHold, "op-a", "counter-app", Some(30)),
-            &stable_gate(17),
-            t(0),
-        )
-        .unwrap_err();
+    let err = f.ask(H, "op-a", "counter-app", Some(30), t(0)).unwrap_err();
     assert_eq!(err, LeaseError::HoldRequiresMigration);
     f.migration("op-a", t(0));
     // Another operation.
-    let err = f
-        .grant(
-            &req(LeaseKind::FailoverHold, "op-b", "counter-app", Some(30)),
-            &stable_gate(17),
-            t(1),
-        )
-        .unwrap_err();
+    let err = f.ask(H, "op-b", "counter-app", Some(30), t(1)).unwrap_err();
     assert_eq!(err, LeaseError::HoldRequiresMigration);
     // Same operation, other instance.
-    let err = f
-        .grant(
-            &req(LeaseKind::FailoverHold, "op-a", "other", Some(30)),
-            &stable_gate(17),
-            t(1),
-        )
-        .unwrap_err();
+    let err = f.ask(H, "op-a", "other", Some(30), t(1)).unwrap_err();
     assert_eq!(err, LeaseError::HoldRequiresMigration);
     // The holder.
     let g = f.hold("op-a", t(1));
     assert!(!g.regranted);
-    assert_eq!(g.kind, LeaseKind::FailoverHold);
+    assert_eq!(g.kind, H);
     assert_eq!(
         f.leases.live_hold(t(2)).map(|h| h.operation_id.as_str()),
         Some("op-a")
@@ -268,44 +214,22 @@ fn hold_only_for_current_migration_holder() {
 #[test]
 fn hold_ends_with_its_migration_lease() {
     let mut f = Fixture::new();
-    let m = f
-        .grant(
-            &req(LeaseKind::Migration, "op-a", "counter-app", Some(10)),
-            &stable_gate(17),
-            t(0),
-        )
-        .unwrap();
-    let h = f
-        .grant(
-            &req(LeaseKind::FailoverHold, "op-a", "counter-app", Some(60)),
-            &stable_gate(17),
-            t(0),
-        )
-        .unwrap();
+    let m = f.ask(M, "op-a", "counter-app", Some(10), t(0)).unwrap();
+    let h = f.ask(H, "op-a", "counter-app", Some(60), t(0)).unwrap();
     // The migration lease lapses at t(10); the hold goes with it although its own TTL is longer.
     assert!(f.leases.live_hold(t(9)).is_some());
     assert!(f.leases.live_hold(t(10)).is_none());
-    let r = f.leases.renew(
-        LeaseKind::FailoverHold,
-        "op-a",
-        h.token.expose(),
-        None,
-        &stable_gate(17),
-        t(11),
-    );
+    let r = f
+        .leases
+        .renew(H, "op-a", h.token.expose(), None, &stable(), t(11));
     assert_eq!(r, Err(LeaseError::NotFound));
     // And a release of the migration lease releases the hold.
     let mut f = Fixture::new();
     let m2 = f.migration("op-b", t(0));
     f.hold("op-b", t(0));
     assert_eq!(
-        f.leases.release(
-            LeaseKind::Migration,
-            "op-b",
-            m2.token.expose(),
-            &stable_gate(17),
-            t(1)
-        ),
+        f.leases
+            .release(M, "op-b", m2.token.expose(), &stable(), t(1)),
         Ok(Release::Released)
     );
     assert!(f.leases.live(t(1)).is_empty());
@@ -318,14 +242,7 @@ fn renew_extends_and_reports_generation() {
     let g = f.migration("op-a", t(0));
     let r = f
         .leases
-        .renew(
-            LeaseKind::Migration,
-            "op-a",
-            g.token.expose(),
-            Some(60),
-            &stable_gate(17),
-            t(10),
-        )
+        .renew(M, "op-a", g.token.expose(), Some(60), &stable(), t(10))
         .unwrap();
     assert_eq!(
         r,
@@ -337,14 +254,7 @@ fn renew_extends_and_reports_generation() {
     // Without a TTL the lease keeps its own (60 now).
     let r = f
         .leases
-        .renew(
-            LeaseKind::Migration,
-            "op-a",
-            g.token.expose(),
-            None,
-            &stable_gate(17),
-            t(20),
-        )
+        .renew(M, "op-a", g.token.expose(), None, &stable(), t(20))
         .unwrap();
     assert_eq!(r.expires_at, t(80));
 }
@@ -357,14 +267,7 @@ fn renew_while_topology_change_pending_is_423_and_never_extends() {
     let gate = gate_with(17, |h| h.topology_change_pending = true);
     let err = f
         .leases
-        .renew(
-            LeaseKind::Migration,
-            "op-a",
-            g.token.expose(),
-            Some(120),
-            &gate,
-            t(10),
-        )
+        .renew(M, "op-a", g.token.expose(), Some(120), &gate, t(10))
         .unwrap_err();
     assert_eq!(
         err,
@@ -384,14 +287,7 @@ fn renew_is_allowed_while_degraded_but_grant_is_not() {
     let degraded = gate_with(17, |h| h.degraded = true);
     assert!(
         f.leases
-            .renew(
-                LeaseKind::Migration,
-                "op-a",
-                g.token.expose(),
-                None,
-                &degraded,
-                t(5)
-            )
+            .renew(M, "op-a", g.token.expose(), None, &degraded, t(5))
             .is_ok()
     );
     // A deferred planned failover does not block the hold's renewal either.
@@ -400,24 +296,13 @@ fn renew_is_allowed_while_degraded_but_grant_is_not() {
     });
     assert!(
         f.leases
-            .renew(
-                LeaseKind::Migration,
-                "op-a",
-                g.token.expose(),
-                None,
-                &deferred,
-                t(6)
-            )
+            .renew(M, "op-a", g.token.expose(), None, &deferred, t(6))
             .is_ok()
     );
     // But a new grant needs stable.
     let mut f2 = Fixture::new();
     let err = f2
-        .grant(
-            &req(LeaseKind::Migration, "op-b", "x", None),
-            &degraded,
-            t(0),
-        )
+        .grant(&req(M, "op-b", "x", None), &degraded, t(0))
         .unwrap_err();
     assert_eq!(
         err,
@@ -441,14 +326,7 @@ fn reservation_and_pending_revocation_block_renewal() {
     ] {
         let err = f
             .leases
-            .renew(
-                LeaseKind::Migration,
-                "op-a",
-                g.token.expose(),
-                None,
-                &gate,
-                t(5),
-            )
+            .renew(M, "op-a", g.token.expose(), None, &gate, t(5))
             .unwrap_err();
         assert!(matches!(err, LeaseError::Unstable { .. }), "{err:?}");
     }
@@ -462,14 +340,9 @@ fn generation_change_revokes_everything_with_topology_changed() {
     let h = f.hold("op-a", t(0));
     f.leases.take_events();
     // The next request after the bump sees the new generation through the gate.
-    let r = f.leases.renew(
-        LeaseKind::Migration,
-        "op-a",
-        m.token.expose(),
-        None,
-        &stable_gate(18),
-        t(5),
-    );
+    let r = f
+        .leases
+        .renew(M, "op-a", m.token.expose(), None, &stable_gate(18), t(5));
     assert_eq!(
         r,
         Err(LeaseError::Revoked {
@@ -477,14 +350,9 @@ fn generation_change_revokes_everything_with_topology_changed() {
             topology_generation: 18
         })
     );
-    let r = f.leases.renew(
-        LeaseKind::FailoverHold,
-        "op-a",
-        h.token.expose(),
-        None,
-        &stable_gate(18),
-        t(5),
-    );
+    let r = f
+        .leases
+        .renew(H, "op-a", h.token.expose(), None, &stable_gate(18), t(5));
     assert!(matches!(r, Err(LeaseError::Revoked { .. })));
     let ev = f.leases.take_events();
     assert_eq!(
@@ -519,14 +387,9 @@ fn explicit_advance_and_revoke_all() {
     );
     assert_eq!(f.leases.topology_generation(), 17);
     assert_eq!(f.leases.revoke_all(t(2)), 1);
-    let r = f.leases.renew(
-        LeaseKind::Migration,
-        "op-a",
-        m.token.expose(),
-        None,
-        &stable_gate(17),
-        t(3),
-    );
+    let r = f
+        .leases
+        .renew(M, "op-a", m.token.expose(), None, &stable(), t(3));
     assert_eq!(
         r,
         Err(LeaseError::Revoked {
@@ -548,19 +411,11 @@ fn tombstone_refuses_repost_even_after_another_operation_took_the_mutex() {
     f.leases.advance_generation(18, t(1));
     let g18 = stable_gate(18);
     let b = f
-        .grant(
-            &req(LeaseKind::Migration, "op-b", "counter-app", Some(30)),
-            &g18,
-            t(2),
-        )
+        .grant(&req(M, "op-b", "counter-app", Some(30)), &g18, t(2))
         .unwrap();
     assert!(!b.regranted);
     let err = f
-        .grant(
-            &req(LeaseKind::Migration, "op-a", "counter-app", Some(30)),
-            &g18,
-            t(3),
-        )
+        .grant(&req(M, "op-a", "counter-app", Some(30)), &g18, t(3))
         .unwrap_err();
     assert_eq!(
         err,
@@ -571,22 +426,14 @@ fn tombstone_refuses_repost_even_after_another_operation_took_the_mutex() {
     );
     // After op-b is done too, op-a is still refused.
     f.leases
-        .release(LeaseKind::Migration, "op-b", b.token.expose(), &g18, t(4))
+        .release(M, "op-b", b.token.expose(), &g18, t(4))
         .unwrap();
     let err = f
-        .grant(
-            &req(LeaseKind::Migration, "op-a", "counter-app", Some(30)),
-            &g18,
-            t(5),
-        )
+        .grant(&req(M, "op-a", "counter-app", Some(30)), &g18, t(5))
         .unwrap_err();
     assert!(matches!(err, LeaseError::Revoked { .. }));
     let err = f
-        .grant(
-            &req(LeaseKind::FailoverHold, "op-a", "counter-app", Some(30)),
-            &g18,
-            t(5),
-        )
+        .grant(&req(H, "op-a", "counter-app", Some(30)), &g18, t(5))
         .unwrap_err();
     assert!(matches!(err, LeaseError::Revoked { .. }));
     let ts = f.leases.tombstone("op-a").unwrap();
@@ -599,14 +446,9 @@ fn renew_of_revoked_lease_with_wrong_token_is_token_mismatch() {
     let mut f = Fixture::new();
     f.migration("op-a", t(0));
     f.leases.revoke_all(t(1));
-    let r = f.leases.renew(
-        LeaseKind::Migration,
-        "op-a",
-        "not-the-token",
-        None,
-        &stable_gate(17),
-        t(2),
-    );
+    let r = f
+        .leases
+        .renew(M, "op-a", "not-the-token", None, &stable(), t(2));
     assert_eq!(r, Err(LeaseError::TokenMismatch));
 }
 
@@ -615,48 +457,23 @@ fn not_found_for_expired_released_or_unknown() {
     let mut f = Fixture::new();
     let g = f.migration("op-a", t(0));
     assert_eq!(
-        f.leases.renew(
-            LeaseKind::Migration,
-            "op-a",
-            g.token.expose(),
-            None,
-            &stable_gate(17),
-            t(30)
-        ),
+        f.leases
+            .renew(M, "op-a", g.token.expose(), None, &stable(), t(30)),
         Err(LeaseError::NotFound),
         "expired (strictly at expiresAt)"
     );
     let g = f.migration("op-b", t(40));
     f.leases
-        .release(
-            LeaseKind::Migration,
-            "op-b",
-            g.token.expose(),
-            &stable_gate(17),
-            t(41),
-        )
+        .release(M, "op-b", g.token.expose(), &stable(), t(41))
         .unwrap();
     assert_eq!(
-        f.leases.renew(
-            LeaseKind::Migration,
-            "op-b",
-            g.token.expose(),
-            None,
-            &stable_gate(17),
-            t(42)
-        ),
+        f.leases
+            .renew(M, "op-b", g.token.expose(), None, &stable(), t(42)),
         Err(LeaseError::NotFound),
         "released"
     );
     assert_eq!(
-        f.leases.renew(
-            LeaseKind::FailoverHold,
-            "never",
-            "x",
-            None,
-            &stable_gate(17),
-            t(42)
-        ),
+        f.leases.renew(H, "never", "x", None, &stable(), t(42)),
         Err(LeaseError::NotFound),
         "unknown"
     );
@@ -669,14 +486,7 @@ fn expiry_is_judged_only_on_the_clock_passed_in() {
     // Far in the past relative to the grant: still live.
     assert!(
         f.leases
-            .renew(
-                LeaseKind::Migration,
-                "op-a",
-                g.token.expose(),
-                None,
-                &stable_gate(17),
-                t(29)
-            )
+            .renew(M, "op-a", g.token.expose(), None, &stable(), t(29))
             .is_ok()
     );
     assert_eq!(f.leases.live(t(58)).len(), 1);
@@ -687,14 +497,7 @@ fn expiry_is_judged_only_on_the_clock_passed_in() {
 fn token_mismatch_on_live_lease() {
     let mut f = Fixture::new();
     f.migration("op-a", t(0));
-    let r = f.leases.renew(
-        LeaseKind::Migration,
-        "op-a",
-        "forged",
-        None,
-        &stable_gate(17),
-        t(1),
-    );
+    let r = f.leases.renew(M, "op-a", "forged", None, &stable(), t(1));
     assert_eq!(r, Err(LeaseError::TokenMismatch));
 }
 
@@ -703,44 +506,22 @@ fn release_is_idempotent_and_guards_the_token() {
     let mut f = Fixture::new();
     let g = f.migration("op-a", t(0));
     assert_eq!(
-        f.leases.release(
-            LeaseKind::Migration,
-            "op-a",
-            "forged",
-            &stable_gate(17),
-            t(1)
-        ),
+        f.leases.release(M, "op-a", "forged", &stable(), t(1)),
         Err(LeaseError::TokenMismatch)
     );
     assert_eq!(f.leases.live(t(1)).len(), 1);
     assert_eq!(
-        f.leases.release(
-            LeaseKind::Migration,
-            "op-a",
-            g.token.expose(),
-            &stable_gate(17),
-            t(1)
-        ),
+        f.leases
+            .release(M, "op-a", g.token.expose(), &stable(), t(1)),
         Ok(Release::Released)
     );
     assert_eq!(
-        f.leases.release(
-            LeaseKind::Migration,
-            "op-a",
-            g.token.expose(),
-            &stable_gate(17),
-            t(2)
-        ),
+        f.leases
+            .release(M, "op-a", g.token.expose(), &stable(), t(2)),
         Ok(Release::NothingToRelease)
     );
     assert_eq!(
-        f.leases.release(
-            LeaseKind::FailoverHold,
-            "unknown",
-            "x",
-            &stable_gate(17),
-            t(2)
-        ),
+        f.leases.release(H, "unknown", "x", &stable(), t(2)),
         Ok(Release::NothingToRelease)
     );
     // A released (not revoked) operation may take the mutex again.
@@ -756,7 +537,7 @@ fn grant_while_unstable_is_423_and_changes_nothing() {
         h.planned_failover = Some(PlannedFailoverPhase::Deferred);
     });
     let err = f
-        .grant(&req(LeaseKind::Migration, "op-a", "x", None), &gate, t(0))
+        .grant(&req(M, "op-a", "x", None), &gate, t(0))
         .unwrap_err();
     assert_eq!(
         err,
@@ -769,23 +550,12 @@ fn grant_while_unstable_is_423_and_changes_nothing() {
     // A re-grant is a grant: it needs stable too, and the old token stays valid.
     let g = f.migration("op-b", t(0));
     let err = f
-        .grant(
-            &req(LeaseKind::Migration, "op-b", "counter-app", None),
-            &gate,
-            t(1),
-        )
+        .grant(&req(M, "op-b", "counter-app", None), &gate, t(1))
         .unwrap_err();
     assert!(matches!(err, LeaseError::Unstable { .. }));
     assert!(
         f.leases
-            .renew(
-                LeaseKind::Migration,
-                "op-b",
-                g.token.expose(),
-                None,
-                &stable_gate(17),
-                t(2)
-            )
+            .renew(M, "op-b", g.token.expose(), None, &stable(), t(2))
             .is_ok()
     );
 }
@@ -795,44 +565,16 @@ fn input_validation_names_the_field_and_rule() {
     let mut f = Fixture::new();
     let long = "x".repeat(129);
     let cases = [
-        (
-            req(LeaseKind::Migration, "", "x", None),
-            "operationId",
-            "must not be empty",
-        ),
-        (
-            req(LeaseKind::Migration, &long, "x", None),
-            "operationId",
-            "at most 128",
-        ),
-        (
-            req(LeaseKind::Migration, "a b", "x", None),
-            "operationId",
-            "whitespace",
-        ),
-        (
-            req(LeaseKind::Migration, "a\n", "x", None),
-            "operationId",
-            "whitespace",
-        ),
-        (
-            req(LeaseKind::Migration, "ok", "", None),
-            "instance",
-            "must not be empty",
-        ),
-        (
-            req(LeaseKind::Migration, "ok", "Counter_App", None),
-            "instance",
-            "DNS-1123",
-        ),
-        (
-            req(LeaseKind::Migration, "ok", "a..b", None),
-            "instance",
-            "DNS-1123",
-        ),
+        (req(M, "", "x", None), "operationId", "must not be empty"),
+        (req(M, &long, "x", None), "operationId", "at most 128"),
+        (req(M, "a b", "x", None), "operationId", "whitespace"),
+        (req(M, "a\n", "x", None), "operationId", "whitespace"),
+        (req(M, "ok", "", None), "instance", "must not be empty"),
+        (req(M, "ok", "Counter_App", None), "instance", "DNS-1123"),
+        (req(M, "ok", "a..b", None), "instance", "DNS-1123"),
     ];
     for (r, field, rule) in cases {
-        let err = f.grant(&r, &stable_gate(17), t(0)).unwrap_err();
+        let err = f.grant(&r, &stable(), t(0)).unwrap_err();
         match &err {
             LeaseError::InvalidRequest {
                 field: got,
@@ -846,22 +588,12 @@ fn input_validation_names_the_field_and_rule() {
         }
     }
     assert_eq!("x".repeat(128).chars().count(), 128);
-    assert!(
-        f.grant(
-            &req(LeaseKind::Migration, &"x".repeat(128), "x", None),
-            &stable_gate(17),
-            t(0)
-        )
-        .is_ok()
-    );
+    assert!(f.ask(M, &"x".repeat(128), "x", None, t(0)).is_ok());
     assert!(matches!(
         "hold".parse::<LeaseKind>(),
         Err(LeaseError::InvalidRequest { field: "kind", .. })
     ));
-    assert_eq!(
-        "failover-hold".parse::<LeaseKind>(),
-        Ok(LeaseKind::FailoverHold)
-    );
+    assert_eq!("failover-hold".parse::<LeaseKind>(), Ok(H));
 }
 
 #[test]
@@ -872,11 +604,7 @@ fn state_round_trips_through_json_and_never_holds_raw_tokens() {
     let r = f.migration("op-a", t(1));
     f.leases.advance_generation(18, t(2));
     let m2 = f
-        .grant(
-            &req(LeaseKind::Migration, "op-b", "x", None),
-            &stable_gate(18),
-            t(3),
-        )
+        .grant(&req(M, "op-b", "x", None), &stable_gate(18), t(3))
         .unwrap();
     let json = serde_json::to_string(&f.leases).unwrap();
     for tok in [&m.token, &h.token, &r.token, &m2.token] {
@@ -899,10 +627,7 @@ fn restore_rejects_inconsistent_objects() {
     f.migration("op-a", t(0));
     f.hold("op-a", t(0));
     let recs: Vec<_> = f.leases.records().cloned().collect();
-    let hold_only = recs
-        .iter()
-        .filter(|r| r.kind == LeaseKind::FailoverHold)
-        .cloned();
+    let hold_only = recs.iter().filter(|r| r.kind == H).cloned();
     assert!(matches!(
         GroupLeases::restore(17, hold_only, []),
         Err(RestoreError::OrphanHold { .. })

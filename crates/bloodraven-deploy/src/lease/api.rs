@@ -135,8 +135,6 @@ pub enum ClientSetupError {
     NotHttps(String),
     #[error(transparent)]
     Tls(#[from] bloodraven_runtime::tls::TlsError),
-    #[error("cannot build the HTTP client: {0}")]
-    Client(String),
 }
 
 impl HttpLeaseApi {
@@ -152,13 +150,7 @@ impl HttpLeaseApi {
         if !base.starts_with("https://") {
             return Err(ClientSetupError::NotHttps(api.to_string()));
         }
-        let tls = bloodraven_runtime::tls::client_config(Some(ca_file))?;
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .timeout(request_timeout)
-            .connect_timeout(request_timeout.min(Duration::from_secs(5)))
-            .build()
-            .map_err(|e| ClientSetupError::Client(e.to_string()))?;
+        let http = bloodraven_runtime::tls::http_client(Some(ca_file), request_timeout)?;
         Ok(HttpLeaseApi {
             base,
             group: group.to_string(),

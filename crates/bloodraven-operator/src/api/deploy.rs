@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use super::{AppState, error_body, error_response, json_response};
 use crate::auth::{Identity, verify};
-use crate::group::{GroupRuntime, RequestError};
+use crate::group::{GroupRuntime, LeaseRef, RequestError};
 use crate::metrics::{Handler, HandlerCode};
 
 /// Largest accepted request body.
@@ -567,10 +567,12 @@ async fn lease(
                 Ok(b) => b,
                 Err(r) => return r,
             };
-            match rt
-                .renew(kind, operation.clone(), b.token, b.ttl_seconds)
-                .await
-            {
+            let lease = LeaseRef {
+                kind,
+                operation_id: operation.clone(),
+                token: b.token,
+            };
+            match rt.renew(lease, b.ttl_seconds).await {
                 Ok(r) => json_response(
                     StatusCode::OK,
                     &RenewAnswer {
@@ -588,7 +590,12 @@ async fn lease(
             if token.is_empty() {
                 return invalid("header X-Lease-Token is required");
             }
-            match rt.release(kind, operation.clone(), token.to_string()).await {
+            let lease = LeaseRef {
+                kind,
+                operation_id: operation.clone(),
+                token: token.to_string(),
+            };
+            match rt.release(lease).await {
                 Ok(Release::Released | Release::NothingToRelease) => no_content(),
                 Err(e) => request_error(&e),
             }

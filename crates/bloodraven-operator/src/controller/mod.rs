@@ -164,17 +164,8 @@ impl Controller {
             .as_ref()
             .ok_or_else(|| "spec.replication.credentials is not configured".to_string())
             .and_then(load_credentials);
-        bloodraven_runtime::tls::install_crypto_provider();
-        let http = bloodraven_runtime::tls::client_config(None)
-            .ok()
-            .and_then(|tls| {
-                reqwest::Client::builder()
-                    .tls_backend_preconfigured(tls)
-                    .timeout(Duration::from_secs(1))
-                    .build()
-                    .ok()
-            })
-            .unwrap_or_default();
+        let http =
+            bloodraven_runtime::tls::http_client(None, Duration::from_secs(1)).unwrap_or_default();
         Controller {
             rt,
             sites,

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus};
+use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
+use bloodraven_core::health::PlannedFailoverPhase;
+use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus, condition};
 use bloodraven_core::time::{Clock, ManualClock};
 use bloodraven_operator::auth::{self, SigningKey};
 use bloodraven_operator::config;
@@ -62,8 +64,7 @@ impl Env {
         auth::issue(
             &self.key,
             "bloodraven-deploy",
-            namespace,
-            sa,
+            &auth::Identity::new(namespace, sa),
             Duration::from_secs(3600),
             self.clock.now(),
         )
@@ -95,6 +96,21 @@ impl Env {
             "operator did not become ready"
         );
         h
+    }
+
+    /// Starts the operator on a [`GatedStore`] over the real store and bootstraps the group:
+    /// opening the gate's valve (`gate.send_replace(true)`) holds the group's writes in flight.
+    pub async fn start_gated(&self) -> (OperatorHandle, Arc<GatedStore>, Arc<GroupRuntime>) {
+        let sqlite: Arc<dyn Store> = Arc::new(self.open_store());
+        let (gate, _) = tokio::sync::watch::channel(false);
+        let store = Arc::new(GatedStore {
+            inner: sqlite,
+            gate,
+        });
+        let op = self.start_with_store(store.clone()).await;
+        let rt = op.group(GROUP).await.unwrap();
+        bootstrap(&rt, self.clock.now()).await;
+        (op, store, rt)
     }
 
     pub fn open_store(&self) -> SqliteStore {
@@ -219,12 +235,8 @@ pub struct Answer {
 
 impl Client {
     pub fn new(ca: &Path, addr: std::net::SocketAddr) -> Client {
-        let tls = bloodraven_runtime::tls::client_config(Some(ca)).unwrap();
         Client {
-            http: reqwest::Client::builder()
-                .tls_backend_preconfigured(tls)
-                .build()
-                .unwrap(),
+            http: bloodraven_runtime::tls::http_client(Some(ca), Duration::from_secs(30)).unwrap(),
             base: format!("https://{addr}"),
         }
     }
@@ -430,21 +442,107 @@ impl Live {
         h
     }
 
+    /// Whether site `i`'s server is read-only now.
+    pub async fn read_only(&self, i: usize) -> bool {
+        let probe = self.harness.failover_client(i).probe().await;
+        probe.expect("probe").read_only
+    }
+
     pub fn store_path(&self) -> PathBuf {
         self.dir.path().join("data").join(operator::STORE_FILE)
     }
 
+    /// A deploy token for `ci:deployer`, valid for an hour.
     pub fn token(&self) -> String {
+        let who = auth::Identity::new("ci", "deployer");
+        let hour = Duration::from_secs(3600);
         auth::issue(
             &self.key,
             "bloodraven-deploy",
-            "ci",
-            "deployer",
-            Duration::from_secs(3600),
+            &who,
+            hour,
             SystemClock.now(),
         )
         .unwrap()
     }
+}
+
+/// Requests a planned failover of the group to `to`, as `bloodraven failover` does.
+pub async fn request_failover(op: &OperatorHandle, to: &str) {
+    let rt = op.group(GROUP).await.unwrap();
+    rt.annotate(PLANNED_FAILOVER, to).await.unwrap();
+}
+
+/// The group's events, oldest first, as (reason, message).
+pub async fn events(op: &OperatorHandle) -> Vec<(String, String)> {
+    let rt = op.group(GROUP).await.unwrap();
+    bloodraven_operator::events::list(rt.store(), "default", GROUP)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| (e.reason, e.message))
+        .collect()
+}
+
+/// The messages of the group's events with `reason`, oldest first.
+pub async fn event_messages(op: &OperatorHandle, reason: &str) -> Vec<String> {
+    let all = events(op).await;
+    all.into_iter()
+        .filter(|(r, _)| r == reason)
+        .map(|(_, m)| m)
+        .collect()
+}
+
+/// Waits (up to 15 s) until the group has `count` events with `reason`.
+pub async fn wait_event(op: &OperatorHandle, reason: &str, count: usize) {
+    for _ in 0..300 {
+        if event_messages(op, reason).await.len() >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no {count}th {reason} event: {:?}", events(op).await);
+}
+
+/// Whether the group is Ready on `site` at generation 1 with replication running: a fresh
+/// group's bootstrap is over.
+pub fn bootstrapped_on(site: &'static str) -> impl Fn(&GroupStatus) -> bool {
+    move |s| {
+        s.active_site == site
+            && s.topology_generation == 1
+            && s.condition(condition::READY)
+                .is_some_and(bloodraven_core::status::Condition::is_true)
+            && s.replication_running()
+    }
+}
+
+/// Whether the group's planned failover is in `phase`.
+pub fn planned_in(phase: PlannedFailoverPhase) -> impl Fn(&GroupStatus) -> bool {
+    move |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase == phase)
+    }
+}
+
+/// Whether the group's planned failover has ended (succeeded or failed).
+pub fn planned_ended(s: &GroupStatus) -> bool {
+    s.planned_failover
+        .as_ref()
+        .is_some_and(|p| p.phase.is_terminal())
+}
+
+/// Starts the operator and waits until it has bootstrapped the group onto `iad`.
+pub async fn bootstrapped(live: &Live) -> OperatorHandle {
+    let op = live.operator().await;
+    wait_status(
+        &op,
+        Duration::from_secs(20),
+        "bootstrap",
+        bootstrapped_on("iad"),
+    )
+    .await;
+    op
 }
 
 /// Waits until `pred` holds for the group's status (or panics after `limit`).

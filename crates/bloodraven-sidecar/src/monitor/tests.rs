@@ -214,6 +214,13 @@ struct World {
 }
 
 impl World {
+    /// Asserts `bloodraven_sidecar_fences_total{rule}` reads `n`.
+    fn assert_fences_counted(&self, rule: &str, n: u64) {
+        let text = self.metrics.encode();
+        let line = format!("bloodraven_sidecar_fences_total{{rule=\"{rule}\"}} {n}");
+        assert!(text.contains(&line), "no {line:?} in {text}");
+    }
+
     /// A writable `iad` with `peers` peers, everyone answering, the operator naming iad; the
     /// monitor running from now on (its first tick at once).
     fn start(peers: usize) -> World {
@@ -305,11 +312,7 @@ async fn stale_primary_with_a_reachable_peer_fences_within_one_tick_of_the_relay
             "sessions killed after the fence"
         );
         assert!(w.shared.self_fenced());
-        let text = w.metrics.encode();
-        assert!(
-            text.contains("bloodraven_sidecar_fences_total{rule=\"topology-mismatch\"} 1"),
-            "{text}"
-        );
+        w.assert_fences_counted("topology-mismatch", 1);
         w.finish().await;
     }
 }
@@ -337,11 +340,7 @@ async fn isolated_primary_fences_only_after_the_lease_timeout() {
             "{silence:?}: fenced {:?} after the silence began",
             fences[0] - silent_from
         );
-        let text = w.metrics.encode();
-        assert!(
-            text.contains("bloodraven_sidecar_fences_total{rule=\"lease-expiry\"} 1"),
-            "{text}"
-        );
+        w.assert_fences_counted("lease-expiry", 1);
         w.finish().await;
     }
 }
@@ -501,11 +500,7 @@ async fn unknown_and_not_fenced_are_retried_next_tick() {
     assert_eq!(w.db.state().fence_calls.len(), 2);
     assert_eq!(w.db.state().kill_calls, 1);
     assert!(!w.shared.self_fenced());
-    assert!(
-        w.metrics
-            .encode()
-            .contains("bloodraven_sidecar_fences_total{rule=\"topology-mismatch\"} 0")
-    );
+    w.assert_fences_counted("topology-mismatch", 0);
     sleep(INTERVAL).await;
     // Tick 3: Fenced.
     assert_eq!(w.fences().len(), 1);

@@ -116,14 +116,7 @@ async fn active_site(State(s): State<Shared>) -> Response {
     if let Some(r) = gate(&s).await {
         return r;
     }
-    let view = lock(&s).view.clone();
-    match view {
-        Some(v) => {
-            serve_view(&s, &v);
-            axum::Json(v).into_response()
-        }
-        None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
-    }
+    view_or(&s, StatusCode::SERVICE_UNAVAILABLE)
 }
 
 async fn peer_ping(State(s): State<Shared>) -> Response {
@@ -138,13 +131,18 @@ async fn peer_active_site(State(s): State<Shared>) -> Response {
     if let Some(r) = gate(&s).await {
         return r;
     }
-    let view = lock(&s).view.clone();
+    // A peer that holds no view yet answers 204, an operator 503.
+    view_or(&s, StatusCode::NO_CONTENT)
+}
+
+fn view_or(s: &Shared, none: StatusCode) -> Response {
+    let view = lock(s).view.clone();
     match view {
         Some(v) => {
-            serve_view(&s, &v);
+            serve_view(s, &v);
             axum::Json(v).into_response()
         }
-        None => StatusCode::NO_CONTENT.into_response(),
+        None => none.into_response(),
     }
 }
 
@@ -444,4 +442,19 @@ pub fn records(logs: &Captured, site: &str, prefix: &str) -> Vec<Map<String, Val
 /// The `msg` of a record.
 pub fn msg(r: &Map<String, Value>) -> &str {
     r.get("msg").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// `127.0.0.1:port`.
+pub fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// The sidecar's `/status` at `addr`.
+pub async fn status(addr: SocketAddr) -> serde_json::Value {
+    reqwest::get(format!("http://{addr}/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }

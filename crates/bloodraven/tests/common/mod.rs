@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use bloodraven_core::config::SiteRole;
@@ -13,6 +13,42 @@ use bloodraven_operator::local::{LocalOptions, write_files};
 use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
+
+/// Runs `bloodraven ARGS` to completion.
+pub fn cli<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run bloodraven")
+}
+
+/// Runs `bloodraven ARGS`, asserts it succeeded and returns its standard output.
+pub fn cli_ok<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().into()).collect();
+    let out = cli(&args);
+    assert!(
+        out.status.success(),
+        "bloodraven {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `bloodraven deploy revoke-all` for the playground group of `config`; whether it succeeded.
+pub fn revoke_all(config: &std::path::Path) -> bool {
+    let config = config.to_str().expect("a UTF-8 path");
+    let args = [
+        "deploy",
+        "revoke-all",
+        "--group",
+        "playground",
+        "--wait",
+        "10s",
+    ];
+    cli(args.iter().copied().chain(["--config", config]))
+        .status
+        .success()
+}
 
 pub fn free_port() -> u16 {
     bloodraven_mysql::launcher::free_port().unwrap()
@@ -33,23 +69,16 @@ pub async fn setup() -> Setup {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let out = Command::new(BIN)
-        .args(["token", "keygen", "--out"])
-        .arg(d.join("token.key"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let again = Command::new(BIN)
-        .args(["token", "keygen", "--out"])
-        .arg(d.join("token.key"))
-        .output()
-        .unwrap();
+    let key = d.join("token.key");
+    let keygen = [
+        "token".as_ref(),
+        "keygen".as_ref(),
+        "--out".as_ref(),
+        key.as_os_str(),
+    ];
+    cli_ok(keygen);
     assert_eq!(
-        again.status.code(),
+        cli(keygen).status.code(),
         Some(2),
         "an existing key is never overwritten"
     );
@@ -132,35 +161,25 @@ pub async fn wait_active(s: &Setup, site: &str, generation: u64) {
 }
 
 pub fn token(s: &Setup) -> String {
-    let out = Command::new(BIN)
-        .args([
-            "token",
-            "issue",
-            "--namespace",
-            "ci",
-            "--service-account",
-            "deployer",
-            "--ttl",
-            "1h",
-            "--config",
-        ])
-        .arg(&s.config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let issue = [
+        "token",
+        "issue",
+        "--namespace",
+        "ci",
+        "--service-account",
+        "deployer",
+    ];
+    let config = s.config.to_str().expect("a UTF-8 path");
+    let out = cli_ok(
+        issue
+            .iter()
+            .copied()
+            .chain(["--ttl", "1h", "--config", config]),
     );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    out.trim().to_string()
 }
 
 pub fn client(s: &Setup) -> reqwest::Client {
-    let tls =
-        bloodraven_runtime::tls::client_config(Some(&s.dir.path().join("tls/ca.crt"))).unwrap();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
+    let ca = s.dir.path().join("tls/ca.crt");
+    bloodraven_runtime::tls::http_client(Some(&ca), Duration::from_secs(5)).unwrap()
 }
