@@ -165,6 +165,34 @@ impl Change {
         }
     }
 
+    /// What a release record's `deployment-updated` line says about the change: the
+    /// container, previous and new image (with its digest, if pinned), or the previous and new
+    /// replica count; nothing for a restart.
+    pub fn record_fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::json;
+        let fields = match self {
+            Change::Image {
+                container,
+                current_image,
+                target_image,
+            } => json!({
+                "container": container,
+                "previousImage": current_image,
+                "image": target_image,
+                "digest": image_digest(target_image),
+            }),
+            Change::Scale {
+                current_replicas,
+                target_replicas,
+            } => json!({"previousReplicas": current_replicas, "replicas": target_replicas}),
+            Change::Restart => json!({}),
+        };
+        match fields {
+            serde_json::Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        }
+    }
+
     /// Whether the change writes the release annotation into the Pod template (image and
     /// restart do; scale never touches the template).
     pub fn annotates_template(&self) -> bool {

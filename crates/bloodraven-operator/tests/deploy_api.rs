@@ -615,57 +615,39 @@ async fn bad_requests_413_405_400() {
 async fn plain_listener_never_serves_the_deploy_api_and_serves_status() {
     let f = fixture().await;
     let base = format!("http://{}", f.op.http_addr);
-    let r = reqwest::get(format!("{base}/deploy/v1/groups/{GROUP}"))
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    assert!(r.text().await.unwrap().contains("TLS"));
-    assert_eq!(
-        reqwest::get(format!("{base}/healthz"))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::OK
-    );
-    assert_eq!(
-        reqwest::get(format!("{base}/readyz"))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::OK
-    );
-    let a: serde_json::Value = reqwest::get(format!(
-        "{base}/active-site?namespace=default&group={GROUP}"
-    ))
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
-    assert_eq!(a["activeSite"], "iad");
+    let get = |path: String| {
+        let url = format!("{base}{path}");
+        async move {
+            let r = reqwest::get(url).await.unwrap();
+            let status = r.status();
+            (status, r.text().await.unwrap())
+        }
+    };
+    let active = |group: &str| format!("/active-site?namespace=default&group={group}");
+    // (path, status, a phrase of the body)
+    let answers = [
+        (
+            format!("/deploy/v1/groups/{GROUP}"),
+            StatusCode::NOT_FOUND,
+            "TLS",
+        ),
+        ("/healthz".to_string(), StatusCode::OK, ""),
+        ("/readyz".to_string(), StatusCode::OK, ""),
+        (active(GROUP), StatusCode::OK, r#""activeSite":"iad""#),
+        (active("nope"), StatusCode::NOT_FOUND, ""),
+        // `second` was never observed.
+        (active("second"), StatusCode::SERVICE_UNAVAILABLE, ""),
+    ];
+    for (path, status, says) in answers {
+        let (got, body) = get(path.clone()).await;
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+    let a: serde_json::Value = serde_json::from_str(&get(active(GROUP)).await.1).unwrap();
     assert_eq!(a["topologyGeneration"], 1);
     assert!(a["observedAt"].is_string());
-    assert_eq!(
-        reqwest::get(format!("{base}/active-site?namespace=default&group=nope"))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::NOT_FOUND
-    );
-    // `second` was never observed: 503.
-    assert_eq!(
-        reqwest::get(format!("{base}/active-site?namespace=default&group=second"))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::SERVICE_UNAVAILABLE
-    );
-    let s: serde_json::Value = reqwest::get(format!("{base}/status?group={GROUP}"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s: serde_json::Value =
+        serde_json::from_str(&get(format!("/status?group={GROUP}")).await.1).unwrap();
     assert_eq!(s["groups"][GROUP]["status"]["activeSite"], "iad");
 }
 

@@ -22,9 +22,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bloodraven_core::release::{
-    APPLY_BOUND, Change, FIELD_MANAGER, POLL_INTERVAL, Plan, PlanError, PlanId, PlanStore,
-    PlanStoreError, ReleaseAction, Verdict, check_action, image_digest, replica_failure,
-    rollback_image, verdict,
+    APPLY_BOUND, FIELD_MANAGER, POLL_INTERVAL, Plan, PlanError, PlanId, PlanStore, PlanStoreError,
+    ReleaseAction, Verdict, check_action, replica_failure, rollback_image, verdict,
 };
 use bloodraven_core::time::{Clock, Timestamp};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -790,25 +789,8 @@ impl Releaser {
             "generation": expected_generation,
             "resourceVersion": after.metadata.resource_version,
         });
-        match &plan.change {
-            Change::Image {
-                container,
-                current_image,
-                target_image,
-            } => {
-                updated_fields["container"] = json!(container);
-                updated_fields["previousImage"] = json!(current_image);
-                updated_fields["image"] = json!(target_image);
-                updated_fields["digest"] = json!(image_digest(target_image));
-            }
-            Change::Scale {
-                current_replicas,
-                target_replicas,
-            } => {
-                updated_fields["previousReplicas"] = json!(current_replicas);
-                updated_fields["replicas"] = json!(target_replicas);
-            }
-            Change::Restart => {}
+        if let Value::Object(fields) = &mut updated_fields {
+            fields.extend(plan.change.record_fields());
         }
         write_line(
             rec,

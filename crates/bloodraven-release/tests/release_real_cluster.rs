@@ -1,5 +1,5 @@
 //! The release stories against a real cluster. Ignored by default: run them with
-//! `KUBECONFIG=... cargo test -p bloodraven-deploy --test release_real_cluster -- --ignored`.
+//! `KUBECONFIG=... cargo test -p bloodraven-release --test release_real_cluster -- --ignored`.
 //!
 //! Each story creates its own Deployment (`registry.k8s.io/pause` images) in
 //! `$BLOODRAVEN_TEST_NAMESPACE` (default `default`) and deletes it and its release Lease
@@ -13,9 +13,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::release::{Change, ReleaseAction, lease_name};
+use bloodraven_core::release::{Change, Plan, ReleaseAction, lease_name};
 use bloodraven_release::cluster::{self, ClusterOptions};
-use bloodraven_release::{Outcome, PlanningError, Releaser, Timeouts};
+use bloodraven_release::{ApplyReport, Outcome, PlanningError, Releaser, Timeouts};
 use bloodraven_runtime::clock::SystemClock;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -95,6 +95,18 @@ impl Cluster {
         )
     }
 
+    /// Plans `action` on this story's Deployment.
+    async fn plan(&self, r: &Releaser, action: &ReleaseAction) -> Plan {
+        r.plan(&self.namespace, &self.name, action).await.unwrap()
+    }
+
+    /// Plans and applies `action`.
+    async fn release(&self, r: &Releaser, action: &ReleaseAction) -> (Plan, ApplyReport) {
+        let plan = self.plan(r, action).await;
+        let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+        (plan, report)
+    }
+
     fn deployments(&self) -> Api<Deployment> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
@@ -120,8 +132,7 @@ impl Cluster {
 async fn real_happy_image_release_reaches_ready() {
     let Some(c) = cluster(120).await else { return };
     let r = c.releaser().await;
-    let plan = r.plan(&c.namespace, &c.name, &image(NEW)).await.unwrap();
-    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    let (plan, report) = c.release(&r, &image(NEW)).await;
     assert_outcome(&report, "ready");
     assert_eq!(c.image().await, NEW);
     let d = c.deployments().get(&c.name).await.unwrap();
@@ -150,7 +161,7 @@ async fn real_rejected_dry_run_gives_no_plan() {
 async fn real_resource_version_changed_between_plan_and_apply_stops() {
     let Some(c) = cluster(120).await else { return };
     let r = c.releaser().await;
-    let plan = r.plan(&c.namespace, &c.name, &image(NEW)).await.unwrap();
+    let plan = c.plan(&r, &image(NEW)).await;
     let patch = json!({"metadata": {"annotations": {"example.com/touched": "yes"}}});
     c.deployments()
         .patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -200,8 +211,7 @@ async fn real_progress_deadline_exceeded_is_failed_and_not_rolled_back() {
     let Some(c) = cluster(10).await else { return };
     let r = c.releaser().await;
     let broken = "registry.invalid/bloodraven/does-not-exist:0";
-    let plan = r.plan(&c.namespace, &c.name, &image(broken)).await.unwrap();
-    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    let (_, report) = c.release(&r, &image(broken)).await;
     assert_outcome(&report, "failed");
     assert_eq!(c.image().await, broken, "nothing was rolled back");
     c.cleanup().await;
@@ -231,8 +241,7 @@ async fn real_rollback_from_a_record() {
     let Some(c) = cluster(120).await else { return };
     let r = c.releaser().await;
     for img in [NEW, "registry.k8s.io/pause:3.8"] {
-        let plan = r.plan(&c.namespace, &c.name, &image(img)).await.unwrap();
-        let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+        let (_, report) = c.release(&r, &image(img)).await;
         assert_outcome(&report, "ready");
     }
     let plan = r.plan_rollback(&c.namespace, &c.name, None).await.unwrap();

@@ -341,6 +341,17 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_success_answer_missing_a_field_is_unexpected_not_defaulted() {
+        // A grant answer without its generation must not become generation 0.
+        let partial = json!({"kind":"migration","operationId":"a","token":"t","expiresAt":"2026-11-30T10:00:30Z"});
+        let got = answer::<GrantAnswer>(201, partial, "grant");
+        assert!(
+            matches!(&got, Err(ApiError::Unexpected { status: 201, detail }) if detail.contains("topologyGeneration")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
     fn answers_map_to_their_errors() {
         let held = json!({"error":"held","message":"m","holder":{"operationId":"a","instance":"db","expiresAt":"2026-11-30T10:00:30Z"}});
         assert!(
