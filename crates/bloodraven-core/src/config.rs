@@ -80,6 +80,7 @@ impl Errors {
 /// The role a site plays in its group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum SiteRole {
     /// May be promoted, automatically or on request.
     #[default]
@@ -103,6 +104,11 @@ impl SiteRole {
 /// Where a site's MySQL credentials come from. Never the credentials themselves.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::credentials_ref)
+)]
 pub struct CredentialsRef {
     /// Kubernetes: a Secret in the group's namespace with keys `username` and `password`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -114,6 +120,11 @@ pub struct CredentialsRef {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::mysql_endpoint_spec)
+)]
 pub struct MysqlEndpointSpec {
     pub host: String,
     pub port: u32,
@@ -122,6 +133,11 @@ pub struct MysqlEndpointSpec {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::sidecar_endpoint_spec)
+)]
 pub struct SidecarEndpointSpec {
     /// Base URL of the site's sidecar, e.g. `http://10.0.0.5:8080`.
     pub url: String,
@@ -129,6 +145,11 @@ pub struct SidecarEndpointSpec {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::site_spec)
+)]
 pub struct SiteSpec {
     pub name: String,
     #[serde(default)]
@@ -142,6 +163,11 @@ pub struct SiteSpec {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::replication_spec)
+)]
 pub struct ReplicationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_lag_seconds: Option<u64>,
@@ -153,6 +179,11 @@ pub struct ReplicationSpec {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::planned_failover_spec)
+)]
 pub struct PlannedFailoverSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_lag_wait: Option<String>,
@@ -162,6 +193,11 @@ pub struct PlannedFailoverSpec {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::sidecar_spec)
+)]
 pub struct SidecarSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_timeout: Option<String>,
@@ -171,6 +207,11 @@ pub struct SidecarSpec {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::split_brain_policy)
+)]
 pub struct SplitBrainPolicy {
     /// Which site wins a split brain without failover history, most preferred first.
     #[serde(default)]
@@ -180,6 +221,11 @@ pub struct SplitBrainPolicy {
 /// `MysqlFailoverGroup.spec`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::failover_group_spec)
+)]
 pub struct FailoverGroupSpec {
     pub sites: Vec<SiteSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

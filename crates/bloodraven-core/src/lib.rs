@@ -36,6 +36,8 @@ pub mod names;
 pub mod planned;
 pub mod release;
 pub mod resources;
+#[cfg(feature = "schema")]
+pub mod schema;
 pub mod status;
 pub mod time;
 pub mod token;

@@ -29,6 +29,7 @@ use crate::time::Timestamp;
 
 /// Phases of a planned failover (SPEC §2.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum PlannedFailoverPhase {
     Pending,
     Admitting,
@@ -80,6 +81,7 @@ impl PlannedFailoverPhase {
 /// `status.plannedFailover.admission`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Admission {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub defer_reason: String,
@@ -92,6 +94,11 @@ pub struct Admission {
 /// `status.plannedFailover`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::planned_failover_status)
+)]
 pub struct PlannedFailoverStatus {
     pub phase: PlannedFailoverPhase,
     pub target: String,
@@ -347,8 +354,12 @@ pub enum Count {
 #[derive(Clone, Debug, PartialEq)]
 #[allow(clippy::large_enum_variant)] // one value per request, never stored
 pub enum Request {
-    /// Start it: persist this status (and consume the annotation).
+    /// Start it: persist this status, then consume the annotation.
     Accept(PlannedFailoverStatus),
+    /// This request is the failover in flight: its status was persisted and the write that
+    /// consumes the annotation did not land (an operator stopped between the two writes).
+    /// Consume the annotation, start nothing.
+    Taken,
     /// Another one is in flight: drop the request (and consume the annotation).
     Reject(Note),
 }
@@ -361,6 +372,7 @@ pub fn request(
     now: Timestamp,
 ) -> Request {
     match current {
+        Some(p) if !p.phase.is_terminal() && p.target == target => Request::Taken,
         Some(p) if !p.phase.is_terminal() => Request::Reject(Note {
             severity: Severity::Warning,
             reason: E::PLANNED_FAILOVER_REJECTED,
@@ -1252,7 +1264,7 @@ mod tests {
                 assert_eq!(n.reason, E::PLANNED_FAILOVER_REJECTED);
                 assert!(n.message.contains("reader"));
             }
-            other @ Request::Accept(_) => panic!("{other:?}"),
+            other => panic!("{other:?}"),
         }
         let done = pf(PlannedFailoverPhase::Succeeded);
         match request("pdx", Some(&done), "iad", t(5)) {
@@ -1261,7 +1273,23 @@ mod tests {
                 assert_eq!((s.target.as_str(), s.source.as_str()), ("pdx", "iad"));
                 assert_eq!(s.start_time, Some(t(5)));
             }
-            other @ Request::Reject(_) => panic!("{other:?}"),
+            other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_annotation_of_the_failover_in_flight_is_taken_not_rejected() {
+        // The status write landed, the annotation's removal did not (the operator stopped
+        // between the two): the next poll sees its own request again.
+        let current = pf(PlannedFailoverPhase::Pending);
+        assert_eq!(
+            request(&current.target, Some(&current), "iad", t(5)),
+            Request::Taken
+        );
+        let draining = pf(PlannedFailoverPhase::Draining);
+        assert_eq!(
+            request(&draining.target, Some(&draining), "iad", t(5)),
+            Request::Taken
+        );
     }
 }

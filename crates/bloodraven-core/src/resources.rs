@@ -19,6 +19,15 @@ pub const KIND_EVENT: &str = "Event";
 pub const LEASE_API_VERSION: &str = "coordination.k8s.io/v1";
 pub const EVENT_API_VERSION: &str = "v1";
 
+/// Kinds whose `status` is a subresource: written only by a status write, never by a write of
+/// the object (which keeps the stored status), and ignored on create. As in Kubernetes.
+pub const STATUS_SUBRESOURCE_KINDS: &[&str] = &[KIND_GROUP];
+
+/// Whether `kind`'s status is a subresource (see [`STATUS_SUBRESOURCE_KINDS`]).
+pub fn has_status_subresource(kind: &str) -> bool {
+    STATUS_SUBRESOURCE_KINDS.contains(&kind)
+}
+
 /// `metadata` of a stored object.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -68,6 +77,11 @@ pub struct FailoverGroupBody {
 /// `MysqlDatabase.spec.failoverGroupRef`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::group_ref)
+)]
 pub struct GroupRef {
     pub name: String,
 }
@@ -75,6 +89,11 @@ pub struct GroupRef {
 /// One entry of `MysqlDatabase.spec.deploymentClients`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::deployment_client)
+)]
 pub struct DeploymentClient {
     pub namespace: String,
     pub service_account: String,
@@ -83,6 +102,11 @@ pub struct DeploymentClient {
 /// `MysqlDatabase.spec`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::database_spec)
+)]
 pub struct DatabaseSpec {
     pub failover_group_ref: GroupRef,
     #[serde(default)]

@@ -29,6 +29,7 @@ pub mod reason {
 /// A site's debounced state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum SiteState {
     #[default]
     Unknown,
@@ -50,6 +51,11 @@ impl SiteState {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::site_status)
+)]
 pub struct SiteStatus {
     pub name: String,
     #[serde(default)]
@@ -78,6 +84,7 @@ pub struct SiteStatus {
 /// A sidecar's effective timings, as its `/status` reports them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SidecarTimings {
     pub lease_timeout: String,
     pub peer_check_interval: String,
@@ -91,6 +98,7 @@ pub struct SidecarTimings {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Condition {
     #[serde(rename = "type")]
     pub type_: String,
@@ -113,6 +121,11 @@ impl Condition {
 /// `MysqlFailoverGroup.status`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::group_status)
+)]
 pub struct GroupStatus {
     /// Empty until the group has had an active site.
     #[serde(default)]

@@ -158,6 +158,18 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
+/// An RFC 3339 string in the CRDs' schemas.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Timestamp {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Timestamp".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "date-time", "maxLength": 64 })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -473,7 +473,7 @@ impl World {
                 self.now,
             ) {
                 Request::Accept(p) => self.status.planned = Some(p),
-                Request::Reject(_) => return,
+                Request::Taken | Request::Reject(_) => return,
             }
         }
         for _ in 0..10 {

@@ -728,10 +728,21 @@ impl GroupRuntime {
         Ok(())
     }
 
-    /// Applies `change` to the stored group object with compare-and-swap, re-reading and
-    /// retrying on conflicts. `change` returns whether it changed anything.
+    /// Applies `change` to the stored group object's metadata and spec with compare-and-swap,
+    /// re-reading and retrying on conflicts. `change` returns whether it changed anything. The
+    /// status is not written (see [`GroupRuntime::update_status`]).
     pub async fn update(
         &self,
+        change: impl FnMut(&mut RawObject) -> bool,
+    ) -> Result<Arc<GroupSnapshot>, StoreError> {
+        self.write(WriteOp::Replace, change).await
+    }
+
+    /// One compare-and-swap write of the group object (`op` builds it), re-read and retried
+    /// on conflicts.
+    async fn write(
+        &self,
+        op: fn(RawObject) -> WriteOp,
         mut change: impl FnMut(&mut RawObject) -> bool,
     ) -> Result<Arc<GroupSnapshot>, StoreError> {
         let mut current = self.group.lock().await;
@@ -740,7 +751,7 @@ impl GroupRuntime {
             if !change(&mut next) {
                 return Ok(self.snapshot());
             }
-            match self.store.apply(vec![WriteOp::Replace(next)]).await {
+            match self.store.apply(vec![op(next)]).await {
                 Ok(mut written) => {
                     let obj = written.pop().flatten().ok_or_else(|| StoreError::Backend {
                         operation: "replace the group",
@@ -805,12 +816,13 @@ impl GroupRuntime {
         Ok(())
     }
 
-    /// Updates the status (the controller's write path).
+    /// Updates the status (the controller's write path): a write of the status subresource,
+    /// which changes nothing else.
     pub async fn update_status(
         &self,
         mut change: impl FnMut(&mut GroupStatus),
     ) -> Result<Arc<GroupSnapshot>, StoreError> {
-        self.update(|obj| {
+        self.write(WriteOp::ReplaceStatus, |obj| {
             let Ok(mut body) = obj.decode::<FailoverGroupBody>() else {
                 return false;
             };

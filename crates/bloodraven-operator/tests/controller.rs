@@ -597,7 +597,7 @@ impl Store for StallAt {
     }
     fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
         let stall = ops.iter().any(|o| match o {
-            WriteOp::Replace(obj) if obj.kind == KIND_GROUP => {
+            WriteOp::Replace(obj) | WriteOp::ReplaceStatus(obj) if obj.kind == KIND_GROUP => {
                 obj.body
                     .get("status")
                     .and_then(|s| s.pointer("/plannedFailover/phase"))

@@ -12,7 +12,7 @@
 //! This module never retries a write, never rolls a failed rollout back on its own, and never
 //! goes on after a record line could not be written.
 
-pub mod cluster;
+pub use bloodraven_kube::cluster;
 pub mod convert;
 pub mod history;
 pub mod lease;

@@ -1,17 +1,33 @@
 //! Bloodraven's storage interface, with Kubernetes semantics, and its embedded back-end.
 //!
-//! Objects are Kubernetes-shaped (`apiVersion`, `kind`, `metadata`, body). Writes are
-//! compare-and-swap on `metadata.resourceVersion`; every write gets a new, store-wide
-//! monotonically increasing resource version; `watch` streams every change in order.
+//! Objects are Kubernetes-shaped (`apiVersion`, `kind`, `metadata`, body). The contract is the
+//! one a Kubernetes API server keeps, so that every back-end (the embedded SQLite store here,
+//! the Kubernetes API in `bloodraven-operator::kube_store`) can keep it, and the code above
+//! relies on nothing more:
 //!
-//! [`Store`] is the interface; [`sqlite::SqliteStore`] is the embedded back-end (one SQLite
-//! file, WAL, synchronous commits: an acknowledged write survives `kill -9` and, with
-//! [`Durability::Full`], power loss). Several processes may open the same file: the CLI writes
-//! annotations while the operator runs, and the operator's watch picks them up.
+//! - **`resourceVersion` is opaque.** Writes are compare-and-swap on it; callers compare
+//!   versions for equality only, never order or parse them.
+//! - **Order is per object.** Changes to one object are seen in the order they were made (from
+//!   the watch, or from a compare-and-swap that failed); nothing orders changes to different
+//!   objects.
+//! - **A batch is applied in order and may stop part-way.** [`Store::apply`] writes its ops one
+//!   after the other; when one fails, the ones before it may have been applied and the ones
+//!   after it were not. Callers order writes so that any prefix is safe (tombstones before the
+//!   leases they replace). The embedded back-end happens to apply a batch atomically.
+//! - **Status is written separately** for the kinds of
+//!   [`bloodraven_core::resources::STATUS_SUBRESOURCE_KINDS`]: [`WriteOp::Replace`] keeps the
+//!   stored status, [`WriteOp::ReplaceStatus`] changes nothing but the status, and a create
+//!   ignores the status it carries. `metadata.generation` counts changes to anything but
+//!   metadata and status.
+//! - **A watch can ask for a re-list.** [`WatchEvent::Resync`] means changes were missed (the
+//!   watcher fell behind, or the API server answered `410 Gone`): re-read what you hold.
+//! - **An answer can be lost.** A write whose outcome is unknown fails with
+//!   [`StoreError::Unconfirmed`]; it may have been applied. It is never retried blindly.
 //!
-//! [`Store::apply`] takes several writes at once. The embedded back-end applies them in one
-//! transaction; a back-end without transactions (Kubernetes) applies them in order, so callers
-//! order them to be safe if only a prefix lands (write tombstones before deleting leases).
+//! [`sqlite::SqliteStore`] is the embedded back-end (one SQLite file, WAL, synchronous
+//! commits: an acknowledged write survives `kill -9` and, with [`Durability::Full`], power
+//! loss). Several processes may open the same file: the CLI writes annotations while the
+//! operator runs, and the operator's watch picks them up.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -104,7 +120,11 @@ pub enum WriteOp {
     /// Fails with `AlreadyExists` when the object exists.
     Create(RawObject),
     /// Compare-and-swap: fails with `Conflict` unless `metadata.resourceVersion` is current.
+    /// Keeps the stored status of a kind whose status is a subresource.
     Replace(RawObject),
+    /// Compare-and-swap of the status alone (kinds whose status is a subresource): everything
+    /// but `status` is taken from the stored object.
+    ReplaceStatus(RawObject),
     /// Fails with `NotFound`; with `resource_version`, also with `Conflict`.
     Delete {
         key: ObjectKey,

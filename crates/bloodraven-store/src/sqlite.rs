@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use bloodraven_core::resources::has_status_subresource;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
 
 use crate::{ObjectKey, RawObject, Store, StoreError, StoreFuture, WatchEvent, WriteOp};
@@ -222,6 +224,11 @@ fn record(tx: &Connection, rv: i64, obj: &RawObject, op: &str) -> Result<(), Sto
     Ok(())
 }
 
+/// What `metadata.generation` counts: the body without the status.
+fn without_status(obj: &RawObject) -> Vec<(&String, &Value)> {
+    obj.body.iter().filter(|(k, _)| *k != "status").collect()
+}
+
 fn validate(obj: &RawObject) -> Result<(), StoreError> {
     if obj.metadata.name.is_empty() || obj.kind.is_empty() {
         return Err(StoreError::Invalid {
@@ -243,6 +250,9 @@ fn apply_op(tx: &Connection, op: WriteOp) -> Result<Option<RawObject>, StoreErro
             obj.metadata.resource_version = rv.to_string();
             obj.metadata.uid = new_uid();
             obj.metadata.generation = 1;
+            if has_status_subresource(&obj.kind) {
+                obj.body.remove("status");
+            }
             record(tx, rv, &obj, "put")?;
             Ok(Some(obj))
         }
@@ -263,13 +273,45 @@ fn apply_op(tx: &Connection, op: WriteOp) -> Result<Option<RawObject>, StoreErro
             obj.metadata.resource_version = rv.to_string();
             obj.metadata.uid.clone_from(&current.metadata.uid);
             obj.metadata.creation_timestamp = current.metadata.creation_timestamp;
-            obj.metadata.generation = if obj.body.get("spec") == current.body.get("spec") {
+            if has_status_subresource(&obj.kind) {
+                match current.body.get("status") {
+                    Some(st) => obj.body.insert("status".into(), st.clone()),
+                    None => obj.body.remove("status"),
+                };
+            }
+            obj.metadata.generation = if without_status(&obj) == without_status(&current) {
                 current.metadata.generation
             } else {
                 current.metadata.generation + 1
             };
             record(tx, rv, &obj, "put")?;
             Ok(Some(obj))
+        }
+        WriteOp::ReplaceStatus(obj) => {
+            let key = obj.key();
+            if !has_status_subresource(&key.kind) {
+                return Err(StoreError::Invalid {
+                    reason: format!("{} has no status subresource", key.kind),
+                });
+            }
+            let Some(mut current) = load(tx, &key)? else {
+                return Err(StoreError::NotFound { key });
+            };
+            if obj.metadata.resource_version != current.metadata.resource_version {
+                return Err(StoreError::Conflict {
+                    key,
+                    expected: obj.metadata.resource_version,
+                    actual: current.metadata.resource_version,
+                });
+            }
+            let rv = next_rv(tx)?;
+            current.metadata.resource_version = rv.to_string();
+            match obj.body.get("status") {
+                Some(st) => current.body.insert("status".into(), st.clone()),
+                None => current.body.remove("status"),
+            };
+            record(tx, rv, &current, "put")?;
+            Ok(Some(current))
         }
         WriteOp::Delete {
             key,

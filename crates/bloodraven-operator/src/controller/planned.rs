@@ -10,7 +10,6 @@ use bloodraven_core::planned::{
     Count, Done, Facts, FenceVerdict, Note, PlannedFailoverStatus, Request, Severity, Step,
     Transition, Undo, finish, request, step,
 };
-use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_mysql::FenceOutcome;
 use bloodraven_mysql::switchover::{self, CatchUp, Undone};
 
@@ -41,8 +40,12 @@ impl Controller {
         }
     }
 
-    /// Consumes a `planned-failover` annotation: starts the failover (status and annotation in
-    /// one write) or drops the request when one is already in flight.
+    /// Consumes a `planned-failover` annotation in two writes, status first: the accepted
+    /// failover's `Pending` status (the status subresource), then the annotation's removal
+    /// (the object's metadata). An operator that stops between the two finds the annotation
+    /// next to the failover it started ([`Request::Taken`]) and only removes it; the other
+    /// order could lose an acknowledged request. While the annotation is present nothing
+    /// advances, so a finished failover is never mistaken for a new request.
     async fn take_request(&mut self) -> Result<(), ControllerError> {
         let snap = self.rt.snapshot();
         let Some(target) = snap.annotations.get(PLANNED_FAILOVER).cloned() else {
@@ -54,33 +57,28 @@ impl Controller {
             &snap.status().active_site,
             self.rt.now(),
         );
-        let accepted = match &decision {
-            Request::Accept(pf) => Some(pf.clone()),
-            Request::Reject(_) => None,
-        };
+        if let Request::Accept(pf) = &decision {
+            self.rt
+                .update_status(|s| s.planned_failover = Some(pf.clone()))
+                .await
+                .map_err(|e| ControllerError::Persist {
+                    what: "the planned failover request",
+                    source: e,
+                })?;
+        }
         self.rt
-            .update(|obj| {
-                let removed = obj.metadata.annotations.remove(PLANNED_FAILOVER).is_some();
-                let Some(pf) = &accepted else {
-                    return removed;
-                };
-                let Ok(mut body) = obj.decode::<FailoverGroupBody>() else {
-                    return removed;
-                };
-                body.status.planned_failover = Some(pf.clone());
-                if let Ok(v) = serde_json::to_value(&body.status) {
-                    obj.body.insert("status".into(), v);
-                }
-                true
-            })
+            .update(|obj| obj.metadata.annotations.remove(PLANNED_FAILOVER).is_some())
             .await
             .map_err(|e| ControllerError::Persist {
-                what: "the planned failover request",
+                what: "the consumed planned failover annotation",
                 source: e,
             })?;
         match decision {
             Request::Accept(_) => {
                 tracing::info!(group = %self.group(), target = %target, "planned failover requested");
+            }
+            Request::Taken => {
+                tracing::info!(group = %self.group(), target = %target, "planned failover request already taken; its annotation is now consumed");
             }
             Request::Reject(note) => self.note(note).await,
         }

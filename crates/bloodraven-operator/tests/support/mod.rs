@@ -595,7 +595,7 @@ impl Store for GatedStore {
         ops: Vec<bloodraven_store::WriteOp>,
     ) -> bloodraven_store::StoreFuture<'_, Vec<Option<bloodraven_store::RawObject>>> {
         let touches_group = ops.iter().any(|o| {
-            matches!(o, bloodraven_store::WriteOp::Replace(obj)
+            matches!(o, bloodraven_store::WriteOp::Replace(obj) | bloodraven_store::WriteOp::ReplaceStatus(obj)
                 if obj.kind == bloodraven_core::resources::KIND_GROUP)
         });
         let mut rx = self.gate.subscribe();

@@ -1,0 +1,11 @@
+//! Bloodraven in Kubernetes.
+//!
+//! - [`crd`]: the `MysqlFailoverGroup` and `MysqlDatabase` custom resources, their CRDs
+//!   generated from the domain types of `bloodraven-core` (with the bounds, defaults and CEL
+//!   rules of `bloodraven_core::schema`), printed by `bloodraven crds`.
+//! - [`cluster`]: API clients with kube's automatic retries off, for every writer.
+//!
+//! kube stays out of the core: this crate is where the domain meets the Kubernetes API types.
+
+pub mod cluster;
+pub mod crd;
