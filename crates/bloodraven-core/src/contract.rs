@@ -70,6 +70,8 @@ pub mod events {
     pub const PLANNED_FAILOVER_FAILED: &str = "PlannedFailoverFailed";
     /// Draining killed an application session that kept the fence from landing.
     pub const BLOCKING_SESSION_KILLED: &str = "BlockingSessionKilled";
+    /// Kubernetes mode: the group's spec does not validate, so the group does not run.
+    pub const SPEC_INVALID: &str = "SpecInvalid";
     /// Alerts (raised once when they start): see [`super::reasons`].
     pub const SPLIT_BRAIN: &str = super::reasons::SPLIT_BRAIN;
     pub const NO_PRIMARY: &str = super::reasons::NO_PRIMARY;
@@ -81,6 +83,7 @@ pub mod events {
     /// Every event reason, for docs and tests.
     pub const ALL: &[&str] = &[
         DEPLOYMENT_LEASE_REVOKED,
+        SPEC_INVALID,
         ACTIVE_SITE_BOOTSTRAPPED,
         FAILOVER_STARTED,
         FAILOVER_SUCCEEDED,

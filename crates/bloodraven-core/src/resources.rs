@@ -28,9 +28,22 @@ pub fn has_status_subresource(kind: &str) -> bool {
     STATUS_SUBRESOURCE_KINDS.contains(&kind)
 }
 
-/// `metadata` of a stored object.
+/// `metadata.ownerReferences[]`: the object is deleted with its owner.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+}
+
+/// `metadata` of a stored object. Fields Bloodraven does not use (finalizers, managed fields,
+/// …) are kept in `other` and written back as they were read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
     pub name: String,
     #[serde(default)]
@@ -48,6 +61,10 @@ pub struct ObjectMeta {
     pub annotations: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference

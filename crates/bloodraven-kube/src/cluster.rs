@@ -13,7 +13,8 @@ use kube::{Client, Config};
 /// Where to find the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterOptions {
-    /// A kubeconfig file; `KUBECONFIG` or `~/.kube/config` when absent.
+    /// A kubeconfig file; `KUBECONFIG`, `~/.kube/config` or the in-cluster service account
+    /// when absent.
     pub kubeconfig: Option<PathBuf>,
     /// A context of that kubeconfig; its current context when absent.
     pub context: Option<String>,
@@ -50,6 +51,8 @@ pub enum ConnectError {
     LoadKubeconfig(#[source] kube::config::KubeconfigError),
     #[error("failed to build the Kubernetes client: {0}")]
     BuildClient(#[source] kube::Error),
+    #[error("no kubeconfig (KUBECONFIG, ~/.kube/config) and no in-cluster service account: {0}")]
+    Infer(String),
 }
 
 /// Loads a kubeconfig and builds a client with retries off.
@@ -71,6 +74,10 @@ pub async fn connect(options: &ClusterOptions) -> Result<Cluster, ConnectError> 
                 .await
                 .map_err(ConnectError::LoadKubeconfig)?
         }
+        // In a Pod without a kubeconfig: the in-cluster service account.
+        None if options.context.is_none() => Config::infer()
+            .await
+            .map_err(|e| ConnectError::Infer(e.to_string()))?,
         None => Config::from_kubeconfig(&kube_options)
             .await
             .map_err(ConnectError::LoadKubeconfig)?,
@@ -95,4 +102,64 @@ pub fn from_config(mut config: Config) -> Result<Cluster, ConnectError> {
 fn install_crypto_provider() {
     // Err means a provider is already installed, which is what we want.
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// How a write request ended when it did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteFailure {
+    /// The request never left this process (it could not be built or authenticated).
+    #[error("not sent: {detail}")]
+    NotSent { detail: String },
+    /// `409`: the object changed since it was read (or already exists).
+    #[error("conflict ({code} {reason}): {message}")]
+    Conflict {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// Another `4xx`: the API server refused the write; nothing was changed.
+    #[error("rejected by the API server ({code} {reason}): {message}")]
+    Rejected {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// The request was sent and the answer was lost, or it does not prove whether the write was
+    /// applied (a `5xx`, a dropped connection, a timeout, an unreadable body).
+    #[error("sent, but the outcome is unknown: {detail}")]
+    Unconfirmed { detail: String },
+}
+
+impl WriteFailure {
+    /// Sorts a kube error of a write into what it proves.
+    pub fn classify(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(status) => {
+                let (code, reason, message) = (status.code, status.reason, status.message);
+                if code == 409 {
+                    WriteFailure::Conflict {
+                        code,
+                        reason,
+                        message,
+                    }
+                } else if (400..500).contains(&code) {
+                    WriteFailure::Rejected {
+                        code,
+                        reason,
+                        message,
+                    }
+                } else {
+                    WriteFailure::Unconfirmed {
+                        detail: format!("HTTP {code} {reason}: {message}"),
+                    }
+                }
+            }
+            e @ (kube::Error::BuildRequest(_) | kube::Error::Auth(_)) => WriteFailure::NotSent {
+                detail: e.to_string(),
+            },
+            e => WriteFailure::Unconfirmed {
+                detail: e.to_string(),
+            },
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //! missing files. Each problem names the document (its position, kind and name), the field and
 //! the rule, and all problems are reported together. Nothing downstream sees an invalid value.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -76,9 +76,26 @@ pub struct DeployApiSettings {
     pub audience: String,
 }
 
+/// Where the operator keeps its objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreBackend {
+    /// The SQLite file in the data directory; groups and databases come from this file.
+    Embedded,
+    /// A Kubernetes API server; groups and databases are the cluster's custom resources.
+    Kubernetes {
+        /// The one namespace watched; `None` watches every namespace.
+        namespace: Option<String>,
+        /// A kubeconfig file; in-cluster configuration (or `KUBECONFIG`) when absent.
+        kubeconfig: Option<PathBuf>,
+        /// A context of that kubeconfig; its current one when absent.
+        context: Option<String>,
+    },
+}
+
 /// The operator's own settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OperatorSettings {
+    pub store: StoreBackend,
     pub data_dir: PathBuf,
     pub http_listen: SocketAddr,
     pub deploy_api: Option<DeployApiSettings>,
@@ -160,9 +177,44 @@ struct DeployApiDoc {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct StoreDoc {
+    /// `embedded` (the default) or `kubernetes`.
+    #[serde(default)]
+    backend: Option<String>,
+    /// Kubernetes: the one namespace to watch (every namespace when absent).
+    #[serde(default)]
+    namespace: Option<String>,
+    /// Kubernetes: a kubeconfig file (in-cluster configuration when absent).
+    #[serde(default)]
+    kubeconfig: Option<String>,
+    /// Kubernetes: a context of the kubeconfig.
+    #[serde(default)]
+    context: Option<String>,
     /// A string; YAML 1.1 readers turn a bare `off` into `false`, so booleans are accepted too.
     #[serde(default)]
     durability: Option<Value>,
+}
+
+/// The metadata a configuration file may give an object.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ConfigMeta {
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+impl From<ConfigMeta> for ObjectMeta {
+    fn from(m: ConfigMeta) -> Self {
+        ObjectMeta {
+            labels: m.labels,
+            annotations: m.annotations,
+            ..ObjectMeta::named(&m.namespace, &m.name)
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -172,7 +224,7 @@ struct GroupObjectDoc {
     api_version: String,
     #[allow(dead_code)]
     kind: String,
-    metadata: ObjectMeta,
+    metadata: ConfigMeta,
     spec: FailoverGroupSpec,
 }
 
@@ -183,7 +235,7 @@ struct DatabaseObjectDoc {
     api_version: String,
     #[allow(dead_code)]
     kind: String,
-    metadata: ObjectMeta,
+    metadata: ConfigMeta,
     spec: DatabaseSpec,
 }
 
@@ -358,7 +410,7 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<LoadedConfig, Config
                     }
                     match validate_group(&d.metadata.name, &d.metadata.namespace, &d.spec) {
                         Ok(config) => groups.push(GroupDoc {
-                            metadata: d.metadata,
+                            metadata: d.metadata.into(),
                             spec: d.spec,
                             config,
                         }),
@@ -386,7 +438,7 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<LoadedConfig, Config
                     }
                     match d.spec.validate(&d.metadata.name, &d.metadata.namespace) {
                         Ok(()) => databases.push(DatabaseDoc {
-                            metadata: d.metadata,
+                            metadata: d.metadata.into(),
                             spec: d.spec,
                         }),
                         Err(errs) => {
@@ -435,6 +487,15 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<LoadedConfig, Config
             problems,
         });
     };
+    if matches!(settings.store, StoreBackend::Kubernetes { .. })
+        && !(groups.is_empty() && databases.is_empty())
+    {
+        problems.push(ConfigProblem {
+            document: path.to_string(),
+            field: "store.backend".into(),
+            rule: "with the kubernetes backend, groups and databases are MysqlFailoverGroup and MysqlDatabase resources in the cluster (kubectl apply), not documents of this file".into(),
+        });
+    }
     if !problems.is_empty() {
         return Err(ConfigError::Invalid {
             path: path.to_string(),
@@ -485,6 +546,42 @@ fn operator_settings(
                 format!("must be full, normal or off (got {other:?})"),
             ));
             Durability::Full
+        }
+    };
+    let store = match d.store.backend.as_deref() {
+        None | Some("embedded") => {
+            for (field, set) in [
+                ("store.namespace", d.store.namespace.is_some()),
+                ("store.kubeconfig", d.store.kubeconfig.is_some()),
+                ("store.context", d.store.context.is_some()),
+            ] {
+                if set {
+                    errs.push((
+                        field.into(),
+                        "applies only with store.backend: kubernetes".into(),
+                    ));
+                }
+            }
+            StoreBackend::Embedded
+        }
+        Some("kubernetes") => {
+            if let Some(ns) = &d.store.namespace
+                && let Err(rule) = check_dns1123_label(ns)
+            {
+                errs.push(("store.namespace".into(), rule.into()));
+            }
+            StoreBackend::Kubernetes {
+                namespace: d.store.namespace.clone(),
+                kubeconfig: d.store.kubeconfig.as_ref().map(|k| resolve(base, k)),
+                context: d.store.context.clone(),
+            }
+        }
+        Some(other) => {
+            errs.push((
+                "store.backend".into(),
+                format!("must be embedded or kubernetes (got {other:?})"),
+            ));
+            StoreBackend::Embedded
         }
     };
     let deploy_api = if d.deploy_api.enabled {
@@ -554,6 +651,7 @@ fn operator_settings(
         return Err(errs);
     }
     Ok(OperatorSettings {
+        store,
         data_dir: resolve(base, &d.data_dir),
         http_listen,
         deploy_api,
@@ -604,6 +702,50 @@ spec:
             std::fs::write(d.path().join(f), "username=u\npassword=p\n").unwrap();
         }
         d
+    }
+
+    #[test]
+    fn the_kubernetes_store_takes_its_groups_from_the_cluster() {
+        let b = base();
+        let only_operator = "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: data\nstore: {backend: kubernetes, namespace: db}\n";
+        let c = parse(only_operator, "cfg.yaml", b.path()).unwrap();
+        assert_eq!(
+            c.settings.store,
+            StoreBackend::Kubernetes {
+                namespace: Some("db".into()),
+                kubeconfig: None,
+                context: None
+            }
+        );
+        // With group documents: refused, naming the setting.
+        let with_groups = GOOD.replacen(
+            "listen: {http: \"127.0.0.1:0\"}",
+            "listen: {http: \"127.0.0.1:0\"}\nstore: {backend: kubernetes}",
+            1,
+        );
+        let err = parse(&with_groups, "cfg.yaml", b.path()).unwrap_err();
+        assert!(
+            err.problems().iter().any(|p| p.field == "store.backend"),
+            "{err}"
+        );
+        // Bad values name their field; Kubernetes-only fields need the backend.
+        for (doc, field) in [
+            ("store: {backend: etcd}", "store.backend"),
+            (
+                "store: {backend: kubernetes, namespace: Bad_NS}",
+                "store.namespace",
+            ),
+            ("store: {namespace: db}", "store.namespace"),
+        ] {
+            let text = format!(
+                "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: data\n{doc}\n"
+            );
+            let err = parse(&text, "cfg.yaml", b.path()).unwrap_err();
+            assert!(
+                err.problems().iter().any(|p| p.field == field),
+                "{doc}: {err}"
+            );
+        }
     }
 
     #[test]

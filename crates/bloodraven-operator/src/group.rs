@@ -23,7 +23,9 @@ use bloodraven_core::lease::{
     Grant, GrantRequest, GroupLeases, LeaseError, LeaseEvent, LeaseGate, LeaseKind, LeaseView,
     Release, Renewal, RevocationReason,
 };
-use bloodraven_core::resources::{API_VERSION, FailoverGroupBody, KIND_GROUP, KIND_LEASE};
+use bloodraven_core::resources::{
+    API_VERSION, FailoverGroupBody, KIND_GROUP, KIND_LEASE, OwnerReference,
+};
 use bloodraven_core::status::{GroupStatus, PendingFlags, condition, health_inputs};
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::token::{TOKEN_BYTES, TokenSource};
@@ -94,6 +96,7 @@ pub struct GroupSnapshot {
     pub annotations: BTreeMap<String, String>,
     pub resource_version: String,
     pub generation: i64,
+    pub uid: String,
 }
 
 impl GroupSnapshot {
@@ -193,6 +196,7 @@ fn snapshot_of(obj: &RawObject) -> Result<GroupSnapshot, StoreError> {
         annotations: obj.metadata.annotations.clone(),
         resource_version: obj.metadata.resource_version.clone(),
         generation: obj.metadata.generation,
+        uid: obj.metadata.uid.clone(),
     })
 }
 
@@ -355,7 +359,14 @@ impl GroupRuntime {
     /// On any error the in-memory state is left as it was; the caller heals it from the store
     /// when the error leaves the store's state unknown (see [`Self::transact`]).
     async fn commit(&self, ls: &mut LeaseState, mut next: GroupLeases) -> Result<(), StoreError> {
-        let desired = lease_objects::desired(&self.namespace, &self.name, &next)?;
+        let owner = OwnerReference {
+            api_version: API_VERSION.into(),
+            kind: KIND_GROUP.into(),
+            name: self.name.clone(),
+            uid: self.snapshot().uid.clone(),
+            controller: Some(true),
+        };
+        let desired = lease_objects::desired(&self.namespace, &self.name, &owner, &next)?;
         let ops = lease_objects::plan_writes(&ls.objects, &desired);
         if !ops.is_empty() {
             let names: Vec<Option<String>> = ops

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use bloodraven_core::contract::annotations::LEASE_RECORD;
 use bloodraven_core::lease::{GroupLeases, LeaseKind, LeaseRecord, RestoreError, Tombstone};
-use bloodraven_core::resources::{KIND_LEASE, LEASE_API_VERSION, ObjectMeta};
+use bloodraven_core::resources::{KIND_LEASE, LEASE_API_VERSION, ObjectMeta, OwnerReference};
 use bloodraven_store::{ObjectKey, RawObject, StoreError, WriteOp};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -39,9 +39,31 @@ fn labels(group: &str, what: &str) -> BTreeMap<String, String> {
     ])
 }
 
-fn lease_object(namespace: &str, group: &str, rec: &LeaseRecord) -> Result<RawObject, StoreError> {
-    let mut meta = ObjectMeta::named(namespace, &lease_name(group, rec.kind));
-    meta.labels = labels(group, rec.kind.as_str());
+/// A lease object's metadata: named, labelled, owned by its group (so Kubernetes deletes it
+/// with the group).
+fn meta(
+    namespace: &str,
+    name: &str,
+    group: &str,
+    what: &str,
+    owner: &OwnerReference,
+) -> ObjectMeta {
+    let mut meta = ObjectMeta::named(namespace, name);
+    meta.labels = labels(group, what);
+    if !owner.uid.is_empty() {
+        meta.owner_references = vec![owner.clone()];
+    }
+    meta
+}
+
+fn lease_object(
+    namespace: &str,
+    group: &str,
+    owner: &OwnerReference,
+    rec: &LeaseRecord,
+) -> Result<RawObject, StoreError> {
+    let name = lease_name(group, rec.kind);
+    let mut meta = meta(namespace, &name, group, rec.kind.as_str(), owner);
     meta.annotations
         .insert(LEASE_RECORD.to_string(), encode(rec)?);
     let spec = json!({
@@ -55,9 +77,14 @@ fn lease_object(namespace: &str, group: &str, rec: &LeaseRecord) -> Result<RawOb
     RawObject::from_body(LEASE_API_VERSION, KIND_LEASE, meta, &spec)
 }
 
-fn tombstone_object(namespace: &str, group: &str, t: &Tombstone) -> Result<RawObject, StoreError> {
-    let mut meta = ObjectMeta::named(namespace, &tombstone_name(group, &t.operation_id));
-    meta.labels = labels(group, TOMBSTONE);
+fn tombstone_object(
+    namespace: &str,
+    group: &str,
+    owner: &OwnerReference,
+    t: &Tombstone,
+) -> Result<RawObject, StoreError> {
+    let name = tombstone_name(group, &t.operation_id);
+    let mut meta = meta(namespace, &name, group, TOMBSTONE, owner);
     meta.annotations
         .insert(LEASE_RECORD.to_string(), encode(t)?);
     let spec = json!({ "spec": { "holderIdentity": t.operation_id } });
@@ -74,15 +101,16 @@ fn encode<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
 pub fn desired(
     namespace: &str,
     group: &str,
+    owner: &OwnerReference,
     leases: &GroupLeases,
 ) -> Result<BTreeMap<String, RawObject>, StoreError> {
     let mut out = BTreeMap::new();
     for rec in leases.records() {
-        let o = lease_object(namespace, group, rec)?;
+        let o = lease_object(namespace, group, owner, rec)?;
         out.insert(o.metadata.name.clone(), o);
     }
     for t in leases.tombstones() {
-        let o = tombstone_object(namespace, group, t)?;
+        let o = tombstone_object(namespace, group, owner, t)?;
         out.insert(o.metadata.name.clone(), o);
     }
     Ok(out)
@@ -118,6 +146,9 @@ pub fn plan_writes(
                     .resource_version
                     .clone_from(&have.metadata.resource_version);
                 w.metadata.uid.clone_from(&have.metadata.uid);
+                w.metadata.creation_timestamp = have.metadata.creation_timestamp;
+                // What others keep on the object (finalizers, managed fields) stays.
+                w.metadata.other.clone_from(&have.metadata.other);
                 Some(WriteOp::Replace(w))
             }
             Some(_) => None,
@@ -252,7 +283,7 @@ mod tests {
         let h = l
             .grant(&req(LeaseKind::FailoverHold), &gate(3), now, &mut tokens)
             .unwrap();
-        let objs = desired("default", "playground", &l).unwrap();
+        let objs = desired("default", "playground", &OwnerReference::default(), &l).unwrap();
         assert_eq!(objs.len(), 2);
         let text = serde_json::to_string(&objs).unwrap();
         assert!(!text.contains(m.token.expose()) && !text.contains(h.token.expose()));
@@ -265,7 +296,7 @@ mod tests {
         // Revocation: the batch creates the tombstone before deleting the leases.
         l.revoke_all(now);
         let cur = stored(objs);
-        let want = desired("default", "playground", &l).unwrap();
+        let want = desired("default", "playground", &OwnerReference::default(), &l).unwrap();
         let ops = plan_writes(&cur, &want);
         assert!(
             matches!(&ops[0], WriteOp::Create(o) if o.metadata.name.starts_with("bloodraven-revoked-"))
@@ -296,9 +327,9 @@ mod tests {
             &mut tokens,
         )
         .unwrap();
-        let before = desired("default", "g", &l).unwrap();
+        let before = desired("default", "g", &OwnerReference::default(), &l).unwrap();
         l.revoke_all(now);
-        let after = desired("default", "g", &l).unwrap();
+        let after = desired("default", "g", &OwnerReference::default(), &l).unwrap();
         // Only the tombstone creation landed: both objects exist.
         let mut both: Vec<RawObject> = before.values().cloned().collect();
         both.extend(after.values().cloned());
@@ -310,7 +341,7 @@ mod tests {
     #[test]
     fn unchanged_objects_are_not_rewritten() {
         let l = GroupLeases::new(1);
-        let want = desired("default", "g", &l).unwrap();
+        let want = desired("default", "g", &OwnerReference::default(), &l).unwrap();
         assert!(plan_writes(&stored(want.clone()), &want).is_empty());
     }
 }

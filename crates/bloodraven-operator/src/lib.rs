@@ -8,6 +8,7 @@
 //! | [`group`] | one group at run time: stored object, deploy leases, pending flags, topology changes |
 //! | [`local`] | configuration for a group over local MariaDB servers (playground, benchmarks, tests) |
 //! | [`lease_objects`] | deploy leases and tombstones as stored `Lease` objects |
+//! | [`kube_store`] | the store on a Kubernetes API server (custom resources, Leases, Events) |
 //! | [`api`] | the deploy API (TLS) and the plain endpoints |
 //! | [`server`] | TLS and plain listeners |
 //! | [`leader`] | leader election by file lock (embedded mode) |
@@ -21,6 +22,7 @@ pub mod config;
 pub mod controller;
 pub mod events;
 pub mod group;
+pub mod kube_store;
 pub mod leader;
 pub mod lease_objects;
 pub mod local;

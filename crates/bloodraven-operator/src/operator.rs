@@ -1,10 +1,11 @@
 //! Wiring: store, leadership, listeners, group runtimes and their background loops.
 //!
-//! Start-up order: open the store, bind the listeners (they answer `503 not_leader` until this
-//! process leads), compete for leadership; once leading, write the configured groups and
-//! databases into the store, load every group (its leases and status), then start the watch
-//! loop (changes made by others: a revoke annotation, a planned-failover request) and the
-//! expiry sweeper.
+//! Start-up order: open the store (the SQLite file, or the Kubernetes API), bind the listeners
+//! (they answer `503 not_leader` until this process leads), compete for leadership; once
+//! leading, (embedded mode) write the configured groups and databases into the store, load
+//! every stored group (its leases and status), then start the watch loop (changes made by
+//! others: a revoke annotation, a planned-failover request; in Kubernetes mode also groups
+//! created, changed or deleted) and the expiry sweeper.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,6 +13,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bloodraven_core::config::{GroupConfig, validate_group};
+use bloodraven_core::contract::events::SPEC_INVALID;
 use bloodraven_core::resources::{
     API_VERSION, DatabaseBody, FailoverGroupBody, KIND_DATABASE, KIND_EVENT, KIND_GROUP, KIND_LEASE,
 };
@@ -22,8 +25,10 @@ use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
 use crate::auth::{KeyError, SigningKey};
-use crate::config::LoadedConfig;
+use crate::config::{LoadedConfig, StoreBackend};
+use crate::events::EventType;
 use crate::group::{self, GroupRuntime};
+use crate::kube_store::{KubeStore, Scope};
 use crate::lease_objects::LABEL_GROUP;
 use crate::metrics::Metrics;
 use crate::server::{self, ServerError};
@@ -44,6 +49,8 @@ pub enum StartError {
     TopologyKey(#[from] bloodraven_runtime::topology::KeyError),
     #[error(transparent)]
     Server(#[from] ServerError),
+    #[error("cannot reach the Kubernetes API: {0}")]
+    Kube(#[from] bloodraven_kube::cluster::ConnectError),
 }
 
 /// Something that runs per group once the operator leads (the failover controller).
@@ -76,7 +83,7 @@ impl OperatorHandle {
     pub async fn wait_ready(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         while tokio::time::Instant::now() < deadline {
-            if self.state.is_leader() && !self.state.groups.read().await.is_empty() {
+            if self.state.is_ready() {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -100,22 +107,44 @@ impl OperatorHandle {
     }
 }
 
-/// Starts the operator with `cfg` on the embedded store in its data directory. `group_tasks`
-/// run per group once this process leads.
+/// Starts the operator with `cfg` on the store its settings name: the embedded store in its
+/// data directory, or the Kubernetes API server. `group_tasks` run per group once this process
+/// leads.
 pub async fn start(
     cfg: LoadedConfig,
     clock: SharedClock,
     group_tasks: Vec<Arc<dyn GroupTask>>,
 ) -> Result<OperatorHandle, StartError> {
-    let data_dir = cfg.settings.data_dir.clone();
-    std::fs::create_dir_all(&data_dir).map_err(|e| StoreError::Backend {
-        operation: "create the data directory",
-        detail: format!("{}: {e}", data_dir.display()),
-    })?;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(
-        &data_dir.join(STORE_FILE),
-        cfg.settings.durability,
-    )?);
+    let store: Arc<dyn Store> = match &cfg.settings.store {
+        StoreBackend::Embedded => {
+            let data_dir = cfg.settings.data_dir.clone();
+            std::fs::create_dir_all(&data_dir).map_err(|e| StoreError::Backend {
+                operation: "create the data directory",
+                detail: format!("{}: {e}", data_dir.display()),
+            })?;
+            Arc::new(SqliteStore::open(
+                &data_dir.join(STORE_FILE),
+                cfg.settings.durability,
+            )?)
+        }
+        StoreBackend::Kubernetes {
+            namespace,
+            kubeconfig,
+            context,
+        } => {
+            let options = bloodraven_kube::cluster::ClusterOptions {
+                kubeconfig: kubeconfig.clone(),
+                context: context.clone(),
+            };
+            let cluster = bloodraven_kube::cluster::connect(&options).await?;
+            let scope = match namespace {
+                Some(ns) => Scope::Namespace(ns.clone()),
+                None => Scope::AllNamespaces,
+            };
+            tracing::info!(api = %cluster.endpoint, scope = ?scope, "store: Kubernetes API");
+            Arc::new(KubeStore::new(cluster.client, scope))
+        }
+    };
     start_with_store(cfg, store, clock, group_tasks).await
 }
 
@@ -158,6 +187,7 @@ pub async fn start_with_store(
         metrics: metrics.clone(),
         leader: leader.clone(),
         groups: Arc::new(RwLock::new(BTreeMap::new())),
+        loaded: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         key,
         audience,
         topology_key,
@@ -209,7 +239,174 @@ pub async fn start_with_store(
     })
 }
 
-/// Once leading: sync configuration, load groups, run the loops.
+/// A group being run: its runtime and its tasks.
+struct Running {
+    rt: Arc<GroupRuntime>,
+    handles: Vec<JoinHandle<()>>,
+    /// `metadata.generation` of the spec it was loaded from.
+    generation: i64,
+}
+
+/// The groups this leader runs, and how to start and stop them.
+struct Groups {
+    state: AppState,
+    clock: SharedClock,
+    tasks: Vec<Arc<dyn GroupTask>>,
+    shutdown: watch::Receiver<bool>,
+    /// Embedded mode: the validated groups of the configuration file. Kubernetes mode: `None`,
+    /// groups are the cluster's and come and go.
+    configured: Option<Vec<GroupConfig>>,
+    running: BTreeMap<(String, String), Running>,
+}
+
+impl Groups {
+    /// The validated configuration of a stored group, or why it cannot run.
+    fn config_of(&self, obj: &RawObject) -> Result<GroupConfig, String> {
+        let (ns, name) = (&obj.metadata.namespace, &obj.metadata.name);
+        if let Some(configured) = &self.configured {
+            return configured
+                .iter()
+                .find(|c| &c.namespace == ns && &c.name == name)
+                .cloned()
+                .ok_or_else(|| "not in the configuration file".to_string());
+        }
+        let body: FailoverGroupBody = obj.decode().map_err(|e| e.to_string())?;
+        validate_group(name, ns, &body.spec).map_err(|e| e.to_string())
+    }
+
+    /// Loads and starts `obj`'s group (a group with the name of a running one in another
+    /// namespace is refused: the deploy API names groups without a namespace).
+    async fn start(&mut self, obj: &RawObject) {
+        let key = (obj.metadata.namespace.clone(), obj.metadata.name.clone());
+        if let Some(other) = self
+            .running
+            .keys()
+            .find(|(ns, n)| *n == key.1 && *ns != key.0)
+        {
+            tracing::warn!(group = %key.1, namespace = %key.0, other_namespace = %other.0, "a group of this name already runs in another namespace; not starting this one (group names are unique per operator)");
+            return;
+        }
+        let config = match self.config_of(obj) {
+            Ok(c) => c,
+            Err(reason) => {
+                tracing::warn!(group = %key.1, namespace = %key.0, %reason, "group not started");
+                if self.configured.is_none() {
+                    let message = format!("the group does not run: {reason}");
+                    crate::events::record(
+                        &self.state.store,
+                        &key.0,
+                        &key.1,
+                        EventType::Warning,
+                        SPEC_INVALID,
+                        &message,
+                        self.clock.now(),
+                    )
+                    .await;
+                }
+                return;
+            }
+        };
+        let rt = match GroupRuntime::load(
+            self.state.store.clone(),
+            self.clock.clone(),
+            self.state.metrics.clone(),
+            config,
+        )
+        .await
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::warn!(group = %key.1, namespace = %key.0, error = %e, "cannot load the group; retried on its next change or re-list");
+                return;
+            }
+        };
+        if let Err(e) = rt.react().await {
+            tracing::warn!(group = %rt.name, error = %e, "acting on stored annotations failed");
+        }
+        let handles = self
+            .tasks
+            .iter()
+            .map(|t| t.spawn(rt.clone(), self.shutdown.clone()))
+            .collect();
+        self.state
+            .groups
+            .write()
+            .await
+            .insert(rt.name.clone(), rt.clone());
+        tracing::info!(group = %rt.name, namespace = %rt.namespace, "group running");
+        self.running.insert(
+            key,
+            Running {
+                rt,
+                handles,
+                generation: obj.metadata.generation,
+            },
+        );
+    }
+
+    async fn stop(&mut self, key: &(String, String)) {
+        if let Some(r) = self.running.remove(key) {
+            for h in r.handles {
+                h.abort();
+            }
+            self.state.groups.write().await.remove(&r.rt.name);
+            tracing::info!(group = %r.rt.name, namespace = %r.rt.namespace, "group stopped");
+        }
+    }
+
+    /// A stored group changed: adopt the change, or (Kubernetes mode, a new spec) restart it,
+    /// or start a group seen for the first time.
+    async fn changed(&mut self, obj: &RawObject) {
+        let key = (obj.metadata.namespace.clone(), obj.metadata.name.clone());
+        match self.running.get(&key) {
+            Some(r) if self.configured.is_none() && r.generation != obj.metadata.generation => {
+                tracing::info!(group = %key.1, namespace = %key.0, "spec changed; restarting the group with it");
+                self.stop(&key).await;
+                self.start(obj).await;
+            }
+            Some(r) => {
+                if let Err(e) = r.rt.adopt(obj).await {
+                    tracing::warn!(group = %r.rt.name, error = %e, "acting on a group change failed");
+                }
+            }
+            None if self.configured.is_none() => self.start(obj).await,
+            None => {}
+        }
+    }
+
+    /// After missed changes: every running group re-reads itself; in Kubernetes mode the list
+    /// of groups is read again too (new ones start, deleted ones stop).
+    async fn resync(&mut self) {
+        if self.configured.is_none()
+            && let Ok(all) = self.state.store.list(KIND_GROUP, None).await
+        {
+            let keys: Vec<(String, String)> = self.running.keys().cloned().collect();
+            for key in keys {
+                if !all
+                    .iter()
+                    .any(|o| o.metadata.namespace == key.0 && o.metadata.name == key.1)
+                {
+                    self.stop(&key).await;
+                }
+            }
+            for obj in &all {
+                self.changed(obj).await;
+            }
+            return;
+        }
+        for r in self.running.values() {
+            // A missed change: re-read the group whatever version it is at.
+            let mut unknown = r.rt.object().await;
+            unknown.metadata.resource_version.clear();
+            if let Err(e) = r.rt.adopt(&unknown).await {
+                tracing::warn!(group = %r.rt.name, error = %e, "re-reading the group after a missed change failed");
+            }
+        }
+    }
+}
+
+/// Once leading: (embedded mode) write the configuration into the store, load every group,
+/// then follow the store's changes; sweep expired leases every [`SWEEP_INTERVAL`].
 async fn lead(
     cfg: LoadedConfig,
     state: AppState,
@@ -225,39 +422,51 @@ async fn lead(
     }
     // Subscribe before loading so no change between the load and the loop is missed.
     let mut watch_rx = state.store.watch();
+    let embedded = cfg.settings.store == StoreBackend::Embedded;
     let mut delay = Duration::from_millis(200);
-    let runtimes = loop {
-        match load_all(&cfg, &state, &clock).await {
-            Ok(r) => break r,
+    let stored = loop {
+        let loaded = async {
+            if embedded {
+                sync_config(&cfg, &state, &clock).await?;
+            }
+            state
+                .store
+                .list(KIND_GROUP, None)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match loaded.await {
+            Ok(all) => break all,
             Err(e) => {
-                tracing::error!(error = %e, "cannot load the configured groups; retrying");
+                tracing::error!(error = %e, "cannot load the groups; retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(10));
             }
         }
     };
-    {
-        let mut groups = state.groups.write().await;
-        for rt in &runtimes {
-            groups.insert(rt.name.clone(), rt.clone());
-        }
+    let mut groups = Groups {
+        state: state.clone(),
+        clock: clock.clone(),
+        tasks: group_tasks,
+        shutdown: shutdown.clone(),
+        configured: embedded.then(|| cfg.groups.iter().map(|g| g.config.clone()).collect()),
+        running: BTreeMap::new(),
+    };
+    for obj in &stored {
+        groups.start(obj).await;
     }
-    tracing::info!(groups = runtimes.len(), "operator ready");
-    let mut handles = Vec::new();
-    for rt in &runtimes {
-        if let Err(e) = rt.react().await {
-            tracing::warn!(group = %rt.name, error = %e, "acting on stored annotations failed");
-        }
-        for t in &group_tasks {
-            handles.push(t.spawn(rt.clone(), shutdown.clone()));
-        }
-    }
-    let sweep_groups = runtimes.clone();
-    handles.push(tokio::spawn(async move {
+    state
+        .loaded
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    tracing::info!(groups = groups.running.len(), "operator ready");
+    let sweep_state = state.clone();
+    let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(SWEEP_INTERVAL);
         loop {
             tick.tick().await;
-            for rt in &sweep_groups {
+            let runtimes: Vec<Arc<GroupRuntime>> =
+                sweep_state.groups.read().await.values().cloned().collect();
+            for rt in &runtimes {
                 if let Err(e) = rt.sweep().await {
                     tracing::warn!(group = %rt.name, error = %e, "sweeping expired deploy leases failed");
                 }
@@ -269,30 +478,17 @@ async fn lead(
                 }
             }
         }
-    }));
-    let by_key: BTreeMap<(String, String), Arc<GroupRuntime>> = runtimes
-        .iter()
-        .map(|rt| ((rt.namespace.clone(), rt.name.clone()), rt.clone()))
-        .collect();
+    });
     let mut shutdown = shutdown;
     loop {
         tokio::select! {
             ev = watch_rx.recv() => match ev {
-                Ok(WatchEvent::Put(obj)) if obj.kind == KIND_GROUP => {
-                    if let Some(rt) = by_key.get(&(obj.metadata.namespace.clone(), obj.metadata.name.clone()))
-                        && let Err(e) = rt.adopt(&obj).await {
-                            tracing::warn!(group = %rt.name, error = %e, "acting on a group change failed");
-                        }
+                Ok(WatchEvent::Put(obj)) if obj.kind == KIND_GROUP => groups.changed(&obj).await,
+                Ok(WatchEvent::Deleted(obj)) if obj.kind == KIND_GROUP && !embedded => {
+                    groups.stop(&(obj.metadata.namespace.clone(), obj.metadata.name.clone())).await;
                 }
                 Ok(WatchEvent::Resync) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    for rt in by_key.values() {
-                        // A missed change: re-read the group whatever version it is at.
-                        let mut unknown = rt.object().await;
-                        unknown.metadata.resource_version.clear();
-                        if let Err(e) = rt.adopt(&unknown).await {
-                            tracing::warn!(group = %rt.name, error = %e, "re-reading the group after a missed change failed");
-                        }
-                    }
+                    groups.resync().await;
                 }
                 Ok(_) => {}
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
@@ -302,19 +498,20 @@ async fn lead(
             }
         }
     }
-    for h in handles {
-        h.abort();
+    sweeper.abort();
+    let keys: Vec<(String, String)> = groups.running.keys().cloned().collect();
+    for key in keys {
+        groups.stop(&key).await;
     }
 }
 
-/// Writes the configured groups and databases into the store (keeping status and
-/// annotations of existing groups, deleting what the configuration no longer has), then loads
-/// every group.
-async fn load_all(
+/// Embedded mode: writes the configured groups and databases into the store (keeping the
+/// status and annotations of existing groups, deleting what the configuration no longer has).
+async fn sync_config(
     cfg: &LoadedConfig,
     state: &AppState,
     clock: &SharedClock,
-) -> Result<Vec<Arc<GroupRuntime>>, String> {
+) -> Result<(), String> {
     let store = &state.store;
     let now = clock.now();
     let mut ops = Vec::new();
@@ -408,17 +605,5 @@ async fn load_all(
     if !ops.is_empty() {
         store.apply(ops).await.map_err(|e| e.to_string())?;
     }
-    let mut out = Vec::new();
-    for g in &cfg.groups {
-        let rt = GroupRuntime::load(
-            store.clone(),
-            clock.clone(),
-            state.metrics.clone(),
-            g.config.clone(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        out.push(rt);
-    }
-    Ok(out)
+    Ok(())
 }

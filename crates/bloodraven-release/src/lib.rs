@@ -56,65 +56,7 @@ impl Default for Timeouts {
     }
 }
 
-/// How a write request ended when it did not succeed.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteFailure {
-    /// The request never left this process (it could not be built or authenticated).
-    #[error("not sent: {detail}")]
-    NotSent { detail: String },
-    /// `409`: the object changed since it was read (or already exists).
-    #[error("conflict ({code} {reason}): {message}")]
-    Conflict {
-        code: u16,
-        reason: String,
-        message: String,
-    },
-    /// Another `4xx`: the API server refused the write; nothing was changed.
-    #[error("rejected by the API server ({code} {reason}): {message}")]
-    Rejected {
-        code: u16,
-        reason: String,
-        message: String,
-    },
-    /// The request was sent and the answer was lost, or it does not prove whether the write was
-    /// applied (a `5xx`, a dropped connection, a timeout, an unreadable body).
-    #[error("sent, but the outcome is unknown: {detail}")]
-    Unconfirmed { detail: String },
-}
-
-impl WriteFailure {
-    /// Sorts a kube error of a write into what it proves.
-    pub fn classify(e: kube::Error) -> Self {
-        match e {
-            kube::Error::Api(status) => {
-                let (code, reason, message) = (status.code, status.reason, status.message);
-                if code == 409 {
-                    WriteFailure::Conflict {
-                        code,
-                        reason,
-                        message,
-                    }
-                } else if (400..500).contains(&code) {
-                    WriteFailure::Rejected {
-                        code,
-                        reason,
-                        message,
-                    }
-                } else {
-                    WriteFailure::Unconfirmed {
-                        detail: format!("HTTP {code} {reason}: {message}"),
-                    }
-                }
-            }
-            e @ (kube::Error::BuildRequest(_) | kube::Error::Auth(_)) => WriteFailure::NotSent {
-                detail: e.to_string(),
-            },
-            e => WriteFailure::Unconfirmed {
-                detail: e.to_string(),
-            },
-        }
-    }
-}
+pub use bloodraven_kube::cluster::WriteFailure;
 
 /// Why no plan was made.
 #[derive(Debug, thiserror::Error)]

@@ -28,6 +28,8 @@ pub struct AppState {
     pub leader: watch::Receiver<bool>,
     /// Groups by name; filled once this process leads.
     pub groups: Arc<RwLock<BTreeMap<String, Arc<GroupRuntime>>>>,
+    /// Set once the leader has loaded every group it found (there may be none).
+    pub loaded: Arc<std::sync::atomic::AtomicBool>,
     /// The deploy API's token key and audience (when the API is enabled).
     pub key: Option<Arc<SigningKey>>,
     pub audience: String,
@@ -44,6 +46,11 @@ impl std::fmt::Debug for AppState {
 impl AppState {
     pub fn is_leader(&self) -> bool {
         *self.leader.borrow()
+    }
+
+    /// Leading, with every group loaded.
+    pub fn is_ready(&self) -> bool {
+        self.is_leader() && self.loaded.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub async fn group(&self, name: &str) -> Option<Arc<GroupRuntime>> {

@@ -32,7 +32,7 @@ async fn healthz() -> Response {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    if state.is_leader() && !state.groups.read().await.is_empty() {
+    if state.is_ready() {
         json_response(StatusCode::OK, &json!({"ready": true, "leader": true}))
     } else {
         json_response(

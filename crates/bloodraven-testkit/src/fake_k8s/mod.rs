@@ -933,6 +933,21 @@ fn answered(st: &mut State, dry_run: bool, code: u16, v: Value) -> Reply {
 
 /// Decodes a typed built-in as the API server would, or says why not.
 fn check_typed(resource: &str, v: &Value) -> Result<(), String> {
+    if resource == LEASES {
+        // MicroTime: the API server parses exactly six fractional digits.
+        let micro =
+            regex::Regex::new(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
+                .map_err(|e| e.to_string())?;
+        for field in ["acquireTime", "renewTime"] {
+            if let Some(t) = v.pointer(&format!("/spec/{field}")).and_then(Value::as_str)
+                && !micro.is_match(t)
+            {
+                return Err(format!(
+                    "spec.{field}: {t:?} is not a MicroTime (RFC 3339 with microseconds)"
+                ));
+            }
+        }
+    }
     let r = match resource {
         LEASES => serde_json::from_value::<Lease>(v.clone()).map(|_| ()),
         "/v1/events" => {
