@@ -1,0 +1,349 @@
+//! The operator in Kubernetes mode (`store.backend: kubernetes`) on real MariaDB servers, its
+//! objects on the test kit's fake API server: the group and database are custom resources
+//! created with kubectl's shapes, the deploy leases are owned Lease objects, the status goes
+//! through the status subresource. The stories: bootstrap, grant and renew, revoke-all by
+//! annotation, a planned failover deferred by a hold, an emergency failover that revokes the
+//! leases — and a group created while the operator runs.
+
+mod support;
+
+use std::time::Duration;
+
+use bloodraven_core::contract::annotations::{PLANNED_FAILOVER, REVOKE_DEPLOYMENT_LEASES};
+use bloodraven_core::time::{Clock, Timestamp};
+use bloodraven_kube::crd::{MysqlDatabase, MysqlFailoverGroup};
+use bloodraven_operator::OperatorHandle;
+use bloodraven_operator::config::StoreBackend;
+use bloodraven_operator::controller::ControllerTask;
+use bloodraven_runtime::clock::SystemClock;
+use bloodraven_testkit::fake_k8s::FakeK8s;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{Client, GROUP, Live, Timings};
+
+const GROUPS: &str = "bloodraven.shipstream.io/v1alpha1/mysqlfailovergroups";
+const LEASES: &str = "coordination.k8s.io/v1/leases";
+const EVENTS: &str = "/v1/events";
+const NS: &str = "default";
+
+/// The group is Ready on `site` at `generation`, every other site replicating.
+fn settled(site: &'static str, generation: u64) -> impl Fn(&Value) -> bool {
+    move |g| {
+        let st = &g["status"];
+        st["activeSite"] == site
+            && st["topologyGeneration"] == generation
+            && st["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            && st["sites"].as_array().is_some_and(|s| {
+                s.iter()
+                    .all(|s| s["name"] == site || s["replicating"] == true)
+            })
+    }
+}
+
+fn ready_on_iad(g: &Value) -> bool {
+    settled("iad", 1)(g)
+}
+
+/// A kubeconfig naming the fake as the cluster.
+fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+struct Cluster {
+    fake: FakeK8s,
+    client: kube::Client,
+}
+
+async fn cluster() -> Cluster {
+    bloodraven_runtime::tls::install_crypto_provider();
+    let fake = FakeK8s::start().await;
+    for crd in bloodraven_kube::crd::all() {
+        fake.register_crd(&serde_json::to_value(crd).unwrap());
+    }
+    fake.set_bookmark_interval(Some(Duration::from_millis(500)));
+    let config = kube::Config::new(fake.url.parse().unwrap());
+    let client = bloodraven_kube::cluster::from_config(config)
+        .unwrap()
+        .client;
+    Cluster { fake, client }
+}
+
+impl Cluster {
+    /// `kubectl apply` of the group and database the live group's configuration describes.
+    async fn apply(&self, live: &Live, name: &str) {
+        let cfg = live.config();
+        let g = &cfg.groups[0];
+        let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(self.client.clone(), NS);
+        groups
+            .create(
+                &kube::api::PostParams::default(),
+                &MysqlFailoverGroup::new(NS, name, g.spec.clone()),
+            )
+            .await
+            .unwrap();
+        let d = &cfg.databases[0];
+        let mut db = d.spec.clone();
+        db.failover_group_ref.name = name.to_string();
+        let dbs: kube::Api<MysqlDatabase> = kube::Api::namespaced(self.client.clone(), NS);
+        dbs.create(
+            &kube::api::PostParams::default(),
+            &MysqlDatabase::new(NS, &d.metadata.name, db),
+        )
+        .await
+        .unwrap();
+    }
+
+    fn group(&self, name: &str) -> Value {
+        self.fake.object(GROUPS, NS, name).unwrap()
+    }
+
+    fn annotate(&self, name: &str, key: &str, value: &str) {
+        assert!(self.fake.edit(GROUPS, NS, name, |g| {
+            g["metadata"]["annotations"][key] = json!(value);
+        }));
+    }
+
+    /// Waits (up to `limit`) until the stored group satisfies `pred`.
+    async fn wait(
+        &self,
+        name: &str,
+        limit: Duration,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let g = self.group(name);
+            if pred(&g) {
+                return g;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {:#}",
+                g["status"]
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn operator(live: &Live, c: &Cluster) -> OperatorHandle {
+    let mut cfg = live.config();
+    cfg.settings.store = StoreBackend::Kubernetes {
+        namespace: Some(NS.into()),
+        kubeconfig: Some(kubeconfig(live.dir.path(), &c.fake.url)),
+        context: None,
+    };
+    cfg.groups.clear();
+    cfg.databases.clear();
+    let h = bloodraven_operator::start(
+        cfg,
+        bloodraven_runtime::clock::system(),
+        vec![std::sync::Arc::new(ControllerTask)],
+    )
+    .await
+    .unwrap();
+    assert!(h.wait_ready(Duration::from_secs(15)).await);
+    h
+}
+
+fn token(b: &support::Answer) -> String {
+    b.body["token"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_runs_a_group_kept_in_kubernetes() {
+    let live = Live::start(Timings::default()).await;
+    let c = cluster().await;
+    c.apply(&live, GROUP).await;
+    let op = operator(&live, &c).await;
+    let bootstrapped = c
+        .wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
+        .await;
+    assert_eq!(
+        bootstrapped["metadata"]["generation"], 1,
+        "status writes are not spec changes"
+    );
+    let uid = bootstrapped["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Grant and renew: the leases are Lease objects owned by the group, labelled as deploy
+    // leases, with MicroTime timestamps (the fake refuses anything else).
+    let api = Client::new(&live.ca, op.https_addr.unwrap());
+    let bearer = live.token();
+    let m = api
+        .grant(&bearer, "migration", "op-1", "counter-app", 60)
+        .await;
+    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
+    let r = api.renew(&bearer, "migration", "op-1", &token(&m)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let leases = c.fake.objects(LEASES, NS);
+    let mig = leases
+        .iter()
+        .find(|l| l["metadata"]["labels"]["bloodraven.shipstream.io/deploy-lease"] == "migration")
+        .expect("the migration lease object");
+    assert_eq!(mig["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+    assert_eq!(mig["spec"]["holderIdentity"], "op-1");
+
+    // Revoke-all by annotation, as `kubectl annotate` would.
+    let now = SystemClock.now().to_rfc3339();
+    c.annotate(GROUP, REVOKE_DEPLOYMENT_LEASES, &now);
+    let mut revoked = api.renew(&bearer, "migration", "op-1", &token(&m)).await;
+    for _ in 0..100 {
+        if revoked.status == StatusCode::CONFLICT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        revoked = api.renew(&bearer, "migration", "op-1", &token(&m)).await;
+    }
+    assert_eq!(revoked.status, StatusCode::CONFLICT, "{}", revoked.text);
+    assert_eq!(revoked.body["reason"], "OperatorRevoked");
+    c.wait(
+        GROUP,
+        Duration::from_secs(10),
+        "the revoke annotation consumed",
+        |g| g["metadata"]["annotations"][REVOKE_DEPLOYMENT_LEASES].is_null(),
+    )
+    .await;
+
+    // A planned failover deferred by a hold, then proceeding once the hold is released.
+    let m2 = api
+        .grant(&bearer, "migration", "op-2", "counter-app", 60)
+        .await;
+    assert_eq!(m2.status, StatusCode::CREATED, "{}", m2.text);
+    let h2 = api
+        .grant(&bearer, "failover-hold", "op-2", "counter-app", 60)
+        .await;
+    assert_eq!(h2.status, StatusCode::CREATED, "{}", h2.text);
+    c.annotate(GROUP, PLANNED_FAILOVER, "pdx");
+    let deferred = c
+        .wait(
+            GROUP,
+            Duration::from_secs(15),
+            "the failover deferred",
+            |g| g["status"]["plannedFailover"]["phase"] == "Deferred",
+        )
+        .await;
+    assert_eq!(
+        deferred["status"]["plannedFailover"]["admission"]["deferReason"],
+        "DeploymentHold"
+    );
+    assert!(
+        deferred["metadata"]["annotations"][PLANNED_FAILOVER].is_null(),
+        "the request is consumed once its status is written"
+    );
+    let d = api
+        .release(&bearer, "failover-hold", "op-2", &token(&h2))
+        .await;
+    assert_eq!(d.status, StatusCode::NO_CONTENT);
+    let after = c
+        .wait(GROUP, Duration::from_secs(30), "the failover to pdx", |g| {
+            g["status"]["plannedFailover"]["phase"] == "Succeeded"
+        })
+        .await;
+    assert_eq!(after["status"]["activeSite"], "pdx");
+    assert_eq!(after["status"]["topologyGeneration"], 2);
+    c.wait(
+        GROUP,
+        Duration::from_secs(30),
+        "iad re-pointed to pdx",
+        settled("pdx", 2),
+    )
+    .await;
+
+    // An emergency failover revokes every lease (TopologyChanged).
+    let m3 = api
+        .grant(&bearer, "migration", "op-3", "counter-app", 60)
+        .await;
+    assert_eq!(m3.status, StatusCode::CREATED, "{}", m3.text);
+    let mut live = live;
+    live.harness.kill(1).unwrap();
+    let failed_over = c
+        .wait(
+            GROUP,
+            Duration::from_secs(30),
+            "an emergency failover",
+            |g| g["status"]["activeSite"] == "iad" && g["status"]["topologyGeneration"] == 3,
+        )
+        .await;
+    assert!(failed_over["status"]["lastFailover"].is_string());
+    let mut r3 = api.renew(&bearer, "migration", "op-3", &token(&m3)).await;
+    for _ in 0..100 {
+        if r3.status == StatusCode::CONFLICT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        r3 = api.renew(&bearer, "migration", "op-3", &token(&m3)).await;
+    }
+    assert_eq!(r3.status, StatusCode::CONFLICT, "{}", r3.text);
+    assert_eq!(r3.body["reason"], "TopologyChanged");
+    // The events are v1 Events about the group.
+    let events = c.fake.objects(EVENTS, NS);
+    let reasons: Vec<&str> = events.iter().filter_map(|e| e["reason"].as_str()).collect();
+    for want in [
+        "ActiveSiteBootstrapped",
+        "PlannedFailoverDeferred",
+        "PlannedFailoverSucceeded",
+        "DeploymentLeaseRevoked",
+    ] {
+        assert!(reasons.contains(&want), "no {want} event in {reasons:?}");
+    }
+    assert!(events.iter().all(|e| e["involvedObject"]["name"] == GROUP));
+    let seen_at = Timestamp::parse_rfc3339(events[0]["lastTimestamp"].as_str().unwrap());
+    assert!(seen_at.is_ok());
+    op.stop().await;
+}
+
+/// A group created while the operator runs is picked up; deleting it stops it and, like
+/// Kubernetes' garbage collector, takes its lease objects with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn groups_come_and_go_while_the_operator_runs() {
+    let live = Live::start(Timings::default()).await;
+    let c = cluster().await;
+    let op = operator(&live, &c).await;
+    assert!(op.group(GROUP).await.is_none());
+    c.apply(&live, GROUP).await;
+    c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
+        .await;
+    let api = Client::new(&live.ca, op.https_addr.unwrap());
+    let m = api
+        .grant(&live.token(), "migration", "op-1", "counter-app", 60)
+        .await;
+    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
+    assert!(!c.fake.objects(LEASES, NS).is_empty());
+    let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(c.client.clone(), NS);
+    groups
+        .delete(GROUP, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if op.group(GROUP).await.is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        op.group(GROUP).await.is_none(),
+        "the deleted group still runs"
+    );
+    assert!(
+        c.fake.objects(LEASES, NS).is_empty(),
+        "its leases went with it"
+    );
+    let gone = api.observe(&live.token(), GROUP).await;
+    assert_eq!(gone.status, StatusCode::FORBIDDEN, "{}", gone.text);
+    op.stop().await;
+}
