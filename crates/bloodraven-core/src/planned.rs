@@ -174,6 +174,21 @@ fn reject(reason: &'static str, message: String) -> Verdict {
     Verdict::Reject { reason, message }
 }
 
+/// Whether admission should wait: the active site or the target has no settled state yet
+/// (an operator that just started needs `recoveryThreshold` polls to settle a site), and the
+/// failover is younger than `maxLagWait`. Admitting on an unsettled state would fail a valid
+/// request; waiting longer than `maxLagWait` would hide a site that never settles, which
+/// admission then reports.
+fn settling(pf: &PlannedFailoverStatus, f: &Facts<'_>, now: Timestamp) -> bool {
+    let unsettled = |name: &str| {
+        f.sites
+            .iter()
+            .any(|v| v.name == name && v.state == SiteState::Unknown)
+    };
+    let young = pf.start_time.is_none_or(|t| now.since(t) < f.max_lag_wait);
+    young && (unsettled(f.active_site) || unsettled(&pf.target))
+}
+
 /// Decides admission.
 pub fn admit(i: &AdmissionInput<'_>) -> Verdict {
     let Some(target) = i.sites.iter().find(|s| s.name == i.target) else {
@@ -572,6 +587,7 @@ pub fn step(pf: Option<&PlannedFailoverStatus>, f: &Facts<'_>, now: Timestamp) -
             ),
             true,
         ),
+        P::Admitting | P::Deferred if settling(pf, f, now) => Step::Idle,
         P::Admitting | P::Deferred => {
             let verdict = admit(&AdmissionInput {
                 target: &pf.target,
@@ -1057,6 +1073,33 @@ mod tests {
                 sites: vec!["iad".into()]
             }
         );
+    }
+
+    #[test]
+    fn admission_waits_for_unsettled_sites_up_to_max_lag_wait() {
+        use PlannedFailoverPhase as P;
+        // (which site has no settled state yet, seconds since the request, what step does)
+        let cases = [
+            (Some(0), 10, "waits"),
+            (Some(1), 10, "waits"),
+            (Some(0), 299, "waits"),
+            (Some(0), 301, "rejects"),
+            (None, 10, "admits"),
+        ];
+        for (unsettled, at, want) in cases {
+            let mut all = sites();
+            if let Some(i) = unsettled {
+                all[i].state = SiteState::Unknown;
+            }
+            let got = step(Some(&pf(P::Admitting)), &facts(&all, None), t(at));
+            let what = match &got {
+                Step::Idle => "waits",
+                Step::Persist { next, .. } if next.phase == P::Failed => "rejects",
+                Step::Persist { next, .. } if next.phase == P::Draining => "admits",
+                _ => "something else",
+            };
+            assert_eq!(what, want, "{unsettled:?} at {at}s: {got:?}");
+        }
     }
 
     /// A hold defers (once counted), its renewal moves retryTime (not counted again), and when

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_core::status::{SiteState, condition};
@@ -668,6 +669,112 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
         bloodraven_core::status::GroupStatus::replication_running,
     )
     .await;
+    op.stop().await;
+}
+
+/// A store that never completes the write consuming the planned-failover annotation (the
+/// second of the request's two writes), as if the operator stopped between the two.
+#[derive(Debug)]
+struct StallConsume {
+    inner: Arc<dyn Store>,
+}
+
+impl Store for StallConsume {
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
+        self.inner.get(key)
+    }
+    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
+        self.inner.list(kind, ns)
+    }
+    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            for op in &ops {
+                if let WriteOp::Replace(obj) = op
+                    && obj.kind == KIND_GROUP
+                {
+                    let stored = inner.get(&obj.key()).await?;
+                    let consumes = stored.is_some_and(|s| {
+                        s.metadata.annotations.contains_key(PLANNED_FAILOVER)
+                            && !obj.metadata.annotations.contains_key(PLANNED_FAILOVER)
+                    });
+                    if consumes {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+            inner.apply(ops).await
+        })
+    }
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
+        self.inner.watch()
+    }
+}
+
+/// The request is two writes, status first. An operator that stops between them finds, on
+/// its next start, the annotation next to the failover it already started: it consumes the
+/// annotation and runs that one failover — not a second one, and without a rejection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_annotation_was_not_consumed_runs_once() {
+    let live = Live::start(Timings::default()).await;
+    let path = live.store_path();
+    let first: Arc<dyn Store> = Arc::new(StallConsume {
+        inner: Arc::new(SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap()),
+    });
+    let op = live.operator_on(first).await;
+    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
+        s.active_site == "iad" && s.replication_running()
+    })
+    .await;
+    request_failover(&op, "pdx").await;
+    wait_status(
+        &op,
+        Duration::from_secs(15),
+        "the request's status written",
+        planned_in(PlannedFailoverPhase::Pending),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let snap = op.group(GROUP).await.unwrap().snapshot();
+    assert!(
+        snap.annotations.contains_key(PLANNED_FAILOVER),
+        "the annotation is still there"
+    );
+    assert_eq!(
+        snap.status().planned_failover.as_ref().unwrap().phase,
+        PlannedFailoverPhase::Pending,
+        "nothing advances while the annotation is there"
+    );
+    op.stop().await;
+    let op = live.operator().await;
+    let s = wait_status(
+        &op,
+        Duration::from_secs(20),
+        "the failover finished",
+        planned_in(PlannedFailoverPhase::Succeeded),
+    )
+    .await;
+    assert_eq!((s.active_site.as_str(), s.topology_generation), ("pdx", 2));
+    assert!(
+        !op.group(GROUP)
+            .await
+            .unwrap()
+            .snapshot()
+            .annotations
+            .contains_key(PLANNED_FAILOVER)
+    );
+    let reasons: Vec<String> = events(&op).await.into_iter().map(|(r, _)| r).collect();
+    assert!(
+        !reasons.iter().any(|r| r == "PlannedFailoverRejected"),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|r| *r == "PlannedFailoverSucceeded")
+            .count(),
+        1
+    );
     op.stop().await;
 }
 

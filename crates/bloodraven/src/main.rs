@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod cli;
+mod crds_cmd;
 mod deploy_cmd;
 mod failover_cmd;
 mod migrate_cmd;
@@ -44,6 +45,8 @@ enum Command {
     Release(release_cmd::ReleaseArgs),
     /// The self-fencing sidecar of one MySQL server: safety net, fencing monitor, peer server.
     Sidecar(sidecar_cmd::SidecarArgs),
+    /// Print the custom resource definitions (failover groups, databases) as YAML.
+    Crds(crds_cmd::CrdsArgs),
 }
 
 /// Per-group tasks the operator runs once it leads.
@@ -64,6 +67,7 @@ fn main() {
         Command::Failover(args) => std::process::exit(failover_cmd::run(&args)),
         Command::Status(args) => std::process::exit(status_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
+        Command::Crds(args) => std::process::exit(crds_cmd::run(&args)),
         Command::Playground(args) => std::process::exit(playground_cmd::run(args)),
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
         Command::Sidecar(args) => std::process::exit(sidecar_cmd::run(args)),
