@@ -17,7 +17,7 @@ pub const KIND_DATABASE: &str = "MysqlDatabase";
 pub const KIND_LEASE: &str = "Lease";
 pub const KIND_EVENT: &str = "Event";
 pub const LEASE_API_VERSION: &str = "coordination.k8s.io/v1";
-pub const EVENT_API_VERSION: &str = "v1";
+pub const EVENT_API_VERSION: &str = "events.k8s.io/v1";
 
 /// Kinds whose `status` is a subresource: written only by a status write, never by a write of
 /// the object (which keeps the stored status), and ignored on create. As in Kubernetes.
@@ -203,6 +203,17 @@ pub struct EventBody {
     pub reason: String,
     pub message: String,
     pub event_time: Timestamp,
+    /// The same event seen again: how often, and when last (Kubernetes' event series).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<EventSeries>,
+}
+
+/// `series` of a repeated event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSeries {
+    pub count: u32,
+    pub last_observed_time: Timestamp,
 }
 
 #[cfg(test)]

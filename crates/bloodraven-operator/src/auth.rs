@@ -156,6 +156,38 @@ pub enum AuthError {
     NotYetValid,
     #[error("the token's subject is not a service account (system:serviceaccount:NS:SA)")]
     BadSubject,
+    /// The API server's TokenReview did not authenticate the token (its reason, which never
+    /// contains the token).
+    #[error("the API server did not authenticate the token: {0}")]
+    NotAuthenticated(String),
+    /// The token could not be checked now (the TokenReview request failed): answered `503`.
+    #[error("the token could not be checked: {0}")]
+    Unavailable(String),
+}
+
+/// A boxed future, so [`Authenticator`] can be a trait object.
+pub type AuthFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Identity, AuthError>> + Send + 'a>>;
+
+/// Who a bearer token names: the operator's own HMAC tokens (embedded mode) or a Kubernetes
+/// TokenReview (`crate::tokenreview`).
+pub trait Authenticator: Send + Sync + std::fmt::Debug {
+    fn authenticate<'a>(&'a self, token: &'a str) -> AuthFuture<'a>;
+}
+
+/// Embedded mode: tokens issued by `bloodraven token issue`, signed with the operator's key.
+#[derive(Debug)]
+pub struct HmacTokens {
+    pub key: std::sync::Arc<SigningKey>,
+    pub audience: String,
+    pub clock: bloodraven_runtime::clock::SharedClock,
+}
+
+impl Authenticator for HmacTokens {
+    fn authenticate<'a>(&'a self, token: &'a str) -> AuthFuture<'a> {
+        let result = verify(&self.key, &self.audience, token, self.clock.now());
+        Box::pin(async move { result })
+    }
 }
 
 /// Bad input to [`issue`].

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use bloodraven_core::config::{FailoverGroupSpec, GroupConfig, validate_group};
 use bloodraven_core::contract::DEPLOY_AUDIENCE;
-use bloodraven_core::names::check_dns1123_label;
+use bloodraven_core::names::{check_dns1123_label, check_dns1123_subdomain};
 use bloodraven_core::resources::{
     API_VERSION, DatabaseBody, DatabaseSpec, KIND_DATABASE, KIND_GROUP, ObjectMeta,
 };
@@ -66,13 +66,39 @@ impl ConfigError {
     }
 }
 
+/// Where the deploy API's TLS certificate and key come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TlsSource {
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+    },
+    /// A `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) in the operator's namespace,
+    /// reloaded when it changes (Kubernetes mode).
+    Secret {
+        name: String,
+    },
+}
+
+/// Where the topology signing key comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    File(PathBuf),
+    /// Key `topology.key` of a Secret in the operator's namespace, reloaded when it changes
+    /// (Kubernetes mode).
+    Secret {
+        name: String,
+    },
+}
+
 /// The deploy API's settings (only when enabled).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeployApiSettings {
     pub listen: SocketAddr,
-    pub tls_cert: PathBuf,
-    pub tls_key: PathBuf,
-    pub token_key_file: PathBuf,
+    pub tls: TlsSource,
+    /// Embedded mode: the key of `bloodraven token issue`. Kubernetes mode authenticates by
+    /// TokenReview and needs none.
+    pub token_key_file: Option<PathBuf>,
     pub audience: String,
 }
 
@@ -85,11 +111,41 @@ pub enum StoreBackend {
     Kubernetes {
         /// The one namespace watched; `None` watches every namespace.
         namespace: Option<String>,
+        /// Where the operator's own objects live: its leader-election Lease and the Secrets its
+        /// configuration names (`store.operatorNamespace`; default the watched namespace, else
+        /// `default`).
+        operator_namespace: String,
+        /// Leader election on a Lease in `operator_namespace`.
+        leader_election: LeaderElection,
         /// A kubeconfig file; in-cluster configuration (or `KUBECONFIG`) when absent.
         kubeconfig: Option<PathBuf>,
         /// A context of that kubeconfig; its current one when absent.
         context: Option<String>,
     },
+}
+
+/// Kubernetes mode: leader election on a `coordination.k8s.io/v1` Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderElection {
+    pub lease_name: String,
+    /// How long a holder's lease lasts without renewal; a follower takes over only after the
+    /// holder's Lease has gone unrenewed this long, as it observed it.
+    pub lease_duration: std::time::Duration,
+    /// A leader that could not renew for this long steps down (and stops acting before).
+    pub renew_deadline: std::time::Duration,
+    /// How often the leader renews and followers try.
+    pub retry_period: std::time::Duration,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        LeaderElection {
+            lease_name: "bloodraven-operator-leader".into(),
+            lease_duration: std::time::Duration::from_secs(15),
+            renew_deadline: std::time::Duration::from_secs(10),
+            retry_period: std::time::Duration::from_secs(2),
+        }
+    }
 }
 
 /// The operator's own settings.
@@ -100,8 +156,9 @@ pub struct OperatorSettings {
     pub http_listen: SocketAddr,
     pub deploy_api: Option<DeployApiSettings>,
     pub durability: Durability,
-    /// The Ed25519 key every served active-site view is signed with (`topologySigningKeyFile`).
-    pub topology_key_file: Option<PathBuf>,
+    /// The Ed25519 key every served active-site view is signed with
+    /// (`topologySigningKeyFile` or, in Kubernetes mode, `topologySigningKeySecret`).
+    pub topology_key: Option<KeySource>,
 }
 
 /// A validated group.
@@ -143,6 +200,9 @@ struct OperatorDoc {
     token_signing_key_file: Option<String>,
     #[serde(default)]
     topology_signing_key_file: Option<String>,
+    /// Kubernetes mode: a Secret (key `topology.key`) in the operator's namespace.
+    #[serde(default)]
+    topology_signing_key_secret: Option<String>,
     #[serde(default, rename = "deployAPI")]
     deploy_api: DeployApiDoc,
     #[serde(default)]
@@ -161,8 +221,13 @@ struct ListenDoc {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct TlsDoc {
-    cert_file: String,
-    key_file: String,
+    #[serde(default)]
+    cert_file: Option<String>,
+    #[serde(default)]
+    key_file: Option<String>,
+    /// Kubernetes mode: a `kubernetes.io/tls` Secret in the operator's namespace.
+    #[serde(default)]
+    secret_name: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -172,6 +237,19 @@ struct DeployApiDoc {
     enabled: bool,
     #[serde(default)]
     audience: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LeaderElectionDoc {
+    #[serde(default)]
+    lease_name: Option<String>,
+    #[serde(default)]
+    lease_duration: Option<String>,
+    #[serde(default)]
+    renew_deadline: Option<String>,
+    #[serde(default)]
+    retry_period: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -189,6 +267,12 @@ struct StoreDoc {
     /// Kubernetes: a context of the kubeconfig.
     #[serde(default)]
     context: Option<String>,
+    /// Kubernetes: the operator's own namespace (leader Lease, Secrets of this file).
+    #[serde(default)]
+    operator_namespace: Option<String>,
+    /// Kubernetes: leader election on a Lease.
+    #[serde(default)]
+    leader_election: Option<LeaderElectionDoc>,
     /// A string; YAML 1.1 readers turn a bare `off` into `false`, so booleans are accepted too.
     #[serde(default)]
     durability: Option<Value>,
@@ -554,6 +638,11 @@ fn operator_settings(
                 ("store.namespace", d.store.namespace.is_some()),
                 ("store.kubeconfig", d.store.kubeconfig.is_some()),
                 ("store.context", d.store.context.is_some()),
+                (
+                    "store.operatorNamespace",
+                    d.store.operator_namespace.is_some(),
+                ),
+                ("store.leaderElection", d.store.leader_election.is_some()),
             ] {
                 if set {
                     errs.push((
@@ -570,8 +659,19 @@ fn operator_settings(
             {
                 errs.push(("store.namespace".into(), rule.into()));
             }
+            let operator_namespace = d
+                .store
+                .operator_namespace
+                .clone()
+                .or_else(|| d.store.namespace.clone())
+                .unwrap_or_else(|| "default".into());
+            if let Err(rule) = check_dns1123_label(&operator_namespace) {
+                errs.push(("store.operatorNamespace".into(), rule.into()));
+            }
             StoreBackend::Kubernetes {
                 namespace: d.store.namespace.clone(),
+                operator_namespace,
+                leader_election: leader_election(d.store.leader_election.as_ref(), &mut errs),
                 kubeconfig: d.store.kubeconfig.as_ref().map(|k| resolve(base, k)),
                 context: d.store.context.clone(),
             }
@@ -584,69 +684,129 @@ fn operator_settings(
             StoreBackend::Embedded
         }
     };
+    let kubernetes = matches!(store, StoreBackend::Kubernetes { .. });
     let deploy_api = if d.deploy_api.enabled {
-        match (&d.tls, &d.token_signing_key_file) {
-            (None, _) => {
+        let tls = match &d.tls {
+            None => {
                 errs.push((
                     "tls".into(),
-                    "deployAPI.enabled needs tls.certFile and tls.keyFile (the deploy API is served only over TLS)".into(),
+                    "deployAPI.enabled needs tls (certFile and keyFile, or secretName in Kubernetes mode): the deploy API is served only over TLS".into(),
                 ));
                 None
             }
-            (_, None) => {
+            Some(TlsDoc {
+                secret_name: Some(name),
+                cert_file: None,
+                key_file: None,
+            }) => {
+                if !kubernetes {
+                    errs.push((
+                        "tls.secretName".into(),
+                        "applies only with store.backend: kubernetes".into(),
+                    ));
+                }
+                if let Err(rule) = check_dns1123_subdomain(name) {
+                    errs.push(("tls.secretName".into(), rule.into()));
+                }
+                Some(TlsSource::Secret { name: name.clone() })
+            }
+            Some(TlsDoc {
+                secret_name: None,
+                cert_file: Some(c),
+                key_file: Some(k),
+            }) => {
+                let (cert, key) = (resolve(base, c), resolve(base, k));
+                for (field, p) in [("tls.certFile", &cert), ("tls.keyFile", &key)] {
+                    if !p.is_file() {
+                        errs.push((field.into(), format!("file {} does not exist", p.display())));
+                    }
+                }
+                Some(TlsSource::Files { cert, key })
+            }
+            Some(_) => {
+                errs.push((
+                    "tls".into(),
+                    "must set certFile and keyFile, or only secretName".into(),
+                ));
+                None
+            }
+        };
+        let token_key = match (&d.token_signing_key_file, kubernetes) {
+            (Some(key), false) => {
+                let p = resolve(base, key);
+                if !p.is_file() {
+                    errs.push((
+                        "tokenSigningKeyFile".into(),
+                        format!("file {} does not exist", p.display()),
+                    ));
+                }
+                Some(p)
+            }
+            (None, false) => {
                 errs.push((
                     "tokenSigningKeyFile".into(),
                     "deployAPI.enabled needs a token signing key file (create one with `bloodraven token keygen`)".into(),
                 ));
                 None
             }
-            (Some(tls), Some(key)) => {
-                let cert = resolve(base, &tls.cert_file);
-                let tls_key = resolve(base, &tls.key_file);
-                let token_key = resolve(base, key);
-                for (field, p) in [
-                    ("tls.certFile", &cert),
-                    ("tls.keyFile", &tls_key),
-                    ("tokenSigningKeyFile", &token_key),
-                ] {
-                    if !p.is_file() {
-                        errs.push((field.into(), format!("file {} does not exist", p.display())));
-                    }
-                }
-                Some(DeployApiSettings {
-                    listen: https_listen,
-                    tls_cert: cert,
-                    tls_key,
-                    token_key_file: token_key,
-                    audience: d
-                        .deploy_api
-                        .audience
-                        .unwrap_or_else(|| DEPLOY_AUDIENCE.to_string()),
-                })
+            (Some(_), true) => {
+                errs.push((
+                    "tokenSigningKeyFile".into(),
+                    "does not apply with store.backend: kubernetes (deploy tokens are projected ServiceAccount tokens, checked by TokenReview)".into(),
+                ));
+                None
             }
-        }
+            (None, true) => None,
+        };
+        tls.map(|tls| DeployApiSettings {
+            listen: https_listen,
+            tls,
+            token_key_file: token_key,
+            audience: d
+                .deploy_api
+                .audience
+                .clone()
+                .unwrap_or_else(|| DEPLOY_AUDIENCE.to_string()),
+        })
     } else {
         None
     };
-    let topology_key_file = d
-        .topology_signing_key_file
-        .as_ref()
-        .map(|k| resolve(base, k));
-    if let Some(p) = &topology_key_file {
-        if p.is_file() {
-            if let Err(e) = bloodraven_runtime::topology::SigningKey::load(p) {
-                errs.push(("topologySigningKeyFile".into(), e.to_string()));
-            }
-        } else {
+    let topology_key = match (&d.topology_signing_key_file, &d.topology_signing_key_secret) {
+        (Some(_), Some(_)) => {
             errs.push((
-                "topologySigningKeyFile".into(),
-                format!(
-                    "file {} does not exist (create one with `bloodraven topology keygen`)",
-                    p.display()
-                ),
+                "topologySigningKeySecret".into(),
+                "set either topologySigningKeyFile or topologySigningKeySecret".into(),
             ));
+            None
         }
-    }
+        (None, Some(name)) => {
+            if !kubernetes {
+                errs.push((
+                    "topologySigningKeySecret".into(),
+                    "applies only with store.backend: kubernetes".into(),
+                ));
+            }
+            Some(KeySource::Secret { name: name.clone() })
+        }
+        (Some(k), None) => {
+            let p = resolve(base, k);
+            if p.is_file() {
+                if let Err(e) = bloodraven_runtime::topology::SigningKey::load(&p) {
+                    errs.push(("topologySigningKeyFile".into(), e.to_string()));
+                }
+            } else {
+                errs.push((
+                    "topologySigningKeyFile".into(),
+                    format!(
+                        "file {} does not exist (create one with `bloodraven topology keygen`)",
+                        p.display()
+                    ),
+                ));
+            }
+            Some(KeySource::File(p))
+        }
+        (None, None) => None,
+    };
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -656,8 +816,43 @@ fn operator_settings(
         http_listen,
         deploy_api,
         durability,
-        topology_key_file,
+        topology_key,
     })
+}
+
+/// `store.leaderElection`, defaults filled; the durations must keep
+/// `retryPeriod < renewDeadline < leaseDuration`.
+fn leader_election(
+    doc: Option<&LeaderElectionDoc>,
+    errs: &mut Vec<(String, String)>,
+) -> LeaderElection {
+    let mut le = LeaderElection::default();
+    let Some(doc) = doc else { return le };
+    if let Some(n) = &doc.lease_name {
+        if let Err(rule) = check_dns1123_subdomain(n) {
+            errs.push(("store.leaderElection.leaseName".into(), rule.into()));
+        }
+        le.lease_name.clone_from(n);
+    }
+    for (field, value, slot) in [
+        ("leaseDuration", &doc.lease_duration, &mut le.lease_duration),
+        ("renewDeadline", &doc.renew_deadline, &mut le.renew_deadline),
+        ("retryPeriod", &doc.retry_period, &mut le.retry_period),
+    ] {
+        if let Some(v) = value {
+            match bloodraven_core::duration::parse_duration(v) {
+                Ok(d) => *slot = d,
+                Err(e) => errs.push((format!("store.leaderElection.{field}"), e.to_string())),
+            }
+        }
+    }
+    if !(le.retry_period < le.renew_deadline && le.renew_deadline < le.lease_duration) {
+        errs.push((
+            "store.leaderElection".into(),
+            "must keep retryPeriod < renewDeadline < leaseDuration".into(),
+        ));
+    }
+    le
 }
 
 /// A minimal database body for storing.
@@ -713,6 +908,8 @@ spec:
             c.settings.store,
             StoreBackend::Kubernetes {
                 namespace: Some("db".into()),
+                operator_namespace: "db".into(),
+                leader_election: LeaderElection::default(),
                 kubeconfig: None,
                 context: None
             }

@@ -165,6 +165,11 @@ pub struct GroupRuntime {
     /// Serializes [`Self::react`]: the watch, the sweep and startup all react, and one revoke
     /// request must revoke once, not once per caller that saw the annotation.
     reacting: tokio::sync::Mutex<()>,
+    /// The operator's leadership and Secret reader (see [`GroupRuntime::attach`]).
+    platform: RwLock<(
+        crate::leader::Leadership,
+        Option<crate::secrets::SecretReader>,
+    )>,
 }
 
 impl std::fmt::Debug for GroupRuntime {
@@ -249,6 +254,7 @@ impl GroupRuntime {
             leases: tokio::sync::Mutex::new(LeaseState { engine, objects }),
             flags: Flags::default(),
             reacting: tokio::sync::Mutex::new(()),
+            platform: RwLock::new((crate::leader::Leadership::always(), None)),
         });
         rt.metrics
             .topology_generation
@@ -273,6 +279,37 @@ impl GroupRuntime {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Ties the group to the operator's leadership (checked before every MySQL side effect)
+    /// and, in Kubernetes mode, its Secret reader (MySQL credentials).
+    pub fn attach(
+        &self,
+        leadership: crate::leader::Leadership,
+        secrets: Option<crate::secrets::SecretReader>,
+    ) {
+        *self
+            .platform
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = (leadership, secrets);
+    }
+
+    /// Whether this operator may act on the group now (it leads, and its leadership is fresh).
+    pub fn may_act(&self) -> bool {
+        self.platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .confirm()
+    }
+
+    /// The Secret reader, in Kubernetes mode.
+    pub fn secrets(&self) -> Option<crate::secrets::SecretReader> {
+        self.platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+            .clone()
     }
 
     pub fn metrics(&self) -> &Metrics {

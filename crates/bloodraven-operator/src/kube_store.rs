@@ -1,7 +1,7 @@
 //! The Kubernetes back-end of the store: groups and databases as the custom resources
 //! `MysqlFailoverGroup` and `MysqlDatabase`, deploy leases and their tombstones as
 //! `coordination.k8s.io/v1` Leases (labelled `bloodraven.shipstream.io/deploy-lease`, owned by
-//! their group), events as `v1` Events.
+//! their group), events as `events.k8s.io/v1` Events.
 //!
 //! It keeps the store contract (see `bloodraven_store`) the way an API server lets a client:
 //! every write is one request, compare-and-swap on `resourceVersion`; a batch is sent op by op
@@ -84,7 +84,7 @@ fn resource(kind: &str) -> Option<ApiResource> {
             "mysqldatabases",
         ),
         KIND_LEASE => ("coordination.k8s.io", "v1", "leases"),
-        KIND_EVENT => ("", "v1", "events"),
+        KIND_EVENT => ("events.k8s.io", "v1", "events"),
         _ => return None,
     };
     Some(ApiResource::from_gvk_with_plural(
@@ -159,12 +159,23 @@ fn micro_time(t: &str) -> String {
     format!("{secs}.{:0<6}Z", &frac[..frac.len().min(6)])
 }
 
-/// `2026-11-30T10:00:30.123Z` → `2026-11-30T10:00:30Z`: Event timestamps are Time (seconds).
-fn whole_seconds(t: &str) -> String {
-    match t.split_once('.') {
-        Some((secs, _)) => format!("{secs}Z"),
-        None => t.to_string(),
+/// `reportingController` of every event the operator writes.
+pub const REPORTING_CONTROLLER: &str = "bloodraven.shipstream.io/operator";
+/// `reportingInstance` of every event the operator writes.
+pub const REPORTING_INSTANCE: &str = "bloodraven-operator";
+/// The API server's limit on an event's `note`.
+const NOTE_BYTES: usize = 1024;
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
     }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// A stored object as the API server wants it.
@@ -181,7 +192,7 @@ fn encode(obj: &RawObject) -> Result<DynamicObject, StoreError> {
             }
         }
         KIND_EVENT => {
-            // Bloodraven's event body → a v1 Event.
+            // Bloodraven's event body → an events.k8s.io/v1 Event.
             let involved = v["involvedObject"].as_str().unwrap_or_default().to_string();
             let mut parts = involved.splitn(3, '/');
             let (kind, namespace, name) = (
@@ -189,17 +200,25 @@ fn encode(obj: &RawObject) -> Result<DynamicObject, StoreError> {
                 parts.next().unwrap_or_default(),
                 parts.next().unwrap_or_default(),
             );
-            let at = whole_seconds(v["eventTime"].as_str().unwrap_or_default());
-            v["involvedObject"] = json!({
+            let at = micro_time(v["eventTime"].as_str().unwrap_or_default());
+            let note = truncate(v["message"].as_str().unwrap_or_default(), NOTE_BYTES).to_string();
+            let reason = v["reason"].clone();
+            if let Some(o) = v.as_object_mut() {
+                for k in ["involvedObject", "message", "eventTime"] {
+                    o.remove(k);
+                }
+            }
+            v["regarding"] = json!({
                 "apiVersion": API_VERSION, "kind": kind, "namespace": namespace, "name": name,
             });
-            if let Some(o) = v.as_object_mut() {
-                o.remove("eventTime");
+            v["note"] = json!(note);
+            v["action"] = reason;
+            v["eventTime"] = json!(at);
+            v["reportingController"] = json!(REPORTING_CONTROLLER);
+            v["reportingInstance"] = json!(REPORTING_INSTANCE);
+            if let Some(Value::String(t)) = v.pointer_mut("/series/lastObservedTime") {
+                *t = micro_time(t);
             }
-            v["firstTimestamp"] = json!(at);
-            v["lastTimestamp"] = json!(at);
-            v["count"] = json!(1);
-            v["source"] = json!({ "component": "bloodraven-operator" });
         }
         _ => {}
     }
@@ -218,28 +237,31 @@ fn decode(kind: &str, obj: DynamicObject) -> Result<RawObject, StoreError> {
     v["apiVersion"] = json!(api_version);
     v["kind"] = json!(kind);
     if kind == KIND_EVENT {
-        let i = &v["involvedObject"];
+        let r = &v["regarding"];
         let involved = format!(
             "{}/{}/{}",
-            i["kind"].as_str().unwrap_or_default(),
-            i["namespace"].as_str().unwrap_or_default(),
-            i["name"].as_str().unwrap_or_default()
+            r["kind"].as_str().unwrap_or_default(),
+            r["namespace"].as_str().unwrap_or_default(),
+            r["name"].as_str().unwrap_or_default()
         );
-        let at = v["lastTimestamp"].clone();
+        let note = v["note"].clone();
         if let Some(o) = v.as_object_mut() {
             for k in [
-                "firstTimestamp",
-                "lastTimestamp",
-                "count",
-                "source",
-                "reportingComponent",
+                "regarding",
+                "related",
+                "note",
+                "action",
+                "reportingController",
                 "reportingInstance",
-                "eventTime",
+                "deprecatedSource",
+                "deprecatedFirstTimestamp",
+                "deprecatedLastTimestamp",
+                "deprecatedCount",
             ] {
                 o.remove(k);
             }
             o.insert("involvedObject".into(), json!(involved));
-            o.insert("eventTime".into(), at);
+            o.insert("message".into(), note);
         }
     }
     serde_json::from_value(v).map_err(|e| StoreError::Backend {
@@ -494,33 +516,37 @@ mod tests {
             micro_time("2026-11-30T10:00:30.12Z"),
             "2026-11-30T10:00:30.120000Z"
         );
-        assert_eq!(
-            whole_seconds("2026-11-30T10:00:30.120Z"),
-            "2026-11-30T10:00:30Z"
-        );
-        assert_eq!(
-            whole_seconds("2026-11-30T10:00:30Z"),
-            "2026-11-30T10:00:30Z"
-        );
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("abc", 10), "abc");
     }
 
     #[test]
-    fn events_round_trip_through_the_v1_shape() {
+    fn events_round_trip_through_the_events_k8s_io_shape() {
         let raw: RawObject = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
             "metadata": {"name": "g.1", "namespace": "db", "labels": {LABEL_GROUP: "g"}},
             "involvedObject": "MysqlFailoverGroup/db/g", "type": "Normal",
             "reason": "ActiveSiteBootstrapped", "message": "m",
-            "eventTime": "2026-11-30T10:00:30.500Z"
+            "eventTime": "2026-11-30T10:00:30.500Z",
+            "series": {"count": 3, "lastObservedTime": "2026-11-30T10:01:00Z"}
         }))
         .unwrap();
         let k = encode(&raw).unwrap();
         let v = serde_json::to_value(&k).unwrap();
-        assert_eq!(v["involvedObject"]["name"], "g");
-        assert_eq!(v["lastTimestamp"], "2026-11-30T10:00:30Z");
-        serde_json::from_value::<k8s_openapi::api::core::v1::Event>(v).unwrap();
+        assert_eq!(v["regarding"]["name"], "g");
+        assert_eq!(v["note"], "m");
+        assert_eq!(v["action"], "ActiveSiteBootstrapped");
+        assert_eq!(v["eventTime"], "2026-11-30T10:00:30.500000Z");
+        assert_eq!(
+            v["series"]["lastObservedTime"],
+            "2026-11-30T10:01:00.000000Z"
+        );
+        serde_json::from_value::<k8s_openapi::api::events::v1::Event>(v).unwrap();
         let back = decode(KIND_EVENT, k).unwrap();
         assert_eq!(back.body["involvedObject"], "MysqlFailoverGroup/db/g");
-        assert_eq!(back.body["eventTime"], "2026-11-30T10:00:30Z");
+        assert_eq!(back.body["message"], "m");
+        let body: bloodraven_core::resources::EventBody = back.decode().unwrap();
+        assert_eq!(body.series.unwrap().count, 3);
+        assert_eq!(body.event_time.to_rfc3339(), "2026-11-30T10:00:30.5Z");
     }
 }

@@ -11,7 +11,10 @@
 //! | [`kube_store`] | the store on a Kubernetes API server (custom resources, Leases, Events) |
 //! | [`api`] | the deploy API (TLS) and the plain endpoints |
 //! | [`server`] | TLS and plain listeners |
-//! | [`leader`] | leader election by file lock (embedded mode) |
+//! | [`leader`] | leadership (may this process act now?) and leader election by file lock (embedded mode) |
+//! | [`kube_leader`] | leader election on a Lease (Kubernetes mode), fencing a paused leader |
+//! | [`tokenreview`] | deploy tokens checked by TokenReview (Kubernetes mode), with a bounded cache |
+//! | [`secrets`] | credentials, TLS material and the topology key from files or Secrets, reloaded |
 //! | [`events`] | events on groups |
 //! | [`metrics`] | Prometheus metrics |
 //! | [`operator`] | wiring and start-up |
@@ -22,13 +25,16 @@ pub mod config;
 pub mod controller;
 pub mod events;
 pub mod group;
+pub mod kube_leader;
 pub mod kube_store;
 pub mod leader;
 pub mod lease_objects;
 pub mod local;
 pub mod metrics;
 pub mod operator;
+pub mod secrets;
 pub mod server;
+pub mod tokenreview;
 
 pub use operator::{OperatorHandle, StartError, start};
 

@@ -24,14 +24,16 @@ use tokio::sync::{RwLock, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
-use crate::auth::{KeyError, SigningKey};
+use crate::auth::{Authenticator, HmacTokens, KeyError, SigningKey};
 use crate::config::{LoadedConfig, StoreBackend};
 use crate::events::EventType;
 use crate::group::{self, GroupRuntime};
 use crate::kube_store::{KubeStore, Scope};
 use crate::lease_objects::LABEL_GROUP;
 use crate::metrics::Metrics;
+use crate::secrets::{KeyCell, SecretReader};
 use crate::server::{self, ServerError};
+use crate::tokenreview::TokenReviewer;
 
 /// The store file inside the data directory.
 pub const STORE_FILE: &str = "bloodraven.db";
@@ -51,6 +53,8 @@ pub enum StartError {
     Server(#[from] ServerError),
     #[error("cannot reach the Kubernetes API: {0}")]
     Kube(#[from] bloodraven_kube::cluster::ConnectError),
+    #[error("{0}")]
+    Setup(String),
 }
 
 /// Something that runs per group once the operator leads (the failover controller).
@@ -107,6 +111,21 @@ impl OperatorHandle {
     }
 }
 
+/// What the operator runs on: its store and, in Kubernetes mode, the API server's client.
+#[derive(Clone)]
+pub struct Platform {
+    pub store: Arc<dyn Store>,
+    pub kube: Option<kube::Client>,
+}
+
+impl std::fmt::Debug for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Platform")
+            .field("kubernetes", &self.kube.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Starts the operator with `cfg` on the store its settings name: the embedded store in its
 /// data directory, or the Kubernetes API server. `group_tasks` run per group once this process
 /// leads.
@@ -115,22 +134,24 @@ pub async fn start(
     clock: SharedClock,
     group_tasks: Vec<Arc<dyn GroupTask>>,
 ) -> Result<OperatorHandle, StartError> {
-    let store: Arc<dyn Store> = match &cfg.settings.store {
+    let platform = match &cfg.settings.store {
         StoreBackend::Embedded => {
             let data_dir = cfg.settings.data_dir.clone();
             std::fs::create_dir_all(&data_dir).map_err(|e| StoreError::Backend {
                 operation: "create the data directory",
                 detail: format!("{}: {e}", data_dir.display()),
             })?;
-            Arc::new(SqliteStore::open(
-                &data_dir.join(STORE_FILE),
-                cfg.settings.durability,
-            )?)
+            let store = SqliteStore::open(&data_dir.join(STORE_FILE), cfg.settings.durability)?;
+            Platform {
+                store: Arc::new(store),
+                kube: None,
+            }
         }
         StoreBackend::Kubernetes {
             namespace,
             kubeconfig,
             context,
+            ..
         } => {
             let options = bloodraven_kube::cluster::ClusterOptions {
                 kubeconfig: kubeconfig.clone(),
@@ -142,10 +163,13 @@ pub async fn start(
                 None => Scope::AllNamespaces,
             };
             tracing::info!(api = %cluster.endpoint, scope = ?scope, "store: Kubernetes API");
-            Arc::new(KubeStore::new(cluster.client, scope))
+            Platform {
+                store: Arc::new(KubeStore::new(cluster.client.clone(), scope)),
+                kube: Some(cluster.client),
+            }
         }
     };
-    start_with_store(cfg, store, clock, group_tasks).await
+    start_on(cfg, platform, clock, group_tasks).await
 }
 
 /// Starts the operator on a given store (tests wrap the embedded store to inject faults).
@@ -155,45 +179,128 @@ pub async fn start_with_store(
     clock: SharedClock,
     group_tasks: Vec<Arc<dyn GroupTask>>,
 ) -> Result<OperatorHandle, StartError> {
+    start_on(cfg, Platform { store, kube: None }, clock, group_tasks).await
+}
+
+/// Starts the operator on `platform`.
+pub async fn start_on(
+    cfg: LoadedConfig,
+    platform: Platform,
+    clock: SharedClock,
+    group_tasks: Vec<Arc<dyn GroupTask>>,
+) -> Result<OperatorHandle, StartError> {
     bloodraven_runtime::tls::install_crypto_provider();
     let data_dir = cfg.settings.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|e| StoreError::Backend {
         operation: "create the data directory",
         detail: format!("{}: {e}", data_dir.display()),
     })?;
-    let metrics = Metrics::new();
-    let (key, audience, acceptor) = match &cfg.settings.deploy_api {
-        Some(d) => (
-            Some(Arc::new(SigningKey::load(&d.token_key_file)?)),
-            d.audience.clone(),
-            Some(server::tls_acceptor(&d.tls_cert, &d.tls_key)?),
-        ),
-        None => (None, String::new(), None),
+    let secrets = platform.kube.clone().map(SecretReader::new);
+    let operator_namespace = match &cfg.settings.store {
+        StoreBackend::Kubernetes {
+            operator_namespace, ..
+        } => operator_namespace.clone(),
+        StoreBackend::Embedded => String::new(),
     };
-    let topology_key = if let Some(p) = &cfg.settings.topology_key_file {
-        let k = bloodraven_runtime::topology::SigningKey::load(p)?;
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    let (leadership, leader_task) = match (&cfg.settings.store, &platform.kube) {
+        (
+            StoreBackend::Kubernetes {
+                leader_election, ..
+            },
+            Some(client),
+        ) => crate::kube_leader::start(
+            client.clone(),
+            &operator_namespace,
+            leader_election.clone(),
+            crate::kube_leader::identity(),
+            clock.clone(),
+            shutdown.clone(),
+        ),
+        _ => crate::leader::start(&data_dir),
+    };
+    // Every write goes through the leadership check: a stale leader writes nothing.
+    let store: Arc<dyn Store> = Arc::new(LeaderGated {
+        inner: platform.store.clone(),
+        leadership: leadership.clone(),
+    });
+    let metrics = Metrics::new();
+    let mut reload_tls = None;
+    let (authenticator, audience, acceptor): (Option<Arc<dyn Authenticator>>, String, _) =
+        match &cfg.settings.deploy_api {
+            Some(d) => {
+                let auth: Arc<dyn Authenticator> = match (&platform.kube, &d.token_key_file) {
+                    (Some(client), _) => {
+                        tracing::info!(audience = %d.audience, "deploy tokens are checked by TokenReview");
+                        Arc::new(TokenReviewer::new(client.clone(), &d.audience))
+                    }
+                    (None, Some(key)) => Arc::new(HmacTokens {
+                        key: Arc::new(SigningKey::load(key)?),
+                        audience: d.audience.clone(),
+                        clock: clock.clone(),
+                    }),
+                    (None, None) => {
+                        return Err(StartError::Setup(
+                            "the deploy API needs tokenSigningKeyFile in embedded mode".into(),
+                        ));
+                    }
+                };
+                let (cert_pem, key_pem) =
+                    crate::secrets::tls_material(&d.tls, &operator_namespace, secrets.as_ref())
+                        .await
+                        .map_err(|e| StartError::Setup(e.to_string()))?;
+                let cert = server::ReloadableCert::new(server::certified_key(
+                    &cert_pem,
+                    &key_pem,
+                    "the deploy API certificate",
+                )?);
+                reload_tls = Some((d.tls.clone(), cert.clone()));
+                (
+                    Some(auth),
+                    d.audience.clone(),
+                    Some(server::tls_acceptor_for(cert)),
+                )
+            }
+            None => (None, String::new(), None),
+        };
+    let topology_key = if let Some(src) = &cfg.settings.topology_key {
+        let k = crate::secrets::topology_key(src, &operator_namespace, secrets.as_ref())
+            .await
+            .map_err(|e| StartError::Setup(e.to_string()))?;
         tracing::info!(key_id = %k.key_id(), "active-site views are signed");
-        Some(Arc::new(k))
+        KeyCell::new(Some(k))
     } else {
         tracing::warn!(
-            "no topologySigningKeyFile: active-site views are served unsigned, and sidecars that hold an operator public key will refuse them"
+            "no topology signing key: active-site views are served unsigned, and sidecars that hold an operator public key will refuse them"
         );
-        None
+        KeyCell::new(None)
     };
-    let (leader, leader_task) = crate::leader::start(&data_dir);
+    let reload_topology = cfg
+        .settings
+        .topology_key
+        .clone()
+        .map(|src| (src, topology_key.clone()));
     let state = AppState {
         store: store.clone(),
         clock: clock.clone(),
         metrics: metrics.clone(),
-        leader: leader.clone(),
+        leadership: leadership.clone(),
         groups: Arc::new(RwLock::new(BTreeMap::new())),
         loaded: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        key,
+        authenticator,
         audience,
         topology_key,
+        secrets: secrets.clone(),
     };
-    let (shutdown_tx, shutdown) = watch::channel(false);
     let mut tasks = Vec::new();
+    if reload_tls.is_some() || reload_topology.is_some() {
+        tasks.push(crate::secrets::spawn_reloads(
+            reload_tls,
+            reload_topology,
+            operator_namespace.clone(),
+            secrets.clone(),
+        ));
+    }
 
     let http = server::bind(cfg.settings.http_listen).await?;
     let http_addr = http.local_addr().map_err(|e| ServerError::Bind {
@@ -237,6 +344,60 @@ pub async fn start_with_store(
         tasks,
         leader_task,
     })
+}
+
+/// The store as a leader writes to it: every write first confirms leadership
+/// ([`crate::leader::Leadership::confirm`]), so an operator that lost (or may have lost) the
+/// leader Lease writes nothing. Reads pass.
+struct LeaderGated {
+    inner: Arc<dyn Store>,
+    leadership: crate::leader::Leadership,
+}
+
+impl std::fmt::Debug for LeaderGated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderGated")
+            .field("inner", &self.inner)
+            .field("leadership", &self.leadership)
+            .finish()
+    }
+}
+
+impl Store for LeaderGated {
+    fn get<'a>(
+        &'a self,
+        key: &'a bloodraven_store::ObjectKey,
+    ) -> bloodraven_store::StoreFuture<'a, Option<RawObject>> {
+        self.inner.get(key)
+    }
+
+    fn list<'a>(
+        &'a self,
+        kind: &'a str,
+        namespace: Option<&'a str>,
+    ) -> bloodraven_store::StoreFuture<'a, Vec<RawObject>> {
+        self.inner.list(kind, namespace)
+    }
+
+    fn apply(
+        &self,
+        ops: Vec<WriteOp>,
+    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<RawObject>>> {
+        if !self.leadership.confirm() {
+            return Box::pin(async {
+                Err(StoreError::Backend {
+                    operation: "write as the leader",
+                    detail: "this operator does not hold leadership now; the write was not sent"
+                        .into(),
+                })
+            });
+        }
+        self.inner.apply(ops)
+    }
+
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
+        self.inner.watch()
+    }
 }
 
 /// A group being run: its runtime and its tasks.
@@ -313,7 +474,9 @@ impl Groups {
             config,
         )
         .await
-        {
+        .inspect(|rt| {
+            rt.attach(self.state.leadership.clone(), self.state.secrets.clone());
+        }) {
             Ok(rt) => rt,
             Err(e) => {
                 tracing::warn!(group = %key.1, namespace = %key.0, error = %e, "cannot load the group; retried on its next change or re-list");
@@ -405,21 +568,53 @@ impl Groups {
     }
 }
 
-/// Once leading: (embedded mode) write the configuration into the store, load every group,
-/// then follow the store's changes; sweep expired leases every [`SWEEP_INTERVAL`].
+/// Runs a leadership term each time this process becomes the leader, until `shutdown`: a term
+/// ends when leadership is lost (its groups stop, nothing more is done until it leads again).
 async fn lead(
     cfg: LoadedConfig,
     state: AppState,
     clock: SharedClock,
     group_tasks: Vec<Arc<dyn GroupTask>>,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut leader = state.leader.clone();
-    while !*leader.borrow() {
-        if leader.changed().await.is_err() {
+    let mut leader = state.leadership.watch();
+    loop {
+        while !*leader.borrow_and_update() {
+            tokio::select! {
+                r = leader.changed() => if r.is_err() { return; },
+                _ = shutdown.changed() => if *shutdown.borrow() { return; },
+            }
+        }
+        let lost = term(
+            &cfg,
+            &state,
+            &clock,
+            &group_tasks,
+            &mut leader,
+            &mut shutdown,
+        )
+        .await;
+        state
+            .loaded
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        if !lost {
             return;
         }
+        tracing::warn!("lost leadership: every group stopped; following until leading again");
     }
+}
+
+/// One leadership term: (embedded mode) write the configuration into the store, load every
+/// group, then follow the store's changes and sweep expired leases every [`SWEEP_INTERVAL`].
+/// Returns `true` when leadership was lost, `false` on shutdown.
+async fn term(
+    cfg: &LoadedConfig,
+    state: &AppState,
+    clock: &SharedClock,
+    group_tasks: &[Arc<dyn GroupTask>],
+    leader: &mut watch::Receiver<bool>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
     // Subscribe before loading so no change between the load and the loop is missed.
     let mut watch_rx = state.store.watch();
     let embedded = cfg.settings.store == StoreBackend::Embedded;
@@ -427,7 +622,7 @@ async fn lead(
     let stored = loop {
         let loaded = async {
             if embedded {
-                sync_config(&cfg, &state, &clock).await?;
+                sync_config(cfg, state, clock).await?;
             }
             state
                 .store
@@ -439,7 +634,11 @@ async fn lead(
             Ok(all) => break all,
             Err(e) => {
                 tracing::error!(error = %e, "cannot load the groups; retrying");
-                tokio::time::sleep(delay).await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = leader.changed() => if !*leader.borrow() { return true; },
+                    _ = shutdown.changed() => if *shutdown.borrow() { return false; },
+                }
                 delay = (delay * 2).min(Duration::from_secs(10));
             }
         }
@@ -447,7 +646,7 @@ async fn lead(
     let mut groups = Groups {
         state: state.clone(),
         clock: clock.clone(),
-        tasks: group_tasks,
+        tasks: group_tasks.to_vec(),
         shutdown: shutdown.clone(),
         configured: embedded.then(|| cfg.groups.iter().map(|g| g.config.clone()).collect()),
         running: BTreeMap::new(),
@@ -479,8 +678,7 @@ async fn lead(
             }
         }
     });
-    let mut shutdown = shutdown;
-    loop {
+    let lost = loop {
         tokio::select! {
             ev = watch_rx.recv() => match ev {
                 Ok(WatchEvent::Put(obj)) if obj.kind == KIND_GROUP => groups.changed(&obj).await,
@@ -491,18 +689,22 @@ async fn lead(
                     groups.resync().await;
                 }
                 Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break false,
             },
+            _ = leader.changed() => {
+                if !*leader.borrow() { break true; }
+            }
             _ = shutdown.changed() => {
-                if *shutdown.borrow() { break; }
+                if *shutdown.borrow() { break false; }
             }
         }
-    }
+    };
     sweeper.abort();
     let keys: Vec<(String, String)> = groups.running.keys().cloned().collect();
     for key in keys {
         groups.stop(&key).await;
     }
+    lost
 }
 
 /// Embedded mode: writes the configured groups and databases into the store (keeping the

@@ -13,7 +13,7 @@ use bloodraven_core::contract::annotations::{PLANNED_FAILOVER, REVOKE_DEPLOYMENT
 use bloodraven_core::time::{Clock, Timestamp};
 use bloodraven_kube::crd::{MysqlDatabase, MysqlFailoverGroup};
 use bloodraven_operator::OperatorHandle;
-use bloodraven_operator::config::StoreBackend;
+use bloodraven_operator::config::{LeaderElection, StoreBackend};
 use bloodraven_operator::controller::ControllerTask;
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_testkit::fake_k8s::FakeK8s;
@@ -23,7 +23,7 @@ use support::{Client, GROUP, Live, Timings};
 
 const GROUPS: &str = "bloodraven.shipstream.io/v1alpha1/mysqlfailovergroups";
 const LEASES: &str = "coordination.k8s.io/v1/leases";
-const EVENTS: &str = "/v1/events";
+const EVENTS: &str = "events.k8s.io/v1/events";
 const NS: &str = "default";
 
 /// The group is Ready on `site` at `generation`, every other site replicating.
@@ -104,6 +104,16 @@ impl Cluster {
         .unwrap();
     }
 
+    /// A projected ServiceAccount token with the deploy API's audience.
+    fn token(&self, namespace: &str, sa: &str) -> String {
+        self.fake.issue_token(
+            namespace,
+            sa,
+            &["bloodraven-deploy"],
+            Duration::from_secs(3600),
+        )
+    }
+
     fn group(&self, name: &str) -> Value {
         self.fake.object(GROUPS, NS, name).unwrap()
     }
@@ -142,6 +152,8 @@ async fn operator(live: &Live, c: &Cluster) -> OperatorHandle {
     let mut cfg = live.config();
     cfg.settings.store = StoreBackend::Kubernetes {
         namespace: Some(NS.into()),
+        operator_namespace: NS.into(),
+        leader_election: LeaderElection::default(),
         kubeconfig: Some(kubeconfig(live.dir.path(), &c.fake.url)),
         context: None,
     };
@@ -183,7 +195,7 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     // Grant and renew: the leases are Lease objects owned by the group, labelled as deploy
     // leases, with MicroTime timestamps (the fake refuses anything else).
     let api = Client::new(&live.ca, op.https_addr.unwrap());
-    let bearer = live.token();
+    let bearer = c.token("ci", "deployer");
     let m = api
         .grant(&bearer, "migration", "op-1", "counter-app", 60)
         .await;
@@ -301,8 +313,13 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     ] {
         assert!(reasons.contains(&want), "no {want} event in {reasons:?}");
     }
-    assert!(events.iter().all(|e| e["involvedObject"]["name"] == GROUP));
-    let seen_at = Timestamp::parse_rfc3339(events[0]["lastTimestamp"].as_str().unwrap());
+    assert!(events.iter().all(|e| e["regarding"]["name"] == GROUP));
+    assert!(
+        events
+            .iter()
+            .all(|e| e["reportingController"] == "bloodraven.shipstream.io/operator")
+    );
+    let seen_at = Timestamp::parse_rfc3339(events[0]["eventTime"].as_str().unwrap());
     assert!(seen_at.is_ok());
     op.stop().await;
 }
@@ -319,11 +336,16 @@ async fn groups_come_and_go_while_the_operator_runs() {
     c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
         .await;
     let api = Client::new(&live.ca, op.https_addr.unwrap());
+    let bearer = c.token("ci", "deployer");
     let m = api
-        .grant(&live.token(), "migration", "op-1", "counter-app", 60)
+        .grant(&bearer, "migration", "op-1", "counter-app", 60)
         .await;
     assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    assert!(!c.fake.objects(LEASES, NS).is_empty());
+    assert!(
+        c.fake.objects(LEASES, NS).iter().any(
+            |l| l["metadata"]["labels"]["bloodraven.shipstream.io/deploy-lease"] == "migration"
+        )
+    );
     let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(c.client.clone(), NS);
     groups
         .delete(GROUP, &kube::api::DeleteParams::default())
@@ -339,11 +361,88 @@ async fn groups_come_and_go_while_the_operator_runs() {
         op.group(GROUP).await.is_none(),
         "the deleted group still runs"
     );
-    assert!(
-        c.fake.objects(LEASES, NS).is_empty(),
-        "its leases went with it"
-    );
-    let gone = api.observe(&live.token(), GROUP).await;
+    let deploy_leases = |c: &Cluster| -> Vec<Value> {
+        c.fake
+            .objects(LEASES, NS)
+            .into_iter()
+            .filter(|l| {
+                l["metadata"]["labels"]["bloodraven.shipstream.io/deploy-lease"].is_string()
+            })
+            .collect()
+    };
+    let left = deploy_leases(&c);
+    assert!(left.is_empty(), "its leases went with it: {left:#?}");
+    let gone = api.observe(&bearer, GROUP).await;
     assert_eq!(gone.status, StatusCode::FORBIDDEN, "{}", gone.text);
+    op.stop().await;
+}
+
+/// Deploy tokens are projected ServiceAccount tokens checked by TokenReview with the
+/// `bloodraven-deploy` audience: the API server's default audience, an expired token, an
+/// unknown one are `401`; a service account the database does not list is `403`; a review that
+/// cannot be made is `503`. Positive answers are cached (one review for repeated calls), so a
+/// revoked token keeps working until its cache entry ages out (60 s; the bound and the age
+/// limit are unit-tested in `tokenreview`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deploy_tokens_are_checked_by_token_review() {
+    let live = Live::start(Timings::default()).await;
+    let c = cluster().await;
+    c.apply(&live, GROUP).await;
+    let op = operator(&live, &c).await;
+    let api = Client::new(&live.ca, op.https_addr.unwrap());
+    let hour = Duration::from_secs(3600);
+    let default_audience =
+        c.fake
+            .issue_token("ci", "deployer", &["https://kubernetes.default.svc"], hour);
+    let expired = c
+        .fake
+        .issue_token("ci", "deployer", &["bloodraven-deploy"], Duration::ZERO);
+    let stranger = c.token("ci", "stranger");
+    let good = c.token("ci", "deployer");
+    // (token, status, what the answer says)
+    let cases = [
+        (
+            default_audience.as_str(),
+            StatusCode::UNAUTHORIZED,
+            "audience",
+        ),
+        (expired.as_str(), StatusCode::UNAUTHORIZED, "expired"),
+        (
+            "not-a-token-anyone-issued",
+            StatusCode::UNAUTHORIZED,
+            "invalid bearer token",
+        ),
+        (
+            stranger.as_str(),
+            StatusCode::FORBIDDEN,
+            "may not coordinate",
+        ),
+        (good.as_str(), StatusCode::OK, "stable"),
+    ];
+    for (token, status, says) in cases {
+        let r = api.observe(token, GROUP).await;
+        assert_eq!(r.status, status, "{}", r.text);
+        assert!(r.text.contains(says), "{says}: {}", r.text);
+        assert!(!r.text.contains(token), "the answer never echoes the token");
+    }
+    // Cached: more calls with the good token ask no more reviews; a revoked token still works
+    // within the cache's age limit.
+    let reviews = c.fake.token_reviews();
+    c.fake.revoke_token(&good);
+    for _ in 0..3 {
+        assert_eq!(api.observe(&good, GROUP).await.status, StatusCode::OK);
+    }
+    assert_eq!(c.fake.token_reviews(), reviews);
+    // No negative cache: a refused token is asked about every time.
+    for _ in 0..2 {
+        let r = api.observe("not-a-token-anyone-issued", GROUP).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(c.fake.token_reviews(), reviews + 2);
+    // A review that cannot be made is 503, not 401.
+    let fresh = c.token("ci", "deployer");
+    c.fake.fail_next_write(503);
+    let r = api.observe(&fresh, GROUP).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
     op.stop().await;
 }

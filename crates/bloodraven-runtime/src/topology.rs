@@ -155,12 +155,18 @@ impl SigningKey {
     /// ed25519`).
     pub fn load(path: &Path) -> Result<SigningKey, KeyError> {
         let text = std::fs::read_to_string(path).map_err(io_err(path))?;
-        let der = unpem(&text, "PRIVATE KEY").map_err(|detail| KeyError::Format {
-            path: path.to_path_buf(),
+        SigningKey::from_pem(&text, path)
+    }
+
+    /// Reads a private key from PEM text; `origin` names where it came from in errors (a file,
+    /// or a Secret as `secret/NAMESPACE/NAME`).
+    pub fn from_pem(text: &str, origin: &Path) -> Result<SigningKey, KeyError> {
+        let der = unpem(text, "PRIVATE KEY").map_err(|detail| KeyError::Format {
+            path: origin.to_path_buf(),
             what: "private key",
             detail,
         })?;
-        SigningKey::from_pkcs8(&der, path)
+        SigningKey::from_pkcs8(&der, origin)
     }
 
     pub fn key_id(&self) -> &str {

@@ -135,6 +135,25 @@ impl SqliteStore {
         &self.inner.path
     }
 
+    /// Empties the change log: every watcher misses what it had not yet seen and is told to
+    /// re-list ([`WatchEvent::Resync`]), as after an API server's compaction. The objects
+    /// stay; only the history of their changes goes.
+    pub async fn compact_change_log(&self) -> Result<(), StoreError> {
+        let inner = self.inner.clone();
+        blocking(move || {
+            let conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            // A version with no change row: watchers behind it see a gap, whatever they had
+            // already read.
+            conn.execute_batch(
+                "BEGIN IMMEDIATE; DELETE FROM changes; UPDATE meta SET value = value + 1 WHERE key='rv'; COMMIT;",
+            )
+            .map_err(backend("compact the change log"))
+        })
+        .await?;
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
     /// The store-wide resource version of the newest write.
     pub async fn resource_version(&self) -> Result<i64, StoreError> {
         let inner = self.inner.clone();
@@ -345,8 +364,9 @@ fn apply_op(tx: &Connection, op: WriteOp) -> Result<Option<RawObject>, StoreErro
     }
 }
 
-/// Change rows `(rv, op, data)` after a position, and the oldest rv still in the log.
-type ChangeBatch = (Vec<(i64, String, String)>, i64);
+/// Change rows `(rv, op, data)` after a position, the oldest rv still in the log, and the
+/// store's current rv.
+type ChangeBatch = (Vec<(i64, String, String)>, i64, i64);
 
 /// Feeds watchers from the change log: after local writes (woken) and every 100 ms (writes by
 /// other processes). Ends when the store is dropped.
@@ -381,16 +401,23 @@ async fn poll_changes(weak: Weak<Inner>) {
             let rows = stmt
                 .query_map(params![since], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok((rows, oldest.unwrap_or(0)))
+            let current: i64 =
+                conn.query_row("SELECT value FROM meta WHERE key='rv'", [], |r| r.get(0))?;
+            Ok((rows, oldest.unwrap_or(0), current))
         })
         .await;
-        let Ok(Ok((rows, oldest))) = rows else {
+        let Ok(Ok((rows, oldest, current))) = rows else {
             continue;
         };
-        if since > 0 && oldest > since + 1 {
-            let _ = inner.events.send(WatchEvent::Resync);
-        }
         let mut last = since;
+        // Changes after our position are gone from the log (compacted): watchers re-list.
+        let gap = (oldest > since + 1) || (oldest == 0 && rows.is_empty() && current > since);
+        if gap {
+            let _ = inner.events.send(WatchEvent::Resync);
+            if rows.is_empty() {
+                last = current;
+            }
+        }
         for (rv, op, data) in rows {
             last = rv;
             let Ok(obj) = decode_row(&data) else { continue };

@@ -130,12 +130,19 @@ pub fn run_token(args: TokenArgs) -> i32 {
                 (Some(k), _) => (k, None),
                 (None, Some(c)) => match config::load(&c) {
                     Ok(cfg) => {
-                        if let Some(d) = cfg.settings.deploy_api {
-                            (d.token_key_file, Some(d.audience))
-                        } else {
+                        let Some(d) = cfg.settings.deploy_api else {
                             eprintln!("error: --config: {} has deployAPI disabled", c.display());
                             return exit::USAGE;
-                        }
+                        };
+                        let Some(k) = d.token_key_file else {
+                            eprintln!(
+                                "error: --config: {} uses the kubernetes backend: deploy tokens are projected ServiceAccount tokens (audience {}), not issued by bloodraven",
+                                c.display(),
+                                d.audience
+                            );
+                            return exit::USAGE;
+                        };
+                        (k, Some(d.audience))
                     }
                     Err(e) => {
                         eprintln!("error: {e}");

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::{AppState, error_body, error_response, json_response};
-use crate::auth::{Identity, verify};
+use crate::auth::{AuthError, Identity};
 use crate::group::{GroupRuntime, LeaseRef, RequestError};
 use crate::metrics::{Handler, HandlerCode};
 
@@ -154,7 +154,7 @@ async fn not_found(State(state): State<AppState>) -> Response {
 /// The checks every deploy API request passes first, in the contract's order: a follower
 /// answers `503` before anything else, then `405` for a method the path does not take, then
 /// authentication.
-fn admit(
+async fn admit(
     state: &AppState,
     method: &Method,
     allowed: &[Method],
@@ -167,12 +167,14 @@ fn admit(
     if !allowed.contains(method) {
         return Err(method_not_allowed(allow_header));
     }
-    authenticate(state, headers)
+    authenticate(state, headers).await
 }
 
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity, Response> {
-    let Some(key) = &state.key else {
-        return Err(unavailable("the deploy API has no token key configured"));
+async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity, Response> {
+    let Some(auth) = &state.authenticator else {
+        return Err(unavailable(
+            "the deploy API has no way to check tokens configured",
+        ));
     };
     let token = headers
         .get(header::AUTHORIZATION)
@@ -183,7 +185,11 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity, Respo
         })
         .map(str::trim)
         .unwrap_or_default();
-    verify(key, &state.audience, token, state.clock.now()).map_err(|e| unauthorized(&e.to_string()))
+    match auth.authenticate(token).await {
+        Ok(id) => Ok(id),
+        Err(e @ AuthError::Unavailable(_)) => Err(unavailable(&e.to_string())),
+        Err(e) => Err(unauthorized(&e.to_string())),
+    }
 }
 
 /// Finds the group this identity may coordinate and the databases (lease instances) it may
@@ -384,7 +390,7 @@ async fn observe(
         ..Log::default()
     };
     let r = async {
-        let id = match admit(&state, &method, &[Method::GET], "GET", &headers) {
+        let id = match admit(&state, &method, &[Method::GET], "GET", &headers).await {
             Ok(id) => id,
             Err(r) => return r,
         };
@@ -413,7 +419,7 @@ async fn leases(
         ..Log::default()
     };
     let r = async {
-        let id = match admit(&state, &method, &[Method::POST], "POST", &headers) {
+        let id = match admit(&state, &method, &[Method::POST], "POST", &headers).await {
             Ok(id) => id,
             Err(r) => return r,
         };
@@ -517,7 +523,9 @@ async fn lease(
             &[Method::PUT, Method::DELETE],
             "PUT, DELETE",
             &headers,
-        ) {
+        )
+        .await
+        {
             Ok(id) => id,
             Err(r) => return r,
         };

@@ -9,9 +9,8 @@ use axum::response::{IntoResponse, Response};
 use bloodraven_core::wire::deploy::ErrorBody;
 use bloodraven_runtime::clock::SharedClock;
 use bloodraven_store::Store;
-use tokio::sync::{RwLock, watch};
+use tokio::sync::RwLock;
 
-use crate::auth::SigningKey;
 use crate::group::GroupRuntime;
 use crate::metrics::Metrics;
 
@@ -24,17 +23,20 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub clock: SharedClock,
     pub metrics: Metrics,
-    /// `true` while this process is the leader.
-    pub leader: watch::Receiver<bool>,
+    /// Whether this process leads (and may act now).
+    pub leadership: crate::leader::Leadership,
     /// Groups by name; filled once this process leads.
     pub groups: Arc<RwLock<BTreeMap<String, Arc<GroupRuntime>>>>,
     /// Set once the leader has loaded every group it found (there may be none).
     pub loaded: Arc<std::sync::atomic::AtomicBool>,
-    /// The deploy API's token key and audience (when the API is enabled).
-    pub key: Option<Arc<SigningKey>>,
+    /// Checks the deploy API's bearer tokens (when the API is enabled): the operator's own
+    /// HMAC tokens, or TokenReview in Kubernetes mode.
+    pub authenticator: Option<Arc<dyn crate::auth::Authenticator>>,
     pub audience: String,
-    /// Signs every active-site view served (when configured).
-    pub topology_key: Option<Arc<bloodraven_runtime::topology::SigningKey>>,
+    /// Signs every active-site view served (when configured); reloaded when it changes.
+    pub topology_key: crate::secrets::KeyCell,
+    /// Kubernetes mode: reads Secrets (MySQL credentials).
+    pub secrets: Option<crate::secrets::SecretReader>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -45,7 +47,7 @@ impl std::fmt::Debug for AppState {
 
 impl AppState {
     pub fn is_leader(&self) -> bool {
-        *self.leader.borrow()
+        self.leadership.is_leader()
     }
 
     /// Leading, with every group loaded.

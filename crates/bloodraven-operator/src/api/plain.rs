@@ -97,7 +97,7 @@ async fn active_site(
     view.namespace.clone_from(&rt.namespace);
     view.lease_timeout_seconds = Some(rt.config.lease_timeout.as_secs());
     view.peer_check_interval_seconds = Some(rt.config.peer_check_interval.as_secs());
-    if let Some(k) = &state.topology_key {
+    if let Some(k) = state.topology_key.get() {
         k.sign(&mut view);
     }
     json_response(StatusCode::OK, &view)

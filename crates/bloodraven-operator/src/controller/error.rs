@@ -6,6 +6,9 @@ use bloodraven_store::StoreError;
 /// A step of the controller failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
+    /// This operator does not lead now, or its leadership is not fresh: it touches nothing.
+    #[error("this operator does not hold leadership now; nothing was done")]
+    NotLeader,
     #[error("no MySQL client for site {site}: {reason}")]
     NoClient { site: String, reason: String },
     #[error("the replication account is not usable: {0}")]
@@ -55,6 +58,7 @@ impl ControllerError {
     /// The step that failed, for logs and events.
     pub fn step(&self) -> &'static str {
         match self {
+            ControllerError::NotLeader => "leadership",
             ControllerError::NoClient { .. } => "client",
             ControllerError::ReplicationCredentials(_) => "replication-credentials",
             ControllerError::Persist { .. } => "persist",

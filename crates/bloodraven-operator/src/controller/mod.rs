@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::config::{CredentialsRef, SiteConfig};
+use bloodraven_core::config::SiteConfig;
 use bloodraven_core::controller::{self, DecideInput, ReplicaView, SiteTracker, SiteView};
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::status::{GroupStatus, SidecarTimings, SiteState};
@@ -112,17 +112,14 @@ pub struct Controller {
     /// Alerts raised and not yet cleared (each is evented once when it starts).
     raised: BTreeSet<String>,
     http: reqwest::Client,
+    timeouts: Timeouts,
+    /// The credentials each site's client was built with (to rebuild it when they change).
+    creds: Vec<Option<Credentials>>,
+    creds_read: Option<Instant>,
 }
 
-fn load_credentials(r: &CredentialsRef) -> Result<Credentials, String> {
-    match (&r.file, &r.secret_name) {
-        (Some(f), _) => Credentials::load(std::path::Path::new(f)).map_err(|e| e.to_string()),
-        (None, Some(s)) => Err(format!(
-            "credentials from Secret {s:?} need the Kubernetes back-end; use a file in embedded mode"
-        )),
-        (None, None) => Err("no credentials configured".into()),
-    }
-}
+/// How often credentials are read again (a rotated Secret or file takes effect).
+const CREDENTIALS_EVERY: Duration = crate::secrets::RELOAD_EVERY;
 
 impl Controller {
     pub fn new(rt: Arc<GroupRuntime>) -> Controller {
@@ -137,14 +134,7 @@ impl Controller {
             .iter()
             .map(|s| Site {
                 cfg: s.clone(),
-                client: load_credentials(&s.credentials).map(|creds| {
-                    SiteClient::new(
-                        s.name.clone(),
-                        Endpoint::tcp(s.mysql_host.clone(), s.mysql_port),
-                        creds,
-                        timeouts,
-                    )
-                }),
+                client: Err("credentials not read yet".into()),
                 tracker: SiteTracker::default(),
                 probe: None,
                 answered: false,
@@ -154,16 +144,8 @@ impl Controller {
                 repointed: None,
             })
             .collect();
-        for s in &sites {
-            if let Err(e) = &s.client {
-                tracing::error!(group = %cfg.name, site = %s.cfg.name, error = %e, "cannot load the site's MySQL credentials; the site will be reported unreachable");
-            }
-        }
-        let replication = cfg
-            .replication_credentials
-            .as_ref()
-            .ok_or_else(|| "spec.replication.credentials is not configured".to_string())
-            .and_then(load_credentials);
+        let creds = vec![None; sites.len()];
+        let replication = Err("credentials not read yet".to_string());
         let http =
             bloodraven_runtime::tls::http_client(None, Duration::from_secs(1)).unwrap_or_default();
         Controller {
@@ -173,6 +155,58 @@ impl Controller {
             last_reassertion: None,
             raised: BTreeSet::new(),
             http,
+            timeouts,
+            creds,
+            creds_read: None,
+        }
+    }
+
+    /// Reads every site's credentials (a file, or a Secret in the group's namespace) every
+    /// [`CREDENTIALS_EVERY`], rebuilding a site's client when its credentials changed. A read
+    /// that fails keeps the client it had (and says so); a site never read stays unusable.
+    async fn refresh_credentials(&mut self) {
+        if self
+            .creds_read
+            .is_some_and(|t| t.elapsed() < CREDENTIALS_EVERY)
+        {
+            return;
+        }
+        self.creds_read = Some(Instant::now());
+        let secrets = self.rt.secrets();
+        let namespace = self.rt.namespace.clone();
+        for (i, s) in self.sites.iter_mut().enumerate() {
+            match crate::secrets::credentials(&s.cfg.credentials, &namespace, secrets.as_ref())
+                .await
+            {
+                Ok(c) if self.creds[i].as_ref() != Some(&c) => {
+                    if self.creds[i].is_some() {
+                        tracing::info!(group = %self.rt.name, site = %s.cfg.name, "the site's MySQL credentials changed; using the new ones");
+                    }
+                    s.client = Ok(SiteClient::new(
+                        s.cfg.name.clone(),
+                        Endpoint::tcp(s.cfg.mysql_host.clone(), s.cfg.mysql_port),
+                        c.clone(),
+                        self.timeouts,
+                    ));
+                    self.creds[i] = Some(c);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(group = %self.rt.name, site = %s.cfg.name, error = %e, "cannot read the site's MySQL credentials");
+                    if self.creds[i].is_none() {
+                        s.client = Err(e.to_string());
+                    }
+                }
+            }
+        }
+        let replication = match &self.rt.config.replication_credentials {
+            None => Err("spec.replication.credentials is not configured".to_string()),
+            Some(r) => crate::secrets::credentials(r, &namespace, secrets.as_ref())
+                .await
+                .map_err(|e| e.to_string()),
+        };
+        if replication.is_ok() || self.replication.is_err() {
+            self.replication = replication;
         }
     }
 
@@ -206,7 +240,14 @@ impl Controller {
         self.sites.iter_mut().find(|s| s.cfg.name == name)
     }
 
+    /// The client of `name` for a side effect (fence, unfence, kill, promote, re-point): only
+    /// while this operator may act — it leads and its leadership is fresh (see
+    /// `crate::leader::Leadership::confirm`). A leader paused past its renew deadline gets
+    /// [`ControllerError::NotLeader`] here, before it touches a server.
     fn client(&self, name: &str) -> Result<SiteClient, ControllerError> {
+        if !self.rt.may_act() {
+            return Err(ControllerError::NotLeader);
+        }
         match self.site(name) {
             Some(s) => s.client().cloned(),
             None => Err(ControllerError::NoClient {
@@ -272,6 +313,7 @@ impl Controller {
     /// One poll: gather, advance a planned failover, decide, act, persist.
     pub async fn poll(&mut self) {
         let started = Instant::now();
+        self.refresh_credentials().await;
         self.gather().await;
         self.metrics()
             .poll_duration

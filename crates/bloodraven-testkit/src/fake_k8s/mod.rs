@@ -73,9 +73,31 @@ pub struct Seen {
     pub method: Method,
     pub path: String,
     pub query: String,
+    /// The bearer token the client sent (a client's identity, in tests that run several).
+    pub bearer: Option<String>,
 }
 
 impl Seen {
+    /// A request that changes something (create, replace, delete).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.method,
+            Method::POST | Method::PUT | Method::DELETE | Method::PATCH
+        )
+    }
+}
+
+/// A ServiceAccount token the fake's TokenReview knows.
+#[derive(Clone, Debug)]
+struct IssuedToken {
+    namespace: String,
+    service_account: String,
+    audiences: Vec<String>,
+    expires: tokio::time::Instant,
+}
+
+impl Seen {
+    /// A `dryRun=All` request.
     pub fn is_dry_run(&self) -> bool {
         self.query.contains("dryRun=All")
     }
@@ -175,6 +197,8 @@ struct State {
     drop_next_write: bool,
     fail_next_write: Option<u16>,
     reject_dry_run: Option<(u16, String, String)>,
+    tokens: BTreeMap<String, IssuedToken>,
+    token_reviews: usize,
 }
 
 /// The opaque text of a version (see the module docs).
@@ -188,6 +212,7 @@ fn rv_counter(text: &str) -> Option<u64> {
 
 const DEPLOYMENTS: &str = "apps/v1/deployments";
 const LEASES: &str = "coordination.k8s.io/v1/leases";
+const EVENTS: &str = "events.k8s.io/v1/events";
 
 impl State {
     fn next_rv(&mut self) -> String {
@@ -341,6 +366,7 @@ impl FakeK8s {
             (DEPLOYMENTS, "apps/v1", "Deployment", true, true),
             (LEASES, "coordination.k8s.io/v1", "Lease", false, false),
             ("/v1/events", "v1", "Event", false, false),
+            (EVENTS, "events.k8s.io/v1", "Event", false, false),
             ("/v1/secrets", "v1", "Secret", false, false),
         ] {
             st.kinds.insert(
@@ -579,6 +605,44 @@ impl FakeK8s {
         });
     }
 
+    /// Issues a projected ServiceAccount token for `namespace:service_account` with these
+    /// audiences, valid for `ttl`; the fake's TokenReview answers for it.
+    pub fn issue_token(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        audiences: &[&str],
+        ttl: Duration,
+    ) -> String {
+        let mut st = self.lock();
+        st.uids += 1;
+        let token = format!(
+            "fake-sa-token-{}-{:08x}",
+            st.uids,
+            st.counter.wrapping_mul(2_654_435_761) & 0xffff_ffff
+        );
+        st.tokens.insert(
+            token.clone(),
+            IssuedToken {
+                namespace: namespace.into(),
+                service_account: service_account.into(),
+                audiences: audiences.iter().map(|a| (*a).to_string()).collect(),
+                expires: tokio::time::Instant::now() + ttl,
+            },
+        );
+        token
+    }
+
+    /// Forgets a token, as when its Pod or ServiceAccount is deleted.
+    pub fn revoke_token(&self, token: &str) {
+        self.lock().tokens.remove(token);
+    }
+
+    /// How many token reviews were asked for.
+    pub fn token_reviews(&self) -> usize {
+        self.lock().token_reviews
+    }
+
     /// Every request that reached the server, in order.
     pub fn seen(&self) -> Vec<Seen> {
         self.lock().seen.clone()
@@ -664,6 +728,12 @@ async fn handle(
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
+    let bearer = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => Bytes::new(),
@@ -674,6 +744,7 @@ async fn handle(
             method: method.clone(),
             path: path.clone(),
             query: query.clone(),
+            bearer,
         });
         (route(&mut st, &method, &path, &query, &body), state.clone())
     };
@@ -762,7 +833,79 @@ fn parse_path(path: &str) -> Option<Target<'_>> {
     })
 }
 
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews`: authenticated when the token was issued
+/// by [`FakeK8s::issue_token`], has not expired nor been revoked, and shares an audience with
+/// the review (which answers with the shared audiences, as the API server does).
+fn token_review(st: &mut State, body: &[u8]) -> Reply {
+    st.token_reviews += 1;
+    if let Some(code) = st.fail_next_write.take() {
+        return status(
+            code,
+            "ServiceUnavailable",
+            "the fake was told to fail this request",
+        );
+    }
+    let Ok(review) = serde_json::from_slice::<Value>(body) else {
+        return status(400, "BadRequest", "body is not JSON");
+    };
+    let token = review
+        .pointer("/spec/token")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let wanted: Vec<String> = review
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let refuse = |why: &str| {
+        Reply::Json(
+            201,
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                   "spec": {"audiences": wanted}, "status": {"authenticated": false, "error": why}}),
+        )
+    };
+    let Some(t) = st.tokens.get(token).cloned() else {
+        return refuse("invalid bearer token");
+    };
+    if tokio::time::Instant::now() >= t.expires {
+        return refuse("invalid bearer token, token has expired");
+    }
+    // Without audiences in the review, the API server's own audience is assumed.
+    let wanted_or_default = if wanted.is_empty() {
+        vec!["https://kubernetes.default.svc".to_owned()]
+    } else {
+        wanted.clone()
+    };
+    let shared: Vec<String> = t
+        .audiences
+        .iter()
+        .filter(|a| wanted_or_default.contains(a))
+        .cloned()
+        .collect();
+    if shared.is_empty() {
+        return refuse(
+            "invalid bearer token, token audiences [..] is invalid for the target audiences",
+        );
+    }
+    Reply::Json(
+        201,
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+               "spec": {"audiences": wanted},
+               "status": {"authenticated": true, "audiences": shared,
+                          "user": {"username": format!("system:serviceaccount:{}:{}", t.namespace, t.service_account),
+                                   "groups": ["system:serviceaccounts"]}}}),
+    )
+}
+
 fn route(st: &mut State, method: &Method, path: &str, query: &str, body: &[u8]) -> Reply {
+    if path == "/apis/authentication.k8s.io/v1/tokenreviews" && *method == Method::POST {
+        return token_review(st, body);
+    }
     if path == "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" && *method == Method::POST
     {
         let Ok(crd) = serde_json::from_slice::<Value>(body) else {

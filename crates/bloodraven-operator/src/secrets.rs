@@ -1,0 +1,315 @@
+//! Secret material — MySQL credentials, the deploy API's TLS certificate, the topology signing
+//! key — read from files (embedded mode) or from Kubernetes Secrets, and read again every
+//! [`RELOAD_EVERY`] so a rotated Secret or file takes effect without a restart.
+//!
+//! Nothing here logs or formats a secret: errors name the Secret (namespace, name, key) or the
+//! file, never what they hold.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use bloodraven_core::config::CredentialsRef;
+use bloodraven_mysql::Credentials;
+use bloodraven_runtime::topology::SigningKey;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+
+use crate::config::{KeySource, TlsSource};
+use crate::server::{ReloadableCert, certified_key};
+
+/// How often secret material is read again.
+pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
+
+/// The key of the topology signing key in its Secret.
+pub const TOPOLOGY_KEY: &str = "topology.key";
+
+/// A secret could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("cannot read Secret {namespace}/{name}: {detail}")]
+    Read {
+        namespace: String,
+        name: String,
+        detail: String,
+    },
+    #[error("Secret {namespace}/{name} has no key {key:?}")]
+    MissingKey {
+        namespace: String,
+        name: String,
+        key: String,
+    },
+    #[error("Secrets need the Kubernetes back-end (Secret {name:?}); use a file in embedded mode")]
+    NoCluster { name: String },
+    #[error("{what} {path}: {detail}")]
+    File {
+        what: &'static str,
+        path: String,
+        detail: String,
+    },
+}
+
+/// Reads Secrets through the API server.
+#[derive(Clone)]
+pub struct SecretReader {
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for SecretReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretReader").finish_non_exhaustive()
+    }
+}
+
+impl SecretReader {
+    pub fn new(client: kube::Client) -> Self {
+        SecretReader { client }
+    }
+
+    /// The Secret's data, key by key.
+    pub async fn read(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<BTreeMap<String, Vec<u8>>, SecretError> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let s = api.get(name).await.map_err(|e| SecretError::Read {
+            namespace: namespace.into(),
+            name: name.into(),
+            detail: e.to_string(),
+        })?;
+        Ok(s.data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect())
+    }
+
+    async fn key(&self, namespace: &str, name: &str, key: &str) -> Result<Vec<u8>, SecretError> {
+        let mut data = self.read(namespace, name).await?;
+        data.remove(key).ok_or_else(|| SecretError::MissingKey {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+        })
+    }
+}
+
+fn utf8(bytes: Vec<u8>, namespace: &str, name: &str, key: &str) -> Result<String, SecretError> {
+    String::from_utf8(bytes).map_err(|_| SecretError::Read {
+        namespace: namespace.into(),
+        name: name.into(),
+        detail: format!("key {key:?} is not UTF-8 text"),
+    })
+}
+
+/// A site's (or the replication account's) credentials: a file with `username=` and
+/// `password=` lines, or a Secret in the group's `namespace` with keys `username` and
+/// `password`.
+pub async fn credentials(
+    r: &CredentialsRef,
+    namespace: &str,
+    secrets: Option<&SecretReader>,
+) -> Result<Credentials, SecretError> {
+    match (&r.file, &r.secret_name) {
+        (Some(f), _) => Credentials::load(Path::new(f)).map_err(|e| SecretError::File {
+            what: "credentials file",
+            path: f.clone(),
+            detail: e.to_string(),
+        }),
+        (None, Some(name)) => {
+            let Some(reader) = secrets else {
+                return Err(SecretError::NoCluster { name: name.clone() });
+            };
+            let mut data = reader.read(namespace, name).await?;
+            let mut take = |key: &str| {
+                data.remove(key)
+                    .ok_or_else(|| SecretError::MissingKey {
+                        namespace: namespace.into(),
+                        name: name.clone(),
+                        key: key.into(),
+                    })
+                    .and_then(|v| utf8(v, namespace, name, key))
+            };
+            let user = take("username")?;
+            let password = take("password")?;
+            Ok(Credentials::new(user, password))
+        }
+        (None, None) => Err(SecretError::File {
+            what: "credentials",
+            path: String::new(),
+            detail: "none configured".into(),
+        }),
+    }
+}
+
+/// The deploy API's certificate chain and key, as PEM bytes.
+pub async fn tls_material(
+    src: &TlsSource,
+    namespace: &str,
+    secrets: Option<&SecretReader>,
+) -> Result<(Vec<u8>, Vec<u8>), SecretError> {
+    match src {
+        TlsSource::Files { cert, key } => {
+            let read = |p: &PathBuf| {
+                std::fs::read(p).map_err(|e| SecretError::File {
+                    what: "TLS file",
+                    path: p.display().to_string(),
+                    detail: e.to_string(),
+                })
+            };
+            Ok((read(cert)?, read(key)?))
+        }
+        TlsSource::Secret { name } => {
+            let reader = secrets.ok_or_else(|| SecretError::NoCluster { name: name.clone() })?;
+            let mut data = reader.read(namespace, name).await?;
+            let mut take = |key: &str| {
+                data.remove(key).ok_or_else(|| SecretError::MissingKey {
+                    namespace: namespace.into(),
+                    name: name.clone(),
+                    key: key.into(),
+                })
+            };
+            Ok((take("tls.crt")?, take("tls.key")?))
+        }
+    }
+}
+
+/// The topology signing key.
+pub async fn topology_key(
+    src: &KeySource,
+    namespace: &str,
+    secrets: Option<&SecretReader>,
+) -> Result<SigningKey, SecretError> {
+    let (text, origin) = match src {
+        KeySource::File(p) => (
+            std::fs::read_to_string(p).map_err(|e| SecretError::File {
+                what: "topology signing key",
+                path: p.display().to_string(),
+                detail: e.to_string(),
+            })?,
+            p.clone(),
+        ),
+        KeySource::Secret { name } => {
+            let reader = secrets.ok_or_else(|| SecretError::NoCluster { name: name.clone() })?;
+            let bytes = reader.key(namespace, name, TOPOLOGY_KEY).await?;
+            (
+                utf8(bytes, namespace, name, TOPOLOGY_KEY)?,
+                PathBuf::from(format!("secret/{namespace}/{name}")),
+            )
+        }
+    };
+    SigningKey::from_pem(&text, &origin).map_err(|e| SecretError::File {
+        what: "topology signing key",
+        path: origin.display().to_string(),
+        detail: e.to_string(),
+    })
+}
+
+/// The current topology signing key, swappable while the operator runs.
+#[derive(Clone, Debug, Default)]
+pub struct KeyCell(Arc<RwLock<Option<Arc<SigningKey>>>>);
+
+impl KeyCell {
+    pub fn new(key: Option<SigningKey>) -> Self {
+        KeyCell(Arc::new(RwLock::new(key.map(Arc::new))))
+    }
+
+    pub fn get(&self) -> Option<Arc<SigningKey>> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, key: SigningKey) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(key));
+    }
+}
+
+/// Reads the TLS material and the topology key again every [`RELOAD_EVERY`], swapping in
+/// what changed. A read that fails keeps the current material (and says so).
+pub fn spawn_reloads(
+    tls: Option<(TlsSource, Arc<ReloadableCert>)>,
+    topology: Option<(KeySource, KeyCell)>,
+    namespace: String,
+    secrets: Option<SecretReader>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last_tls: Option<(Vec<u8>, Vec<u8>)> = None;
+        let mut last_key: Option<String> = topology
+            .as_ref()
+            .and_then(|(_, cell)| cell.get().map(|k| k.key_id().to_string()));
+        let mut tick = tokio::time::interval(RELOAD_EVERY);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if let Some((src, cert)) = &tls {
+                match tls_material(src, &namespace, secrets.as_ref()).await {
+                    Ok(m) if last_tls.as_ref() != Some(&m) => {
+                        match certified_key(&m.0, &m.1, "the deploy API certificate") {
+                            Ok(ck) => {
+                                if last_tls.is_some() {
+                                    tracing::info!(
+                                        "the deploy API's TLS certificate changed; serving the new one"
+                                    );
+                                }
+                                cert.replace(ck);
+                                last_tls = Some(m);
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "the deploy API's new TLS material does not load; keeping the current certificate");
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read the deploy API's TLS material; keeping the current certificate");
+                    }
+                }
+            }
+            if let Some((src, cell)) = &topology {
+                match topology_key(src, &namespace, secrets.as_ref()).await {
+                    Ok(k) if last_key.as_deref() != Some(k.key_id()) => {
+                        tracing::info!(key_id = %k.key_id(), "the topology signing key changed; signing with the new one");
+                        last_key = Some(k.key_id().to_string());
+                        cell.set(k);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read the topology signing key; keeping the current one");
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_file_or_a_secret_never_both_and_errors_hold_no_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c");
+        std::fs::write(&f, "username=ops\npassword=s3cr3t-value\n").unwrap();
+        let by_file = CredentialsRef {
+            file: Some(f.display().to_string()),
+            secret_name: None,
+        };
+        let c = credentials(&by_file, "db", None).await.unwrap();
+        assert_eq!(c.user, "ops");
+        assert!(!format!("{c:?}").contains("s3cr3t"));
+        let by_secret = CredentialsRef {
+            file: None,
+            secret_name: Some("mysql-control".into()),
+        };
+        let e = credentials(&by_secret, "db", None).await.unwrap_err();
+        assert!(matches!(e, SecretError::NoCluster { .. }), "{e}");
+        std::fs::write(&f, "username=ops\npasswd=s3cr3t-value\n").unwrap();
+        let e = credentials(&by_file, "db", None).await.unwrap_err();
+        assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    }
+}
