@@ -446,3 +446,200 @@ async fn deploy_tokens_are_checked_by_token_review() {
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
     op.stop().await;
 }
+
+/// A Secret in the fake cluster.
+async fn put_secret(c: &Cluster, name: &str, data: &[(&str, Vec<u8>)]) {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    let api: kube::Api<Secret> = kube::Api::namespaced(c.client.clone(), NS);
+    let mut secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_string(), ByteString(v.clone())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    match api.get_opt(name).await.unwrap() {
+        None => {
+            api.create(&kube::api::PostParams::default(), &secret)
+                .await
+                .unwrap();
+        }
+        Some(old) => {
+            secret.metadata.resource_version = old.metadata.resource_version;
+            api.replace(name, &kube::api::PostParams::default(), &secret)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// The site credentials, the deploy API's TLS material and the topology signing key come
+/// from Secrets; a rotated TLS Secret (a certificate from another CA) and a rotated key are
+/// served without a restart; no secret appears in the operator's logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secrets_are_read_and_reloaded() {
+    use bloodraven_operator::config::{KeySource, TlsSource};
+    let logs = bloodraven_runtime::logging::capture();
+    let live = Live::start(Timings::default()).await;
+    let c = cluster().await;
+    let d = live.dir.path();
+    let creds = std::fs::read_to_string(d.join("bloodraven.cred")).unwrap();
+    let field = |k: &str| {
+        creds
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap()
+            .to_string()
+    };
+    let (user, password) = (field("username"), field("password"));
+    put_secret(
+        &c,
+        "mysql-control",
+        &[
+            ("username", user.clone().into_bytes()),
+            ("password", password.clone().into_bytes()),
+        ],
+    )
+    .await;
+    let tls = |dir: &std::path::Path| {
+        (
+            std::fs::read(dir.join("server.crt")).unwrap(),
+            std::fs::read(dir.join("server.key")).unwrap(),
+        )
+    };
+    let (crt, key) = tls(&d.join("tls"));
+    put_secret(&c, "deploy-tls", &[("tls.crt", crt), ("tls.key", key)]).await;
+    let topology = std::fs::read(d.join("topology.key")).unwrap();
+    put_secret(&c, "topology", &[("topology.key", topology)]).await;
+    // The group names the Secret instead of files.
+    let cfg = live.config();
+    let mut spec = cfg.groups[0].spec.clone();
+    for s in &mut spec.sites {
+        s.mysql.credentials.file = None;
+        s.mysql.credentials.secret_name = Some("mysql-control".into());
+    }
+    let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(c.client.clone(), NS);
+    groups
+        .create(
+            &kube::api::PostParams::default(),
+            &MysqlFailoverGroup::new(NS, GROUP, spec),
+        )
+        .await
+        .unwrap();
+    let mut cfg = live.config();
+    cfg.settings.store = StoreBackend::Kubernetes {
+        namespace: Some(NS.into()),
+        operator_namespace: NS.into(),
+        leader_election: LeaderElection::default(),
+        kubeconfig: Some(kubeconfig(d, &c.fake.url)),
+        context: None,
+    };
+    cfg.groups.clear();
+    cfg.databases.clear();
+    if let Some(api) = cfg.settings.deploy_api.as_mut() {
+        api.tls = TlsSource::Secret {
+            name: "deploy-tls".into(),
+        };
+        api.token_key_file = None;
+    }
+    cfg.settings.topology_key = Some(KeySource::Secret {
+        name: "topology".into(),
+    });
+    let op = bloodraven_operator::start(
+        cfg,
+        bloodraven_runtime::clock::system(),
+        vec![std::sync::Arc::new(ControllerTask)],
+    )
+    .await
+    .unwrap();
+    assert!(op.wait_ready(Duration::from_secs(15)).await);
+    // Credentials from the Secret: the group bootstraps on them.
+    c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
+        .await;
+    let active = |op: &OperatorHandle| {
+        let url = format!(
+            "http://{}/active-site?namespace={NS}&group={GROUP}",
+            op.http_addr
+        );
+        async move {
+            reqwest::get(url)
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let first_key = active(&op).await["keyId"].as_str().unwrap().to_string();
+    // TLS from the Secret: the live CA is trusted.
+    let old_ca = Client::new(&live.ca, op.https_addr.unwrap());
+    let bearer = c.token("ci", "deployer");
+    assert_ne!(
+        old_ca.observe(&bearer, GROUP).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    // Rotate both: a certificate from another CA, a new topology key.
+    let rotated = tempfile::tempdir().unwrap();
+    let pki =
+        bloodraven_runtime::tls::generate_pki(rotated.path(), &["127.0.0.1", "localhost"]).unwrap();
+    let (crt, key) = (
+        std::fs::read(&pki.server_cert).unwrap(),
+        std::fs::read(&pki.server_key).unwrap(),
+    );
+    put_secret(&c, "deploy-tls", &[("tls.crt", crt), ("tls.key", key)]).await;
+    let new_key = bloodraven_runtime::topology::SigningKey::generate(
+        &rotated.path().join("t.key"),
+        &rotated.path().join("t.pub"),
+    )
+    .unwrap();
+    put_secret(
+        &c,
+        "topology",
+        &[(
+            "topology.key",
+            std::fs::read(rotated.path().join("t.key")).unwrap(),
+        )],
+    )
+    .await;
+    let new_ca = Client::new(&pki.ca_cert, op.https_addr.unwrap());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let served_key = active(&op).await["keyId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let new_tls = new_ca
+            .http
+            .get(format!("{}/deploy/v1/groups/{GROUP}", new_ca.base))
+            .bearer_auth(&bearer)
+            .send()
+            .await
+            .is_ok();
+        if new_tls && served_key == new_key.key_id() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rotated Secrets were not picked up (key {served_key}, new TLS {new_tls})"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_ne!(first_key, new_key.key_id());
+    // A new connection that trusts only the old CA fails its handshake now.
+    let fresh_old_ca = Client::new(&live.ca, op.https_addr.unwrap());
+    let old_tls = fresh_old_ca
+        .http
+        .get(format!("{}/deploy/v1/groups/{GROUP}", fresh_old_ca.base))
+        .send()
+        .await;
+    assert!(old_tls.is_err(), "the old certificate is no longer served");
+    let all = logs.text();
+    assert!(!all.contains(&password), "a password reached the logs");
+    op.stop().await;
+}

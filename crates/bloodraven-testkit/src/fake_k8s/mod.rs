@@ -199,6 +199,8 @@ struct State {
     reject_dry_run: Option<(u16, String, String)>,
     tokens: BTreeMap<String, IssuedToken>,
     token_reviews: usize,
+    /// Requests from these bearers wait until released (a client cut off from the API server).
+    held: std::collections::BTreeSet<String>,
 }
 
 /// The opaque text of a version (see the module docs).
@@ -278,6 +280,8 @@ fn expired() -> Bytes {
 pub struct FakeK8s {
     pub url: String,
     state: Arc<Mutex<State>>,
+    /// Bumped whenever held requests may go on.
+    released: Arc<tokio::sync::watch::Sender<u64>>,
     task: JoinHandle<()>,
 }
 
@@ -382,14 +386,18 @@ impl FakeK8s {
         }
         let state = Arc::new(Mutex::new(st));
         let shared = state.clone();
+        let released = Arc::new(tokio::sync::watch::channel(0u64).0);
+        let released_rx = released.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
                 let state = shared.clone();
+                let released = released_rx.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(state.clone(), req));
+                    let svc =
+                        service_fn(move |req| handle(state.clone(), released.subscribe(), req));
                     let _ = http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
                         .await;
@@ -399,8 +407,21 @@ impl FakeK8s {
         FakeK8s {
             url: format!("http://{addr}"),
             state,
+            released,
             task,
         }
+    }
+
+    /// Holds every request from the client that sends `bearer` until
+    /// [`FakeK8s::release_requests_from`]: the client is cut off from the API server, not
+    /// refused (its requests hang, as over a broken network).
+    pub fn hold_requests_from(&self, bearer: &str) {
+        self.lock().held.insert(bearer.to_owned());
+    }
+
+    pub fn release_requests_from(&self, bearer: &str) {
+        self.lock().held.remove(bearer);
+        self.released.send_modify(|n| *n += 1);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -723,6 +744,7 @@ fn decode(s: &str) -> String {
 
 async fn handle(
     state: Arc<Mutex<State>>,
+    mut released: tokio::sync::watch::Receiver<u64>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Dropped> {
     let method = req.method().clone();
@@ -734,6 +756,18 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_owned);
+    loop {
+        let held = bearer.as_ref().is_some_and(|b| {
+            state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .held
+                .contains(b)
+        });
+        if !held || released.changed().await.is_err() {
+            break;
+        }
+    }
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => Bytes::new(),

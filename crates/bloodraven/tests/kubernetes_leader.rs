@@ -1,0 +1,343 @@
+//! Two operator processes in Kubernetes mode (the test kit's fake API server, real MariaDB
+//! servers): one leads through the leader Lease, the other answers `503 not_leader` and does
+//! nothing. `kill -9` of the leader hands over with the deploy leases intact; a leader stopped
+//! with SIGSTOP and woken after the other took over and moved the primary touches nothing —
+//! no MySQL side effect, no write — before it steps down.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
+use bloodraven_kube::crd::{MysqlDatabase, MysqlFailoverGroup};
+use bloodraven_testkit::fake_k8s::FakeK8s;
+use common::{BIN, Setup, free_port, setup};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+const NS: &str = "default";
+const GROUPS: &str = "bloodraven.shipstream.io/v1alpha1/mysqlfailovergroups";
+
+/// One operator process: its ports, its log, its identity towards the API server.
+struct Op {
+    child: Child,
+    http: u16,
+    https: u16,
+    log: PathBuf,
+    bearer: String,
+}
+
+impl Drop for Op {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Op {
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    async fn ready(&self) -> bool {
+        reqwest::get(format!("http://127.0.0.1:{}/readyz", self.http))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Writes the Kubernetes-mode configuration of operator `name` and starts it.
+fn spawn(s: &Setup, fake: &FakeK8s, name: &str) -> Op {
+    let d = s.dir.path();
+    let bearer = format!("operator-{name}-credential");
+    let kubeconfig = d.join(format!("kubeconfig-{name}"));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: op\n  user: {{token: {bearer}}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: op}}\ncurrent-context: fake\n",
+            fake.url
+        ),
+    )
+    .unwrap();
+    let (http, https) = (free_port(), free_port());
+    let config = d.join(format!("operator-{name}.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: data-{name}\nlisten: {{http: \"127.0.0.1:{http}\", https: \"127.0.0.1:{https}\"}}\ntls: {{certFile: tls/server.crt, keyFile: tls/server.key}}\ndeployAPI: {{enabled: true}}\nstore:\n  backend: kubernetes\n  namespace: {NS}\n  kubeconfig: kubeconfig-{name}\n  leaderElection: {{leaseDuration: 3s, renewDeadline: 2s, retryPeriod: 300ms}}\n"
+        ),
+    )
+    .unwrap();
+    let log = d.join(format!("operator-{name}.log"));
+    let child = Command::new(BIN)
+        .args(["operator", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    Op {
+        child,
+        http,
+        https,
+        log,
+        bearer,
+    }
+}
+
+/// The fake cluster with the CRDs and the group and database of the set-up's configuration.
+async fn cluster(s: &Setup) -> (FakeK8s, kube::Client) {
+    let fake = FakeK8s::start().await;
+    for crd in bloodraven_kube::crd::all() {
+        fake.register_crd(&serde_json::to_value(crd).unwrap());
+    }
+    fake.set_bookmark_interval(Some(Duration::from_millis(500)));
+    let config = kube::Config::new(fake.url.parse().unwrap());
+    let client = bloodraven_kube::cluster::from_config(config)
+        .unwrap()
+        .client;
+    let cfg = bloodraven_operator::config::load(&s.config).unwrap();
+    let pp = kube::api::PostParams::default();
+    let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(client.clone(), NS);
+    let g = &cfg.groups[0];
+    groups
+        .create(
+            &pp,
+            &MysqlFailoverGroup::new(NS, &g.metadata.name, g.spec.clone()),
+        )
+        .await
+        .unwrap();
+    let dbs: kube::Api<MysqlDatabase> = kube::Api::namespaced(client.clone(), NS);
+    let d = &cfg.databases[0];
+    dbs.create(
+        &pp,
+        &MysqlDatabase::new(NS, &d.metadata.name, d.spec.clone()),
+    )
+    .await
+    .unwrap();
+    (fake, client)
+}
+
+async fn wait_for(what: &str, limit: Duration, mut ok: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if ok().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn group(fake: &FakeK8s) -> Value {
+    fake.object(GROUPS, NS, "playground").unwrap()
+}
+
+async fn bootstrapped(fake: &FakeK8s) {
+    wait_for("bootstrap onto iad", Duration::from_secs(30), async || {
+        let g = group(fake);
+        g["status"]["activeSite"] == "iad"
+            && g["status"]["sites"].as_array().is_some_and(|s| {
+                s.iter()
+                    .all(|s| s["name"] == "iad" || s["replicating"] == true)
+            })
+    })
+    .await;
+}
+
+fn client(s: &Setup) -> reqwest::Client {
+    common::client(s)
+}
+
+async fn call(
+    http: &reqwest::Client,
+    op: &Op,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut r = http
+        .request(method, format!("https://127.0.0.1:{}{path}", op.https))
+        .bearer_auth(token);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let resp = r.send().await.unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn leader_holder(fake: &FakeK8s) -> Option<String> {
+    fake.object(
+        "coordination.k8s.io/v1/leases",
+        NS,
+        "bloodraven-operator-leader",
+    )
+    .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leads_the_other_waits_and_takes_over_with_the_leases_intact() {
+    let s = setup().await;
+    let (fake, _) = cluster(&s).await;
+    let a = spawn(&s, &fake, "a");
+    wait_for("a to lead", Duration::from_secs(20), async || {
+        a.ready().await
+    })
+    .await;
+    let b = spawn(&s, &fake, "b");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!b.ready().await, "b follows");
+    bootstrapped(&fake).await;
+    let http = client(&s);
+    let token = fake.issue_token(
+        "ci",
+        "deployer",
+        &["bloodraven-deploy"],
+        Duration::from_secs(3600),
+    );
+    let (code, body) = call(
+        &http,
+        &b,
+        reqwest::Method::GET,
+        "/deploy/v1/groups/playground",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (503, Some("not_leader")),
+        "{body}"
+    );
+    let grant = json!({"kind": "migration", "operationId": "op-1", "instance": "counter-app", "ttlSeconds": 60});
+    let (code, granted) = call(
+        &http,
+        &a,
+        reqwest::Method::POST,
+        "/deploy/v1/groups/playground/leases",
+        &token,
+        Some(grant),
+    )
+    .await;
+    assert_eq!(code, 201, "{granted}");
+    let holder_a = leader_holder(&fake).unwrap();
+
+    kill(a.pid(), Signal::SIGKILL).unwrap();
+    wait_for("b to take over", Duration::from_secs(20), async || {
+        b.ready().await
+    })
+    .await;
+    assert_ne!(leader_holder(&fake).unwrap(), holder_a);
+    // The lease granted by a is honoured by b: same expiry in b's observation, the same token
+    // renews.
+    let (code, seen) = call(
+        &http,
+        &b,
+        reqwest::Method::GET,
+        "/deploy/v1/groups/playground",
+        &token,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{seen}");
+    let listed = seen["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["operationId"] == "op-1")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(listed["expiresAt"], granted["expiresAt"], "{seen}");
+    let renew = json!({"token": granted["token"]});
+    let (code, renewed) = call(
+        &http,
+        &b,
+        reqwest::Method::PUT,
+        "/deploy/v1/groups/playground/leases/migration/op-1",
+        &token,
+        Some(renew),
+    )
+    .await;
+    assert_eq!(code, 200, "{renewed}");
+    assert!(
+        b.log().contains("took over the leader Lease"),
+        "{}",
+        b.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_wakes_up_and_touches_nothing_before_it_steps_down() {
+    let s = setup().await;
+    let (fake, _) = cluster(&s).await;
+    let a = spawn(&s, &fake, "a");
+    wait_for("a to lead", Duration::from_secs(20), async || {
+        a.ready().await
+    })
+    .await;
+    let b = spawn(&s, &fake, "b");
+    bootstrapped(&fake).await;
+    // a, the leader, freezes; b takes over and moves the primary to pdx.
+    kill(a.pid(), Signal::SIGSTOP).unwrap();
+    wait_for("b to take over", Duration::from_secs(20), async || {
+        b.ready().await
+    })
+    .await;
+    assert!(fake.edit(GROUPS, NS, "playground", |g| {
+        g["metadata"]["annotations"][PLANNED_FAILOVER] = json!("pdx");
+    }));
+    wait_for("b's failover to pdx", Duration::from_secs(30), async || {
+        let g = group(&fake);
+        g["status"]["plannedFailover"]["phase"] == "Succeeded"
+            && g["status"]["activeSite"] == "pdx"
+            && g["status"]["sites"].as_array().is_some_and(|s| {
+                s.iter()
+                    .all(|s| s["name"] == "pdx" || s["replicating"] == true)
+            })
+    })
+    .await;
+    let seen_before = fake.seen().len();
+    // a wakes up believing iad is the primary, and cut off from the API server (its requests
+    // hang), so it cannot learn otherwise: left alone it would fence pdx as an intruder or
+    // reassert iad. It must do neither, and write nothing, until it has stepped down.
+    fake.hold_requests_from(&a.bearer);
+    kill(a.pid(), Signal::SIGCONT).unwrap();
+    let (iad, pdx) = (s.harness.failover_client(0), s.harness.failover_client(1));
+    let watch_until = tokio::time::Instant::now() + Duration::from_secs(4);
+    while tokio::time::Instant::now() < watch_until {
+        assert!(
+            !pdx.probe().await.unwrap().read_only,
+            "pdx was fenced after a woke up"
+        );
+        assert!(
+            iad.probe().await.unwrap().read_only,
+            "iad was made writable after a woke up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fake.release_requests_from(&a.bearer);
+    wait_for("a to step down", Duration::from_secs(10), async || {
+        a.log().contains("stepping down")
+    })
+    .await;
+    let writes: Vec<String> = fake.seen()[seen_before..]
+        .iter()
+        .filter(|r| r.bearer.as_deref() == Some(a.bearer.as_str()) && r.is_write())
+        .filter(|r| !r.path.ends_with("/leases/bloodraven-operator-leader"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(writes.is_empty(), "a wrote after waking up: {writes:?}");
+    assert!(!a.ready().await, "a follows now");
+    assert!(b.ready().await, "b still leads");
+    drop(b);
+    assert!(Path::new(&s.config).exists());
+}
