@@ -10,6 +10,7 @@ mod support;
 use std::time::Duration;
 
 use bloodraven_core::contract::annotations::{PLANNED_FAILOVER, REVOKE_DEPLOYMENT_LEASES};
+use bloodraven_core::contract::events;
 use bloodraven_core::time::{Clock, Timestamp};
 use bloodraven_kube::crd::{MysqlDatabase, MysqlFailoverGroup};
 use bloodraven_operator::OperatorHandle;
@@ -303,13 +304,26 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     assert_eq!(r3.status, StatusCode::CONFLICT, "{}", r3.text);
     assert_eq!(r3.body["reason"], "TopologyChanged");
     // The events are v1 Events about the group.
-    let events = c.fake.objects(EVENTS, NS);
+    // An event is written after the status it reports, so wait for the last one.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let events = c.fake.objects(EVENTS, NS);
+        let succeeded = events
+            .iter()
+            .any(|e| e["reason"] == events::FAILOVER_SUCCEEDED);
+        if succeeded || tokio::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let reasons: Vec<&str> = events.iter().filter_map(|e| e["reason"].as_str()).collect();
     for want in [
-        "ActiveSiteBootstrapped",
-        "PlannedFailoverDeferred",
-        "PlannedFailoverSucceeded",
-        "DeploymentLeaseRevoked",
+        events::ACTIVE_SITE_BOOTSTRAPPED,
+        events::PLANNED_FAILOVER_DEFERRED,
+        events::PLANNED_FAILOVER_SUCCEEDED,
+        events::FAILOVER_STARTED,
+        events::FAILOVER_SUCCEEDED,
+        events::DEPLOYMENT_LEASE_REVOKED,
     ] {
         assert!(reasons.contains(&want), "no {want} event in {reasons:?}");
     }
