@@ -24,6 +24,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// The lock file in the data directory.
+pub const LOCK_FILE: &str = "leader.lock";
+
 /// How often a follower retries the lock.
 pub const RETRY: Duration = Duration::from_secs(1);
 
@@ -87,9 +90,11 @@ impl Leadership {
 /// it; the lock is held until the returned task is aborted or the process exits.
 pub fn start(data_dir: &Path) -> (Leadership, JoinHandle<()>) {
     let (tx, rx) = watch::channel(false);
-    let path: PathBuf = data_dir.join("leader.lock");
+    let data_dir = data_dir.to_path_buf();
+    let path: PathBuf = data_dir.join(LOCK_FILE);
     let task = tokio::spawn(async move {
         let mut warned = false;
+        let mut warned_moved = false;
         loop {
             let file = OpenOptions::new()
                 .create(true)
@@ -99,6 +104,20 @@ pub fn start(data_dir: &Path) -> (Leadership, JoinHandle<()>) {
             match file {
                 Ok(f) => match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
                     Ok(lock) => {
+                        // A directory moved to Kubernetes is led from there: a process that
+                        // was waiting for the lock while it moved must not start acting.
+                        if let Some(m) = crate::relocate::moved(&data_dir) {
+                            if !warned_moved {
+                                tracing::error!(
+                                    "not leading: {}",
+                                    crate::relocate::refusal(&data_dir, &m)
+                                );
+                                warned_moved = true;
+                            }
+                            drop(lock);
+                            tokio::time::sleep(RETRY).await;
+                            continue;
+                        }
                         tracing::info!(lock = %path.display(), "leading: acquired the leader lock");
                         let _ = tx.send(true);
                         // Hold the lock for as long as this task lives.
@@ -123,4 +142,70 @@ pub fn start(data_dir: &Path) -> (Leadership, JoinHandle<()>) {
         }
     });
     (Leadership::held_by_lock(rx), task)
+}
+
+/// Takes the leader lock of `data_dir` if no operator holds it (for tools that must not run
+/// beside a leading operator). `Ok(None)`: an operator holds it. The lock is held until the
+/// returned value is dropped.
+pub fn try_lock(data_dir: &Path) -> std::io::Result<Option<Flock<std::fs::File>>> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(data_dir.join(LOCK_FILE))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lets the election task run for `d` of paused time.
+    async fn run_for(d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lock_makes_one_leader_and_tools_see_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (leading, task) = start(dir.path());
+        run_for(RETRY).await;
+        assert!(leading.is_leader() && leading.confirm());
+        assert!(
+            try_lock(dir.path()).unwrap().is_none(),
+            "held by the leader"
+        );
+        task.abort();
+        let _ = task.await;
+        assert!(
+            try_lock(dir.path()).unwrap().is_some(),
+            "released with the task"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_directory_moved_to_kubernetes_is_never_led() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = crate::relocate::Moved {
+            server: "https://k8s.example:6443".into(),
+            moved_at: "2026-12-01T00:00:00Z".into(),
+            groups: vec!["default/playground".into()],
+        };
+        crate::relocate::mark_moved(dir.path(), &marker).unwrap();
+        let (leading, task) = start(dir.path());
+        run_for(RETRY * 5).await;
+        assert!(!leading.is_leader());
+        assert!(
+            try_lock(dir.path()).unwrap().is_some(),
+            "the lock is not kept by a process that may not lead"
+        );
+        std::fs::remove_file(crate::relocate::marker_path(dir.path())).unwrap();
+        run_for(RETRY * 2).await;
+        assert!(leading.is_leader(), "leads once the marker is removed");
+        task.abort();
+    }
 }

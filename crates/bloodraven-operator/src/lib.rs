@@ -17,6 +17,7 @@
 //! | [`secrets`] | credentials, TLS material and the topology key from files or Secrets, reloaded |
 //! | [`events`] | events on groups |
 //! | [`metrics`] | Prometheus metrics |
+//! | [`relocate`] | moving groups from embedded mode to Kubernetes mode, and the moved marker |
 //! | [`operator`] | wiring and start-up |
 
 pub mod api;
@@ -32,6 +33,7 @@ pub mod lease_objects;
 pub mod local;
 pub mod metrics;
 pub mod operator;
+pub mod relocate;
 pub mod secrets;
 pub mod server;
 pub mod tokenreview;

@@ -55,6 +55,9 @@ pub enum StartError {
     Kube(#[from] bloodraven_kube::cluster::ConnectError),
     #[error("{0}")]
     Setup(String),
+    /// The data directory was moved to Kubernetes (`bloodraven move-to-kubernetes`).
+    #[error("{0}")]
+    Moved(String),
 }
 
 /// Something that runs per group once the operator leads (the failover controller).
@@ -141,6 +144,9 @@ pub async fn start(
                 operation: "create the data directory",
                 detail: format!("{}: {e}", data_dir.display()),
             })?;
+            if let Some(m) = crate::relocate::moved(&data_dir) {
+                return Err(StartError::Moved(crate::relocate::refusal(&data_dir, &m)));
+            }
             let store = SqliteStore::open(&data_dir.join(STORE_FILE), cfg.settings.durability)?;
             Platform {
                 store: Arc::new(store),

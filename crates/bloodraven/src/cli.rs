@@ -3,6 +3,11 @@
 
 use std::future::Future;
 
+use bloodraven_operator::config::{LoadedConfig, StoreBackend};
+use bloodraven_operator::operator::STORE_FILE;
+use bloodraven_operator::relocate;
+use bloodraven_store::SqliteStore;
+
 /// Exit codes shared by every subcommand.
 pub mod exit {
     /// Done.
@@ -41,4 +46,37 @@ pub fn block_on<F: Future>(flavor: Flavor, fut: F) -> Result<F::Output, i32> {
 /// [`block_on`] for a future that already yields the exit code.
 pub fn run<F: Future<Output = i32>>(flavor: Flavor, fut: F) -> i32 {
     block_on(flavor, fut).unwrap_or_else(|code| code)
+}
+
+/// The embedded store file of `cfg`, for the commands that write requests into it. Refuses a
+/// Kubernetes-mode configuration and a data directory moved to Kubernetes (nobody acts on
+/// requests written there), saying what to do `instead`. `Err` carries the exit code; the
+/// message is already printed.
+pub fn embedded_store(
+    cfg: &LoadedConfig,
+    cfg_path: &std::path::Path,
+    instead: &str,
+) -> Result<std::path::PathBuf, i32> {
+    if let StoreBackend::Kubernetes { .. } = cfg.settings.store {
+        eprintln!(
+            "error: {} runs in Kubernetes mode (store.backend: kubernetes): {instead}",
+            cfg_path.display()
+        );
+        return Err(exit::USAGE);
+    }
+    let data_dir = &cfg.settings.data_dir;
+    if let Some(m) = relocate::moved(data_dir) {
+        eprintln!("error: {}; {instead}", relocate::refusal(data_dir, &m));
+        return Err(exit::ERROR);
+    }
+    Ok(data_dir.join(STORE_FILE))
+}
+
+/// Opens the embedded store at `path` (within a runtime: the store runs a task). `Err`
+/// carries the exit code; the message is already printed.
+pub fn open_store(path: &std::path::Path) -> Result<SqliteStore, i32> {
+    SqliteStore::open(path, bloodraven_store::Durability::Full).map_err(|e| {
+        eprintln!("error: {e}");
+        exit::ERROR
+    })
 }

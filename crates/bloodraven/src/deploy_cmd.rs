@@ -13,9 +13,8 @@ use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
 use bloodraven_core::duration::parse_duration;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_operator::config;
-use bloodraven_operator::operator::STORE_FILE;
 use bloodraven_runtime::clock::{self, Clock as _};
-use bloodraven_store::{ObjectKey, SqliteStore, Store};
+use bloodraven_store::{ObjectKey, Store};
 use clap::{Args, Subcommand};
 
 use crate::cli::{Flavor, block_on};
@@ -289,6 +288,13 @@ pub fn run(args: DeployArgs) -> i32 {
                     return exit::USAGE;
                 }
             };
+            let instead = format!(
+                "request it with kubectl annotate mysqlfailovergroup {group} {REVOKE_DEPLOYMENT_LEASES}=\"$(date -u +%FT%TZ)\""
+            );
+            let path = match crate::cli::embedded_store(&cfg, &cfg_path, &instead) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
             let Some(g) = cfg.groups.iter().find(|g| g.metadata.name == group) else {
                 eprintln!(
                     "error: --group: no group {group:?} in {}",
@@ -297,7 +303,6 @@ pub fn run(args: DeployArgs) -> i32 {
                 return exit::USAGE;
             };
             let namespace = g.metadata.namespace.clone();
-            let path = cfg.settings.data_dir.join(STORE_FILE);
             crate::cli::run(
                 Flavor::CurrentThread,
                 revoke_all(&path, &namespace, &group, wait),
@@ -307,12 +312,9 @@ pub fn run(args: DeployArgs) -> i32 {
 }
 
 async fn revoke_all(path: &std::path::Path, namespace: &str, group: &str, wait: Duration) -> i32 {
-    let store = match SqliteStore::open(path, bloodraven_store::Durability::Full) {
+    let store = match crate::cli::open_store(path) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::ERROR;
-        }
+        Err(code) => return code,
     };
     let key = ObjectKey::new(KIND_GROUP, namespace, group);
     let requested = clock::SystemClock.now().to_rfc3339();

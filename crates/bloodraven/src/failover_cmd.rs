@@ -11,7 +11,6 @@ use bloodraven_core::duration::parse_duration;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::{FailoverGroupBody, KIND_GROUP};
 use bloodraven_operator::config;
-use bloodraven_operator::operator::STORE_FILE;
 use bloodraven_store::{ObjectKey, SqliteStore, Store, StoreError};
 use clap::Args;
 
@@ -55,6 +54,14 @@ pub fn run(args: &FailoverArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    let instead = format!(
+        "request it with kubectl annotate mysqlfailovergroup {} {PLANNED_FAILOVER}={}",
+        args.group, args.to
+    );
+    let path = match crate::cli::embedded_store(&cfg, &args.config, &instead) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
     let Some(g) = cfg.groups.iter().find(|g| g.metadata.name == args.group) else {
         eprintln!(
             "error: --group: no group {:?} in {}",
@@ -78,7 +85,6 @@ pub fn run(args: &FailoverArgs) -> i32 {
         return exit::USAGE;
     }
     let key = ObjectKey::new(KIND_GROUP, &g.metadata.namespace, &args.group);
-    let path = cfg.settings.data_dir.join(STORE_FILE);
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,
         request_and_follow(&path, &key, &args.to, wait),
@@ -91,12 +97,9 @@ async fn request_and_follow(
     to: &str,
     wait: Duration,
 ) -> i32 {
-    let store = match SqliteStore::open(path, bloodraven_store::Durability::Full) {
+    let store = match crate::cli::open_store(path) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::ERROR;
-        }
+        Err(code) => return code,
     };
     let before = match annotate(&store, key, to).await {
         Ok(b) => b,

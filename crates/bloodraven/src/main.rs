@@ -7,6 +7,7 @@ mod crds_cmd;
 mod deploy_cmd;
 mod failover_cmd;
 mod migrate_cmd;
+mod move_cmd;
 mod operator_cmd;
 mod playground_cmd;
 mod release_cmd;
@@ -47,6 +48,9 @@ enum Command {
     Sidecar(sidecar_cmd::SidecarArgs),
     /// Print the custom resource definitions (failover groups, databases) as YAML.
     Crds(crds_cmd::CrdsArgs),
+    /// Move the groups of an embedded data directory into Kubernetes (resources, status,
+    /// deploy leases), keeping their topology generation.
+    MoveToKubernetes(move_cmd::MoveArgs),
 }
 
 /// Per-group tasks the operator runs once it leads.
@@ -67,6 +71,7 @@ fn main() {
         Command::Failover(args) => std::process::exit(failover_cmd::run(&args)),
         Command::Status(args) => std::process::exit(status_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
+        Command::MoveToKubernetes(args) => std::process::exit(move_cmd::run(&args)),
         Command::Crds(args) => std::process::exit(crds_cmd::run(&args)),
         Command::Playground(args) => std::process::exit(playground_cmd::run(args)),
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
