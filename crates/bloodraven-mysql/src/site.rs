@@ -610,14 +610,24 @@ impl SiteClient {
     }
 
     /// Kills the application sessions that can keep a fence from landing, and returns them:
-    /// those running a statement (or committing), and — when none does — the idle ones, one of
-    /// which holds the `LOCK TABLES … WRITE` the fence waits behind (an idle open transaction
-    /// does not block a fence: its later `COMMIT` is refused). Each killed session loses only
-    /// what it had not committed.
-    pub async fn kill_fence_blockers(&self) -> Result<(Vec<Session>, KillReport), MysqlError> {
+    /// those running a statement (or committing), and — when none does, or when `with_idle`
+    /// says killing the busy ones already did not let the fence land — the idle ones too, one
+    /// of which holds the `LOCK TABLES … WRITE` the fence waits behind (an idle open
+    /// transaction does not block a fence: its later `COMMIT` is refused). The server does not
+    /// say which idle session holds a table lock without optional plugins, and a statement
+    /// queued behind that lock is busy, so busy sessions alone may never unblock the fence.
+    /// Each killed session loses only what it had not committed.
+    pub async fn kill_fence_blockers(
+        &self,
+        with_idle: bool,
+    ) -> Result<(Vec<Session>, KillReport), MysqlError> {
         let sessions = self.application_sessions().await?;
         let busy: Vec<Session> = sessions.iter().filter(|s| s.is_busy()).cloned().collect();
-        let targets = if busy.is_empty() { sessions } else { busy };
+        let targets = if with_idle || busy.is_empty() {
+            sessions
+        } else {
+            busy
+        };
         let report = self
             .kill_sessions(targets.iter().map(|s| s.id).collect())
             .await?;

@@ -2,8 +2,8 @@
 //! outcome means live in `bloodraven_core::planned`):
 //!
 //! - [`drain`] (`Draining`): fence the source, and when the fence does not land within its
-//!   bound kill the application sessions that block it and try again, until it lands or the
-//!   budget runs out; then kill the remaining application sessions and read the source's GTID
+//!   bound kill the application sessions that block it (the busy ones first, then the idle
+//!   ones too) and try again, until it lands or the budget runs out; then kill the remaining application sessions and read the source's GTID
 //!   set — everything it ever acknowledged;
 //! - [`catch_up`] (`WaitingForLag`): wait until the target holds that set;
 //! - [`SiteClient::promote`](crate::SiteClient::promote) (`Promoting`);
@@ -68,7 +68,9 @@ pub async fn drain(source: &SiteClient, budget: Duration) -> Drain {
                 attempts,
             };
         }
-        match source.kill_fence_blockers().await {
+        // From the second failed attempt on, the busy sessions were killed once already and
+        // the fence still waits: what blocks it is idle (a held `LOCK TABLES … WRITE`).
+        match source.kill_fence_blockers(attempts > 1).await {
             Ok((sessions, report)) => blockers.extend(
                 sessions
                     .into_iter()

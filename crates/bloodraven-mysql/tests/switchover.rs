@@ -154,3 +154,54 @@ async fn a_catch_up_that_times_out_counts_what_is_missing() {
         other @ CatchUp::CaughtUp => panic!("{other:?}"),
     }
 }
+
+/// An application that retries: whenever its session is killed it reconnects and queues the
+/// same insert behind the held lock again, so a busy session exists at every look. Killing
+/// busy sessions alone would never let the fence land; the drain goes on to the idle holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_gets_through_a_lock_whose_queued_writer_keeps_retrying() {
+    let h = group().await;
+    let iad = h.failover_client(0);
+    let mut holder = lock_held(&h, 0).await;
+    let opts = h.app_opts(0);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let retrying = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut tries = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                tries += 1;
+                let Ok(mut c) = Conn::new(opts.clone()).await else {
+                    sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                if c.query_drop("INSERT INTO app.locked VALUES (2)")
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+            tries
+        })
+    };
+    assert!(
+        h.wait_app_statement_running(0, "INSERT INTO app.locked", Duration::from_secs(10))
+            .await,
+        "the queued insert never ran"
+    );
+    let d = drain(&iad, Duration::from_secs(10)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(d.fence, FenceOutcome::Fenced, "{d:?}");
+    assert!(
+        d.attempts <= 3,
+        "busy first, then idle too: {} attempts",
+        d.attempts
+    );
+    assert!(
+        holder.query_drop("SELECT 1").await.is_err(),
+        "the idle lock holder was killed"
+    );
+    assert!(retrying.await.unwrap() >= 1);
+    assert!(iad.is_fenced().await.unwrap());
+}
