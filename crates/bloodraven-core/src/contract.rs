@@ -18,6 +18,13 @@ pub mod annotations {
     pub const LEASE_RECORD: &str = "bloodraven.shipstream.io/lease-record";
 }
 
+/// Label keys.
+pub mod labels {
+    /// On an operator Pod (Kubernetes mode): `"true"` while that replica leads, `"false"`
+    /// otherwise. The chart's Services select `"true"`, so requests reach the leader.
+    pub const LEADER: &str = "bloodraven.shipstream.io/leader";
+}
+
 /// Log messages that are part of the contract (the `msg` field of a log line).
 pub mod logs {
     /// Prefix of the line the sidecar logs when it starts fencing (then the rule and why).

@@ -4,8 +4,10 @@
 //!   generated from the domain types of `bloodraven-core` (with the bounds, defaults and CEL
 //!   rules of `bloodraven_core::schema`), printed by `bloodraven crds`.
 //! - [`cluster`]: API clients with kube's automatic retries off, for every writer.
+//! - [`rbac`]: the operator's rights, each with the calls that need it.
 //!
 //! kube stays out of the core: this crate is where the domain meets the Kubernetes API types.
 
 pub mod cluster;
 pub mod crd;
+pub mod rbac;

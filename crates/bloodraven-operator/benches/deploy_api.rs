@@ -43,7 +43,7 @@ async fn run(n: usize, durability: &str, secs: u64) -> (f64, Duration, Duration,
     let op = bloodraven_operator::start(cfg, bloodraven_runtime::clock::system(), Vec::new())
         .await
         .unwrap();
-    assert!(op.wait_ready(Duration::from_secs(20)).await);
+    assert!(op.wait_leading(Duration::from_secs(20)).await);
     for i in 0..n {
         let rt = op.group(&format!("g{i}")).await.unwrap();
         let now = SystemClock.now();

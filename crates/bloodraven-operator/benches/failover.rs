@@ -83,7 +83,7 @@ async fn main() {
     )
     .await
     .unwrap();
-    assert!(op.wait_ready(Duration::from_secs(20)).await);
+    assert!(op.wait_leading(Duration::from_secs(20)).await);
     wait(&op, Duration::from_secs(30), |s| {
         s.active_site == "iad" && s.replication_running()
     })

@@ -112,9 +112,11 @@ pub enum StoreBackend {
         /// The one namespace watched; `None` watches every namespace.
         namespace: Option<String>,
         /// Where the operator's own objects live: its leader-election Lease and the Secrets its
-        /// configuration names (`store.operatorNamespace`; default the watched namespace, else
-        /// `default`).
+        /// configuration names (`store.operatorNamespace`; default the Pod's namespace from
+        /// `POD_NAMESPACE`, else the watched namespace, else `default`).
         operator_namespace: String,
+        /// This replica's Pod (`POD_NAME`, from the downward API): labelled while it leads.
+        pod_name: Option<String>,
         /// Leader election on a Lease in `operator_namespace`.
         leader_election: LeaderElection,
         /// A kubeconfig file; in-cluster configuration (or `KUBECONFIG`) when absent.
@@ -329,6 +331,11 @@ fn typed<T: for<'de> Deserialize<'de>>(v: &Value) -> Result<T, (String, String)>
         let path = if path == "." { String::new() } else { path };
         (path, e.into_inner().to_string())
     })
+}
+
+/// A non-empty environment variable (the downward API's `POD_NAME`, `POD_NAMESPACE`).
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 fn resolve(base: &Path, p: &str) -> PathBuf {
@@ -663,6 +670,7 @@ fn operator_settings(
                 .store
                 .operator_namespace
                 .clone()
+                .or_else(|| env_var("POD_NAMESPACE"))
                 .or_else(|| d.store.namespace.clone())
                 .unwrap_or_else(|| "default".into());
             if let Err(rule) = check_dns1123_label(&operator_namespace) {
@@ -672,6 +680,7 @@ fn operator_settings(
                 namespace: d.store.namespace.clone(),
                 operator_namespace,
                 leader_election: leader_election(d.store.leader_election.as_ref(), &mut errs),
+                pod_name: env_var("POD_NAME"),
                 kubeconfig: d.store.kubeconfig.as_ref().map(|k| resolve(base, k)),
                 context: d.store.context.clone(),
             }
@@ -910,6 +919,7 @@ spec:
                 namespace: Some("db".into()),
                 operator_namespace: "db".into(),
                 leader_election: LeaderElection::default(),
+                pod_name: None,
                 kubeconfig: None,
                 context: None
             }

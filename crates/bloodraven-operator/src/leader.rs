@@ -88,7 +88,7 @@ impl Leadership {
 
 /// Starts competing for the file lock. The leadership turns leading once this process holds
 /// it; the lock is held until the returned task is aborted or the process exits.
-pub fn start(data_dir: &Path) -> (Leadership, JoinHandle<()>) {
+pub fn start(data_dir: &Path, mut shutdown: watch::Receiver<bool>) -> (Leadership, JoinHandle<()>) {
     let (tx, rx) = watch::channel(false);
     let data_dir = data_dir.to_path_buf();
     let path: PathBuf = data_dir.join(LOCK_FILE);
@@ -115,13 +115,21 @@ pub fn start(data_dir: &Path) -> (Leadership, JoinHandle<()>) {
                                 warned_moved = true;
                             }
                             drop(lock);
-                            tokio::time::sleep(RETRY).await;
-                            continue;
+                            tokio::select! {
+                                () = tokio::time::sleep(RETRY) => continue,
+                                r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { return } else { continue },
+                            }
                         }
                         tracing::info!(lock = %path.display(), "leading: acquired the leader lock");
                         let _ = tx.send(true);
-                        // Hold the lock for as long as this task lives.
+                        // Hold the lock until shutdown (or for as long as this task lives).
                         let _held = lock;
+                        while shutdown.changed().await.is_ok() {
+                            if *shutdown.borrow() {
+                                let _ = tx.send(false);
+                                return;
+                            }
+                        }
                         std::future::pending::<()>().await;
                     }
                     Err((_, Errno::EWOULDBLOCK)) => {
@@ -138,7 +146,10 @@ pub fn start(data_dir: &Path) -> (Leadership, JoinHandle<()>) {
                     tracing::warn!(lock = %path.display(), error = %e, "cannot open the leader lock");
                 }
             }
-            tokio::time::sleep(RETRY).await;
+            tokio::select! {
+                () = tokio::time::sleep(RETRY) => {}
+                r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { return },
+            }
         }
     });
     (Leadership::held_by_lock(rx), task)
@@ -172,7 +183,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_lock_makes_one_leader_and_tools_see_it() {
         let dir = tempfile::tempdir().unwrap();
-        let (leading, task) = start(dir.path());
+        let (_stop, stopped) = watch::channel(false);
+        let (leading, task) = start(dir.path(), stopped);
         run_for(RETRY).await;
         assert!(leading.is_leader() && leading.confirm());
         assert!(
@@ -196,7 +208,8 @@ mod tests {
             groups: vec!["default/playground".into()],
         };
         crate::relocate::mark_moved(dir.path(), &marker).unwrap();
-        let (leading, task) = start(dir.path());
+        let (stop, stopped) = watch::channel(false);
+        let (leading, task) = start(dir.path(), stopped);
         run_for(RETRY * 5).await;
         assert!(!leading.is_leader());
         assert!(
@@ -206,6 +219,12 @@ mod tests {
         std::fs::remove_file(crate::relocate::marker_path(dir.path())).unwrap();
         run_for(RETRY * 2).await;
         assert!(leading.is_leader(), "leads once the marker is removed");
-        task.abort();
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        assert!(!leading.is_leader());
+        assert!(
+            try_lock(dir.path()).unwrap().is_some(),
+            "released on shutdown"
+        );
     }
 }

@@ -13,6 +13,7 @@
 //! | [`server`] | TLS and plain listeners |
 //! | [`leader`] | leadership (may this process act now?) and leader election by file lock (embedded mode) |
 //! | [`kube_leader`] | leader election on a Lease (Kubernetes mode), fencing a paused leader |
+//! | [`pod_label`] | the leader label on this replica's Pod, so Services reach the leader |
 //! | [`tokenreview`] | deploy tokens checked by TokenReview (Kubernetes mode), with a bounded cache |
 //! | [`secrets`] | credentials, TLS material and the topology key from files or Secrets, reloaded |
 //! | [`events`] | events on groups |
@@ -33,6 +34,7 @@ pub mod lease_objects;
 pub mod local;
 pub mod metrics;
 pub mod operator;
+pub mod pod_label;
 pub mod relocate;
 pub mod secrets;
 pub mod server;

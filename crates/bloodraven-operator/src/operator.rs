@@ -73,7 +73,8 @@ pub struct OperatorHandle {
     pub data_dir: PathBuf,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    leader_task: JoinHandle<()>,
+    /// The leader election and the Pod label: they wind down by themselves on shutdown.
+    graceful: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for OperatorHandle {
@@ -87,10 +88,10 @@ impl std::fmt::Debug for OperatorHandle {
 
 impl OperatorHandle {
     /// Waits until this process leads and has loaded its groups (or `limit` passes).
-    pub async fn wait_ready(&self, limit: Duration) -> bool {
+    pub async fn wait_leading(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         while tokio::time::Instant::now() < deadline {
-            if self.state.is_ready() {
+            if self.state.is_serving_as_leader() {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -105,14 +106,24 @@ impl OperatorHandle {
     /// Stops every task and listener (releasing the leader lock).
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
-        self.leader_task.abort();
         for t in self.tasks {
             t.abort();
             let _ = t.await;
         }
-        let _ = self.leader_task.await;
+        // These end on their own once told to: the Pod's leader label is cleared and the
+        // leader Lease released, so a follower takes over without waiting a lease duration.
+        for mut t in self.graceful {
+            if tokio::time::timeout(STOP_GRACE, &mut t).await.is_err() {
+                t.abort();
+                let _ = t.await;
+            }
+        }
     }
 }
+
+/// How long [`OperatorHandle::stop`] waits for the leader election and the Pod label to wind
+/// down before cutting them off.
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What the operator runs on: its store and, in Kubernetes mode, the API server's client.
 #[derive(Clone)]
@@ -223,8 +234,25 @@ pub async fn start_on(
             clock.clone(),
             shutdown.clone(),
         ),
-        _ => crate::leader::start(&data_dir),
+        _ => crate::leader::start(&data_dir, shutdown.clone()),
     };
+    let mut graceful = vec![leader_task];
+    if let (
+        StoreBackend::Kubernetes {
+            pod_name: Some(pod),
+            ..
+        },
+        Some(client),
+    ) = (&cfg.settings.store, &platform.kube)
+    {
+        graceful.push(crate::pod_label::start(
+            client.clone(),
+            &operator_namespace,
+            pod,
+            &leadership,
+            shutdown.clone(),
+        ));
+    }
     // Every write goes through the leadership check: a stale leader writes nothing.
     let store: Arc<dyn Store> = Arc::new(LeaderGated {
         inner: platform.store.clone(),
@@ -348,7 +376,7 @@ pub async fn start_on(
         data_dir,
         shutdown: shutdown_tx,
         tasks,
-        leader_task,
+        graceful,
     })
 }
 

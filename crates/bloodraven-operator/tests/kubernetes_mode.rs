@@ -48,13 +48,17 @@ fn ready_on_iad(g: &Value) -> bool {
     settled("iad", 1)(g)
 }
 
-/// A kubeconfig naming the fake as the cluster.
+/// The operator's credential towards the fake, whose requests are held to the operator's
+/// rights (`bloodraven_kube::rbac::RULES`, as the chart grants them).
+const OPERATOR_BEARER: &str = "operator-credential";
+
+/// A kubeconfig naming the fake as the cluster, and the operator's credential.
 fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
     let path = dir.join("kubeconfig");
     std::fs::write(
         &path,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {{token: {OPERATOR_BEARER}}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
         ),
     )
     .unwrap();
@@ -73,11 +77,29 @@ async fn cluster() -> Cluster {
         fake.register_crd(&serde_json::to_value(crd).unwrap());
     }
     fake.set_bookmark_interval(Some(Duration::from_millis(500)));
+    fake.enforce_rbac(
+        OPERATOR_BEARER,
+        bloodraven_testkit::fake_k8s::rbac::operator_rules(Some(NS), NS, true),
+    );
     let config = kube::Config::new(fake.url.parse().unwrap());
     let client = bloodraven_kube::cluster::from_config(config)
         .unwrap()
         .client;
     Cluster { fake, client }
+}
+
+impl Drop for Cluster {
+    /// Every story ends by checking that the operator's rights were enough: nothing it asked
+    /// for was denied.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let denied = self.fake.rbac_denied();
+            assert!(
+                denied.is_empty(),
+                "the operator's rights are not enough: {denied:?}"
+            );
+        }
+    }
 }
 
 impl Cluster {
@@ -155,6 +177,7 @@ async fn operator(live: &Live, c: &Cluster) -> OperatorHandle {
         namespace: Some(NS.into()),
         operator_namespace: NS.into(),
         leader_election: LeaderElection::default(),
+        pod_name: None,
         kubeconfig: Some(kubeconfig(live.dir.path(), &c.fake.url)),
         context: None,
     };
@@ -167,7 +190,7 @@ async fn operator(live: &Live, c: &Cluster) -> OperatorHandle {
     )
     .await
     .unwrap();
-    assert!(h.wait_ready(Duration::from_secs(15)).await);
+    assert!(h.wait_leading(Duration::from_secs(15)).await);
     h
 }
 
@@ -551,6 +574,7 @@ async fn secrets_are_read_and_reloaded() {
         namespace: Some(NS.into()),
         operator_namespace: NS.into(),
         leader_election: LeaderElection::default(),
+        pod_name: None,
         kubeconfig: Some(kubeconfig(d, &c.fake.url)),
         context: None,
     };
@@ -572,7 +596,7 @@ async fn secrets_are_read_and_reloaded() {
     )
     .await
     .unwrap();
-    assert!(op.wait_ready(Duration::from_secs(15)).await);
+    assert!(op.wait_leading(Duration::from_secs(15)).await);
     // Credentials from the Secret: the group bootstraps on them.
     c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
         .await;

@@ -434,9 +434,12 @@ impl Playground {
         drop(slot);
         let url = format!("{}/readyz", self.operator_url());
         for _ in 0..300 {
-            if reqwest::get(&url)
-                .await
-                .is_ok_and(|r| r.status().is_success())
+            // Ready and leading: readiness alone does not say this replica leads.
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+                && r.json::<serde_json::Value>()
+                    .await
+                    .is_ok_and(|v| v["leader"] == true && v["loaded"] == true)
             {
                 return Ok(());
             }

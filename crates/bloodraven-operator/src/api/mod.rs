@@ -51,8 +51,22 @@ impl AppState {
     }
 
     /// Leading, with every group loaded.
+    /// Readiness: a follower is ready once it serves (it answers `503 not_leader` and
+    /// stands by); the leader once it has loaded its groups. Readiness never depends on
+    /// leadership, so a rollout does not wait on which replica leads; Services reach the
+    /// leader through its Pod label (`crate::pod_label`).
     pub fn is_ready(&self) -> bool {
-        self.is_leader() && self.loaded.load(std::sync::atomic::Ordering::SeqCst)
+        !self.is_leader() || self.is_loaded()
+    }
+
+    /// Whether the groups were loaded since this process last gained leadership.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Leading, with its groups loaded: what answers the deploy API and `/active-site`.
+    pub fn is_serving_as_leader(&self) -> bool {
+        self.is_leader() && self.is_loaded()
     }
 
     pub async fn group(&self, name: &str) -> Option<Arc<GroupRuntime>> {

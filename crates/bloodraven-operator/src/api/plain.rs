@@ -32,14 +32,17 @@ async fn healthz() -> Response {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    if state.is_ready() {
-        json_response(StatusCode::OK, &json!({"ready": true, "leader": true}))
+    let body = json!({
+        "ready": state.is_ready(),
+        "leader": state.is_leader(),
+        "loaded": state.is_loaded(),
+    });
+    let code = if state.is_ready() {
+        StatusCode::OK
     } else {
-        json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &json!({"ready": false, "leader": state.is_leader()}),
-        )
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(code, &body)
 }
 
 #[derive(Deserialize)]

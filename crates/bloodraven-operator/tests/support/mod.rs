@@ -76,7 +76,7 @@ impl Env {
             .await
             .unwrap();
         assert!(
-            h.wait_ready(Duration::from_secs(10)).await,
+            h.wait_leading(Duration::from_secs(10)).await,
             "operator did not become ready"
         );
         h
@@ -92,7 +92,7 @@ impl Env {
         .await
         .unwrap();
         assert!(
-            h.wait_ready(Duration::from_secs(10)).await,
+            h.wait_leading(Duration::from_secs(10)).await,
             "operator did not become ready"
         );
         h
@@ -425,7 +425,7 @@ impl Live {
         )
         .await
         .unwrap();
-        assert!(h.wait_ready(Duration::from_secs(10)).await);
+        assert!(h.wait_leading(Duration::from_secs(10)).await);
         h
     }
 
@@ -438,7 +438,7 @@ impl Live {
         )
         .await
         .unwrap();
-        assert!(h.wait_ready(Duration::from_secs(15)).await);
+        assert!(h.wait_leading(Duration::from_secs(15)).await);
         h
     }
 

@@ -1,10 +1,12 @@
 //! A stateful fake Kubernetes API server over real HTTP, faithful where Bloodraven depends on
 //! the API server's behaviour.
 //!
-//! **Served**: Deployments (`apps/v1`), Leases (`coordination.k8s.io/v1`), Events and Secrets
-//! (`v1`), and every custom resource whose CRD is registered ([`FakeK8s::register_crd`], or a
-//! `POST` of the CRD). For each: get, list (with `labelSelector`), create, replace (`PUT`),
-//! delete (with `preconditions`), the status subresource where the CRD declares one, and watch.
+//! **Served**: Deployments (`apps/v1`), Leases (`coordination.k8s.io/v1`), Events, Secrets and
+//! Pods (`v1`), `events.k8s.io/v1` Events, `TokenReview`s, and every custom resource whose CRD is
+//! registered ([`FakeK8s::register_crd`], or a `POST` of the CRD). For each: get, list (with
+//! `labelSelector`), create, replace (`PUT`), JSON merge patch (`PATCH`, RFC 7386), delete
+//! (with `preconditions`), the status subresource where the CRD declares one, and watch.
+//! RBAC can be enforced per client ([`FakeK8s::enforce_rbac`], see [`rbac`]).
 //!
 //! **Semantics kept**:
 //! - `resourceVersion` is one counter for the whole server, like etcd's, but its text is
@@ -23,9 +25,10 @@
 //! - Deleting an object deletes the objects that name it in `ownerReferences` (the garbage
 //!   collector, done at once).
 //!
-//! **Not modelled** (the real-cluster tests behind `KUBECONFIG` cover these): `PATCH` (any
-//! kind), server-side apply and managed fields, finalizers and graceful deletion, namespaces as
-//! objects, RBAC and authentication, admission webhooks, discovery endpoints, field selectors,
+//! **Not modelled** (the real-cluster tests behind `KUBECONFIG` cover these): JSON patch and
+//! strategic merge patch, server-side apply and managed fields, finalizers and graceful
+//! deletion, namespaces as objects, RBAC aggregation and `resourceNames`, authentication of
+//! any client but TokenReview's tokens, admission webhooks, discovery endpoints, field selectors,
 //! `generateName`, list pagination (`limit`/`continue`), CEL transition rules (`oldSelf`) and
 //! the CEL cost budget at admission, and the API server's own request timeouts.
 //!
@@ -36,6 +39,7 @@
 //! Test-only code: it lives in the test kit, which no product crate depends on.
 
 pub mod openapi;
+pub mod rbac;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -201,6 +205,8 @@ struct State {
     token_reviews: usize,
     /// Requests from these bearers wait until released (a client cut off from the API server).
     held: std::collections::BTreeSet<String>,
+    /// RBAC for one client.
+    rbac: Vec<rbac::Enforcer>,
 }
 
 /// The opaque text of a version (see the module docs).
@@ -215,6 +221,7 @@ fn rv_counter(text: &str) -> Option<u64> {
 const DEPLOYMENTS: &str = "apps/v1/deployments";
 const LEASES: &str = "coordination.k8s.io/v1/leases";
 const EVENTS: &str = "events.k8s.io/v1/events";
+const PODS: &str = "/v1/pods";
 
 impl State {
     fn next_rv(&mut self) -> String {
@@ -372,6 +379,7 @@ impl FakeK8s {
             ("/v1/events", "v1", "Event", false, false),
             (EVENTS, "events.k8s.io/v1", "Event", false, false),
             ("/v1/secrets", "v1", "Secret", false, false),
+            (PODS, "v1", "Pod", true, false),
         ] {
             st.kinds.insert(
                 id.to_owned(),
@@ -410,6 +418,61 @@ impl FakeK8s {
             released,
             task,
         }
+    }
+
+    /// From now on, requests from the client that sends `bearer` are allowed only when one of
+    /// `rules` grants them (`403 Forbidden` otherwise). Each client has its own rules.
+    pub fn enforce_rbac(&self, bearer: &str, rules: Vec<rbac::Rule>) {
+        let mut st = self.lock();
+        st.rbac.retain(|e| e.bearer != bearer);
+        st.rbac.push(rbac::Enforcer::new(bearer, rules));
+    }
+
+    /// The requests RBAC denied, described (`verb resource.group in namespace`).
+    pub fn rbac_denied(&self) -> Vec<String> {
+        self.lock()
+            .rbac
+            .iter()
+            .flat_map(|e| e.denied.iter().map(ToString::to_string))
+            .collect()
+    }
+
+    /// The (rule, verb) pairs that allowed no request of any enforced client so far.
+    pub fn rbac_unused(&self) -> Vec<String> {
+        let st = self.lock();
+        let mut each = st.rbac.iter().map(rbac::Enforcer::unused);
+        let Some(first) = each.next() else {
+            return Vec::new();
+        };
+        each.fold(first, |acc, u| {
+            acc.into_iter().filter(|x| u.contains(x)).collect()
+        })
+    }
+
+    /// Creates a running Pod (what a Deployment's `ReplicaSet` would have made).
+    pub fn add_pod(&self, namespace: &str, name: &str, labels: &BTreeMap<String, String>) {
+        let mut st = self.lock();
+        let rv = st.next_rv();
+        let uid = st.next_uid();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "uid": uid, "resourceVersion": rv},
+            "spec": {"containers": [{"name": "operator", "image": "bloodraven"}]},
+            "status": {"phase": "Running"},
+        });
+        st.objects.insert(
+            (PODS.to_owned(), namespace.to_owned(), name.to_owned()),
+            pod.clone(),
+        );
+        st.publish(PODS, namespace, "ADDED", &pod);
+    }
+
+    /// A Pod's labels.
+    pub fn pod_labels(&self, namespace: &str, name: &str) -> BTreeMap<String, String> {
+        self.object(PODS, namespace, name)
+            .and_then(|p| serde_json::from_value(p["metadata"]["labels"].clone()).ok())
+            .unwrap_or_default()
     }
 
     /// Holds every request from the client that sends `bearer` until
@@ -774,13 +837,32 @@ async fn handle(
     };
     let (reply, bookmark_state) = {
         let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let enforcer = bearer
+            .as_ref()
+            .and_then(|b| st.rbac.iter_mut().find(|e| e.bearer == *b));
+        let denied = match enforcer {
+            Some(e) => rbac::attributes(&method, &path, &query)
+                .filter(|a| !e.check(a))
+                .map(|a| {
+                    status(
+                        403,
+                        "Forbidden",
+                        &format!("the client's rules do not allow {a}"),
+                    )
+                }),
+            None => None,
+        };
         st.seen.push(Seen {
             method: method.clone(),
             path: path.clone(),
             query: query.clone(),
             bearer,
         });
-        (route(&mut st, &method, &path, &query, &body), state.clone())
+        let reply = match denied {
+            Some(r) => r,
+            None => route(&mut st, &method, &path, &query, &body),
+        };
+        (reply, state.clone())
     };
     match reply {
         Reply::Drop => Err(Dropped),
@@ -976,6 +1058,7 @@ fn route(st: &mut State, method: &Method, path: &str, query: &str, body: &[u8]) 
         (&Method::POST, None, Some(ns)) => create(st, &t, &kind, ns, body, dry_run),
         (&Method::GET, Some(name), Some(ns)) => get(st, &t, ns, name),
         (&Method::PUT, Some(name), Some(ns)) => replace(st, &t, &kind, ns, name, body, dry_run),
+        (&Method::PATCH, Some(name), Some(ns)) => patch(st, &t, &kind, ns, name, body, dry_run),
         (&Method::DELETE, Some(name), Some(ns)) if !t.status => delete(st, &t, ns, name, body),
         _ => status(
             405,
@@ -1133,6 +1216,7 @@ fn check_typed(resource: &str, v: &Value) -> Result<(), String> {
         "/v1/secrets" => {
             serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(v.clone()).map(|_| ())
         }
+        PODS => serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(v.clone()).map(|_| ()),
         DEPLOYMENTS => serde_json::from_value::<Deployment>(v.clone()).map(|_| ()),
         _ => Ok(()),
     };
@@ -1330,6 +1414,58 @@ fn replace(
     st.objects.insert(key, next.clone());
     st.publish(&t.resource, ns, "MODIFIED", &next);
     answered(st, dry_run, 200, next)
+}
+
+/// RFC 7386: objects merge key by key, `null` removes, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Some(p) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    if let Some(t) = target.as_object_mut() {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+/// `PATCH` with a JSON merge patch: applied to the stored object, then written as a replace
+/// (same admission, same compare-and-swap when the patch names a `resourceVersion`).
+fn patch(
+    st: &mut State,
+    t: &Target<'_>,
+    kind: &Kind,
+    ns: &str,
+    name: &str,
+    body: &[u8],
+    dry_run: bool,
+) -> Reply {
+    let Ok(p) = serde_json::from_slice::<Value>(body) else {
+        return status(400, "BadRequest", "body is not JSON");
+    };
+    if !p.is_object() {
+        return status(
+            415,
+            "UnsupportedMediaType",
+            "the fake applies JSON merge patches (an object) only",
+        );
+    }
+    let key = (t.resource.clone(), ns.to_owned(), name.to_owned());
+    let Some(mut merged) = st.objects.get(&key).cloned() else {
+        return not_found(t.plural, name);
+    };
+    merge_patch(&mut merged, &p);
+    let Ok(bytes) = serde_json::to_vec(&merged) else {
+        return status(500, "InternalError", "cannot encode the patched object");
+    };
+    replace(st, t, kind, ns, name, &bytes, dry_run)
 }
 
 fn delete(st: &mut State, t: &Target<'_>, ns: &str, name: &str, body: &[u8]) -> Reply {
