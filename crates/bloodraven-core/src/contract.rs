@@ -192,11 +192,88 @@ pub mod reasons {
     ];
 }
 
-/// Metric names as they appear in the Prometheus exposition.
+/// Every metric name as scrapers see it (counters with their `_total`); dashboards and alerts
+/// depend on them. Operator metrics carry `group` (and `site`, `kind`, `reason` where named);
+/// every counter of a group exists at zero from the group's start.
 pub mod metrics {
+
+    /// Operator: live deploy leases, by `group` and `kind`.
     pub const DEPLOY_LEASES_ACTIVE: &str = "bloodraven_deploy_leases_active";
+    /// Operator: planned failovers deferred, by `group` and `reason`.
     pub const PLANNED_FAILOVERS_DEFERRED_TOTAL: &str =
         "bloodraven_planned_failovers_deferred_total";
+    /// Operator: deploy leases granted, by `group` and `kind`.
+    pub const DEPLOY_LEASE_GRANTS_TOTAL: &str = "bloodraven_deploy_lease_grants_total";
+    /// Operator: deploy lease renewals, by `group` and `kind`.
+    pub const DEPLOY_LEASE_RENEWALS_TOTAL: &str = "bloodraven_deploy_lease_renewals_total";
+    /// Operator: deploy leases released, by `group` and `kind`.
+    pub const DEPLOY_LEASE_RELEASES_TOTAL: &str = "bloodraven_deploy_lease_releases_total";
+    /// Operator: deploy leases that expired, by `group` and `kind`.
+    pub const DEPLOY_LEASE_EXPIRATIONS_TOTAL: &str = "bloodraven_deploy_lease_expirations_total";
+    /// Operator: deploy leases revoked, by `group` and `reason`.
+    pub const DEPLOY_LEASE_REVOCATIONS_TOTAL: &str = "bloodraven_deploy_lease_revocations_total";
+    /// Operator: deploy API requests, by `handler` and `code`.
+    pub const DEPLOY_API_REQUESTS_TOTAL: &str = "bloodraven_deploy_api_requests_total";
+    /// Operator: deploy API latency by `handler`, a histogram.
+    pub const DEPLOY_API_REQUEST_DURATION_SECONDS: &str =
+        "bloodraven_deploy_api_request_duration_seconds";
+    /// Operator: the group's `topologyGeneration`.
+    pub const TOPOLOGY_GENERATION: &str = "bloodraven_topology_generation";
+    /// Operator: 1 for the group's active site, 0 for its other sites.
+    pub const ACTIVE_SITE: &str = "bloodraven_active_site";
+    /// Operator: 1 for each site's current debounced `state`.
+    pub const SITE_STATE: &str = "bloodraven_site_state";
+    /// Operator: seconds behind the source, per replica `site`.
+    pub const REPLICATION_LAG_SECONDS: &str = "bloodraven_replication_lag_seconds";
+    /// Operator: time to probe every site of a group, a histogram.
+    pub const POLL_DURATION_SECONDS: &str = "bloodraven_poll_duration_seconds";
+    /// Operator: failovers by `group`, `kind` (emergency, planned) and `result`.
+    pub const FAILOVERS_TOTAL: &str = "bloodraven_failovers_total";
+    /// Operator: emergency failovers not started because of `failoverCooldown`.
+    pub const FAILOVERS_BLOCKED_BY_COOLDOWN_TOTAL: &str =
+        "bloodraven_failovers_blocked_by_cooldown_total";
+    /// Operator: planned failover duration, admission to completion, a histogram.
+    pub const PLANNED_FAILOVER_DURATION_SECONDS: &str =
+        "bloodraven_planned_failover_duration_seconds";
+    /// Operator: fences it confirmed, by `group`, `site` and `reason` ([`FENCE_INTRUDER`],
+    /// [`FENCE_PLANNED`], [`FENCE_EMERGENCY`]).
+    pub const FENCES_TOTAL: &str = "bloodraven_fences_total";
+
+    /// `reason` of a fence of a writable site that is not the active site.
+    pub const FENCE_INTRUDER: &str = "intruder";
+    /// `reason` of the source's fence in a planned failover.
+    pub const FENCE_PLANNED: &str = "planned";
+    /// `reason` of the old primary's best-effort fence in an emergency failover.
+    pub const FENCE_EMERGENCY: &str = "emergency";
+
+    /// Every operator metric, for checks that a dashboard or alert names only these.
+    pub const OPERATOR: &[&str] = &[
+        DEPLOY_LEASES_ACTIVE,
+        PLANNED_FAILOVERS_DEFERRED_TOTAL,
+        DEPLOY_LEASE_GRANTS_TOTAL,
+        DEPLOY_LEASE_RENEWALS_TOTAL,
+        DEPLOY_LEASE_RELEASES_TOTAL,
+        DEPLOY_LEASE_EXPIRATIONS_TOTAL,
+        DEPLOY_LEASE_REVOCATIONS_TOTAL,
+        DEPLOY_API_REQUESTS_TOTAL,
+        DEPLOY_API_REQUEST_DURATION_SECONDS,
+        TOPOLOGY_GENERATION,
+        ACTIVE_SITE,
+        SITE_STATE,
+        REPLICATION_LAG_SECONDS,
+        POLL_DURATION_SECONDS,
+        FAILOVERS_TOTAL,
+        FAILOVERS_BLOCKED_BY_COOLDOWN_TOTAL,
+        PLANNED_FAILOVER_DURATION_SECONDS,
+        FENCES_TOTAL,
+    ];
+    /// Every sidecar metric.
+    pub const SIDECAR: &[&str] = &[
+        SIDECAR_FENCES_TOTAL,
+        SIDECAR_TICK_DURATION_SECONDS,
+        SIDECAR_LAST_CONTACT_AGE_SECONDS,
+        SIDECAR_SELF_FENCED,
+    ];
 
     /// Sidecar: confirmed self-fences, by `rule` ([`RULE_TOPOLOGY_MISMATCH`],
     /// [`RULE_LEASE_EXPIRY`]).

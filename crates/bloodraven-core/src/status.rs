@@ -39,6 +39,13 @@ pub enum SiteState {
 }
 
 impl SiteState {
+    pub const ALL: [SiteState; 4] = [
+        SiteState::Unknown,
+        SiteState::Writable,
+        SiteState::ReadOnly,
+        SiteState::Unreachable,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             SiteState::Unknown => "unknown",

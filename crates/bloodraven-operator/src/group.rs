@@ -256,12 +256,22 @@ impl GroupRuntime {
             reacting: tokio::sync::Mutex::new(()),
             platform: RwLock::new((crate::leader::Leadership::always(), None)),
         });
-        rt.metrics
-            .topology_generation
-            .get_or_create(&crate::metrics::GroupLabel {
-                group: name.clone(),
-            })
-            .set(i64::try_from(rt.snapshot().status().topology_generation).unwrap_or(i64::MAX));
+        {
+            let snap = rt.snapshot();
+            let sites: Vec<String> = snap
+                .body
+                .spec
+                .sites
+                .iter()
+                .map(|s| s.name.clone())
+                .collect();
+            rt.metrics.init_group(
+                &name,
+                &sites,
+                &snap.body.status.active_site,
+                snap.body.status.topology_generation,
+            );
+        }
         rt.sync_leases_to_status().await.map_err(err)?;
         Ok(rt)
     }
@@ -856,6 +866,15 @@ impl GroupRuntime {
                 group: self.name.clone(),
             })
             .set(i64::try_from(snap.body.status.topology_generation).unwrap_or(i64::MAX));
+        let sites: Vec<String> = snap
+            .body
+            .spec
+            .sites
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        self.metrics
+            .set_active_site(&self.name, &sites, &snap.body.status.active_site);
         *self
             .snapshot
             .write()

@@ -1,9 +1,15 @@
-//! The operator's Prometheus metrics. Every label has a bounded set of values: group names
-//! come from configuration, kinds, reasons, handlers and codes are fixed lists.
+//! The operator's Prometheus metrics, named by `bloodraven_core::contract::metrics`. Every
+//! label has a bounded set of values: group and site names come from the groups' specs,
+//! kinds, reasons, handlers and codes are fixed lists. Every series of a group exists from the
+//! group's start ([`Metrics::init_group`]): a counter at zero, so `rate()` and `increase()`
+//! work before its first event.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bloodraven_core::lease::LeaseKind;
+use bloodraven_core::contract::metrics as names;
+use bloodraven_core::lease::{LeaseKind, RevocationReason};
+use bloodraven_core::planned::DeferReason;
+use bloodraven_core::status::SiteState;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -53,6 +59,13 @@ pub struct GroupSiteState {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupSiteReason {
+    pub group: String,
+    pub site: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailoverLabels {
     pub group: String,
     pub kind: String,
@@ -70,6 +83,16 @@ fn duration_buckets() -> Histogram {
         0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
     ])
 }
+
+/// The deploy API's handlers (the `handler` label), each with its success code: their series
+/// exist from the start, at zero.
+pub const API_HANDLERS: [(&str, u16); 5] = [
+    ("observe", 200),
+    ("grant", 201),
+    ("renew", 200),
+    ("release", 200),
+    ("unknown", 404),
+];
 
 /// Every metric of the operator.
 #[derive(Clone, Debug)]
@@ -91,6 +114,8 @@ pub struct Metrics {
     pub failovers: Family<FailoverLabels, Counter>,
     pub failovers_blocked_by_cooldown: Family<GroupLabel, Counter>,
     pub planned_failover_duration: Family<GroupLabel, Histogram, fn() -> Histogram>,
+    pub active_site: Family<GroupSite, Gauge>,
+    pub fences: Family<GroupSiteReason, Counter>,
 }
 
 impl Default for Metrics {
@@ -120,93 +145,219 @@ impl Metrics {
             failovers: Family::default(),
             failovers_blocked_by_cooldown: Family::default(),
             planned_failover_duration: Family::new_with_constructor(duration_buckets),
+            active_site: Family::default(),
+            fences: Family::default(),
         };
-        // prometheus-client appends `_total` to counters; names here are without it.
-        r.register(
-            "bloodraven_deploy_leases_active",
-            "Live deploy leases by group and kind",
-            m.leases_active.clone(),
-        );
-        r.register(
-            "bloodraven_planned_failovers_deferred",
-            "Planned failovers deferred, by reason (DeploymentHold, Cooldown)",
-            m.planned_failovers_deferred.clone(),
-        );
-        r.register(
-            "bloodraven_deploy_lease_grants",
-            "Deploy leases granted (new and re-granted)",
-            m.lease_grants.clone(),
-        );
-        r.register(
-            "bloodraven_deploy_lease_renewals",
-            "Deploy lease renewals",
-            m.lease_renewals.clone(),
-        );
-        r.register(
-            "bloodraven_deploy_lease_releases",
-            "Deploy leases released",
-            m.lease_releases.clone(),
-        );
-        r.register(
-            "bloodraven_deploy_lease_expirations",
-            "Deploy leases that expired",
-            m.lease_expirations.clone(),
-        );
-        r.register(
-            "bloodraven_deploy_lease_revocations",
-            "Deploy leases revoked, by reason (TopologyChanged, OperatorRevoked)",
-            m.lease_revocations.clone(),
-        );
-        r.register(
-            "bloodraven_deploy_api_requests",
-            "Deploy API requests by handler and HTTP status",
-            m.api_requests.clone(),
-        );
-        r.register(
-            "bloodraven_deploy_api_request_duration_seconds",
-            "Deploy API request latency by handler",
-            m.api_request_duration.clone(),
-        );
-        r.register(
-            "bloodraven_topology_generation",
-            "The group's topologyGeneration",
-            m.topology_generation.clone(),
-        );
-        r.register(
-            "bloodraven_site_state",
-            "1 for the site's current debounced state (unknown, writable, read-only, unreachable)",
-            m.site_state.clone(),
-        );
-        r.register(
-            "bloodraven_replication_lag_seconds",
-            "Seconds behind the source, per replica",
-            m.replication_lag.clone(),
-        );
-        r.register(
-            "bloodraven_poll_duration_seconds",
-            "Time to probe every site of a group",
-            m.poll_duration.clone(),
-        );
-        r.register(
-            "bloodraven_failovers",
-            "Failovers by kind (emergency, planned) and result (succeeded, failed)",
-            m.failovers.clone(),
-        );
-        r.register(
-            "bloodraven_failovers_blocked_by_cooldown",
-            "Emergency failovers not started because of failoverCooldown",
-            m.failovers_blocked_by_cooldown.clone(),
-        );
-        r.register(
-            "bloodraven_planned_failover_duration_seconds",
-            "Planned failover duration from admission to completion",
-            m.planned_failover_duration.clone(),
-        );
+        m.register_all(&mut r);
+        for (handler, code) in API_HANDLERS {
+            let _ = m.api_requests.get_or_create(&HandlerCode {
+                handler: handler.to_string(),
+                code: code.to_string(),
+            });
+            let _ = m.api_request_duration.get_or_create(&Handler {
+                handler: handler.to_string(),
+            });
+        }
         *m.registry.lock().unwrap_or_else(PoisonError::into_inner) = r;
         m
     }
 
-    /// The Prometheus text exposition.
+    fn register_all(&self, r: &mut Registry) {
+        // prometheus-client appends `_total` to a counter's name: register it without.
+        fn counter(name: &str) -> &str {
+            name.strip_suffix("_total").unwrap_or(name)
+        }
+        r.register(
+            names::DEPLOY_LEASES_ACTIVE,
+            "Live deploy leases by group and kind",
+            self.leases_active.clone(),
+        );
+        r.register(
+            counter(names::PLANNED_FAILOVERS_DEFERRED_TOTAL),
+            "Planned failovers deferred, by reason (DeploymentHold, Cooldown)",
+            self.planned_failovers_deferred.clone(),
+        );
+        r.register(
+            counter(names::DEPLOY_LEASE_GRANTS_TOTAL),
+            "Deploy leases granted (new and re-granted)",
+            self.lease_grants.clone(),
+        );
+        r.register(
+            counter(names::DEPLOY_LEASE_RENEWALS_TOTAL),
+            "Deploy lease renewals",
+            self.lease_renewals.clone(),
+        );
+        r.register(
+            counter(names::DEPLOY_LEASE_RELEASES_TOTAL),
+            "Deploy leases released",
+            self.lease_releases.clone(),
+        );
+        r.register(
+            counter(names::DEPLOY_LEASE_EXPIRATIONS_TOTAL),
+            "Deploy leases that expired",
+            self.lease_expirations.clone(),
+        );
+        r.register(
+            counter(names::DEPLOY_LEASE_REVOCATIONS_TOTAL),
+            "Deploy leases revoked, by reason (TopologyChanged, OperatorRevoked)",
+            self.lease_revocations.clone(),
+        );
+        r.register(
+            counter(names::DEPLOY_API_REQUESTS_TOTAL),
+            "Deploy API requests by handler and HTTP status",
+            self.api_requests.clone(),
+        );
+        r.register(
+            names::DEPLOY_API_REQUEST_DURATION_SECONDS,
+            "Deploy API request latency by handler",
+            self.api_request_duration.clone(),
+        );
+        r.register(
+            names::TOPOLOGY_GENERATION,
+            "The group's topologyGeneration",
+            self.topology_generation.clone(),
+        );
+        r.register(
+            names::ACTIVE_SITE,
+            "1 for the group's active site, 0 for its other sites",
+            self.active_site.clone(),
+        );
+        r.register(
+            names::SITE_STATE,
+            "1 for the site's current debounced state (unknown, writable, read-only, unreachable)",
+            self.site_state.clone(),
+        );
+        r.register(
+            names::REPLICATION_LAG_SECONDS,
+            "Seconds behind the source, per replica",
+            self.replication_lag.clone(),
+        );
+        r.register(
+            names::POLL_DURATION_SECONDS,
+            "Time to probe every site of a group",
+            self.poll_duration.clone(),
+        );
+        r.register(
+            counter(names::FAILOVERS_TOTAL),
+            "Failovers by kind (emergency, planned) and result (succeeded, failed)",
+            self.failovers.clone(),
+        );
+        r.register(
+            counter(names::FAILOVERS_BLOCKED_BY_COOLDOWN_TOTAL),
+            "Emergency failovers not started because of failoverCooldown",
+            self.failovers_blocked_by_cooldown.clone(),
+        );
+        r.register(
+            names::PLANNED_FAILOVER_DURATION_SECONDS,
+            "Planned failover duration from admission to completion",
+            self.planned_failover_duration.clone(),
+        );
+        r.register(
+            counter(names::FENCES_TOTAL),
+            "Fences the operator confirmed, by site and reason (intruder, planned, emergency)",
+            self.fences.clone(),
+        );
+    }
+
+    /// Creates every series of `group` (sites `sites`, active site `active`): counters and
+    /// histograms at zero, lease gauges at zero, each site's state `unknown` and lag 0 until
+    /// its first poll.
+    pub fn init_group(&self, group: &str, sites: &[String], active: &str, generation: u64) {
+        let g = || GroupLabel {
+            group: group.to_string(),
+        };
+        for kind in LeaseKind::ALL {
+            let k = Metrics::kind(group, kind);
+            let _ = self.leases_active.get_or_create(&k);
+            let _ = self.lease_grants.get_or_create(&k);
+            let _ = self.lease_renewals.get_or_create(&k);
+            let _ = self.lease_releases.get_or_create(&k);
+            let _ = self.lease_expirations.get_or_create(&k);
+        }
+        for reason in [DeferReason::DeploymentHold, DeferReason::Cooldown] {
+            let _ = self
+                .planned_failovers_deferred
+                .get_or_create(&Metrics::reason(group, reason.as_str()));
+        }
+        for reason in [
+            RevocationReason::TopologyChanged,
+            RevocationReason::OperatorRevoked,
+        ] {
+            let _ = self
+                .lease_revocations
+                .get_or_create(&Metrics::reason(group, reason.as_str()));
+        }
+        for kind in ["emergency", "planned"] {
+            for result in ["succeeded", "failed"] {
+                let _ = self.failovers.get_or_create(&FailoverLabels {
+                    group: group.to_string(),
+                    kind: kind.to_string(),
+                    result: result.to_string(),
+                });
+            }
+        }
+        let _ = self.failovers_blocked_by_cooldown.get_or_create(&g());
+        let _ = self.poll_duration.get_or_create(&g());
+        let _ = self.planned_failover_duration.get_or_create(&g());
+        self.topology_generation
+            .get_or_create(&g())
+            .set(i64::try_from(generation).unwrap_or(i64::MAX));
+        for site in sites {
+            let gs = GroupSite {
+                group: group.to_string(),
+                site: site.clone(),
+            };
+            self.active_site
+                .get_or_create(&gs)
+                .set(i64::from(site == active));
+            for reason in [
+                names::FENCE_INTRUDER,
+                names::FENCE_PLANNED,
+                names::FENCE_EMERGENCY,
+            ] {
+                let _ = self.fences.get_or_create(&GroupSiteReason {
+                    group: group.to_string(),
+                    site: site.clone(),
+                    reason: reason.to_string(),
+                });
+            }
+            for st in SiteState::ALL {
+                self.site_state
+                    .get_or_create(&GroupSiteState {
+                        group: group.to_string(),
+                        site: site.clone(),
+                        state: st.as_str().to_string(),
+                    })
+                    .set(i64::from(st == SiteState::Unknown));
+            }
+        }
+    }
+
+    /// Sets the active-site gauge of each of `sites`.
+    pub fn set_active_site(&self, group: &str, sites: &[String], active: &str) {
+        for site in sites {
+            self.active_site
+                .get_or_create(&GroupSite {
+                    group: group.to_string(),
+                    site: site.clone(),
+                })
+                .set(i64::from(site == active));
+        }
+    }
+
+    /// Counts a confirmed fence of `site`.
+    pub fn fenced(&self, group: &str, site: &str, reason: &'static str) {
+        self.fences
+            .get_or_create(&GroupSiteReason {
+                group: group.to_string(),
+                site: site.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// The registry as OpenMetrics text (see `bloodraven_runtime::exposition` for the
+    /// classic format).
     pub fn render(&self) -> String {
         let mut out = String::new();
         let r = self.registry.lock().unwrap_or_else(PoisonError::into_inner);

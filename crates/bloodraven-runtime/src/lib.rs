@@ -3,12 +3,14 @@
 //! | module | owns |
 //! |---|---|
 //! | [`clock`] | the one module allowed to read the system's wall clock |
+//! | [`exposition`] | `/metrics` content negotiation: classic Prometheus text unless OpenMetrics is asked for |
 //! | [`logging`] | structured JSON log lines (`ts`, `level`, `msg`, fields) and test capture |
 //! | [`tls`] | the process-wide rustls crypto provider (ring) |
 //! | [`shutdown`] | SIGINT/SIGTERM as a future |
 //! | [`topology`] | the operator's Ed25519 key pair; signing and verifying active-site views |
 
 pub mod clock;
+pub mod exposition;
 pub mod logging;
 pub mod shutdown;
 pub mod tls;

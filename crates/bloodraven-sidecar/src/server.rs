@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bloodraven_core::duration::HumanDuration;
@@ -120,17 +120,13 @@ async fn peer_active_site<D: Database>(
     }
 }
 
-async fn metrics<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
+async fn metrics<D: Database>(State(app): State<Arc<App<D>>>, headers: HeaderMap) -> Response {
     let (op, peers) = app.shared.contact_ages(Instant::now());
     app.metrics.contact_ages(op, peers);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.metrics.encode(),
-    )
-        .into_response()
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, body) =
+        bloodraven_runtime::exposition::negotiate(accept, app.metrics.encode());
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 fn mysql_status(probe: Result<Probe, String>) -> (SidecarMysql, &'static str) {

@@ -2,6 +2,7 @@
 //! real MariaDB server and a fake operator it runs the safety net, serves HTTP, fences, logs
 //! JSON lines without secrets and stops cleanly on SIGTERM.
 
+mod common;
 #[path = "../../bloodraven-sidecar/tests/support/mod.rs"]
 mod support;
 
@@ -248,6 +249,27 @@ async fn runs_the_safety_net_serves_fences_and_stops_on_sigterm() {
         msgs(&running.log())
             .iter()
             .any(|m| m.starts_with(logs::SELF_FENCING) && m.contains("rule #1"))
+    );
+
+    // Its /metrics, in the classic text format, pass promtool and count the fence.
+    let metrics = reqwest::get(format!("http://{listen}/metrics"))
+        .await
+        .unwrap();
+    assert!(
+        metrics.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let text = metrics.text().await.unwrap();
+    common::promtool_check(&text);
+    assert!(
+        text.contains(&format!(
+            "{}{{rule=\"{}\"}} 1",
+            bloodraven_core::contract::metrics::SIDECAR_FENCES_TOTAL,
+            bloodraven_core::contract::metrics::RULE_TOPOLOGY_MISMATCH
+        )),
+        "{text}"
     );
 
     let pid = Pid::from_raw(i32::try_from(running.child.id()).unwrap());

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bloodraven_core::wire::ActiveSite;
@@ -158,13 +158,11 @@ async fn status(
     json_response(StatusCode::OK, &OperatorStatus { groups: out })
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
-    let mut r = state.metrics.render().into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    r
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, body) =
+        bloodraven_runtime::exposition::negotiate(accept, state.metrics.render());
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 async fn fallback(uri: axum::http::Uri) -> Response {

@@ -158,6 +158,11 @@ impl Controller {
             });
         }
         self.mark_read_only(site);
+        self.metrics().fenced(
+            self.group(),
+            site,
+            bloodraven_core::contract::metrics::FENCE_INTRUDER,
+        );
         let killed =
             c.kill_application_sessions()
                 .await
@@ -281,6 +286,13 @@ impl Controller {
             )
             .await;
             tracing::info!(group = %group, site = from, ?outcome, "emergency failover: best-effort fence of the old primary");
+            if matches!(outcome, Ok(FenceOutcome::Fenced)) {
+                self.metrics().fenced(
+                    &group,
+                    from,
+                    bloodraven_core::contract::metrics::FENCE_EMERGENCY,
+                );
+            }
         }
         let c = self.client(to)?;
         // 2. Bounded relay-log drain.

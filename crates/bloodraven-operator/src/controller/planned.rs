@@ -189,6 +189,11 @@ impl Controller {
         match d.fence {
             FenceOutcome::Fenced => {
                 self.mark_read_only(source);
+                self.metrics().fenced(
+                    self.group(),
+                    source,
+                    bloodraven_core::contract::metrics::FENCE_PLANNED,
+                );
                 if let Some(Err(e)) = &d.killed_after {
                     tracing::warn!(group = %self.group(), site = source, error = %e, "draining: killing the remaining application sessions failed (the fence blocks their writes)");
                 }

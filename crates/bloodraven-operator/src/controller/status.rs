@@ -87,12 +87,7 @@ impl Controller {
             })
             .collect();
         for (site, s) in self.sites.iter().zip(&sites) {
-            for st in [
-                SiteState::Unknown,
-                SiteState::Writable,
-                SiteState::ReadOnly,
-                SiteState::Unreachable,
-            ] {
+            for st in SiteState::ALL {
                 self.metrics()
                     .site_state
                     .get_or_create(&GroupSiteState {

@@ -183,3 +183,35 @@ pub fn client(s: &Setup) -> reqwest::Client {
     let ca = s.dir.path().join("tls/ca.crt");
     bloodraven_runtime::tls::http_client(Some(&ca), Duration::from_secs(5)).unwrap()
 }
+
+/// Runs `promtool check metrics` (Debian's `prometheus` package; `scripts/test` installs it)
+/// on a `/metrics` body and panics with its findings unless it passes clean.
+pub fn promtool_check(text: &str) {
+    use std::io::Write;
+    let bin = std::env::var("BLOODRAVEN_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let mut child = Command::new(&bin)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {bin}: {e}; install it with: sudo apt-get install -y --no-install-recommends prometheus (scripts/test does)")
+        });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && findings.trim().is_empty(),
+        "promtool check metrics: {findings}\n--- the exposition ---\n{text}"
+    );
+}
