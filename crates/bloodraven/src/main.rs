@@ -6,6 +6,7 @@ mod cli;
 mod crds_cmd;
 mod deploy_cmd;
 mod failover_cmd;
+mod manifests_cmd;
 mod migrate_cmd;
 mod move_cmd;
 mod operator_cmd;
@@ -48,6 +49,9 @@ enum Command {
     Sidecar(sidecar_cmd::SidecarArgs),
     /// Print the custom resource definitions (failover groups, databases) as YAML.
     Crds(crds_cmd::CrdsArgs),
+    /// Print the Helm chart's install (CRDs, RBAC, Deployment, Services, …) as YAML, from the
+    /// same values, for installs without Helm.
+    Manifests(manifests_cmd::ManifestsArgs),
     /// Move the groups of an embedded data directory into Kubernetes (resources, status,
     /// deploy leases), keeping their topology generation.
     MoveToKubernetes(move_cmd::MoveArgs),
@@ -73,6 +77,7 @@ fn main() {
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
         Command::MoveToKubernetes(args) => std::process::exit(move_cmd::run(&args)),
         Command::Crds(args) => std::process::exit(crds_cmd::run(&args)),
+        Command::Manifests(args) => std::process::exit(manifests_cmd::run(&args)),
         Command::Playground(args) => std::process::exit(playground_cmd::run(args)),
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
         Command::Sidecar(args) => std::process::exit(sidecar_cmd::run(args)),
