@@ -176,7 +176,9 @@ impl GroupStatus {
     /// Whether every site that should replicate does: each reachable site other than the
     /// active one. A group without an active site has nothing to replicate from.
     pub fn replication_running(&self) -> bool {
-        if self.active_site.is_empty() {
+        // Before the first poll is published the site list is empty: nothing is known to
+        // replicate yet (an empty list must not read as "every replica runs").
+        if self.active_site.is_empty() || self.sites.is_empty() {
             return false;
         }
         self.sites
@@ -312,6 +314,17 @@ mod tests {
     #[test]
     fn healthy_status_is_stable() {
         assert_eq!(reason_of(&healthy()), None);
+    }
+
+    #[test]
+    fn replication_is_not_running_before_any_site_was_seen() {
+        let mut s = healthy();
+        assert!(s.replication_running());
+        s.sites.clear();
+        assert!(
+            !s.replication_running(),
+            "an empty site list proves nothing"
+        );
     }
 
     #[test]
