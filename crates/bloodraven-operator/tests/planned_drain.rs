@@ -78,12 +78,26 @@ async fn hold_a_long_lock(live: &Live) -> (mysql_async::Conn, tokio::task::JoinH
             .await
             .is_ok()
     });
-    assert!(
-        live.harness
-            .wait_app_statement_running(0, "INSERT INTO app.locked", Duration::from_secs(10))
-            .await,
-        "the queued insert never ran"
-    );
+    if !live
+        .harness
+        .wait_app_statement_running(0, "INSERT INTO app.locked", Duration::from_secs(10))
+        .await
+    {
+        // Say what the server was doing, for diagnosis.
+        let mut admin = mysql_async::Conn::new(live.harness.app_opts(0)).await;
+        let sessions: Vec<(u64, String, String, Option<String>)> = match admin.as_mut() {
+            Ok(c) => c
+                .query("SELECT ID, USER, COMMAND, STATE FROM information_schema.PROCESSLIST")
+                .await
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        panic!(
+            "the queued insert never ran (its task finished: {}; the holder answers: {}); sessions: {sessions:?}",
+            queued.is_finished(),
+            holder.query_drop("SELECT 1").await.is_ok()
+        );
+    }
     (holder, queued)
 }
 
