@@ -1,0 +1,1021 @@
+//! The fault matrix: each fault against a fresh three-site group (`iad`, `pdx` candidates,
+//! `reader`) on real MariaDB servers with the operator in-process, judged by what the
+//! application saw: the test kit's writer (every answer recorded), its all-site probe (a write
+//! tried on every site every 5 ms), its checker (acknowledged writes missing from the final
+//! primary, rows never acknowledged), and a deploy lease granted before the fault and renewed
+//! every 250 ms through the TLS deploy API (no renewal may be answered `200` once the topology
+//! generation moved).
+//!
+//! Run: `scripts/bench` (or `cargo bench -p bloodraven-operator --bench matrix -- --runs N
+//! [--only NAME] [--report docs/benchmarks.md] [--keep DIR]`). With `--report` the results
+//! replace the generated part of that file. A run that breaks its promise keeps its ledger,
+//! operator events and the servers' error logs under `--keep` (default
+//! `target/matrix-failures`). Exit status 1 when any promise was broken.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bloodraven_core::health::PlannedFailoverPhase;
+use bloodraven_core::status::GroupStatus;
+use bloodraven_operator::OperatorHandle;
+use bloodraven_testkit::ledger::{
+    self, Outcome, Probe, Report, Target, Writer, WriterLog, percentile,
+};
+use mysql_async::prelude::Queryable;
+use support::{Live, Timings, request_failover};
+use tokio::time::Instant;
+
+/// What a scenario promises. `None`: not promised (reported, never judged).
+#[derive(Clone, Copy)]
+struct Promise {
+    /// Acknowledged writes lost, at most.
+    lost: Option<usize>,
+    /// Probe rounds in which two sites acknowledged, at most.
+    two_writable: Option<usize>,
+    /// From the fault to the recovery condition, at most (`None`: nothing to recover from).
+    recovery: Option<Duration>,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+struct RunResult {
+    lost: usize,
+    ambiguous: usize,
+    two_writable: usize,
+    gaps_ms: Vec<f64>,
+    recovery: Option<Duration>,
+    stale_renewals: usize,
+    lease_revoked: bool,
+    /// Promises of the scenario's own kind that were broken (a reader promoted, a spurious
+    /// failover, a lease honoured past its expiry).
+    violations: Vec<String>,
+    notes: Vec<String>,
+    /// The writer's attempts: seconds since the fault, site, outcome.
+    timeline: Vec<(f64, usize, Outcome)>,
+    /// Seconds since the fault of the change of primary, if any.
+    moved_at: Option<f64>,
+}
+
+struct Ctx {
+    live: Live,
+    op: OperatorHandle,
+    writer: Option<Writer>,
+    probe: Option<Probe>,
+    lease: Option<LeaseWatch>,
+    final_primary: usize,
+    /// When the fault was injected (the timeline's zero).
+    fault: Option<Instant>,
+}
+
+/// A migration lease renewed every 250 ms; what every answer said.
+struct LeaseWatch {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<(Instant, u16, Option<u64>)>>,
+    granted_generation: u64,
+}
+
+const TIMINGS: Timings = Timings {
+    poll: "300ms",
+    cooldown: "0s",
+    drain: "5s",
+    max_lag_wait: "20s",
+};
+
+fn sites(live: &Live) -> Vec<(String, mysql_async::Opts)> {
+    (0..3)
+        .map(|i| (live.harness.name(i).to_string(), live.harness.app_opts(i)))
+        .collect()
+}
+
+async fn status(op: &OperatorHandle) -> GroupStatus {
+    op.group(support::GROUP)
+        .await
+        .unwrap()
+        .snapshot()
+        .status()
+        .clone()
+}
+
+/// Waits for `pred`, or gives up after `limit` (`None`).
+async fn until(
+    op: &OperatorHandle,
+    limit: Duration,
+    pred: impl Fn(&GroupStatus) -> bool,
+) -> Option<GroupStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let s = status(op).await;
+        if pred(&s) {
+            return Some(s);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+impl Ctx {
+    async fn start(bootstrap_read_only: bool, tweak_lockable: bool) -> Ctx {
+        Ctx::start_clocked(
+            bootstrap_read_only,
+            tweak_lockable,
+            bloodraven_runtime::clock::system(),
+        )
+        .await
+    }
+
+    async fn start_clocked(
+        bootstrap_read_only: bool,
+        tweak_lockable: bool,
+        clock: bloodraven_runtime::clock::SharedClock,
+    ) -> Ctx {
+        let live = Live::start(TIMINGS).await;
+        if tweak_lockable {
+            let admin = live.harness.admin(0).unwrap();
+            for sql in ledger::LOCKABLE_TABLE_SETUP {
+                admin.execute(sql).await.unwrap();
+            }
+            live.harness
+                .wait_replicas_caught_up(0, Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+        if bootstrap_read_only {
+            for i in 0..3 {
+                live.harness
+                    .admin(i)
+                    .unwrap()
+                    .execute("SET GLOBAL read_only = 1")
+                    .await
+                    .unwrap();
+            }
+        }
+        let op = operator_with(&live, clock).await;
+        until(&op, Duration::from_secs(30), |s| {
+            s.active_site == "iad" && s.replication_running()
+        })
+        .await
+        .expect("the group bootstraps on iad");
+        Ctx {
+            live,
+            op,
+            writer: None,
+            probe: None,
+            lease: None,
+            final_primary: 0,
+            fault: None,
+        }
+    }
+
+    async fn load(&mut self) {
+        self.writer = Some(Writer::start(sites(&self.live), Duration::from_millis(2)));
+        self.probe = Some(Probe::start(
+            sites(&self.live)
+                .into_iter()
+                .map(|(n, o)| Target::new(n, o))
+                .collect(),
+            Duration::from_millis(5),
+        ));
+        let client = support::Client::new(&self.live.ca, self.op.https_addr.unwrap());
+        let token = self.live.token();
+        // As a pipeline does: `423` says the group is between confirmed states; retry after
+        // the time it names.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let g = loop {
+            let g = client
+                .grant(&token, "migration", "matrix-op", "counter-app", 60)
+                .await;
+            if g.status != reqwest::StatusCode::LOCKED || Instant::now() > deadline {
+                break g;
+            }
+            let wait = g.body["retryAfterSeconds"].as_u64().unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+        };
+        assert_eq!(g.status, reqwest::StatusCode::CREATED, "{}", g.text);
+        let lease_token = g.body["token"].as_str().unwrap().to_string();
+        let granted_generation = g.body["topologyGeneration"].as_u64().unwrap_or(0);
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let sent = Instant::now();
+                    let a = client
+                        .renew(&token, "migration", "matrix-op", &lease_token)
+                        .await;
+                    seen.push((
+                        sent,
+                        a.status.as_u16(),
+                        a.body["topologyGeneration"].as_u64(),
+                    ));
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                seen
+            }
+        });
+        self.lease = Some(LeaseWatch {
+            stop,
+            task,
+            granted_generation,
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    /// Stops the load, judges it, and fills `r`.
+    async fn judge(&mut self, r: &mut RunResult, generation_moved_at: Option<Instant>) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let log = self.writer.take().unwrap().stop().await;
+        let probe = self.probe.take().unwrap().stop().await;
+        self.record(r, &log, generation_moved_at);
+        if let Some(l) = self.lease.take() {
+            l.stop.store(true, Ordering::Relaxed);
+            let seen = l.task.await.unwrap();
+            r.lease_revoked = seen.iter().any(|(_, code, _)| *code != 200);
+            r.stale_renewals = seen
+                .iter()
+                .filter(|(sent, code, generation)| {
+                    *code == 200
+                        && (generation.is_some_and(|g| g != l.granted_generation)
+                            || generation_moved_at.is_some_and(|t| *sent > t))
+                })
+                .count();
+        }
+        // Only the final primary is read: every acknowledged write must be there, whatever
+        // the other sites hold (a returning site may be blocked and never catch up).
+        let report: Report = ledger::check(
+            &self.live.harness.app_opts(self.final_primary),
+            &log,
+            Some(&probe),
+        )
+        .await
+        .unwrap();
+        r.lost = report.lost.len();
+        r.ambiguous = report.ambiguous;
+        r.two_writable = report.two_writable_rounds;
+        r.gaps_ms = report
+            .gaps
+            .iter()
+            .map(|g| g.duration().as_secs_f64() * 1e3)
+            .collect();
+        r.notes.push(report.summary());
+    }
+}
+
+/// The operator of `live`, reading wall time from `clock`.
+async fn operator_with(
+    live: &Live,
+    clock: bloodraven_runtime::clock::SharedClock,
+) -> OperatorHandle {
+    let h = bloodraven_operator::start(
+        live.config(),
+        clock,
+        vec![Arc::new(bloodraven_operator::controller::ControllerTask)],
+    )
+    .await
+    .unwrap();
+    assert!(h.wait_leading(Duration::from_secs(10)).await);
+    h
+}
+
+/// The system clock moved by an offset that can change while the operator runs.
+#[derive(Debug, Default)]
+struct SkewedClock(std::sync::atomic::AtomicI64);
+
+impl bloodraven_core::time::Clock for SkewedClock {
+    fn now(&self) -> bloodraven_core::time::Timestamp {
+        let now = bloodraven_runtime::clock::system().now();
+        bloodraven_core::time::Timestamp::from_unix_millis(
+            now.unix_millis() + self.0.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Ctx {
+    /// Adds `log`'s attempts to the run's timeline.
+    fn record(&self, r: &mut RunResult, log: &WriterLog, moved: Option<Instant>) {
+        let Some(zero) = self.fault else { return };
+        let at = |t: Instant| {
+            if t >= zero {
+                (t - zero).as_secs_f64()
+            } else {
+                -(zero - t).as_secs_f64()
+            }
+        };
+        r.timeline
+            .extend(log.attempts.iter().map(|a| (at(a.sent), a.site, a.outcome)));
+        if let Some(m) = moved {
+            r.moved_at.get_or_insert(at(m));
+        }
+    }
+}
+
+async fn hold_lock(live: &Live) -> (mysql_async::Conn, tokio::task::JoinHandle<()>) {
+    let mut holder = mysql_async::Conn::new(live.harness.app_opts(0))
+        .await
+        .unwrap();
+    holder
+        .query_drop("LOCK TABLES app.locked WRITE")
+        .await
+        .unwrap();
+    let opts = live.harness.app_opts(0);
+    let queued = tokio::spawn(async move {
+        if let Ok(mut c) = mysql_async::Conn::new(opts).await {
+            let _ = c.query_drop("SET SESSION lock_wait_timeout = 40").await;
+            let _ = c.query_drop("INSERT INTO app.locked VALUES (1)").await;
+        }
+    });
+    live.harness
+        .wait_app_statement_running(0, "INSERT INTO app.locked", Duration::from_secs(10))
+        .await;
+    (holder, queued)
+}
+
+fn planned_done(s: &GroupStatus) -> bool {
+    s.planned_failover
+        .as_ref()
+        .is_some_and(|p| p.phase.is_terminal())
+}
+
+/// Runs one scenario once.
+async fn run(name: &str) -> RunResult {
+    let mut r = RunResult::default();
+    match name {
+        "planned-under-load" | "planned-lock-tables" | "planned-long-transaction" => {
+            let lockable = name != "planned-under-load";
+            let mut c = Ctx::start(false, lockable).await;
+            c.load().await;
+            let _held = if name == "planned-lock-tables" {
+                Some(hold_lock(&c.live).await)
+            } else {
+                None
+            };
+            let _long = if name == "planned-long-transaction" {
+                let opts = c.live.harness.app_opts(0);
+                let t = tokio::spawn(async move {
+                    if let Ok(mut conn) = mysql_async::Conn::new(opts).await {
+                        let _ = conn.query_drop("BEGIN").await;
+                        let _ = conn.query_drop("INSERT INTO app.locked VALUES (7)").await;
+                        let _ = conn
+                            .query_drop(
+                                "INSERT INTO app.locked SELECT 8 FROM DUAL WHERE SLEEP(40) = 0",
+                            )
+                            .await;
+                        let _ = conn.query_drop("COMMIT").await;
+                    }
+                });
+                c.live
+                    .harness
+                    .wait_app_statement_running(0, "SLEEP(40)", Duration::from_secs(10))
+                    .await;
+                Some(t)
+            } else {
+                None
+            };
+            let fault = Instant::now();
+            c.fault = Some(fault);
+            request_failover(&c.op, "pdx").await;
+            let s = until(&c.op, Duration::from_secs(40), planned_done).await;
+            let moved = Instant::now();
+            match s.and_then(|s| s.planned_failover) {
+                Some(pf) if pf.phase == PlannedFailoverPhase::Succeeded => {
+                    r.recovery = Some(moved - fault);
+                    c.final_primary = 1;
+                }
+                other => r
+                    .notes
+                    .push(format!("planned failover did not succeed: {other:?}")),
+            }
+            c.judge(&mut r, Some(moved)).await;
+            c.op.stop().await;
+        }
+        "kill-primary"
+        | "restart-killed-read-only"
+        | "restart-killed-writable"
+        | "pause-primary"
+        | "second-emergency" => {
+            let mut c = Ctx::start(false, false).await;
+            c.load().await;
+            let fault = Instant::now();
+            c.fault = Some(fault);
+            if name == "pause-primary" {
+                c.live.harness.pause(0).unwrap();
+            } else {
+                c.live.harness.kill(0).unwrap();
+            }
+            let s = until(&c.op, Duration::from_secs(30), |s| {
+                s.topology_generation >= 2 && s.active_site == "pdx"
+            })
+            .await;
+            let moved = Instant::now();
+            if s.is_some() {
+                c.final_primary = 1;
+                // Recovery as the application sees it: the first write acknowledged by pdx.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            } else {
+                r.notes.push("no failover to pdx within 30 s".into());
+            }
+            match name {
+                "restart-killed-read-only" => c.live.harness.restart(0).await.unwrap(),
+                "restart-killed-writable" => c.live.harness.restart_writable(0).await.unwrap(),
+                "pause-primary" => c.live.harness.resume(0).unwrap(),
+                "second-emergency" => {
+                    // The last candidate dies too: the reader must not be promoted, and
+                    // nothing may become writable.
+                    c.live.harness.kill(1).unwrap();
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    let s = status(&c.op).await;
+                    if s.active_site != "pdx" || s.topology_generation != 2 {
+                        r.violations.push(format!(
+                            "after the second kill: active {} generation {}",
+                            s.active_site, s.topology_generation
+                        ));
+                    }
+                    // Bring pdx back so the ledger can be read from it.
+                    c.live.harness.restart_writable(1).await.unwrap();
+                }
+                _ => {}
+            }
+            if matches!(
+                name,
+                "restart-killed-read-only" | "restart-killed-writable" | "pause-primary"
+            ) {
+                // Give the operator a few polls to see the returning site.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            let log_first_pdx_ack = {
+                let w = c.writer.take().unwrap();
+                let log = w.stop().await;
+                let first = log.first_ack_on(1, fault).map(|t| t - fault);
+                c.writer = Some(Writer::start_from(
+                    sites(&c.live),
+                    Duration::from_millis(2),
+                    1_000_000_000,
+                ));
+                (log, first)
+            };
+            r.recovery = log_first_pdx_ack.1;
+            let (first_log, _) = log_first_pdx_ack;
+            c.record(&mut r, &first_log, Some(moved));
+            c.judge(&mut r, Some(moved)).await;
+            // Judge the writes around the fault too.
+            let early = ledger::check(&c.live.harness.app_opts(c.final_primary), &first_log, None)
+                .await
+                .unwrap();
+            r.lost += early.lost.len();
+            r.ambiguous += early.ambiguous;
+            r.gaps_ms
+                .extend(early.gaps.iter().map(|g| g.duration().as_secs_f64() * 1e3));
+            r.notes.push(early.summary());
+            c.op.stop().await;
+        }
+        "operator-stopped-mid-planned" => {
+            // The operator stops (its tasks cut off where they are, like a killed process)
+            // while it drains the source through a held lock; a new one starts on the same
+            // data directory and must finish or undo the failover.
+            let mut c = Ctx::start(false, true).await;
+            c.load().await;
+            let _held = hold_lock(&c.live).await;
+            let fault = Instant::now();
+            c.fault = Some(fault);
+            request_failover(&c.op, "pdx").await;
+            let draining = until(&c.op, Duration::from_secs(10), |s| {
+                s.planned_failover
+                    .as_ref()
+                    .is_some_and(|p| p.phase == PlannedFailoverPhase::Draining)
+            })
+            .await;
+            if draining.is_none() {
+                r.notes.push("never saw Draining".into());
+            }
+            let Ctx {
+                live,
+                op,
+                writer,
+                probe,
+                lease,
+                final_primary,
+                fault: _,
+            } = c;
+            op.stop().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let op = operator_with(&live, bloodraven_runtime::clock::system()).await;
+            let mut c = Ctx {
+                live,
+                op,
+                writer,
+                probe,
+                lease,
+                final_primary,
+                fault: Some(fault),
+            };
+            let s = until(&c.op, Duration::from_secs(40), |s| {
+                planned_done(s) && !s.active_site.is_empty()
+            })
+            .await;
+            let ended = Instant::now();
+            match s {
+                Some(s) => {
+                    r.recovery = Some(ended - fault);
+                    c.final_primary = c.live.harness.index_of(&s.active_site).unwrap_or(0);
+                    r.notes.push(format!(
+                        "ended {:?} on {}",
+                        s.planned_failover.map(|p| p.phase),
+                        s.active_site
+                    ));
+                }
+                None => r.violations.push("the planned failover never ended".into()),
+            }
+            c.judge(&mut r, (c.final_primary == 1).then_some(ended))
+                .await;
+            c.op.stop().await;
+        }
+        "clock-jump" => {
+            // The operator's wall clock jumps 60 s forward: no failover may follow, and the
+            // deploy lease (60 s TTL) is past its expiry in the operator's time, so no renewal
+            // may be answered 200 after the jump.
+            let clock = Arc::new(SkewedClock::default());
+            let mut c = Ctx::start_clocked(false, false, clock.clone()).await;
+            c.load().await;
+            let before = status(&c.op).await.topology_generation;
+            clock.0.store(60_000, Ordering::Relaxed);
+            let jumped = Instant::now();
+            c.fault = Some(jumped);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let after = status(&c.op).await;
+            if after.topology_generation != before || after.active_site != "iad" {
+                r.violations.push(format!(
+                    "a failover followed the clock jump: generation {before} → {}, active {}",
+                    after.topology_generation, after.active_site
+                ));
+            }
+            c.judge(&mut r, Some(jumped + Duration::from_millis(100)))
+                .await;
+            c.op.stop().await;
+        }
+        "empty-group" => {
+            // Servers that hold no data yet and boot read-only: the operator bootstraps one.
+            let fault = Instant::now();
+            let mut c = Ctx::start(true, false).await;
+            r.recovery = Some(fault.elapsed());
+            c.load().await;
+            c.judge(&mut r, None).await;
+            c.op.stop().await;
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    r
+}
+
+/// Every scenario: name, what happens, promise.
+fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
+    let s = Duration::from_secs;
+    vec![
+        (
+            "planned-under-load",
+            "planned failover iad → pdx under a 2 ms writer",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(s(5)),
+            },
+        ),
+        (
+            "planned-lock-tables",
+            "planned failover with LOCK TABLES … WRITE held on iad",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(s(7)),
+            },
+        ),
+        (
+            "planned-long-transaction",
+            "planned failover with a 40 s open write transaction on iad",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(s(7)),
+            },
+        ),
+        (
+            "kill-primary",
+            "kill -9 iad's mariadbd",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(s(4)),
+            },
+        ),
+        (
+            "restart-killed-read-only",
+            "kill -9 iad, failover, restart iad (boots read-only)",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(s(4)),
+            },
+        ),
+        (
+            "restart-killed-writable",
+            "kill -9 iad, failover, restart iad writable",
+            Promise {
+                lost: None,
+                two_writable: None,
+                recovery: Some(s(4)),
+            },
+        ),
+        (
+            "pause-primary",
+            "SIGSTOP iad's mariadbd, failover, SIGCONT",
+            Promise {
+                lost: None,
+                two_writable: None,
+                recovery: Some(s(4)),
+            },
+        ),
+        (
+            "second-emergency",
+            "kill -9 iad, failover to pdx, kill -9 pdx: the reader is never promoted",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(s(4)),
+            },
+        ),
+        (
+            "operator-stopped-mid-planned",
+            "the operator stopped while it drains iad through a held lock; a new one starts",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(s(20)),
+            },
+        ),
+        (
+            "clock-jump",
+            "the operator's wall clock jumps 60 s forward: no failover, the lease is past its expiry",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: None,
+            },
+        ),
+        (
+            "empty-group",
+            "servers with no data, all booting read-only: the operator bootstraps one",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(s(10)),
+            },
+        ),
+    ]
+}
+
+fn kept(promise: &Promise, r: &RunResult) -> bool {
+    promise.lost.is_none_or(|n| r.lost <= n)
+        && promise.two_writable.is_none_or(|n| r.two_writable <= n)
+        && promise
+            .recovery
+            .is_none_or(|bound| r.recovery.is_some_and(|d| d <= bound))
+        && r.stale_renewals == 0
+        && r.violations.is_empty()
+}
+
+fn ms(v: &mut [Duration], p: f64) -> String {
+    percentile(v, p).map_or("–".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3))
+}
+
+fn main() {
+    bloodraven_runtime::tls::install_crypto_provider();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let runs: usize = arg("--runs").and_then(|v| v.parse().ok()).unwrap_or(1);
+    let only = arg("--only");
+    let report = arg("--report").map(PathBuf::from);
+    let keep = PathBuf::from(arg("--keep").unwrap_or_else(|| "target/matrix-failures".into()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut results: Vec<Row<'static>> = Vec::new();
+    let mut broken = 0;
+    for (name, what, promise) in scenarios() {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        let mut rs = Vec::new();
+        for i in 0..runs {
+            let started = Instant::now();
+            let r = rt.block_on(run(name));
+            let ok = kept(&promise, &r);
+            eprintln!(
+                "{name} run {}/{runs}: {} in {:.1} s; lost {}, two-writable rounds {}, recovery {}, stale renewals {}, lease revoked {}",
+                i + 1,
+                if ok {
+                    "kept its promise"
+                } else {
+                    "BROKE ITS PROMISE"
+                },
+                started.elapsed().as_secs_f64(),
+                r.lost,
+                r.two_writable,
+                r.recovery.map_or("none".into(), |d| format!(
+                    "{:.0} ms",
+                    d.as_secs_f64() * 1e3
+                )),
+                r.stale_renewals,
+                r.lease_revoked
+            );
+            if !ok {
+                broken += 1;
+                let dir = keep.join(format!("{name}-{}", i + 1));
+                let _ = std::fs::create_dir_all(&dir);
+                let _ = std::fs::write(dir.join("result.txt"), format!("{r:#?}\n"));
+            }
+            rs.push(r);
+        }
+        results.push((name, what, promise, rs));
+    }
+    let mut table = render(&results, runs);
+    if let Some(path) = &report {
+        // The plots go next to the report, in `benchmarks/`.
+        let dir = path.with_extension("");
+        let mut pictures = String::from("\n### Timelines and write gaps\n\n");
+        for (name, what, _, rs) in &results {
+            let Some(first) = rs.first() else { continue };
+            let gaps: Vec<f64> = rs.iter().flat_map(|r| r.gaps_ms.iter().copied()).collect();
+            match plot(&dir, name, first, &gaps) {
+                Ok(()) => {
+                    let rel = dir
+                        .file_name()
+                        .map_or_else(String::new, |d| d.to_string_lossy().into_owned());
+                    let _ = writeln!(
+                        pictures,
+                        "**`{name}`**: {what}.\n\n![{name}: writes per second, first run]({rel}/{name}-timeline.svg)\n![{name}: write gaps of every run]({rel}/{name}-gaps.svg)\n"
+                    );
+                }
+                Err(e) => eprintln!("warning: cannot plot {name}: {e}"),
+            }
+        }
+        table.push_str(&pictures);
+    }
+    print!("{table}");
+    if let Some(path) = report {
+        if let Err(e) = splice(&path, &table) {
+            eprintln!("error: cannot update {}: {e}", path.display());
+            std::process::exit(2);
+        }
+        eprintln!("updated {}", path.display());
+    }
+    if broken > 0 {
+        eprintln!(
+            "{broken} run(s) broke their promise; details under {}",
+            keep.display()
+        );
+        std::process::exit(1);
+    }
+}
+
+type Row<'a> = (&'a str, &'a str, Promise, Vec<RunResult>);
+
+fn render(results: &[Row<'_>], runs: usize) -> String {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let date = bloodraven_runtime::clock::system().now();
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Measured {date} at commit `{commit}` on {cores} cores with `scripts/bench --runs {runs}`.\n"
+    );
+    out.push_str("| scenario | runs | lost | ambiguous | two-writable rounds | gap p50 / p99 / max (ms) | recovery p50 / p99 (ms) | stale renewals | lease revoked | promise |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (name, _, promise, rs) in results {
+        let lost: usize = rs.iter().map(|r| r.lost).sum();
+        let amb: usize = rs.iter().map(|r| r.ambiguous).sum();
+        let two: usize = rs.iter().map(|r| r.two_writable).sum();
+        let mut gaps: Vec<Duration> = rs
+            .iter()
+            .flat_map(|r| r.gaps_ms.iter().map(|m| Duration::from_secs_f64(m / 1e3)))
+            .collect();
+        let gmax = gaps
+            .iter()
+            .max()
+            .map_or("–".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3));
+        let mut rec: Vec<Duration> = rs.iter().filter_map(|r| r.recovery).collect();
+        let stale: usize = rs.iter().map(|r| r.stale_renewals).sum();
+        let revoked = rs.iter().filter(|r| r.lease_revoked).count();
+        let kept_n = rs.iter().filter(|r| kept(promise, r)).count();
+        let _ = writeln!(
+            out,
+            "| `{name}` | {} | {lost} | {amb} | {two} | {} / {} / {gmax} | {} / {} | {stale} | {revoked}/{} | {} |",
+            rs.len(),
+            ms(&mut gaps, 50.0),
+            ms(&mut gaps, 99.0),
+            ms(&mut rec, 50.0),
+            ms(&mut rec, 99.0),
+            rs.len(),
+            if kept_n == rs.len() {
+                "kept".to_string()
+            } else {
+                format!("**broken in {} of {}**", rs.len() - kept_n, rs.len())
+            }
+        );
+    }
+    out
+}
+
+const BEGIN: &str =
+    "<!-- matrix:begin (generated by scripts/bench; edits here are overwritten) -->";
+const END: &str = "<!-- matrix:end -->";
+
+/// Replaces the generated part of `path` (between the markers) with `table`.
+fn splice(path: &Path, table: &str) -> std::io::Result<()> {
+    let text = std::fs::read_to_string(path)?;
+    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
+        return Err(std::io::Error::other(format!(
+            "the markers {BEGIN} and {END} are missing"
+        )));
+    };
+    let new = format!("{}{BEGIN}\n{table}{}", &text[..a], &text[b..]);
+    std::fs::write(path, new)
+}
+
+/// Points of a line: (seconds since the fault, writes per second).
+type Series = Vec<(f64, f64)>;
+
+/// Per 100 ms: acknowledged writes per site, and refused or ambiguous ones of every site;
+/// with the time range.
+fn buckets(r: &RunResult) -> (f64, f64, Vec<Series>, Series, Series) {
+    const STEP: f64 = 0.1;
+    let lo = r.timeline.iter().map(|t| t.0).fold(0.0_f64, f64::min);
+    let hi = r.timeline.iter().map(|t| t.0).fold(1.0_f64, f64::max);
+    // Bucket indices are small (a run lasts seconds): the casts cannot truncate.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let n = ((hi - lo) / STEP).ceil() as usize + 1;
+    let mut acked = vec![vec![0u32; n]; 3];
+    let mut refused = vec![0u32; n];
+    let mut ambiguous = vec![0u32; n];
+    for (t, site, outcome) in &r.timeline {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let i = ((t - lo) / STEP) as usize;
+        match outcome {
+            Outcome::Acknowledged => {
+                if let Some(v) = acked.get_mut(*site) {
+                    v[i] += 1;
+                }
+            }
+            Outcome::Refused(_) | Outcome::NotSent => refused[i] += 1,
+            Outcome::Ambiguous => ambiguous[i] += 1,
+        }
+    }
+    // Each bucket is drawn at its middle.
+    let x = |i: usize| lo + STEP * (f64::from(u32::try_from(i).unwrap_or(u32::MAX)) + 0.5);
+    let series = |v: &[u32]| -> Vec<(f64, f64)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, c)| (x(i), f64::from(*c) / STEP))
+            .collect()
+    };
+    (
+        lo,
+        hi,
+        acked.iter().map(|v| series(v)).collect(),
+        series(&refused),
+        series(&ambiguous),
+    )
+}
+
+/// Writes `NAME-timeline.svg` (the first run's writes per site over time, the fault at 0 and
+/// the change of primary marked) and `NAME-gaps.svg` (every run's write gaps, sorted) into
+/// `dir`.
+fn plot(dir: &Path, name: &str, first: &RunResult, gaps_ms: &[f64]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
+    let (lo, hi, acked, refused, ambiguous) = buckets(first);
+    let ymax = acked
+        .iter()
+        .flatten()
+        .chain(&refused)
+        .chain(&ambiguous)
+        .map(|p| p.1)
+        .fold(10.0_f64, f64::max)
+        * 1.1;
+    let path = dir.join(format!("{name}-timeline.svg"));
+    let root = SVGBackend::new(&path, (900, 360)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{name}: writes per second (fault at 0 s)"),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(lo..hi, 0.0..ymax)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the fault")
+        .y_desc("writes/s")
+        .draw()
+        .map_err(|e| err(&e))?;
+    let colors = [BLUE, GREEN, MAGENTA];
+    for (i, (series, site)) in acked.iter().zip(["iad", "pdx", "reader"]).enumerate() {
+        let c = colors[i];
+        chart
+            .draw_series(LineSeries::new(series.clone(), c.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(format!("acknowledged by {site}"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], c));
+    }
+    chart
+        .draw_series(LineSeries::new(refused, RED))
+        .map_err(|e| err(&e))?
+        .label("refused")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], RED));
+    let orange = RGBColor(230, 140, 0);
+    chart
+        .draw_series(LineSeries::new(ambiguous, orange))
+        .map_err(|e| err(&e))?
+        .label("ambiguous")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], orange));
+    let mut marks = vec![(0.0, BLACK)];
+    if let Some(m) = first.moved_at {
+        marks.push((m, CYAN));
+    }
+    for (x, c) in marks {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(x, 0.0), (x, ymax)],
+                c.stroke_width(1),
+            ))
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    drop(chart);
+    drop(root);
+
+    let mut sorted: Vec<f64> = gaps_ms.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let path = dir.join(format!("{name}-gaps.svg"));
+    let root = SVGBackend::new(&path, (600, 300)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let top = sorted.last().copied().unwrap_or(1.0).max(1.0) * 1.1;
+    let n = f64::from(u32::try_from(sorted.len()).unwrap_or(u32::MAX)).max(1.0);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{name}: write gaps, all runs"), ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..1.0, 0.0..top)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("fraction of gaps at most")
+        .y_desc("gap (ms)")
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(
+            sorted
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (f64::from(u32::try_from(i + 1).unwrap_or(u32::MAX)) / n, *g)),
+            BLUE.stroke_width(2),
+        ))
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(sorted.iter().enumerate().map(|(i, g)| {
+            Circle::new(
+                (f64::from(u32::try_from(i + 1).unwrap_or(u32::MAX)) / n, *g),
+                3,
+                BLUE.filled(),
+            )
+        }))
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
