@@ -95,3 +95,12 @@ ensure_promtool() {
     "promtool is missing and could not be installed (the metrics test needs it).
        Install it with: sudo apt-get install -y --no-install-recommends prometheus"
 }
+
+# etcd (Debian's etcd-server), the reference the deploy API's durable writes are compared with.
+ensure_etcd() {
+  if [ -n "${BLOODRAVEN_ETCD:-}" ] || command -v etcd >/dev/null 2>&1; then return 0; fi
+  apt_install etcd-server || true
+  command -v etcd >/dev/null 2>&1 || die \
+    "etcd is missing and could not be installed (the benchmark compares with it).
+       Install it with: sudo apt-get install -y --no-install-recommends etcd-server"
+}

@@ -1,10 +1,14 @@
 //! Load on the deploy API: N concurrent clients, each with its own HTTPS connection
 //! (keep-alive) and its own group, cycling grant → renew ×3 → release. Prints requests per
 //! second and p50/p99 latency for N = 1, 16, 64, with the store's commits synchronous (the
-//! default) and, for comparison only, with sync off.
+//! default) and, for comparison only, with sync off; then, on the same machine in the same
+//! run, etcd's durable writes (Debian's `etcd-server`, one member, its gRPC gateway's
+//! `/v3/kv/put` over keep-alive HTTP) driven by the same client counts.
 //!
-//! Run: `cargo bench -p bloodraven-operator --bench deploy_api` (optionally `-- SECONDS`).
-//! Clients and operator share the machine (and, here, the process).
+//! Run: `cargo bench -p bloodraven-operator --bench deploy_api` (optionally `-- SECONDS`,
+//! `--report docs/benchmarks.md` to write the figures there). Clients and server share the
+//! machine (and, for the operator, the process). Without an `etcd` binary (`BLOODRAVEN_ETCD`,
+//! or on `PATH`) the etcd rows say so.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -122,30 +126,193 @@ async fn run(n: usize, durability: &str, secs: u64) -> (f64, Duration, Duration,
     )
 }
 
+/// A one-member etcd in a temporary directory, stopped when dropped.
+struct Etcd {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn etcd_binary() -> Option<std::path::PathBuf> {
+    let named = std::env::var_os("BLOODRAVEN_ETCD").map(std::path::PathBuf::from);
+    named
+        .into_iter()
+        .chain(std::env::var_os("PATH").into_iter().flat_map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("etcd"))
+                .collect::<Vec<_>>()
+        }))
+        .find(|p| p.is_file())
+}
+
+async fn start_etcd(bin: &std::path::Path) -> Etcd {
+    let dir = tempfile::tempdir().unwrap();
+    let client = bloodraven_mysql::launcher::free_port().unwrap();
+    let peer = bloodraven_mysql::launcher::free_port().unwrap();
+    let url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = std::process::Command::new(bin)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--name", "bench"])
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+        ])
+        .args(["--initial-cluster", &format!("bench={peer_url}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("etcd.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let etcd = Etcd {
+        child,
+        url,
+        _dir: dir,
+    };
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(r) = http.get(format!("{}/health", etcd.url)).send().await
+            && r.status().is_success()
+        {
+            return etcd;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("etcd did not become healthy within 20 s");
+}
+
+/// N clients, each with its own keep-alive connection, putting its own key in a loop: every
+/// put is acknowledged only once etcd's log holds it on disk.
+async fn run_etcd(etcd: &Etcd, n: usize, secs: u64) -> (f64, Duration, Duration, usize) {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let url = format!("{}/v3/kv/put", etcd.url);
+        let key = b64(&format!("bench/{i}"));
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut lat = Vec::new();
+            let mut k = 0u64;
+            while Instant::now() < deadline {
+                k += 1;
+                let body = format!(r#"{{"key":"{key}","value":"{}"}}"#, b64(&k.to_string()));
+                let t = Instant::now();
+                let r = http.post(&url).body(body).send().await.unwrap();
+                assert!(r.status().is_success(), "etcd put: {}", r.status());
+                let _ = r.bytes().await;
+                lat.push(t.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let rps = all.len() as f64 / secs as f64;
+    let count = all.len();
+    (
+        rps,
+        percentile(&mut all, 50.0).unwrap(),
+        percentile(&mut all, 99.0).unwrap(),
+        count,
+    )
+}
+
+const BEGIN: &str = "<!-- perf:begin (generated by scripts/bench; edits here are overwritten) -->";
+const END: &str = "<!-- perf:end -->";
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     bloodraven_runtime::tls::install_crypto_provider();
-    let secs: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(5);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let secs: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(5);
+    let report = args
+        .iter()
+        .position(|a| a == "--report")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
     println!(
-        "{:<10} {:>4} {:>10} {:>10} {:>10} {:>8}",
-        "store", "N", "req/s", "p50 ms", "p99 ms", "requests"
+        "{:<22} {:>4} {:>10} {:>10} {:>10} {:>8}",
+        "server", "N", "ops/s", "p50 ms", "p99 ms", "ops"
     );
+    let mut rows = Vec::new();
     for durability in ["full", "off"] {
         for n in [1usize, 16, 64] {
-            let (rps, p50, p99, count) = run(n, durability, secs).await;
-            println!(
-                "{:<10} {:>4} {:>10.0} {:>10.2} {:>10.2} {:>8}",
-                format!("sync {durability}"),
-                n,
-                rps,
-                p50.as_secs_f64() * 1e3,
-                p99.as_secs_f64() * 1e3,
-                count
-            );
+            let r = run(n, durability, secs).await;
+            rows.push((format!("deploy API, sync {durability}"), n, Some(r)));
         }
+    }
+    if let Some(bin) = etcd_binary() {
+        let etcd = start_etcd(&bin).await;
+        for n in [1usize, 16, 64] {
+            let r = run_etcd(&etcd, n, secs).await;
+            rows.push(("etcd 3.4 (one member)".to_string(), n, Some(r)));
+        }
+    } else {
+        eprintln!("no etcd binary (set BLOODRAVEN_ETCD or install etcd-server): etcd not measured");
+        for n in [1usize, 16, 64] {
+            rows.push(("etcd (not installed)".to_string(), n, None));
+        }
+    }
+    let mut table = String::new();
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let _ = writeln!(
+        table,
+        "Measured {} at commit `{commit}` on {cores} cores with `scripts/bench` ({secs} s per row; clients and server on the same machine).\n\n| server | clients | durable ops/s | p50 (ms) | p99 (ms) |\n|---|---|---|---|---|",
+        bloodraven_runtime::clock::system().now()
+    );
+    for (server, n, r) in &rows {
+        match r {
+            Some((rps, p50, p99, count)) => {
+                println!(
+                    "{server:<22} {n:>4} {rps:>10.0} {:>10.2} {:>10.2} {count:>8}",
+                    p50.as_secs_f64() * 1e3,
+                    p99.as_secs_f64() * 1e3
+                );
+                let _ = writeln!(
+                    table,
+                    "| {server} | {n} | {rps:.0} | {:.2} | {:.2} |",
+                    p50.as_secs_f64() * 1e3,
+                    p99.as_secs_f64() * 1e3
+                );
+            }
+            None => {
+                let _ = writeln!(table, "| {server} | {n} | – | – | – |");
+            }
+        }
+    }
+    if let Some(path) = report {
+        if let Err(e) = bloodraven_testkit::report::splice(&path, BEGIN, END, &table) {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+        eprintln!("updated {}", path.display());
     }
     let _ = Arc::new(());
 }

@@ -1,0 +1,53 @@
+//! Benchmark reports: a bench writes its figures into the generated part of a Markdown page
+//! (`docs/benchmarks.md`), between two HTML comments, leaving the hand-written rest alone.
+
+use std::path::Path;
+
+/// Replaces what lies between `begin` and `end` in the file at `path` with `text` (the markers
+/// stay). Fails, changing nothing, when a marker is missing.
+pub fn splice(path: &Path, begin: &str, end: &str, text: &str) -> std::io::Result<()> {
+    let current = std::fs::read_to_string(path)?;
+    let (Some(a), Some(b)) = (current.find(begin), current.find(end)) else {
+        return Err(std::io::Error::other(format!(
+            "{}: the markers {begin} and {end} are missing",
+            path.display()
+        )));
+    };
+    if b < a {
+        return Err(std::io::Error::other(format!(
+            "{}: {end} comes before {begin}",
+            path.display()
+        )));
+    }
+    std::fs::write(
+        path,
+        format!("{}{begin}\n{text}{}", &current[..a], &current[b..]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_generated_part_changes() {
+        let dir = tempfile_dir();
+        let p = dir.join("r.md");
+        std::fs::write(&p, "head\n<!-- b -->\nold\n<!-- e -->\ntail\n").unwrap();
+        splice(&p, "<!-- b -->", "<!-- e -->", "new\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "head\n<!-- b -->\nnew\n<!-- e -->\ntail\n"
+        );
+        std::fs::write(&p, "no markers\n").unwrap();
+        assert!(splice(&p, "<!-- b -->", "<!-- e -->", "x").is_err());
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "no markers\n");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("bloodraven-report-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}
