@@ -459,6 +459,21 @@ impl Playground {
         }
     }
 
+    /// The operator process's pid, while it runs (for fault injection: pause, kill).
+    pub async fn operator_pid(&self) -> Option<u32> {
+        self.operator.lock().await.as_ref().and_then(Child::id)
+    }
+
+    /// Site `i`'s sidecar process's pid, while it runs.
+    pub async fn sidecar_pid(&self, i: usize) -> Option<u32> {
+        self.sidecars
+            .lock()
+            .await
+            .get(i)
+            .and_then(Option::as_ref)
+            .and_then(Child::id)
+    }
+
     pub async fn operator_running(&self) -> bool {
         let mut slot = self.operator.lock().await;
         slot.as_mut()

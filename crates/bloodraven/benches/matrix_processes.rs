@@ -1,0 +1,322 @@
+//! The fault matrix's process-level scenarios: the playground's whole group (three MariaDB
+//! servers, the operator and one sidecar per site as processes of the `bloodraven` binary,
+//! every link through a proxy that can be cut), with the test kit's writer, all-site probe and
+//! checker, for the faults that need real processes and networks: the primary isolated, its
+//! sidecar paused, the operator paused or killed in the middle of a planned failover.
+//!
+//! Run: `scripts/bench` (or `cargo bench -p bloodraven --bench matrix_processes -- --runs N
+//! [--only NAME] [--report docs/benchmarks.md] [--keep DIR]`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloodraven_core::resources::KIND_GROUP;
+use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
+use bloodraven_store::{ObjectKey, Store};
+use bloodraven_testkit::ledger::{self, Probe, Target, Writer};
+use bloodraven_testkit::matrix::{self, Promise, RunResult};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// The playground's sidecar `leaseTimeout` (docs/playground.md).
+const LEASE_TIMEOUT: Duration = Duration::from_secs(6);
+
+async fn start() -> Arc<Playground> {
+    let opts = PlaygroundOptions {
+        dir: None,
+        reset: true,
+        app_port: 0,
+        dashboard_port: 0,
+        operator_port: 0,
+        deploy_port: 0,
+        exe: env!("CARGO_BIN_EXE_bloodraven").into(),
+    };
+    let pg = Playground::start(opts, &|_| {})
+        .await
+        .expect("the playground starts");
+    let h = pg.harness.lock().await;
+    let admin = h.admin(0).unwrap();
+    admin.execute(ledger::WRITES_TABLE_DDL).await.unwrap();
+    admin.execute(ledger::PROBES_TABLE_DDL).await.unwrap();
+    h.wait_replicas_caught_up(0, Duration::from_secs(20))
+        .await
+        .unwrap();
+    drop(h);
+    pg
+}
+
+/// The group's stored status.
+async fn status(pg: &Playground) -> Value {
+    pg.store
+        .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|o| o.body.get("status").cloned())
+        .unwrap_or(Value::Null)
+}
+
+async fn until(pg: &Playground, limit: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let s = status(pg).await;
+        if pred(&s) {
+            return Some(s);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+fn signal(pid: Option<u32>, sig: Signal) {
+    if let Some(p) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = kill(Pid::from_raw(p), sig);
+    }
+}
+
+struct Load {
+    writer: Writer,
+    probe: Probe,
+    sites: Vec<(String, mysql_async::Opts)>,
+}
+
+async fn load(pg: &Playground) -> Load {
+    let h = pg.harness.lock().await;
+    let sites: Vec<(String, mysql_async::Opts)> = (0..3)
+        .map(|i| (h.name(i).to_string(), h.app_opts(i)))
+        .collect();
+    drop(h);
+    let writer = Writer::start(sites.clone(), Duration::from_millis(2));
+    let probe = Probe::start(
+        sites
+            .iter()
+            .map(|(n, o)| Target::new(n.clone(), o.clone()))
+            .collect(),
+        Duration::from_millis(5),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Load {
+        writer,
+        probe,
+        sites,
+    }
+}
+
+impl Load {
+    /// Stops the load and judges it against `final_primary`.
+    async fn judge(
+        self,
+        r: &mut RunResult,
+        final_primary: usize,
+        fault: Instant,
+        moved: Option<Instant>,
+    ) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let log = self.writer.stop().await;
+        let probe = self.probe.stop().await;
+        let at = |t: Instant| {
+            if t >= fault {
+                (t - fault).as_secs_f64()
+            } else {
+                -(fault - t).as_secs_f64()
+            }
+        };
+        r.timeline = log
+            .attempts
+            .iter()
+            .map(|a| (at(a.sent), a.site, a.outcome))
+            .collect();
+        r.moved_at = moved.map(at);
+        if moved.is_some() {
+            r.recovery = log.first_ack_on(final_primary, fault).map(|t| t - fault);
+        }
+        match ledger::check(&self.sites[final_primary].1, &log, Some(&probe)).await {
+            Ok(report) => {
+                r.lost = report.lost.len();
+                r.ambiguous = report.ambiguous;
+                r.two_writable = report.two_writable_rounds;
+                r.gaps_ms = report
+                    .gaps
+                    .iter()
+                    .map(|g| g.duration().as_secs_f64() * 1e3)
+                    .collect();
+                r.notes.push(report.summary());
+            }
+            Err(e) => r
+                .violations
+                .push(format!("cannot read the final primary: {e}")),
+        }
+    }
+}
+
+fn phase(s: &Value) -> &str {
+    s["plannedFailover"]["phase"].as_str().unwrap_or("")
+}
+
+fn planned_ended(s: &Value) -> bool {
+    matches!(phase(s), "Succeeded" | "Failed")
+}
+
+async fn run(name: &str) -> RunResult {
+    let mut r = RunResult::default();
+    let pg = start().await;
+    let l = load(&pg).await;
+    let fault = Instant::now();
+    match name {
+        "isolate-primary" => {
+            // Every link of iad is cut (operator, peers, replication); the application still
+            // reaches it, as an application next to it would.
+            pg.isolate_site("iad").unwrap();
+            let moved = until(&pg, Duration::from_secs(20), |s| s["activeSite"] == "pdx").await;
+            let moved_at = moved.is_some().then(Instant::now);
+            if moved.is_none() {
+                r.violations.push("no failover to pdx within 20 s".into());
+            }
+            // Rule #2: the isolated primary fences itself once the operator and every peer
+            // were silent for longer than leaseTimeout.
+            let bound = LEASE_TIMEOUT + Duration::from_secs(5);
+            let h = pg.harness.lock().await;
+            let iad = h.failover_client(0);
+            drop(h);
+            let deadline = fault + bound;
+            let mut fenced = false;
+            while Instant::now() < deadline {
+                if iad.probe().await.is_ok_and(|p| p.read_only) {
+                    fenced = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if !fenced {
+                r.violations.push(format!(
+                    "the isolated primary was still writable {} s after the isolation",
+                    bound.as_secs()
+                ));
+            }
+            pg.heal_site("iad").unwrap();
+            l.judge(&mut r, 1, fault, moved_at).await;
+        }
+        "sidecar-paused" => {
+            // The primary's sidecar stops for 10 s: nothing about the primary changes.
+            signal(pg.sidecar_pid(0).await, Signal::SIGSTOP);
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            signal(pg.sidecar_pid(0).await, Signal::SIGCONT);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let s = status(&pg).await;
+            if s["activeSite"] != "iad" || s["topologyGeneration"] != 1 {
+                r.violations.push(format!(
+                    "a failover followed: active {} generation {}",
+                    s["activeSite"], s["topologyGeneration"]
+                ));
+            }
+            l.judge(&mut r, 0, fault, None).await;
+        }
+        "operator-paused-mid-planned" | "operator-killed-mid-planned" => {
+            pg.planned_failover("pdx").await.unwrap();
+            until(&pg, Duration::from_secs(10), |s| !phase(s).is_empty()).await;
+            if name == "operator-paused-mid-planned" {
+                signal(pg.operator_pid().await, Signal::SIGSTOP);
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                signal(pg.operator_pid().await, Signal::SIGCONT);
+            } else {
+                signal(pg.operator_pid().await, Signal::SIGKILL);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if let Err(e) = pg.start_operator().await {
+                    r.violations
+                        .push(format!("the operator did not restart: {e}"));
+                }
+            }
+            let s = until(&pg, Duration::from_secs(40), planned_ended).await;
+            let ended = Instant::now();
+            let active = s
+                .as_ref()
+                .and_then(|s| s["activeSite"].as_str())
+                .unwrap_or("iad")
+                .to_string();
+            match &s {
+                Some(s) => r.notes.push(format!("ended {} on {active}", phase(s))),
+                None => r.violations.push("the planned failover never ended".into()),
+            }
+            r.recovery = Some(ended - fault);
+            let final_primary = usize::from(active == "pdx");
+            let keep = r.recovery;
+            l.judge(
+                &mut r,
+                final_primary,
+                fault,
+                (active == "pdx").then_some(ended),
+            )
+            .await;
+            r.recovery = keep;
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    pg.shutdown().await;
+    r
+}
+
+fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
+    let s = Duration::from_secs;
+    vec![
+        (
+            "isolate-primary",
+            "every link of the primary cut (operator, peers, replication); the application still reaches it",
+            Promise {
+                lost: None,
+                two_writable: None,
+                recovery: Some(LEASE_TIMEOUT + s(6)),
+            },
+        ),
+        (
+            "sidecar-paused",
+            "the primary's sidecar SIGSTOPped for 10 s, then SIGCONT",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: None,
+            },
+        ),
+        (
+            "operator-paused-mid-planned",
+            "the operator SIGSTOPped for 5 s right after a planned failover began, then SIGCONT",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(s(30)),
+            },
+        ),
+        (
+            "operator-killed-mid-planned",
+            "the operator killed (SIGKILL) right after a planned failover began, then restarted",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(s(30)),
+            },
+        ),
+    ]
+}
+
+fn main() {
+    bloodraven_runtime::tls::install_crypto_provider();
+    let opts = matrix::Options::from_args();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let code = matrix::drive(
+        &opts,
+        &scenarios(),
+        (
+            "<!-- matrix-processes:begin (generated by scripts/bench; edits here are overwritten) -->",
+            "<!-- matrix-processes:end -->",
+        ),
+        "scripts/bench",
+        &bloodraven_runtime::clock::system().now().to_string(),
+        |name| rt.block_on(run(name)),
+    );
+    std::process::exit(code);
+}
