@@ -42,6 +42,61 @@ pub struct Tally {
     pub ambiguous: u64,
 }
 
+/// How many seconds of increments the timeline keeps.
+pub const TIMELINE_SECONDS: u64 = 120;
+
+/// Increments in one second of the app's life, and the site they went to.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Second {
+    /// Seconds since the app started.
+    pub second: u64,
+    pub acknowledged: u32,
+    pub failed: u32,
+    pub ambiguous: u32,
+    /// The site the last increment of this second went to.
+    pub site: String,
+}
+
+/// The last [`TIMELINE_SECONDS`] seconds of increments, for the dashboard's live timeline.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    seconds: std::collections::VecDeque<Second>,
+}
+
+impl Timeline {
+    /// Counts one increment's `outcome` (`acknowledged`, `failed`, `ambiguous`) on `site` in
+    /// second `second`.
+    pub fn record(&mut self, second: u64, site: &str, outcome: &str) {
+        if self.seconds.back().is_none_or(|s| s.second != second) {
+            self.seconds.push_back(Second {
+                second,
+                ..Second::default()
+            });
+        }
+        let Some(s) = self.seconds.back_mut() else {
+            return;
+        };
+        match outcome {
+            "acknowledged" => s.acknowledged += 1,
+            "ambiguous" => s.ambiguous += 1,
+            _ => s.failed += 1,
+        }
+        site.clone_into(&mut s.site);
+        while self
+            .seconds
+            .front()
+            .is_some_and(|f| f.second + TIMELINE_SECONDS <= second)
+        {
+            self.seconds.pop_front();
+        }
+    }
+
+    pub fn seconds(&self) -> Vec<Second> {
+        self.seconds.iter().cloned().collect()
+    }
+}
+
 /// The app's state.
 #[derive(Debug)]
 pub struct CounterApp {
@@ -52,6 +107,10 @@ pub struct CounterApp {
     active: RwLock<String>,
     conn: Mutex<Option<(String, Conn)>>,
     tally: Mutex<Tally>,
+    timeline: Mutex<Timeline>,
+    started: tokio::time::Instant,
+    /// Whether the app writes by itself (20 increments a second).
+    writing: std::sync::atomic::AtomicBool,
     http: reqwest::Client,
 }
 
@@ -68,6 +127,10 @@ pub struct CounterView {
     pub failed: u64,
     pub ambiguous: u64,
     pub error: Option<String>,
+    /// The last seconds of increments (oldest first).
+    pub timeline: Vec<Second>,
+    /// Whether the app writes by itself.
+    pub writing: bool,
 }
 
 /// What `POST /api/increment` answers.
@@ -99,8 +162,36 @@ impl CounterApp {
             active: RwLock::new(String::new()),
             conn: Mutex::new(None),
             tally: Mutex::new(Tally::default()),
+            timeline: Mutex::new(Timeline::default()),
+            started: tokio::time::Instant::now(),
+            writing: std::sync::atomic::AtomicBool::new(false),
             http,
         })
+    }
+
+    /// While [`Self::set_writing`] says so, increments 20 times a second (runs until the task
+    /// is aborted): the load the dashboard's timeline shows through a failover.
+    pub async fn write_continuously(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if self.writing.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = self.increment().await;
+            }
+        }
+    }
+
+    pub fn set_writing(&self, on: bool) {
+        self.writing.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    async fn record(&self, r: &IncrementResult) {
+        let second = self.started.elapsed().as_secs();
+        self.timeline
+            .lock()
+            .await
+            .record(second, &r.site, &r.outcome);
     }
 
     /// Follows the operator's `/active-site` every 500 ms (runs until the task is aborted).
@@ -159,8 +250,14 @@ impl CounterApp {
             .ok_or_else(|| "no connection".to_string())
     }
 
-    /// One increment on the active site; never retried.
+    /// One increment on the active site; never retried. Counted in the timeline.
     pub async fn increment(&self) -> IncrementResult {
+        let r = self.increment_once().await;
+        self.record(&r).await;
+        r
+    }
+
+    async fn increment_once(&self) -> IncrementResult {
         let name = self.active_site().await;
         let Some(site) = self.site(&name).cloned() else {
             let mut t = self.tally.lock().await;
@@ -227,6 +324,8 @@ impl CounterApp {
             failed: tally.failed,
             ambiguous: tally.ambiguous,
             error: None,
+            timeline: self.timeline.lock().await.seconds(),
+            writing: self.writing.load(std::sync::atomic::Ordering::Relaxed),
         };
         let Some(site) = self.site(&name).cloned() else {
             v.error = Some("no active site known yet".into());
@@ -266,6 +365,7 @@ impl CounterApp {
         Router::new()
             .route("/api/counter", get(get_counter))
             .route("/api/increment", post(post_increment))
+            .route("/api/write", post(post_write))
             .route("/", get(index))
             .with_state(self)
     }
@@ -285,10 +385,57 @@ async fn post_increment(State(app): State<Arc<CounterApp>>) -> Response {
     (status, axum::Json(json!(r))).into_response()
 }
 
+#[derive(serde::Deserialize)]
+struct WriteQuery {
+    on: bool,
+}
+
+/// `POST /api/write?on=true|false`: write continuously, or stop.
+async fn post_write(
+    State(app): State<Arc<CounterApp>>,
+    axum::extract::Query(q): axum::extract::Query<WriteQuery>,
+) -> Response {
+    app.set_writing(q.on);
+    axum::Json(json!({"writing": q.on})).into_response()
+}
+
 async fn index() -> Response {
     (
         [("content-type", "text/plain; charset=utf-8")],
-        "counter app: GET /api/counter, POST /api/increment\n",
+        "counter app: GET /api/counter, POST /api/increment, POST /api/write?on=true|false\n",
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeline_counts_per_second_and_keeps_two_minutes() {
+        let mut t = Timeline::default();
+        t.record(0, "iad", "acknowledged");
+        t.record(0, "iad", "acknowledged");
+        t.record(1, "iad", "failed");
+        t.record(1, "pdx", "ambiguous");
+        t.record(3, "pdx", "acknowledged");
+        let s = t.seconds();
+        assert_eq!(s.len(), 3);
+        assert_eq!(
+            (s[0].second, s[0].acknowledged, s[0].site.as_str()),
+            (0, 2, "iad")
+        );
+        assert_eq!(
+            (s[1].failed, s[1].ambiguous, s[1].site.as_str()),
+            (1, 1, "pdx")
+        );
+        t.record(TIMELINE_SECONDS + 1, "pdx", "acknowledged");
+        let s = t.seconds();
+        assert_eq!(
+            s.first().map(|x| x.second),
+            Some(3),
+            "older seconds are dropped"
+        );
+        assert_eq!(s.len(), 2);
+    }
 }

@@ -400,6 +400,7 @@ impl Playground {
             pg.start_sidecar(i).await?;
         }
         tokio::spawn(pg.counter.clone().follow());
+        tokio::spawn(pg.counter.clone().write_continuously());
         Ok(pg)
     }
 
@@ -760,11 +761,19 @@ impl Playground {
                 self.start_operator().await?;
                 Ok("started the operator".into())
             }
+            "start-writing" => {
+                self.counter.set_writing(true);
+                Ok("the counter app increments 20 times a second".into())
+            }
+            "stop-writing" => {
+                self.counter.set_writing(false);
+                Ok("the counter app stopped writing by itself".into())
+            }
             "take-lease" => self.take_lease().await,
             "release-lease" => self.release_lease().await,
             "revoke-all" => self.revoke_all().await,
             other => Err(PlaygroundError::Other(format!(
-                "unknown action {other:?} (increment, failover, kill-site, restart-site, isolate-site, heal-site, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
+                "unknown action {other:?} (increment, start-writing, stop-writing, failover, kill-site, restart-site, isolate-site, heal-site, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
             ))),
         }
     }

@@ -37,7 +37,8 @@ enum PlaygroundCommand {
     /// Run one chaos action against a running playground (the dashboard's buttons).
     Chaos {
         /// increment, failover, kill-site, restart-site, isolate-site, heal-site,
-        /// stop-operator, start-operator, take-lease, release-lease, revoke-all.
+        /// stop-operator, start-operator, start-writing, stop-writing, take-lease, release-lease,
+        /// revoke-all.
         action: String,
         /// The site, for the actions that take one.
         site: Option<String>,

@@ -587,10 +587,17 @@ async fn dashboard_in_headless_chromium_increments_and_fails_over() {
     b.click("#btn-increment").await;
     b.wait_text("#counter-value", "1").await;
     b.wait_text("#counter-tally", "1 / 0 / 0").await;
+    b.wait_text("#timeline-summary", "1 acknowledged").await;
     b.click("#btn-failover-pdx").await;
     b.wait_text("#active", "pdx").await;
     b.wait_text("#planned-phase", "Succeeded").await;
     b.wait_text("#generation", "2").await;
+    // The live timeline marks the change of primary once an increment went to pdx.
+    b.wait_text("#counter-site", "pdx").await;
+    b.click("#btn-increment").await;
+    b.wait_text("#counter-value", "2").await;
+    b.wait_text("#timeline-summary", "1 change(s) of primary")
+        .await;
     // Once the replicas follow pdx the group is whole again.
     b.wait_exact("#stable", "stable").await;
     let shot = artifacts().join("dashboard.png");
