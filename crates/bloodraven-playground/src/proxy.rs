@@ -3,13 +3,13 @@
 //! Every link that crosses "the network" in the playground goes through one: the operator's and
 //! the replicas' connections to a site's MySQL, the sidecars' calls to the operator and to their
 //! peers. Cutting a link closes its open connections and drops every new one at once (the peer
-//! sees a reset); healing it lets connections through again.
+//! sees a reset); healing it lets connections through again. A delay holds every chunk of data
+//! that crosses the link, in both directions, for that long (a slow or congested link).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -21,6 +21,8 @@ pub struct LinkProxy {
     pub listen: SocketAddr,
     pub target: SocketAddr,
     cut: Arc<AtomicBool>,
+    /// Milliseconds every chunk is held before it is forwarded.
+    delay_ms: Arc<AtomicU64>,
     /// Bumped on every cut: open connections watch it and close.
     epoch: watch::Sender<u64>,
     connections: Arc<AtomicU64>,
@@ -37,12 +39,16 @@ impl LinkProxy {
         let listener = TcpListener::bind(listen).await?;
         let listen = listener.local_addr()?;
         let cut = Arc::new(AtomicBool::new(false));
+        let delay_ms = Arc::new(AtomicU64::new(0));
         let (epoch, epoch_rx) = watch::channel(0u64);
         let connections = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(accept_loop(
             listener,
             target,
-            cut.clone(),
+            Link {
+                cut: cut.clone(),
+                delay_ms: delay_ms.clone(),
+            },
             epoch_rx,
             connections.clone(),
         ));
@@ -51,6 +57,7 @@ impl LinkProxy {
             listen,
             target,
             cut,
+            delay_ms,
             epoch,
             connections,
             task,
@@ -66,6 +73,15 @@ impl LinkProxy {
     /// Heals the link.
     pub fn heal(&self) {
         self.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// Holds every chunk crossing the link for `delay` (zero: none) from now on, on open
+    /// connections too.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.delay_ms.store(
+            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
     }
 
     pub fn is_cut(&self) -> bool {
@@ -89,10 +105,17 @@ impl Drop for LinkProxy {
     }
 }
 
+/// What the accept loop and its connections share with the [`LinkProxy`].
+#[derive(Clone)]
+struct Link {
+    cut: Arc<AtomicBool>,
+    delay_ms: Arc<AtomicU64>,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     target: SocketAddr,
-    cut: Arc<AtomicBool>,
+    link: Link,
     epoch: watch::Receiver<u64>,
     connections: Arc<AtomicU64>,
 ) {
@@ -100,22 +123,25 @@ async fn accept_loop(
         let Ok((inbound, _)) = listener.accept().await else {
             continue;
         };
-        if cut.load(Ordering::SeqCst) {
+        if link.cut.load(Ordering::SeqCst) {
             drop(inbound);
             continue;
         }
         let mut epoch = epoch.clone();
         let started = *epoch.borrow_and_update();
         connections.fetch_add(1, Ordering::Relaxed);
+        let delay = link.delay_ms.clone();
         tokio::spawn(async move {
             let _ = inbound.set_nodelay(true);
-            let Ok(mut outbound) = TcpStream::connect(target).await else {
+            let Ok(outbound) = TcpStream::connect(target).await else {
                 return;
             };
             let _ = outbound.set_nodelay(true);
-            let mut inbound = inbound;
+            let (mut in_r, mut in_w) = inbound.into_split();
+            let (mut out_r, mut out_w) = outbound.into_split();
             tokio::select! {
-                _ = copy_bidirectional(&mut inbound, &mut outbound) => {}
+                () = forward(&mut in_r, &mut out_w, &delay) => {}
+                () = forward(&mut out_r, &mut in_w, &delay) => {}
                 () = async {
                     loop {
                         if epoch.changed().await.is_err() || *epoch.borrow() != started {
@@ -125,6 +151,29 @@ async fn accept_loop(
                 } => {}
             }
         });
+    }
+}
+
+/// Copies `from` to `to` until either side ends, holding each chunk for the link's delay.
+async fn forward(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    delay_ms: &AtomicU64,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let ms = delay_ms.load(Ordering::SeqCst);
+        if ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -188,5 +237,22 @@ mod tests {
         let mut c = TcpStream::connect(p.listen).await.unwrap();
         assert!(roundtrip(&mut c).await);
         assert!(p.connections() >= 2);
+    }
+
+    #[tokio::test]
+    async fn a_delay_holds_data_both_ways_on_open_connections() {
+        let target = echo_server().await;
+        let p = LinkProxy::start("test", "127.0.0.1:0".parse().unwrap(), target)
+            .await
+            .unwrap();
+        let mut a = TcpStream::connect(p.listen).await.unwrap();
+        assert!(roundtrip(&mut a).await);
+        p.set_delay(std::time::Duration::from_millis(300));
+        let started = tokio::time::Instant::now();
+        assert!(roundtrip(&mut a).await, "a delayed link still carries data");
+        // Held once on the way out and once on the way back: never faster than that.
+        assert!(started.elapsed() >= std::time::Duration::from_millis(600));
+        p.set_delay(std::time::Duration::ZERO);
+        assert!(roundtrip(&mut a).await);
     }
 }

@@ -2,7 +2,8 @@
 //! servers, the operator and one sidecar per site as processes of the `bloodraven` binary,
 //! every link through a proxy that can be cut), with the test kit's writer, all-site probe and
 //! checker, for the faults that need real processes and networks: the primary isolated, its
-//! sidecar paused, the operator paused or killed in the middle of a planned failover.
+//! sidecar paused, a slow link between two sidecars, the operator paused or killed in the
+//! middle of a planned failover.
 //!
 //! Run: `scripts/bench` (or `cargo bench -p bloodraven --bench matrix_processes -- --runs N
 //! [--only NAME] [--report docs/benchmarks.md] [--keep DIR]`).
@@ -213,6 +214,29 @@ async fn run(name: &str) -> RunResult {
             }
             l.judge(&mut r, 0, fault, None).await;
         }
+        "peer-link-delayed" => {
+            // Everything iad's sidecar and pdx's sidecar say to each other takes 10 s, for
+            // 15 s: the operator still reaches everyone, so nothing may change.
+            for (from, to) in [(0usize, 1usize), (1, 0)] {
+                if let Some((_, l)) = pg.links[from].to_peers.iter().find(|(j, _)| *j == to) {
+                    l.set_delay(Duration::from_secs(10));
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            for (from, to) in [(0usize, 1usize), (1, 0)] {
+                if let Some((_, l)) = pg.links[from].to_peers.iter().find(|(j, _)| *j == to) {
+                    l.set_delay(Duration::ZERO);
+                }
+            }
+            let s = status(&pg).await;
+            if s["activeSite"] != "iad" || s["topologyGeneration"] != 1 {
+                r.violations.push(format!(
+                    "a failover followed: active {} generation {}",
+                    s["activeSite"], s["topologyGeneration"]
+                ));
+            }
+            l.judge(&mut r, 0, fault, None).await;
+        }
         "operator-paused-mid-planned" | "operator-killed-mid-planned" => {
             pg.planned_failover("pdx").await.unwrap();
             until(&pg, Duration::from_secs(10), |s| !phase(s).is_empty()).await;
@@ -272,6 +296,15 @@ fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
         (
             "sidecar-paused",
             "the primary's sidecar SIGSTOPped for 10 s, then SIGCONT",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: None,
+            },
+        ),
+        (
+            "peer-link-delayed",
+            "a 10 s delay on the link between iad's and pdx's sidecars, for 15 s",
             Promise {
                 lost: Some(0),
                 two_writable: Some(0),
