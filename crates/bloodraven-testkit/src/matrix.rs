@@ -349,6 +349,9 @@ pub fn drive(
                     format!("; {}", r.violations.join("; "))
                 }
             );
+            for note in &r.notes {
+                eprintln!("  {note}");
+            }
             if !ok {
                 broken += 1;
                 let dir = opts.keep.join(format!("{name}-{}", i + 1));
