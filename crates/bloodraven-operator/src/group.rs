@@ -103,6 +103,16 @@ impl GroupSnapshot {
     pub fn status(&self) -> &GroupStatus {
         &self.body.status
     }
+
+    /// The names of the group's sites, in the spec's order.
+    pub fn site_names(&self) -> Vec<String> {
+        self.body
+            .spec
+            .sites
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
+    }
 }
 
 struct LeaseState {
@@ -258,13 +268,7 @@ impl GroupRuntime {
         });
         {
             let snap = rt.snapshot();
-            let sites: Vec<String> = snap
-                .body
-                .spec
-                .sites
-                .iter()
-                .map(|s| s.name.clone())
-                .collect();
+            let sites = snap.site_names();
             rt.metrics.init_group(
                 &name,
                 &sites,
@@ -866,13 +870,7 @@ impl GroupRuntime {
                 group: self.name.clone(),
             })
             .set(i64::try_from(snap.body.status.topology_generation).unwrap_or(i64::MAX));
-        let sites: Vec<String> = snap
-            .body
-            .spec
-            .sites
-            .iter()
-            .map(|s| s.name.clone())
-            .collect();
+        let sites = snap.site_names();
         self.metrics
             .set_active_site(&self.name, &sites, &snap.body.status.active_site);
         *self

@@ -62,14 +62,8 @@ pub type Row<'a> = (&'a str, &'a str, Promise, Vec<RunResult>);
 
 /// The results table, with the date, commit, core count and `command`.
 pub fn render(results: &[Row<'_>], runs: usize, command: &str, measured_at: &str) -> String {
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    let (commit, cores) = crate::report::provenance();
     let date = measured_at;
-    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let mut out = String::new();
     let _ = writeln!(
         out,

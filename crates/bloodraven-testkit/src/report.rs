@@ -3,6 +3,18 @@
 
 use std::path::Path;
 
+/// Where a figure was measured: the checked-out commit (short) and the machine's core count.
+pub fn provenance() -> (String, usize) {
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    (commit, cores)
+}
+
 /// Replaces what lies between `begin` and `end` in the file at `path` with `text` (the markers
 /// stay). Fails, changing nothing, when a marker is missing.
 pub fn splice(path: &Path, begin: &str, end: &str, text: &str) -> std::io::Result<()> {

@@ -77,6 +77,15 @@ fn signal(pid: Option<u32>, sig: Signal) {
     }
 }
 
+/// Delays both directions of the link between sites `a`'s and `b`'s sidecars.
+fn delay_between(pg: &Playground, a: usize, b: usize, delay: Duration) {
+    for (from, to) in [(a, b), (b, a)] {
+        if let Some((_, link)) = pg.links[from].to_peers.iter().find(|(j, _)| *j == to) {
+            link.set_delay(delay);
+        }
+    }
+}
+
 struct Load {
     writer: Writer,
     probe: Probe,
@@ -217,17 +226,9 @@ async fn run(name: &str) -> RunResult {
         "peer-link-delayed" => {
             // Everything iad's sidecar and pdx's sidecar say to each other takes 10 s, for
             // 15 s: the operator still reaches everyone, so nothing may change.
-            for (from, to) in [(0usize, 1usize), (1, 0)] {
-                if let Some((_, l)) = pg.links[from].to_peers.iter().find(|(j, _)| *j == to) {
-                    l.set_delay(Duration::from_secs(10));
-                }
-            }
+            delay_between(&pg, 0, 1, Duration::from_secs(10));
             tokio::time::sleep(Duration::from_secs(15)).await;
-            for (from, to) in [(0usize, 1usize), (1, 0)] {
-                if let Some((_, l)) = pg.links[from].to_peers.iter().find(|(j, _)| *j == to) {
-                    l.set_delay(Duration::ZERO);
-                }
-            }
+            delay_between(&pg, 0, 1, Duration::ZERO);
             let s = status(&pg).await;
             if s["activeSite"] != "iad" || s["topologyGeneration"] != 1 {
                 r.violations.push(format!(
