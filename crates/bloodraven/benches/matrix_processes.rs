@@ -86,6 +86,24 @@ fn delay_between(pg: &Playground, a: usize, b: usize, delay: Duration) {
     }
 }
 
+/// Records a violation when iad is no longer the active site at generation 1, or was fenced:
+/// the promise of the faults that must change nothing.
+async fn nothing_changed(pg: &Playground, r: &mut RunResult) {
+    let s = status(pg).await;
+    if s["activeSite"] != "iad" || s["topologyGeneration"] != 1 {
+        r.violations.push(format!(
+            "a failover followed: active {} generation {}",
+            s["activeSite"], s["topologyGeneration"]
+        ));
+    }
+    let iad = pg.harness.lock().await.failover_client(0);
+    match iad.probe().await {
+        Ok(p) if p.read_only => r.violations.push("iad was fenced".into()),
+        Ok(_) => {}
+        Err(e) => r.violations.push(format!("cannot read iad: {e}")),
+    }
+}
+
 struct Load {
     writer: Writer,
     probe: Probe,
@@ -214,13 +232,7 @@ async fn run(name: &str) -> RunResult {
             tokio::time::sleep(Duration::from_secs(10)).await;
             signal(pg.sidecar_pid(0).await, Signal::SIGCONT);
             tokio::time::sleep(Duration::from_secs(3)).await;
-            let s = status(&pg).await;
-            if s["activeSite"] != "iad" || s["topologyGeneration"] != 1 {
-                r.violations.push(format!(
-                    "a failover followed: active {} generation {}",
-                    s["activeSite"], s["topologyGeneration"]
-                ));
-            }
+            nothing_changed(&pg, &mut r).await;
             l.judge(&mut r, 0, fault, None).await;
         }
         "peer-link-delayed" => {
@@ -229,13 +241,7 @@ async fn run(name: &str) -> RunResult {
             delay_between(&pg, 0, 1, Duration::from_secs(10));
             tokio::time::sleep(Duration::from_secs(15)).await;
             delay_between(&pg, 0, 1, Duration::ZERO);
-            let s = status(&pg).await;
-            if s["activeSite"] != "iad" || s["topologyGeneration"] != 1 {
-                r.violations.push(format!(
-                    "a failover followed: active {} generation {}",
-                    s["activeSite"], s["topologyGeneration"]
-                ));
-            }
+            nothing_changed(&pg, &mut r).await;
             l.judge(&mut r, 0, fault, None).await;
         }
         "operator-paused-mid-planned" | "operator-killed-mid-planned" => {
