@@ -132,10 +132,13 @@ fn print_summary(pg: &Arc<Playground>, app: std::net::SocketAddr, dash: std::net
     println!();
     println!("Chaos from the command line (same as the dashboard's buttons):");
     println!("  {exe} playground chaos kill-site iad{dashboard_flag}");
+    println!("      (also restart-site [--writable], isolate-site, isolate-site-from-operator,");
     println!(
-        "      (also restart-site [--writable], isolate-site, heal-site, failover pdx, stop-operator,"
+        "       isolate-site-from-peers, heal-site, isolate-operator, heal-operator, failover pdx,"
     );
-    println!("       start-operator, take-lease, release-lease, revoke-all, increment)");
+    println!(
+        "       stop-operator, start-operator, take-lease, release-lease, revoke-all, increment)"
+    );
     println!("  {exe} playground scenario kill-primary{dashboard_flag}");
     println!("      (also operator-down, deferred-failover, isolate-primary)");
     println!(

@@ -127,6 +127,10 @@ pub struct Playground {
     pub harness: Mutex<Launcher>,
     pub links: Vec<SiteLinks>,
     pub sidecar_ports: Vec<u16>,
+    /// The MySQL accounts the operator and the replicas connect as: a partial isolation cuts
+    /// one of them on a site's MySQL link.
+    failover_user: String,
+    replication_user: String,
     operator: Mutex<Option<Child>>,
     sidecars: Mutex<Vec<Option<Child>>>,
     pub counter: Arc<CounterApp>,
@@ -299,9 +303,13 @@ impl Playground {
             }
             links.push(SiteLinks {
                 to_peers,
-                mysql: LinkProxy::start(&format!("{name}-mysql"), any, loopback(harness.port(i)))
-                    .await
-                    .map_err(io("start a link proxy"))?,
+                mysql: LinkProxy::start_mysql(
+                    &format!("{name}-mysql"),
+                    any,
+                    loopback(harness.port(i)),
+                )
+                .await
+                .map_err(io("start a link proxy"))?,
                 sidecar: LinkProxy::start(
                     &format!("{name}-sidecar"),
                     any,
@@ -376,6 +384,8 @@ impl Playground {
             harness: Mutex::new(harness),
             links,
             sidecar_ports,
+            failover_user: saved.failover.0.clone(),
+            replication_user: saved.replication.0.clone(),
             operator: Mutex::new(None),
             sidecars: Mutex::new((0..SITES.len()).map(|_| None).collect()),
             counter,
@@ -614,16 +624,80 @@ impl Playground {
         ))
     }
 
+    /// Heals every link of a site, and whatever [`Self::isolate_site_from_operator`] and
+    /// [`Self::isolate_site_from_peers`] cut.
     pub fn heal_site(&self, name: &str) -> Result<String, PlaygroundError> {
         let i = Self::site_index(name)?;
         for l in self.links_of(i) {
             l.heal();
         }
+        self.links[i].mysql.heal_account(&self.failover_user);
+        self.links[i].mysql.heal_account(&self.replication_user);
         Ok(format!("healed {name}'s links"))
     }
 
+    /// Cuts a site from the operator only: the operator's connections to its MySQL, the
+    /// operator ↔ its sidecar. Its peers' sidecars and the replicas still reach it, as in a
+    /// partition between the operator's network and the site's.
+    pub fn isolate_site_from_operator(&self, name: &str) -> Result<String, PlaygroundError> {
+        let i = Self::site_index(name)?;
+        let l = &self.links[i];
+        l.sidecar.cut();
+        l.to_operator.cut();
+        l.mysql.cut_account(&self.failover_user);
+        Ok(format!(
+            "isolated {name} from the operator: its peers and the replicas still reach it"
+        ))
+    }
+
+    /// Cuts a site from its peers only: its sidecar ↔ every peer's sidecar, and the replicas'
+    /// replication connections to its MySQL. The operator still reaches it.
+    pub fn isolate_site_from_peers(&self, name: &str) -> Result<String, PlaygroundError> {
+        let i = Self::site_index(name)?;
+        let outgoing = self.links[i].to_peers.iter().map(|(_, l)| l);
+        let incoming = self
+            .links
+            .iter()
+            .flat_map(|s| s.to_peers.iter())
+            .filter(|(j, _)| *j == i)
+            .map(|(_, l)| l);
+        for l in outgoing.chain(incoming) {
+            l.cut();
+        }
+        self.links[i].mysql.cut_account(&self.replication_user);
+        Ok(format!(
+            "isolated {name} from its peers: no sidecar of another site and no replica reaches it; the operator still does"
+        ))
+    }
+
+    /// Cuts the operator from every site: its connections to every MySQL, the operator ↔ every
+    /// sidecar. The sites still reach each other.
+    pub fn isolate_operator(&self) -> String {
+        for l in &self.links {
+            l.sidecar.cut();
+            l.to_operator.cut();
+            l.mysql.cut_account(&self.failover_user);
+        }
+        "isolated the operator: it reaches no site, and no sidecar reaches it".into()
+    }
+
+    /// Heals what [`Self::isolate_operator`] cut.
+    pub fn heal_operator(&self) -> String {
+        for l in &self.links {
+            l.sidecar.heal();
+            l.to_operator.heal();
+            l.mysql.heal_account(&self.failover_user);
+        }
+        "healed the operator's links".into()
+    }
+
+    /// Whether any of site `i`'s links is cut, wholly or for the operator or the replicas.
     pub fn isolated(&self, i: usize) -> bool {
-        self.links[i].mysql.is_cut()
+        let l = &self.links[i];
+        l.mysql.is_cut_for(&self.failover_user)
+            || l.mysql.is_cut_for(&self.replication_user)
+            || l.sidecar.is_cut()
+            || l.to_peers.iter().any(|(_, p)| p.is_cut())
     }
 
     async fn annotate(&self, key: &str, value: &str) -> Result<(), PlaygroundError> {
@@ -752,7 +826,13 @@ impl Playground {
             "kill-site" => self.kill_site(site.ok_or_else(missing)?).await,
             "restart-site" => self.restart_site(site.ok_or_else(missing)?, writable).await,
             "isolate-site" => self.isolate_site(site.ok_or_else(missing)?),
+            "isolate-site-from-operator" => {
+                self.isolate_site_from_operator(site.ok_or_else(missing)?)
+            }
+            "isolate-site-from-peers" => self.isolate_site_from_peers(site.ok_or_else(missing)?),
             "heal-site" => self.heal_site(site.ok_or_else(missing)?),
+            "isolate-operator" => Ok(self.isolate_operator()),
+            "heal-operator" => Ok(self.heal_operator()),
             "stop-operator" => {
                 self.stop_operator().await;
                 Ok("stopped the operator".into())
@@ -773,7 +853,7 @@ impl Playground {
             "release-lease" => self.release_lease().await,
             "revoke-all" => self.revoke_all().await,
             other => Err(PlaygroundError::Other(format!(
-                "unknown action {other:?} (increment, start-writing, stop-writing, failover, kill-site, restart-site, isolate-site, heal-site, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
+                "unknown action {other:?} (increment, start-writing, stop-writing, failover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, isolate-operator, heal-operator, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
             ))),
         }
     }

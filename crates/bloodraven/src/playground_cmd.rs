@@ -36,8 +36,9 @@ pub struct PlaygroundArgs {
 enum PlaygroundCommand {
     /// Run one chaos action against a running playground (the dashboard's buttons).
     Chaos {
-        /// increment, failover, kill-site, restart-site, isolate-site, heal-site,
-        /// stop-operator, start-operator, start-writing, stop-writing, take-lease, release-lease,
+        /// increment, failover, kill-site, restart-site, isolate-site,
+        /// isolate-site-from-operator, isolate-site-from-peers, heal-site, isolate-operator,
+        /// heal-operator, stop-operator, start-operator, start-writing, stop-writing, take-lease, release-lease,
         /// revoke-all.
         action: String,
         /// The site, for the actions that take one.
