@@ -8,7 +8,11 @@
 //!
 //! # States of a site (debounced)
 //! `unreachable` after `failureThreshold` consecutive failed probes; `writable` after
-//! `recoveryThreshold` consecutive probes with `read_only=0`; `read-only` at once.
+//! `recoveryThreshold` consecutive probes with `read_only=0`; `read-only` at once. A poll in
+//! which no site answered counts for no site ([`debounce_poll`]): the operator may be the one
+//! cut off, and a primary that was only out of the operator's sight must not become
+//! `unreachable` by it — otherwise the first poll after the operator's network heals, if it
+//! reaches a candidate a moment before the primary, fails over from a healthy primary.
 
 use std::time::Duration;
 
@@ -76,6 +80,24 @@ pub fn debounce(
             }
         }
     }
+}
+
+/// Applies one poll's probe results (one per site, in order) to the sites' counters. When no
+/// site answered, the poll proves nothing about any one of them and changes no counter.
+pub fn debounce_poll(
+    trackers: &[SiteTracker],
+    probes: &[ProbeResult],
+    failure_threshold: u32,
+    recovery_threshold: u32,
+) -> Vec<SiteTracker> {
+    if probes.iter().all(|p| *p == ProbeResult::Unreachable) {
+        return trackers.to_vec();
+    }
+    trackers
+        .iter()
+        .zip(probes)
+        .map(|(t, p)| debounce(*t, *p, failure_threshold, recovery_threshold))
+        .collect()
 }
 
 /// One site as the decision sees it.
@@ -175,6 +197,9 @@ pub struct DecideInput<'a> {
     pub max_lag_seconds: u64,
     /// `spec.bootstrapSite`: the first primary of a group whose sites all boot read-only.
     pub bootstrap_site: Option<&'a str>,
+    /// No site answered the last `failureThreshold` polls. [`debounce_poll`] counted them for
+    /// no site, so the sites' states do not show it; the `AllUnreachable` alert does.
+    pub no_site_answers: bool,
 }
 
 /// Something the operator must do.
@@ -338,8 +363,8 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
         .iter()
         .filter(|s| s.state == SiteState::Writable)
         .collect();
-    let all_unreachable =
-        !sites.is_empty() && sites.iter().all(|s| s.state == SiteState::Unreachable);
+    let all_unreachable = input.no_site_answers
+        || (!sites.is_empty() && sites.iter().all(|s| s.state == SiteState::Unreachable));
     let history = !input.last_failover_target.is_empty();
 
     // Recovery-blocked sites that a human has brought back in line are unblocked.

@@ -6,7 +6,9 @@
 //! partition between the operator and a site (the site stays alive and writable for its
 //! clients), an ambiguous fence (it lands but the operator cannot tell), an operator restart
 //! (in-memory counters lost, persisted status kept), stale clients writing to a non-active
-//! writable site, planned failovers, deploy leases. Invariants, checked after every step:
+//! writable site, planned failovers, deploy leases, the operator cut off from every site for a
+//! few polls and its links healing one by one (the candidates a poll before the active site).
+//! Invariants, checked after every step:
 //! - never two sites promoted in one generation;
 //! - the generation never decreases;
 //! - a site observed writable-and-divergent (blocked) is never promoted;
@@ -14,14 +16,16 @@
 //! - no deploy lease survives a generation change;
 //! - a site seen writable while another is the active site is fenced by the same poll;
 //! - a first primary promoted from an all-read-only group holds every transaction of every
-//!   site that answered.
+//!   site that answered;
+//! - a primary that was healthy when the operator lost sight of every site is not failed over
+//!   by the first poll that reaches a candidate again.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bloodraven_core::config::SiteRole;
 use bloodraven_core::controller::{
-    Action, DecideInput, ProbeResult, ReplicaView, SiteTracker, SiteView, debounce, decide,
+    Action, DecideInput, ProbeResult, ReplicaView, SiteTracker, SiteView, debounce_poll, decide,
 };
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::health::{HealthInputs, assess};
@@ -106,6 +110,8 @@ struct World {
     lease_ops: u64,
     bootstraps_from_read_only: usize,
     planned_outcomes: BTreeMap<&'static str, usize>,
+    /// Operator isolations that healed with the primary healthy: the invariant was at stake.
+    isolations_checked: usize,
 }
 
 impl World {
@@ -154,6 +160,7 @@ impl World {
             lease_ops: 0,
             bootstraps_from_read_only: 0,
             planned_outcomes: BTreeMap::new(),
+            isolations_checked: 0,
         }
     }
 
@@ -292,6 +299,7 @@ impl World {
     }
 
     fn poll(&mut self) {
+        let mut probes = Vec::with_capacity(self.sites.len());
         for i in 0..self.sites.len() {
             let probe = if self.reachable(i) {
                 let s = &self.sites[i];
@@ -313,8 +321,9 @@ impl World {
             };
             self.answered[i] = probe != ProbeResult::Unreachable;
             self.probed_writable[i] = probe == ProbeResult::Writable;
-            self.trackers[i] = debounce(self.trackers[i], probe, 3, 2);
+            probes.push(probe);
         }
+        self.trackers = debounce_poll(&self.trackers, &probes, 3, 2);
         let views = self.views();
         let d = decide(&DecideInput {
             sites: &views,
@@ -330,6 +339,7 @@ impl World {
             reassert_interval: Duration::from_secs(10),
             max_lag_seconds: 300,
             bootstrap_site: None,
+            no_site_answers: false,
         });
         // First sight: every writable site that is not the active one, seen writable by this
         // poll, is fenced by this poll's decision (once the group has an active site and a
@@ -623,6 +633,42 @@ impl World {
         }
     }
 
+    /// The operator loses every site for a few polls (its own network fails), then its links
+    /// come back one by one: every other site first, the active site one poll later.
+    fn operator_isolated(&mut self) {
+        let active = self.idx(&self.status.active.clone());
+        let before: Vec<bool> = self.sites.iter().map(|s| s.partitioned).collect();
+        let healthy = self.reachable(active) && self.trackers[active].failures == 0;
+        for s in &mut self.sites {
+            s.partitioned = true;
+        }
+        for _ in 0..3 + self.rng.below(4) {
+            self.write(active);
+            self.replicate();
+            self.poll();
+            self.now = self.now.plus(Duration::from_secs(2));
+        }
+        for (i, s) in self.sites.iter_mut().enumerate() {
+            if i != active {
+                s.partitioned = before[i];
+            }
+        }
+        let generation = self.status.generation;
+        self.write(active);
+        self.replicate();
+        self.poll();
+        self.now = self.now.plus(Duration::from_secs(2));
+        if healthy && self.sites[active].alive {
+            assert_eq!(
+                self.status.generation, generation,
+                "failed over from {}, a healthy primary only the cut-off operator lost sight of",
+                self.sites[active].name
+            );
+            self.isolations_checked += 1;
+        }
+        self.sites[active].partitioned = before[active];
+    }
+
     fn step(&mut self) {
         let r = self.rng.below(100);
         match r {
@@ -655,6 +701,7 @@ impl World {
             }
             22..=25 => self.planned(),
             26..=35 => self.leases_step(),
+            41..=42 if !self.status.active.is_empty() => self.operator_isolated(),
             36..=40 => {
                 // A stale client writes wherever it can.
                 let i = usize::try_from(self.rng.below(4)).unwrap();
@@ -682,12 +729,14 @@ fn invariants_hold_over_seeded_fault_schedules() {
     let mut by_kind: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut from_read_only = 0usize;
     let mut planned_outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut isolations = 0usize;
     for seed in 0..SCHEDULES {
         let mut w = World::new(seed);
         for _ in 0..STEPS {
             w.step();
         }
         from_read_only += w.bootstraps_from_read_only;
+        isolations += w.isolations_checked;
         for (k, n) in &w.planned_outcomes {
             *planned_outcomes.entry(k).or_default() += n;
         }
@@ -721,5 +770,9 @@ fn invariants_hold_over_seeded_fault_schedules() {
     assert!(
         from_read_only >= 100,
         "too few groups bootstrapped from all read-only: {from_read_only}"
+    );
+    assert!(
+        isolations >= 100,
+        "too few operator isolations healed with a healthy primary: {isolations}"
     );
 }

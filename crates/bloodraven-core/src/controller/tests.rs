@@ -41,6 +41,7 @@ fn input<'a>(sites: &'a [SiteView], active: &'a str, last_target: &'a str) -> De
         reassert_interval: Duration::from_secs(30),
         max_lag_seconds: 300,
         bootstrap_site: None,
+        no_site_answers: false,
     }
 }
 
@@ -136,6 +137,37 @@ fn debounce_thresholds() {
 }
 
 #[test]
+fn a_poll_in_which_no_site_answered_counts_for_no_site() {
+    use ProbeResult::{ReadOnly, Unreachable, Writable};
+    let healthy = [
+        SiteTracker {
+            state: SiteState::Writable,
+            failures: 0,
+            writable_streak: 5,
+        },
+        SiteTracker {
+            state: SiteState::ReadOnly,
+            ..SiteTracker::default()
+        },
+    ];
+    // Ten blind polls (the operator cut off): nothing moves.
+    let mut t = healthy.to_vec();
+    for _ in 0..10 {
+        t = debounce_poll(&t, &[Unreachable, Unreachable], 3, 2);
+    }
+    assert_eq!(t, healthy);
+    // The candidate comes back a poll before the primary: one failure, not a failover.
+    t = debounce_poll(&t, &[Unreachable, ReadOnly], 3, 2);
+    assert_eq!((t[0].state, t[0].failures), (SiteState::Writable, 1));
+    // A primary that keeps failing while others answer is unreachable after the threshold.
+    t = debounce_poll(&t, &[Unreachable, ReadOnly], 3, 2);
+    t = debounce_poll(&t, &[Unreachable, ReadOnly], 3, 2);
+    assert_eq!(t[0].state, SiteState::Unreachable);
+    t = debounce_poll(&t, &[Writable, ReadOnly], 3, 2);
+    assert_eq!(t[0].failures, 0);
+}
+
+#[test]
 fn healthy_group_does_nothing() {
     let sites = healthy_trio();
     let d = decide(&input(&sites, "iad", ""));
@@ -186,6 +218,18 @@ fn bootstrap_cases() {
     }
     let d = decide(&input(&sites, "", ""));
     assert_eq!(d.alerts, vec![Alert::AllUnreachable]);
+}
+
+/// An operator cut off from every site keeps the sites' last states (the polls count for none)
+/// but says that no site answers, and acts on nothing.
+#[test]
+fn an_operator_that_reaches_no_site_says_so_and_acts_on_nothing() {
+    let sites = healthy_trio();
+    let mut i = input(&sites, "iad", "");
+    i.no_site_answers = true;
+    let d = decide(&i);
+    assert_eq!(d.alerts, vec![Alert::AllUnreachable]);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
 }
 
 /// A group whose servers all boot read-only gets its first primary from the operator:

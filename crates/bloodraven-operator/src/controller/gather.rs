@@ -59,9 +59,25 @@ impl Controller {
             self.rt.config.recovery_threshold,
         );
         let group = self.rt.name.clone();
-        for ((site, p), sidecar) in self.sites.iter_mut().zip(probes).zip(sidecars) {
-            let result = probe_result(&p);
-            site.tracker = controller::debounce(site.tracker, result, failure, recovery);
+        let results: Vec<ProbeResult> = probes.iter().map(probe_result).collect();
+        let trackers: Vec<_> = self.sites.iter().map(|s| s.tracker).collect();
+        let trackers = controller::debounce_poll(&trackers, &results, failure, recovery);
+        if results.iter().all(|r| *r == ProbeResult::Unreachable) {
+            if self.blind_polls == 0 {
+                tracing::warn!(group = %group, "no site answers: polls count for no site until one does (the operator may be the one cut off)");
+            }
+            self.blind_polls = self.blind_polls.saturating_add(1);
+        } else {
+            self.blind_polls = 0;
+        }
+        for (((site, p), sidecar), (result, tracker)) in self
+            .sites
+            .iter_mut()
+            .zip(probes)
+            .zip(sidecars)
+            .zip(results.into_iter().zip(trackers))
+        {
+            site.tracker = tracker;
             site.answered = p.is_ok();
             site.probed_writable = result == ProbeResult::Writable;
             match p {

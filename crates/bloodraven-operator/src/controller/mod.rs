@@ -116,6 +116,8 @@ pub struct Controller {
     /// The credentials each site's client was built with (to rebuild it when they change).
     creds: Vec<Option<Credentials>>,
     creds_read: Option<Instant>,
+    /// Consecutive polls in which no site answered (counted for none by the debounce).
+    blind_polls: u32,
 }
 
 /// How often credentials are read again (a rotated Secret or file takes effect).
@@ -158,6 +160,7 @@ impl Controller {
             timeouts,
             creds,
             creds_read: None,
+            blind_polls: 0,
         }
     }
 
@@ -359,6 +362,7 @@ impl Controller {
             reassert_interval: (cfg.poll_interval * 5).max(Duration::from_secs(10)),
             max_lag_seconds: cfg.max_lag_seconds,
             bootstrap_site: cfg.bootstrap_site.as_deref(),
+            no_site_answers: self.blind_polls >= cfg.failure_threshold.max(1),
         });
         self.alerts(&decision.alerts, &status).await;
         let mut blocked: Vec<String> = Vec::new();
