@@ -1,9 +1,10 @@
 //! The fault matrix's process-level scenarios: the playground's whole group (three MariaDB
 //! servers, the operator and one sidecar per site as processes of the `bloodraven` binary,
 //! every link through a proxy that can be cut), with the test kit's writer, all-site probe and
-//! checker, for the faults that need real processes and networks: the primary isolated, its
-//! sidecar paused, a slow link between two sidecars, the operator paused or killed in the
-//! middle of a planned failover.
+//! checker, for the faults that need real processes and networks: the primary isolated (fully,
+//! from the operator only, from its peers only), the operator isolated, the primary's sidecar
+//! paused, a slow link between two sidecars, the operator paused or killed in the middle of a
+//! planned failover, killed in the middle of an emergency failover.
 //!
 //! Run: `scripts/bench` (or `cargo bench -p bloodraven --bench matrix_processes -- --runs N
 //! [--only NAME] [--report docs/benchmarks.md] [--keep DIR]`).
@@ -23,8 +24,21 @@ use tokio::time::Instant;
 
 /// The playground's sidecar `leaseTimeout` (docs/playground.md).
 const LEASE_TIMEOUT: Duration = Duration::from_secs(6);
+/// The playground's `pollInterval` × `failureThreshold`: the operator's detection budget.
+const DETECTION: Duration = Duration::from_secs(3);
+/// The playground's sidecar `peerCheckInterval`.
+const PEER_CHECK: Duration = Duration::from_secs(2);
+/// A primary cut from the operator only: detection, promotion, then its sidecar learns the new
+/// view from a peer (≤ one peer check) and fences it; the application moves once it refuses.
+const FROM_OPERATOR_BOUND: Duration = DETECTION
+    .saturating_add(PEER_CHECK)
+    .saturating_add(Duration::from_secs(4));
+
+/// How long each run's playground took to start (servers, links, operator, sidecars).
+static STARTS: std::sync::Mutex<Vec<Duration>> = std::sync::Mutex::new(Vec::new());
 
 async fn start() -> Arc<Playground> {
+    let started = Instant::now();
     let opts = PlaygroundOptions {
         dir: None,
         reset: true,
@@ -37,6 +51,10 @@ async fn start() -> Arc<Playground> {
     let pg = Playground::start(opts, &|_| {})
         .await
         .expect("the playground starts");
+    STARTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(started.elapsed());
     let h = pg.harness.lock().await;
     let admin = h.admin(0).unwrap();
     admin.execute(ledger::WRITES_TABLE_DDL).await.unwrap();
@@ -102,6 +120,19 @@ async fn nothing_changed(pg: &Playground, r: &mut RunResult) {
         Ok(_) => {}
         Err(e) => r.violations.push(format!("cannot read iad: {e}")),
     }
+}
+
+/// Waits until site `i` is read-only, at most until `deadline`; records a violation naming
+/// `what` otherwise.
+async fn fenced_by(pg: &Playground, i: usize, deadline: Instant, what: &str, r: &mut RunResult) {
+    let client = pg.harness.lock().await.failover_client(i);
+    while Instant::now() < deadline {
+        if client.probe().await.is_ok_and(|p| p.read_only) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    r.violations.push(format!("{what} was still writable"));
 }
 
 struct Load {
@@ -205,25 +236,87 @@ async fn run(name: &str) -> RunResult {
             // Rule #2: the isolated primary fences itself once the operator and every peer
             // were silent for longer than leaseTimeout.
             let bound = LEASE_TIMEOUT + Duration::from_secs(5);
-            let h = pg.harness.lock().await;
-            let iad = h.failover_client(0);
-            drop(h);
-            let deadline = fault + bound;
-            let mut fenced = false;
-            while Instant::now() < deadline {
-                if iad.probe().await.is_ok_and(|p| p.read_only) {
-                    fenced = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            let what = format!(
+                "the isolated primary {} s after the isolation",
+                bound.as_secs()
+            );
+            fenced_by(&pg, 0, fault + bound, &what, &mut r).await;
+            pg.heal_site("iad").unwrap();
+            l.judge(&mut r, 1, fault, moved_at).await;
+        }
+        "isolate-primary-from-operator" => {
+            // The operator loses iad (its MySQL connections and both sidecar links); pdx's and
+            // the reader's sidecars and replication still reach it.
+            pg.isolate_site_from_operator("iad").unwrap();
+            let moved = until(&pg, Duration::from_secs(20), |s| s["activeSite"] == "pdx").await;
+            let moved_at = moved.is_some().then(Instant::now);
+            if moved.is_none() {
+                r.violations.push("no failover to pdx within 20 s".into());
             }
-            if !fenced {
-                r.violations.push(format!(
-                    "the isolated primary was still writable {} s after the isolation",
-                    bound.as_secs()
-                ));
+            // Rule #1: a peer relays the operator's new signed view; iad fences itself.
+            let bound = FROM_OPERATOR_BOUND;
+            let what = format!("iad {} s after the operator lost it", bound.as_secs());
+            fenced_by(&pg, 0, fault + bound, &what, &mut r).await;
+            pg.heal_site("iad").unwrap();
+            l.judge(&mut r, 1, fault, moved_at).await;
+        }
+        "isolate-primary-from-peers" => {
+            // iad's sidecar reaches no peer and no replica reaches iad's MySQL, for 15 s; the
+            // operator still reaches it: nothing may change.
+            pg.isolate_site_from_peers("iad").unwrap();
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            nothing_changed(&pg, &mut r).await;
+            // The cut is real: pdx's replication from iad is down.
+            let pdx = pg.harness.lock().await.failover_client(1);
+            match pdx.probe().await.map(|p| p.replica) {
+                Ok(Some(rs)) if !rs.io_running => {}
+                other => r.violations.push(format!(
+                    "pdx's replication was not cut by the isolation: {other:?}"
+                )),
             }
             pg.heal_site("iad").unwrap();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            nothing_changed(&pg, &mut r).await;
+            l.judge(&mut r, 0, fault, None).await;
+        }
+        "isolate-operator" => {
+            // The operator reaches no site for 15 s; the sites still reach each other. No
+            // failover without the operator, no fence while peers answer, and none when the
+            // operator's links come back (one poll may reach pdx before iad).
+            pg.isolate_operator();
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            nothing_changed(&pg, &mut r).await;
+            pg.heal_operator();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            nothing_changed(&pg, &mut r).await;
+            l.judge(&mut r, 0, fault, None).await;
+        }
+        "operator-killed-mid-emergency" => {
+            // iad's server dies; the operator is killed while it detects and promotes (at a
+            // point that moves through the detection budget from run to run), then restarted:
+            // the restarted operator finishes the failover.
+            pg.kill_site("iad").await.unwrap();
+            let offset = Duration::from_millis(2_000 + (rand_ms() % 2_000));
+            tokio::time::sleep(offset).await;
+            let before = status(&pg).await;
+            signal(pg.operator_pid().await, Signal::SIGKILL);
+            r.notes.push(format!(
+                "operator killed {} ms after the fault, active {} generation {}",
+                offset.as_millis(),
+                before["activeSite"],
+                before["topologyGeneration"]
+            ));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if let Err(e) = pg.start_operator().await {
+                r.violations
+                    .push(format!("the operator did not restart: {e}"));
+            }
+            let moved = until(&pg, Duration::from_secs(30), |s| s["activeSite"] == "pdx").await;
+            let moved_at = moved.is_some().then(Instant::now);
+            if moved.is_none() {
+                r.violations
+                    .push("no failover to pdx within 30 s of the fault".into());
+            }
             l.judge(&mut r, 1, fault, moved_at).await;
         }
         "sidecar-paused" => {
@@ -288,6 +381,11 @@ async fn run(name: &str) -> RunResult {
     r
 }
 
+/// Where in a 2 s window the kill lands: moves from run to run with the wall clock.
+fn rand_ms() -> u64 {
+    u64::try_from(bloodraven_runtime::clock::system().now().unix_millis()).unwrap_or(0)
+}
+
 fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
     let s = Duration::from_secs;
     vec![
@@ -298,6 +396,42 @@ fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
                 lost: None,
                 two_writable: None,
                 recovery: Some(LEASE_TIMEOUT + s(6)),
+            },
+        ),
+        (
+            "isolate-primary-from-operator",
+            "the primary cut from the operator only (its MySQL connections, both sidecar links); peers and replicas still reach it",
+            Promise {
+                lost: None,
+                two_writable: None,
+                recovery: Some(FROM_OPERATOR_BOUND),
+            },
+        ),
+        (
+            "isolate-primary-from-peers",
+            "the primary cut from its peers only (sidecar links, the replicas' connections) for 15 s; the operator still reaches it",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: None,
+            },
+        ),
+        (
+            "isolate-operator",
+            "the operator cut from every site for 15 s, then healed",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: None,
+            },
+        ),
+        (
+            "operator-killed-mid-emergency",
+            "kill -9 iad's mariadbd, SIGKILL the operator 2–4 s later (while it detects or promotes), restart it",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(s(15)),
             },
         ),
         (
@@ -357,6 +491,27 @@ fn main() {
         "scripts/bench",
         &bloodraven_runtime::clock::system().now().to_string(),
         |name| rt.block_on(run(name)),
+    );
+    let mut starts = STARTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let n = starts.len();
+    let mut ms = |p: f64| {
+        bloodraven_testkit::ledger::percentile(&mut starts, p)
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e3
+    };
+    let (p50, p99) = (ms(50.0), ms(99.0));
+    bloodraven_testkit::figure!(
+        "playground start (fresh servers, links, operator confirming the first primary, sidecars): n={n} p50 {p50:.0} ms p99 {p99:.0} ms"
+    );
+    bloodraven_testkit::report::splice_figures(
+        "<!-- perf-playground:begin (generated by scripts/bench; edits here are overwritten) -->",
+        "<!-- perf-playground:end -->",
+        "scripts/bench (every process-level run)",
+        &bloodraven_runtime::clock::system().now().to_string(),
     );
     std::process::exit(code);
 }
