@@ -2,6 +2,56 @@
 //! (`docs/benchmarks.md`), between two HTML comments, leaving the hand-written rest alone.
 
 use std::path::Path;
+use std::sync::Mutex;
+
+/// The lines a bench printed with [`figure!`](crate::figure), kept for [`splice_figures`].
+static FIGURES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Prints a line of figures and keeps it for the report.
+#[macro_export]
+macro_rules! figure {
+    ($($arg:tt)*) => {{
+        let line = format!($($arg)*);
+        println!("{line}");
+        $crate::report::keep(line);
+    }};
+}
+
+/// Keeps one printed line for [`splice_figures`] (use [`figure!`](crate::figure)).
+pub fn keep(line: String) {
+    FIGURES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(line);
+}
+
+/// With `--report FILE` among the process's arguments, writes every line printed with
+/// [`figure!`](crate::figure) so far, as a text block under a line saying when, where and with
+/// which `command` it was measured, between `begin` and `end` in FILE. Exits 2 when FILE
+/// cannot be updated.
+pub fn splice_figures(begin: &str, end: &str, command: &str, now: &str) {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(path) = args
+        .iter()
+        .position(|a| a == "--report")
+        .and_then(|i| args.get(i + 1))
+    else {
+        return;
+    };
+    let (commit, cores) = provenance();
+    let lines = FIGURES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .join("\n");
+    let text = format!(
+        "Measured {now} at commit `{commit}` on {cores} cores with `{command}`.\n\n```text\n{lines}\n```\n"
+    );
+    if let Err(e) = splice(Path::new(path), begin, end, &text) {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
+    eprintln!("updated {path}");
+}
 
 /// Where a figure was measured: the checked-out commit (short) and the machine's core count.
 pub fn provenance() -> (String, usize) {
