@@ -161,6 +161,30 @@ pub struct SiteSpec {
     pub priority: Option<i32>,
 }
 
+/// `spec.replication.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum ReplicationMode {
+    /// Asynchronous replication: an emergency failover can lose what the old primary
+    /// acknowledged but had not shipped yet.
+    #[default]
+    Async,
+    /// Semi-synchronous replication, lossless (`AFTER_SYNC`), never falling back to
+    /// asynchronous: no acknowledged write is lost in an emergency, and writes wait while no
+    /// replica can acknowledge them.
+    SemiSync,
+}
+
+impl ReplicationMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplicationMode::Async => "async",
+            ReplicationMode::SemiSync => "semi-sync",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(
@@ -169,6 +193,11 @@ pub struct SiteSpec {
     schemars(transform = crate::schema::replication_spec)
 )]
 pub struct ReplicationSpec {
+    /// `async` (the default) or `semi-sync`: the primary acknowledges a commit only once a
+    /// replica has received it (lossless, `AFTER_SYNC`), and blocks its writers while no
+    /// replica can acknowledge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ReplicationMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_lag_seconds: Option<u64>,
     /// The account replicas use to connect to their source (`REPLICATION SLAVE`), needed to
@@ -284,6 +313,8 @@ pub struct GroupConfig {
     pub bootstrap_site: Option<String>,
     /// Where the replication account's credentials come from, if configured.
     pub replication_credentials: Option<CredentialsRef>,
+    /// `spec.replication.mode`.
+    pub replication_mode: ReplicationMode,
 }
 
 impl GroupConfig {
@@ -601,6 +632,11 @@ pub fn validate_group(
         site_priorities,
         bootstrap_site: spec.bootstrap_site.clone(),
         replication_credentials,
+        replication_mode: spec
+            .replication
+            .as_ref()
+            .and_then(|r| r.mode)
+            .unwrap_or_default(),
     })
 }
 

@@ -86,6 +86,9 @@ pub mod events {
     pub const FAILOVER_BLOCKED_BY_COOLDOWN: &str = "FailoverBlockedByCooldown";
     pub const NO_FAILOVER_CANDIDATE: &str = "NoFailoverCandidate";
     pub const AUTOMATIC_FAILOVER_HELD: &str = "AutomaticFailoverHeld";
+    pub const SEMI_SYNC_FALLBACK: &str = super::reasons::SEMI_SYNC_FALLBACK;
+    /// An emergency failover's candidate first caught up from a more advanced site.
+    pub const CAUGHT_UP_BEFORE_PROMOTION: &str = "CaughtUpBeforePromotion";
 
     /// Every event reason, for docs and tests.
     pub const ALL: &[&str] = &[
@@ -112,6 +115,8 @@ pub mod events {
         FAILOVER_BLOCKED_BY_COOLDOWN,
         NO_FAILOVER_CANDIDATE,
         AUTOMATIC_FAILOVER_HELD,
+        SEMI_SYNC_FALLBACK,
+        CAUGHT_UP_BEFORE_PROMOTION,
     ];
 }
 
@@ -138,6 +143,11 @@ pub mod reasons {
     /// Also a site's `recoveryState`.
     pub const RECOVERY_BLOCKED: &str = "RecoveryBlocked";
     pub const SIDECAR_TIMINGS_MISMATCH: &str = "SidecarTimingsMismatch";
+    /// `spec.replication.mode: semi-sync` and the active site's lossless guarantee does not
+    /// hold (not configured yet, a lossy wait point, or fell back to asynchronous).
+    pub const SEMI_SYNC_FALLBACK: &str = "SemiSyncFallback";
+    /// `semi-sync` and no replica acknowledges: the guarantee holds, writes wait.
+    pub const SEMI_SYNC_WRITES_WAIT: &str = "SemiSyncWritesWait";
 
     /// Why admission deferred a planned failover.
     pub const DEPLOYMENT_HOLD: &str = "DeploymentHold";
@@ -174,6 +184,8 @@ pub mod reasons {
         SITE_UNREACHABLE,
         RECOVERY_BLOCKED,
         SIDECAR_TIMINGS_MISMATCH,
+        SEMI_SYNC_FALLBACK,
+        SEMI_SYNC_WRITES_WAIT,
         DEPLOYMENT_HOLD,
         COOLDOWN,
         UNKNOWN_TARGET,
@@ -235,6 +247,10 @@ pub mod metrics {
     /// Operator: planned failover duration, admission to completion, a histogram.
     pub const PLANNED_FAILOVER_DURATION_SECONDS: &str =
         "bloodraven_planned_failover_duration_seconds";
+    /// Operator: 1 while a site plays its semi-synchronous part (the active site runs the
+    /// source side losslessly; another site acknowledges as a replica), 0 otherwise and always
+    /// in `async` mode; by `group` and `site`.
+    pub const SEMISYNC_ACTIVE: &str = "bloodraven_semisync_active";
     /// Operator: fences it confirmed, by `group`, `site` and `reason` ([`FENCE_INTRUDER`],
     /// [`FENCE_PLANNED`], [`FENCE_EMERGENCY`]).
     pub const FENCES_TOTAL: &str = "bloodraven_fences_total";
@@ -266,6 +282,7 @@ pub mod metrics {
         FAILOVERS_BLOCKED_BY_COOLDOWN_TOTAL,
         PLANNED_FAILOVER_DURATION_SECONDS,
         FENCES_TOTAL,
+        SEMISYNC_ACTIVE,
     ];
     /// Every sidecar metric.
     pub const SIDECAR: &[&str] = &[

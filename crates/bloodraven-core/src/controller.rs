@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::SiteRole;
+use crate::config::{ReplicationMode, SiteRole};
 use crate::gtid::GtidSet;
+use crate::semisync::{self, Guarantee, SemiSyncState, Settings};
 use crate::status::SiteState;
 use crate::time::Timestamp;
 
@@ -126,6 +127,12 @@ pub struct SiteView {
     pub replica: Option<ReplicaView>,
     /// The site holds transactions the active site never received; a human must resolve it.
     pub recovery_blocked: bool,
+    /// What it has received: as a replica, its IO thread's position (MariaDB `Gtid_IO_Pos`)
+    /// when that is ahead of `gtid`, the part of its relay log not applied yet included;
+    /// `None` means `gtid`.
+    pub received: Option<GtidSet>,
+    /// Its semi-synchronous replication, when this poll's probe read it.
+    pub semi_sync: Option<SemiSyncState>,
 }
 
 /// A replica's link, as probed.
@@ -158,7 +165,14 @@ impl SiteView {
             answered: true,
             writable_now: state == SiteState::Writable,
             recovery_blocked: false,
+            received: None,
+            semi_sync: None,
         }
+    }
+
+    /// The most it holds: what it received, else what it applied.
+    pub fn position(&self) -> Option<&GtidSet> {
+        self.received.as_ref().or(self.gtid.as_ref())
     }
 
     fn reachable(&self) -> bool {
@@ -200,6 +214,8 @@ pub struct DecideInput<'a> {
     /// No site answered the last `failureThreshold` polls. [`debounce_poll`] counted them for
     /// no site, so the sites' states do not show it; the `AllUnreachable` alert does.
     pub no_site_answers: bool,
+    /// `spec.replication.mode`.
+    pub replication_mode: ReplicationMode,
 }
 
 /// Something the operator must do.
@@ -209,8 +225,17 @@ pub enum Action {
     /// so the site must be promoted (replication stopped, the fence cleared) first; otherwise
     /// it is already the one writable site.
     Bootstrap { site: String, promote: bool },
-    /// Promote `to`; the active site `from` is unreachable.
-    EmergencyFailover { from: String, to: String },
+    /// Promote `to`; the active site `from` is unreachable. With `catch_up_from`, another
+    /// reachable site holds transactions `to` lacks (and every one `to` has): `to` first
+    /// replicates from it, bounded, so they are not lost.
+    EmergencyFailover {
+        from: String,
+        to: String,
+        catch_up_from: Option<String>,
+    },
+    /// Give `site` these semi-synchronous settings (`spec.replication.mode`; see
+    /// [`crate::semisync::desired`]).
+    ConfigureSemiSync { site: String, settings: Settings },
     /// A writable site that is not the active one: fence it and kill its sessions; then
     /// re-point it (`divergent = false`) or block it (`divergent = true`, `DataLossDetected`).
     FenceIntruder { site: String, divergent: bool },
@@ -243,6 +268,8 @@ pub enum Alert {
     /// Every site is read-only and the group never had an active site, but no first primary
     /// can be chosen yet.
     BootstrapWaiting { reason: String },
+    /// `semi-sync` mode, and the lossless guarantee does not hold on the active site.
+    SemiSyncFallback { site: String, why: String },
 }
 
 /// Conditions to report (SPEC §2.2).
@@ -281,11 +308,15 @@ pub fn choose_candidate<'a>(sites: &'a [SiteView], exclude: &str) -> Option<&'a 
                 && s.gtid.is_some()
         })
         .collect();
+    // Ranked by what each received, not only what it applied: the promotion drains the relay
+    // log first, and in semi-sync mode an acknowledged transaction may be received only.
     let superset = |s: &SiteView| {
-        candidates.iter().all(|o| match (&s.gtid, &o.gtid) {
-            (Some(a), Some(b)) => a.contains(b),
-            _ => false,
-        })
+        candidates
+            .iter()
+            .all(|o| match (s.position(), o.position()) {
+                (Some(a), Some(b)) => a.contains(b),
+                _ => false,
+            })
     };
     let mut ranked = candidates.clone();
     ranked.sort_by(|a, b| {
@@ -295,6 +326,38 @@ pub fn choose_candidate<'a>(sites: &'a [SiteView], exclude: &str) -> Option<&'a 
             .then(a.index.cmp(&b.index))
     });
     ranked.first().copied()
+}
+
+/// The site `chosen` should catch up from before it is promoted: a reachable, answering,
+/// read-only site (any role) other than the old primary whose applied transactions include
+/// everything `chosen` received and more, so they would be lost by promoting `chosen` as it
+/// is. Among several, the one that holds every other's; `None` when there is none, or when
+/// they disagree among themselves (then promotion goes ahead and divergence detection speaks).
+pub fn catch_up_source<'a>(
+    sites: &'a [SiteView],
+    chosen: &SiteView,
+    old_primary: &str,
+) -> Option<&'a SiteView> {
+    let mine = chosen.position()?;
+    let ahead: Vec<&SiteView> = sites
+        .iter()
+        .filter(|s| {
+            s.name != chosen.name
+                && s.name != old_primary
+                && s.answered
+                && s.state == SiteState::ReadOnly
+                && !s.recovery_blocked
+                && s.gtid
+                    .as_ref()
+                    .is_some_and(|g| g.contains(mine) && !mine.contains(g))
+        })
+        .collect();
+    ahead.iter().copied().find(|s| {
+        let g = s.gtid.as_ref();
+        ahead
+            .iter()
+            .all(|o| g.zip(o.gtid.as_ref()).is_some_and(|(a, b)| a.contains(b)))
+    })
 }
 
 /// Chooses the first primary of a group whose sites all boot read-only (it never had an
@@ -357,6 +420,52 @@ pub fn choose_bootstrap<'a>(
 
 /// Decides one poll.
 pub fn decide(input: &DecideInput<'_>) -> Decision {
+    let mut d = decide_topology(input);
+    semi_sync(input, &mut d);
+    d
+}
+
+/// `spec.replication.mode`: corrects each answering site's semi-synchronous settings, and
+/// alerts when the active site's guarantee does not hold (the condition says so too, see
+/// [`conditions`]). Nothing while a planned failover executes or in a poll that changes the
+/// active site: the promotion itself configures the new primary before it takes writes.
+fn semi_sync(input: &DecideInput<'_>, d: &mut Decision) {
+    let moving = d.actions.iter().any(|a| {
+        matches!(
+            a,
+            Action::EmergencyFailover { .. } | Action::Bootstrap { .. }
+        )
+    });
+    if input.automatic_failover_held || moving {
+        return;
+    }
+    for s in input.sites.iter().filter(|s| s.answered && s.reachable()) {
+        let Some(state) = &s.semi_sync else { continue };
+        let want = semisync::desired(input.replication_mode, s.name == input.active_site);
+        if semisync::needs_change(state, want) {
+            d.actions.push(Action::ConfigureSemiSync {
+                site: s.name.clone(),
+                settings: want,
+            });
+        }
+    }
+    if let Some((site, Guarantee::Broken(why))) = semi_sync_guarantee(input) {
+        d.alerts.push(Alert::SemiSyncFallback { site, why });
+    }
+}
+
+/// In `semi-sync` mode, the writable active site that answered this poll and whether its
+/// guarantee holds.
+fn semi_sync_guarantee(input: &DecideInput<'_>) -> Option<(String, Guarantee)> {
+    if input.replication_mode != ReplicationMode::SemiSync {
+        return None;
+    }
+    let a = site(input.sites, input.active_site)
+        .filter(|a| a.answered && a.state == SiteState::Writable)?;
+    Some((a.name.clone(), semisync::guarantee(a.semi_sync.as_ref()?)))
+}
+
+fn decide_topology(input: &DecideInput<'_>) -> Decision {
     let mut d = Decision::default();
     let sites = input.sites;
     let writable: Vec<&SiteView> = sites
@@ -502,6 +611,8 @@ pub fn decide(input: &DecideInput<'_>) -> Decision {
                     Some(c) => d.actions.push(Action::EmergencyFailover {
                         from: active.name.clone(),
                         to: c.name.clone(),
+                        catch_up_from: catch_up_source(sites, c, &active.name)
+                            .map(|s| s.name.clone()),
                     }),
                     None => d.alerts.push(Alert::NoCandidate {
                         reason:
@@ -630,6 +741,20 @@ fn conditions(
             } else {
                 "no site is writable".to_string()
             },
+        ))
+    } else if let Some((site, Guarantee::Broken(why))) = semi_sync_guarantee(input) {
+        Some((
+            crate::status::reason::SEMI_SYNC_FALLBACK.to_string(),
+            format!("{site}: {why}; acknowledged writes can be lost in an emergency failover"),
+        ))
+    } else if let Some((site, Guarantee::WritesWait { waiting_sessions })) =
+        semi_sync_guarantee(input)
+    {
+        Some((
+            crate::status::reason::SEMI_SYNC_WRITES_WAIT.to_string(),
+            format!(
+                "writes on {site} wait for a semi-synchronous acknowledgement ({waiting_sessions} waiting): no replica is connected; start replication on a replica, or set spec.replication.mode to async"
+            ),
         ))
     } else if let Some(a) = active.filter(|a| a.state == SiteState::Writable) {
         let not_replicating: Vec<&str> = sites

@@ -38,6 +38,7 @@ pub mod release;
 pub mod resources;
 #[cfg(feature = "schema")]
 pub mod schema;
+pub mod semisync;
 pub mod status;
 pub mod time;
 pub mod token;

@@ -21,8 +21,8 @@ pub mod condition {
 /// [`crate::contract::reasons`]).
 pub mod reason {
     pub use crate::contract::reasons::{
-        NO_PRIMARY, REPLICATION_LAGGING, REPLICATION_NOT_RUNNING, SIDECAR_TIMINGS_MISMATCH,
-        SPLIT_BRAIN,
+        NO_PRIMARY, REPLICATION_LAGGING, REPLICATION_NOT_RUNNING, SEMI_SYNC_FALLBACK,
+        SEMI_SYNC_WRITES_WAIT, SIDECAR_TIMINGS_MISMATCH, SPLIT_BRAIN,
     };
 }
 

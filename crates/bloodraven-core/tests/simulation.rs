@@ -18,7 +18,9 @@
 //! - a first primary promoted from an all-read-only group holds every transaction of every
 //!   site that answered;
 //! - a primary that was healthy when the operator lost sight of every site is not failed over
-//!   by the first poll that reaches a candidate again.
+//!   by the first poll that reaches a candidate again;
+//! - an emergency failover loses nothing a reachable site ahead of the candidate holds (the
+//!   candidate catches up from it first), whenever the sites ahead agree among themselves.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -112,6 +114,8 @@ struct World {
     planned_outcomes: BTreeMap<&'static str, usize>,
     /// Operator isolations that healed with the primary healthy: the invariant was at stake.
     isolations_checked: usize,
+    /// Emergency failovers whose candidate caught up from a more advanced site first.
+    catch_ups: usize,
 }
 
 impl World {
@@ -161,6 +165,7 @@ impl World {
             bootstraps_from_read_only: 0,
             planned_outcomes: BTreeMap::new(),
             isolations_checked: 0,
+            catch_ups: 0,
         }
     }
 
@@ -265,6 +270,8 @@ impl World {
                 answered: self.answered[i],
                 writable_now: self.answered[i] && self.probed_writable[i],
                 recovery_blocked: self.status.blocked.contains(&s.name),
+                received: None,
+                semi_sync: None,
             })
             .collect()
     }
@@ -340,6 +347,7 @@ impl World {
             max_lag_seconds: 300,
             bootstrap_site: None,
             no_site_answers: false,
+            replication_mode: bloodraven_core::config::ReplicationMode::Async,
         });
         // First sight: every writable site that is not the active one, seen writable by this
         // poll, is fenced by this poll's decision (once the group has an active site and a
@@ -375,12 +383,69 @@ impl World {
                     }
                     self.promote(&site, "bootstrap");
                 }
-                Action::EmergencyFailover { from, to } => {
+                Action::EmergencyFailover {
+                    from,
+                    to,
+                    catch_up_from,
+                } => {
                     let f = self.idx(&from);
                     let _ = self.fence(f);
                     let t = self.idx(&to);
                     if !self.reachable(t) {
                         continue;
+                    }
+                    // The sites ahead of the candidate: by GTID position, as the decision sees
+                    // them, and by history, as the model knows them.
+                    let before = self.sites[t].history.clone();
+                    let mine = self.sites[t].gtid();
+                    let eligible = |w: &World, i: usize| {
+                        i != t
+                            && i != f
+                            && w.answered[i]
+                            && w.trackers[i].state == SiteState::ReadOnly
+                            && !w.status.blocked.contains(&w.sites[i].name)
+                    };
+                    let ahead: Vec<usize> = (0..self.sites.len())
+                        .filter(|&i| {
+                            eligible(self, i)
+                                && self.sites[i].history.len() > before.len()
+                                && self.sites[i].history.starts_with(&before)
+                        })
+                        .collect();
+                    let ahead_by_position: Vec<usize> = (0..self.sites.len())
+                        .filter(|&i| {
+                            let g = self.sites[i].gtid();
+                            eligible(self, i) && g.contains(&mine) && !mine.contains(&g)
+                        })
+                        .collect();
+                    if let Some(src) = catch_up_from {
+                        let s = self.idx(&src);
+                        // Replication refuses a source whose history does not extend the
+                        // replica's (MariaDB error 1236): the catch-up fails, promotion goes on.
+                        if self.reachable(s) && self.sites[s].history.starts_with(&before) {
+                            let theirs = self.sites[s].history.clone();
+                            self.sites[t].history = theirs;
+                            self.catch_ups += 1;
+                        }
+                    }
+                    // When the positions tell the truth (no site ahead by position has
+                    // diverged) and the sites ahead agree (one holds every other's), nothing
+                    // of theirs is lost to the promotion.
+                    let chain = ahead == ahead_by_position
+                        && ahead.iter().all(|&a| {
+                            ahead.iter().all(|&b| {
+                                self.sites[a].history.starts_with(&self.sites[b].history)
+                                    || self.sites[b].history.starts_with(&self.sites[a].history)
+                            })
+                        });
+                    if chain {
+                        for &a in &ahead {
+                            assert!(
+                                self.sites[t].history.starts_with(&self.sites[a].history),
+                                "promoted {to} without the transactions {} held",
+                                self.sites[a].name
+                            );
+                        }
                     }
                     self.status.promotion = Some(self.sites[t].gtid());
                     self.status.last_failover = Some(self.now);
@@ -457,6 +522,10 @@ impl World {
                     let a = self.idx(&self.status.active.clone());
                     self.assert_contained(self.idx(&site), a, "unblocked");
                     self.status.blocked.retain(|b| *b != site);
+                }
+                // The model is asynchronous: its probes carry no semi-synchronous state.
+                Action::ConfigureSemiSync { site, .. } => {
+                    panic!("semi-synchronous settings asked for {site} in an asynchronous model");
                 }
             }
         }
@@ -730,6 +799,7 @@ fn invariants_hold_over_seeded_fault_schedules() {
     let mut from_read_only = 0usize;
     let mut planned_outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut isolations = 0usize;
+    let mut catch_ups = 0usize;
     for seed in 0..SCHEDULES {
         let mut w = World::new(seed);
         for _ in 0..STEPS {
@@ -737,6 +807,7 @@ fn invariants_hold_over_seeded_fault_schedules() {
         }
         from_read_only += w.bootstraps_from_read_only;
         isolations += w.isolations_checked;
+        catch_ups += w.catch_ups;
         for (k, n) in &w.planned_outcomes {
             *planned_outcomes.entry(k).or_default() += n;
         }
@@ -770,6 +841,11 @@ fn invariants_hold_over_seeded_fault_schedules() {
     assert!(
         from_read_only >= 100,
         "too few groups bootstrapped from all read-only: {from_read_only}"
+    );
+    println!("emergency failovers that caught up first: {catch_ups}");
+    assert!(
+        catch_ups >= 20,
+        "too few emergency failovers caught up from a more advanced site: {catch_ups}"
     );
     assert!(
         isolations >= 100,

@@ -75,6 +75,8 @@ pub enum MysqlError {
     Promote { site: String, cause: Cause },
     #[error("failed to re-point {site} to its new source: {cause}")]
     Repoint { site: String, cause: Cause },
+    #[error("failed to configure semi-synchronous replication on {site}: {cause}")]
+    ConfigureSemiSync { site: String, cause: Cause },
     #[error("failed to audit account privileges on {site}: {cause}")]
     Audit { site: String, cause: Cause },
     #[error("failed to run administrative statement on {site}: {cause}")]
@@ -93,6 +95,7 @@ impl MysqlError {
             | MysqlError::WaitForGtid { cause, .. }
             | MysqlError::Promote { cause, .. }
             | MysqlError::Repoint { cause, .. }
+            | MysqlError::ConfigureSemiSync { cause, .. }
             | MysqlError::Audit { cause, .. }
             | MysqlError::Admin { cause, .. } => cause,
         }
@@ -111,6 +114,7 @@ pub enum Op {
     WaitForGtid,
     Promote,
     Repoint,
+    ConfigureSemiSync,
     Audit,
     Admin,
 }
@@ -128,6 +132,7 @@ impl Op {
             Op::WaitForGtid => MysqlError::WaitForGtid { site, cause },
             Op::Promote => MysqlError::Promote { site, cause },
             Op::Repoint => MysqlError::Repoint { site, cause },
+            Op::ConfigureSemiSync => MysqlError::ConfigureSemiSync { site, cause },
             Op::Audit => MysqlError::Audit { site, cause },
             Op::Admin => MysqlError::Admin { site, cause },
         }

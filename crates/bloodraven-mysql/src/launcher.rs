@@ -100,6 +100,11 @@ pub struct LauncherOptions {
     /// restarted server then accepts no write before something decides it may. [`Launcher::wire`]
     /// clears it on the primary it wires; the operator's promotion clears it otherwise.
     pub read_only_at_start: bool,
+    /// Start servers with `--init-rpl-role=SLAVE --rpl-semi-sync-slave-enabled=ON`, the
+    /// semi-synchronous recovery configuration: a crashed primary's recovery truncates the
+    /// transactions it wrote to its binary log but no replica acknowledged (and no client was
+    /// told about), instead of coming back with them (docs/mysql.md).
+    pub semi_sync_recovery: bool,
 }
 
 impl LauncherOptions {
@@ -112,6 +117,7 @@ impl LauncherOptions {
             graceful_shutdown: false,
             accounts: None,
             read_only_at_start: true,
+            semi_sync_recovery: false,
         }
     }
 }
@@ -131,7 +137,7 @@ pub struct Accounts {
 }
 
 /// The grants of the least-privilege control-plane account (documented for users).
-pub const FAILOVER_GRANTS: &str = "READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, SLAVE MONITOR, BINLOG MONITOR, CONNECTION ADMIN, PROCESS, RELOAD";
+pub const FAILOVER_GRANTS: &str = "READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, REPLICATION MASTER ADMIN, SLAVE MONITOR, BINLOG MONITOR, CONNECTION ADMIN, PROCESS, RELOAD";
 /// The grants of the replication account.
 pub const REPLICATION_GRANTS: &str = "REPLICATION SLAVE";
 /// The grants of the application account (on its schema only).
@@ -197,6 +203,7 @@ pub struct Launcher {
     accounts: Accounts,
     wired_primary: Option<usize>,
     read_only_at_start: bool,
+    semi_sync_recovery: bool,
 }
 
 impl fmt::Debug for Launcher {
@@ -448,6 +455,7 @@ impl Launcher {
             accounts,
             wired_primary: None,
             read_only_at_start: opts.read_only_at_start,
+            semi_sync_recovery: opts.semi_sync_recovery,
         };
         for (i, name) in opts.names.iter().enumerate() {
             let sdir = dir.join(name);
@@ -527,6 +535,7 @@ impl Launcher {
     fn spawn_with(&mut self, i: usize, read_only: bool) -> Result<(), LaunchError> {
         let mariadbd = self.mariadbd.clone();
         let buffer_pool = self.buffer_pool.clone();
+        let semi_sync_recovery = self.semi_sync_recovery;
         let s = self.server_mut(i)?;
         let out = s.dir.join("stdout.log");
         let out_file = fs::File::create(&out).map_err(fs_err(&out))?;
@@ -555,6 +564,12 @@ impl Launcher {
             .arg(format!("--innodb-buffer-pool-size={buffer_pool}"))
             .arg("--innodb-log-file-size=8M")
             .args(read_only.then_some("--read-only=ON"))
+            .args(
+                semi_sync_recovery
+                    .then_some(["--init-rpl-role=SLAVE", "--rpl-semi-sync-slave-enabled=ON"])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::null())
             .stdout(out_file.try_clone().map_err(fs_err(&out))?)
             .stderr(out_file);

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bloodraven_core::gtid::GtidSet;
+use bloodraven_core::semisync::{SemiSyncState, Settings};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Row};
 use serde::Serialize;
@@ -97,6 +98,10 @@ pub struct Probe {
     pub gtid: GtidSet,
     /// `None` when the server is not configured as a replica.
     pub replica: Option<ReplicaStatus>,
+    /// Its semi-synchronous replication, read by [`SiteClient::probe_with_semi_sync`] only
+    /// (`available: false` on a server without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semi_sync: Option<SemiSyncState>,
 }
 
 impl Probe {
@@ -164,6 +169,9 @@ impl AccountAudit {
         !self.bypass_privileges.is_empty()
     }
 }
+
+/// `(name, value)` rows of `SHOW GLOBAL VARIABLES` / `SHOW GLOBAL STATUS`.
+type NameValues = Vec<(String, String)>;
 
 /// `(read_only, super_read_only, gtid set, server_id)` as the variables query returns them.
 type Vars = (i64, Option<i64>, Option<String>, u32);
@@ -453,7 +461,77 @@ impl SiteClient {
             super_read_only,
             gtid,
             replica,
+            semi_sync: None,
         })
+    }
+
+    /// [`Self::probe`] and the server's semi-synchronous replication: what the operator reads
+    /// every poll (the sidecar's tick does not need it).
+    pub async fn probe_with_semi_sync(&self) -> Result<Probe, MysqlError> {
+        let mut p = self.probe().await?;
+        p.semi_sync = Some(self.read_semi_sync(Op::Probe).await?);
+        Ok(p)
+    }
+
+    /// Reads the server's semi-synchronous replication settings and state.
+    pub async fn semi_sync_state(&self) -> Result<SemiSyncState, MysqlError> {
+        self.read_semi_sync(Op::Probe).await
+    }
+
+    async fn read_semi_sync(&self, op: Op) -> Result<SemiSyncState, MysqlError> {
+        let (variables, status): (NameValues, NameValues) = self
+            .run_read(op, |c| {
+                Box::pin(async move {
+                    let v = c.query(crate::sql::SEMI_SYNC_VARIABLES).await?;
+                    let s = c.query(crate::sql::SEMI_SYNC_STATUS).await?;
+                    Ok((v, s))
+                })
+            })
+            .await?;
+        Ok(crate::sql::semi_sync_state(&variables, &status))
+    }
+
+    /// Gives the server the semi-synchronous `settings` (see
+    /// [`Flavor::semi_sync_statements`]). Fails, naming the server, when it has no
+    /// semi-synchronous replication and `settings` asks for some.
+    pub async fn configure_semi_sync(&self, settings: Settings) -> Result<(), MysqlError> {
+        let flavor = self.flavor().await?;
+        let state = self.read_semi_sync(Op::ConfigureSemiSync).await?;
+        if !state.available {
+            if settings.source || settings.replica {
+                return Err(Op::ConfigureSemiSync.error(
+                    &self.inner.label,
+                    Cause::Unexpected(
+                        "the server has no semi-synchronous replication (MySQL: install the rpl_semi_sync_source and rpl_semi_sync_replica plugins)"
+                            .into(),
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        let replica_running = self
+            .replica_status(flavor, Op::ConfigureSemiSync)
+            .await?
+            .is_some_and(|r| r.io_running || r.io_connecting);
+        let statements = flavor.semi_sync_statements(
+            settings,
+            state.replica_enabled != settings.replica,
+            replica_running,
+        );
+        self.run(
+            Op::ConfigureSemiSync,
+            self.inner.timeouts.statement,
+            false,
+            move |c| {
+                Box::pin(async move {
+                    for s in &statements {
+                        c.query_drop(s.as_str()).await?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+        .await
     }
 
     /// Whether the fence variables are set.
@@ -737,6 +815,18 @@ impl SiteClient {
     /// Promotes the server: stops and resets replication, records its GTID set (the promotion
     /// point), clears the fence and confirms it is writable.
     pub async fn promote(&self) -> Result<Promotion, MysqlError> {
+        self.promote_with(None).await
+    }
+
+    /// [`Self::promote`], giving the server the semi-synchronous `settings` before the fence
+    /// is cleared: in `semi-sync` mode the first write the new primary takes already waits for
+    /// a replica's acknowledgement.
+    pub async fn promote_with(&self, semi_sync: Option<Settings>) -> Result<Promotion, MysqlError> {
+        if let Some(settings) = semi_sync {
+            self.configure_semi_sync(settings)
+                .await
+                .map_err(|e| Op::Promote.error(&self.inner.label, e.cause().clone()))?;
+        }
         let flavor = self.flavor().await?;
         let unfence = flavor.unfence_statements();
         let stop = flavor.stop_replica();
@@ -815,6 +905,19 @@ impl SiteClient {
             move |c| Box::pin(c.query_drop(start)),
         )
         .await
+    }
+
+    /// Catches the server up from `source`, a more advanced site: makes it a replica of
+    /// `source` and waits, up to `bound`, until it has applied `target` (the source's GTID
+    /// set). Returns `Ok(false)` when it has not within the bound.
+    pub async fn catch_up(
+        &self,
+        source: &SourceSpec,
+        target: &GtidSet,
+        bound: Duration,
+    ) -> Result<bool, MysqlError> {
+        self.repoint(source).await?;
+        self.wait_for_gtid(target, bound).await
     }
 
     /// Runs an administrative statement (harness setup, tests). The statement is not logged.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use bloodraven_core::gtid::GtidFlavor;
+use bloodraven_core::semisync::{self, SemiSyncState, Settings};
 use serde::Serialize;
 
 /// A server's family and version, from `SELECT VERSION()`.
@@ -193,6 +194,47 @@ impl Flavor {
         }
     }
 
+    /// The statements that give a server the semi-synchronous `settings`: the source side
+    /// with `AFTER_SYNC` and the no-fallback timeout (the wait point and timeout before the
+    /// switch, so the source never runs a moment with MariaDB's lossy defaults), the replica
+    /// side, and — when the replica side changes on a running replica — a restart of its IO
+    /// thread, without which the change does not take effect. Variable names per flavour:
+    /// MariaDB `rpl_semi_sync_master_*`/`slave_*` (built in), MySQL 8 `rpl_semi_sync_source_*`/
+    /// `replica_*` (plugins the user installs).
+    pub fn semi_sync_statements(
+        self,
+        settings: Settings,
+        replica_changes: bool,
+        replica_running: bool,
+    ) -> Vec<String> {
+        let (source, replica, io) = match self.kind {
+            FlavorKind::MariaDb => ("rpl_semi_sync_master", "rpl_semi_sync_slave", "SLAVE"),
+            FlavorKind::MySql => ("rpl_semi_sync_source", "rpl_semi_sync_replica", "REPLICA"),
+        };
+        let on = |b: bool| if b { "ON" } else { "OFF" };
+        let mut out = Vec::new();
+        if settings.source {
+            out.push(format!("SET GLOBAL {source}_wait_point = 'AFTER_SYNC'"));
+            out.push(format!(
+                "SET GLOBAL {source}_timeout = {}",
+                semisync::NO_FALLBACK_TIMEOUT_MS
+            ));
+        }
+        out.push(format!(
+            "SET GLOBAL {source}_enabled = {}",
+            on(settings.source)
+        ));
+        out.push(format!(
+            "SET GLOBAL {replica}_enabled = {}",
+            on(settings.replica)
+        ));
+        if replica_changes && replica_running {
+            out.push(format!("STOP {io} IO_THREAD"));
+            out.push(format!("START {io} IO_THREAD"));
+        }
+        out
+    }
+
     /// Privileges that let an account write through the fence (or lift it).
     pub fn fence_bypass_privileges(self, grants: &[String]) -> Vec<String> {
         let mut found = Vec::new();
@@ -307,6 +349,84 @@ impl ReplicaStatus {
                 .unwrap_or(0),
             gtid_io_pos: get(&["Gtid_IO_Pos"]).unwrap_or_default(),
         }
+    }
+}
+
+/// The statements that read a server's semi-synchronous replication: both answer with
+/// `(name, value)` rows, and with none when the server has no semi-synchronous replication
+/// (MySQL without the plugins), so they never fail for that reason.
+pub const SEMI_SYNC_VARIABLES: &str = "SHOW GLOBAL VARIABLES LIKE 'rpl\\_semi\\_sync\\_%'";
+pub const SEMI_SYNC_STATUS: &str = "SHOW GLOBAL STATUS LIKE 'Rpl\\_semi\\_sync\\_%'";
+
+/// Builds a [`SemiSyncState`] from the rows of [`SEMI_SYNC_VARIABLES`] and
+/// [`SEMI_SYNC_STATUS`], reading both flavours' names (`master`/`source`, `slave`/`replica`).
+pub fn semi_sync_state(
+    variables: &[(String, String)],
+    status: &[(String, String)],
+) -> SemiSyncState {
+    let find = |rows: &[(String, String)], names: &[&str]| -> Option<String> {
+        rows.iter()
+            .find(|(n, _)| names.iter().any(|want| n.eq_ignore_ascii_case(want)))
+            .map(|(_, v)| v.clone())
+    };
+    let on = |v: Option<String>| v.is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1");
+    let num = |v: Option<String>| v.and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+    let source_enabled = find(
+        variables,
+        &[
+            "rpl_semi_sync_master_enabled",
+            "rpl_semi_sync_source_enabled",
+        ],
+    );
+    SemiSyncState {
+        available: source_enabled.is_some(),
+        source_enabled: on(source_enabled),
+        after_sync: find(
+            variables,
+            &[
+                "rpl_semi_sync_master_wait_point",
+                "rpl_semi_sync_source_wait_point",
+            ],
+        )
+        .is_some_and(|v| v.eq_ignore_ascii_case("AFTER_SYNC")),
+        timeout_ms: num(find(
+            variables,
+            &[
+                "rpl_semi_sync_master_timeout",
+                "rpl_semi_sync_source_timeout",
+            ],
+        )),
+        source_active: on(find(
+            status,
+            &["Rpl_semi_sync_master_status", "Rpl_semi_sync_source_status"],
+        )),
+        source_clients: u32::try_from(num(find(
+            status,
+            &[
+                "Rpl_semi_sync_master_clients",
+                "Rpl_semi_sync_source_clients",
+            ],
+        )))
+        .unwrap_or(u32::MAX),
+        waiting_sessions: u32::try_from(num(find(
+            status,
+            &[
+                "Rpl_semi_sync_master_wait_sessions",
+                "Rpl_semi_sync_source_wait_sessions",
+            ],
+        )))
+        .unwrap_or(u32::MAX),
+        replica_enabled: on(find(
+            variables,
+            &[
+                "rpl_semi_sync_slave_enabled",
+                "rpl_semi_sync_replica_enabled",
+            ],
+        )),
+        replica_active: on(find(
+            status,
+            &["Rpl_semi_sync_slave_status", "Rpl_semi_sync_replica_status"],
+        )),
     }
 }
 
@@ -583,5 +703,102 @@ mod tests {
             ])),
             vec!["SYSTEM_VARIABLES_ADMIN"]
         );
+    }
+
+    fn rows(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| ((*a).to_string(), (*b).to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn semi_sync_statements_per_flavour_set_the_wait_point_and_timeout_before_enabling() {
+        let maria = Flavor::from_version("10.11.19-MariaDB").unwrap();
+        let mysql = Flavor::from_version("8.4.3").unwrap();
+        let primary = Settings {
+            source: true,
+            replica: true,
+        };
+        assert_eq!(
+            maria.semi_sync_statements(primary, false, false),
+            vec![
+                "SET GLOBAL rpl_semi_sync_master_wait_point = 'AFTER_SYNC'",
+                "SET GLOBAL rpl_semi_sync_master_timeout = 4294967295",
+                "SET GLOBAL rpl_semi_sync_master_enabled = ON",
+                "SET GLOBAL rpl_semi_sync_slave_enabled = ON",
+            ]
+        );
+        assert_eq!(
+            mysql.semi_sync_statements(primary, false, false),
+            vec![
+                "SET GLOBAL rpl_semi_sync_source_wait_point = 'AFTER_SYNC'",
+                "SET GLOBAL rpl_semi_sync_source_timeout = 4294967295",
+                "SET GLOBAL rpl_semi_sync_source_enabled = ON",
+                "SET GLOBAL rpl_semi_sync_replica_enabled = ON",
+            ]
+        );
+        let replica = Settings {
+            source: false,
+            replica: true,
+        };
+        // A running replica's IO thread restarts, or the change waits for its next reconnect.
+        assert_eq!(
+            mysql.semi_sync_statements(replica, true, true),
+            vec![
+                "SET GLOBAL rpl_semi_sync_source_enabled = OFF",
+                "SET GLOBAL rpl_semi_sync_replica_enabled = ON",
+                "STOP REPLICA IO_THREAD",
+                "START REPLICA IO_THREAD",
+            ]
+        );
+        assert_eq!(
+            maria.semi_sync_statements(replica, true, true)[2..],
+            ["STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD"]
+        );
+        assert_eq!(maria.semi_sync_statements(replica, true, false).len(), 2);
+    }
+
+    #[test]
+    fn semi_sync_state_reads_both_flavours_names_and_a_server_without_it() {
+        let maria = semi_sync_state(
+            &rows(&[
+                ("rpl_semi_sync_master_enabled", "ON"),
+                ("rpl_semi_sync_master_timeout", "4294967295"),
+                ("rpl_semi_sync_master_wait_point", "AFTER_SYNC"),
+                ("rpl_semi_sync_slave_enabled", "OFF"),
+            ]),
+            &rows(&[
+                ("Rpl_semi_sync_master_clients", "2"),
+                ("Rpl_semi_sync_master_status", "ON"),
+                ("Rpl_semi_sync_master_wait_sessions", "1"),
+                ("Rpl_semi_sync_slave_status", "OFF"),
+            ]),
+        );
+        assert_eq!(
+            maria,
+            SemiSyncState {
+                available: true,
+                source_enabled: true,
+                after_sync: true,
+                timeout_ms: 4_294_967_295,
+                source_active: true,
+                source_clients: 2,
+                waiting_sessions: 1,
+                replica_enabled: false,
+                replica_active: false,
+            }
+        );
+        let mysql = semi_sync_state(
+            &rows(&[
+                ("rpl_semi_sync_source_enabled", "OFF"),
+                ("rpl_semi_sync_source_wait_point", "AFTER_COMMIT"),
+                ("rpl_semi_sync_replica_enabled", "ON"),
+            ]),
+            &rows(&[("Rpl_semi_sync_replica_status", "ON")]),
+        );
+        assert!(mysql.available && !mysql.source_enabled && !mysql.after_sync);
+        assert!(mysql.replica_enabled && mysql.replica_active);
+        assert_eq!(semi_sync_state(&[], &[]), SemiSyncState::default());
     }
 }

@@ -45,6 +45,8 @@ pub struct LocalOptions {
     pub extra_groups: Vec<(String, String)>,
     /// `spec.bootstrapSite`.
     pub bootstrap_site: Option<String>,
+    /// `spec.replication.mode`.
+    pub replication_mode: bloodraven_core::config::ReplicationMode,
 }
 
 impl LocalOptions {
@@ -71,6 +73,7 @@ impl LocalOptions {
             databases: vec![("counter-app".into(), "ci".into(), "deployer".into())],
             extra_groups: Vec::new(),
             bootstrap_site: None,
+            replication_mode: bloodraven_core::config::ReplicationMode::Async,
         }
     }
 }
@@ -201,13 +204,14 @@ pub fn write_files(
     }
     let group_doc = |name: &str| {
         format!(
-            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{credentials: {{file: {repl}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  sites:\n{sites}",
+            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{mode: {mode}, credentials: {{file: {repl}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  sites:\n{sites}",
             ns = o.namespace,
             poll = o.poll_interval,
             ft = o.failure_threshold,
             rt = o.recovery_threshold,
             cd = o.failover_cooldown,
             repl = replication_credentials.display(),
+            mode = o.replication_mode.as_str(),
             drain = o.drain_timeout,
             lag = o.max_lag_wait,
             lt = o.lease_timeout,

@@ -116,6 +116,7 @@ pub struct Metrics {
     pub planned_failover_duration: Family<GroupLabel, Histogram, fn() -> Histogram>,
     pub active_site: Family<GroupSite, Gauge>,
     pub fences: Family<GroupSiteReason, Counter>,
+    pub semisync_active: Family<GroupSite, Gauge>,
 }
 
 impl Default for Metrics {
@@ -147,6 +148,7 @@ impl Metrics {
             planned_failover_duration: Family::new_with_constructor(duration_buckets),
             active_site: Family::default(),
             fences: Family::default(),
+            semisync_active: Family::default(),
         };
         m.register_all(&mut r);
         for (handler, code) in API_HANDLERS {
@@ -221,6 +223,11 @@ impl Metrics {
             names::ACTIVE_SITE,
             "1 for the group's active site, 0 for its other sites",
             self.active_site.clone(),
+        );
+        r.register(
+            names::SEMISYNC_ACTIVE,
+            "1 while the site plays its semi-synchronous part (the active site lossless, another site acknowledging); 0 otherwise and in async mode",
+            self.semisync_active.clone(),
         );
         r.register(
             names::SITE_STATE,
@@ -310,6 +317,7 @@ impl Metrics {
             self.active_site
                 .get_or_create(&gs)
                 .set(i64::from(site == active));
+            let _ = self.semisync_active.get_or_create(&gs);
             for reason in [
                 names::FENCE_INTRUDER,
                 names::FENCE_PLANNED,

@@ -42,6 +42,7 @@ fn input<'a>(sites: &'a [SiteView], active: &'a str, last_target: &'a str) -> De
         max_lag_seconds: 300,
         bootstrap_site: None,
         no_site_answers: false,
+        replication_mode: ReplicationMode::Async,
     }
 }
 
@@ -55,6 +56,7 @@ fn emergency(from: &str, to: &str) -> Action {
     Action::EmergencyFailover {
         from: from.into(),
         to: to.into(),
+        catch_up_from: None,
     }
 }
 
@@ -675,4 +677,235 @@ fn lag_and_unreachable_replicas_degrade_with_their_reasons() {
     sites[2].state = SiteState::Unreachable;
     let d = decide(&input(&sites, "iad", ""));
     assert_eq!(d.conditions.degraded.as_ref().unwrap().0, "SiteUnreachable");
+}
+
+// ---------------------------------------------------------------------------------------------
+// spec.replication.mode: semi-sync; promotion by what was received; catch-up before promotion
+
+fn lossless_source() -> SemiSyncState {
+    SemiSyncState {
+        available: true,
+        source_enabled: true,
+        after_sync: true,
+        timeout_ms: semisync::NO_FALLBACK_TIMEOUT_MS,
+        source_active: true,
+        source_clients: 2,
+        waiting_sessions: 0,
+        replica_enabled: true,
+        replica_active: false,
+    }
+}
+
+fn acknowledging_replica() -> SemiSyncState {
+    SemiSyncState {
+        available: true,
+        replica_enabled: true,
+        replica_active: true,
+        ..SemiSyncState::default()
+    }
+}
+
+fn semi_sync_trio(primary: SemiSyncState) -> Vec<SiteView> {
+    let mut sites = healthy_trio();
+    sites[0].semi_sync = Some(primary);
+    sites[1].semi_sync = Some(acknowledging_replica());
+    sites[2].semi_sync = Some(acknowledging_replica());
+    sites
+}
+
+fn semi_sync_input<'a>(sites: &'a [SiteView]) -> DecideInput<'a> {
+    let mut i = input(sites, "iad", "");
+    i.replication_mode = ReplicationMode::SemiSync;
+    i
+}
+
+#[test]
+fn semi_sync_mode_configures_every_site_and_a_configured_group_is_left_alone() {
+    let sites = semi_sync_trio(lossless_source());
+    let d = decide(&semi_sync_input(&sites));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert!(d.alerts.is_empty(), "{:?}", d.alerts);
+    assert_eq!(d.conditions.degraded, None);
+
+    // Freshly switched to semi-sync: everything off.
+    let mut fresh = healthy_trio();
+    for s in &mut fresh {
+        s.semi_sync = Some(SemiSyncState {
+            available: true,
+            ..SemiSyncState::default()
+        });
+    }
+    let d = decide(&semi_sync_input(&fresh));
+    let configure = |site: &str, source: bool| Action::ConfigureSemiSync {
+        site: site.into(),
+        settings: Settings {
+            source,
+            replica: true,
+        },
+    };
+    assert_eq!(
+        d.actions,
+        vec![
+            configure("iad", true),
+            configure("pdx", false),
+            configure("reader", false)
+        ]
+    );
+    // Until it is on, the guarantee does not hold, and the group says so.
+    assert_eq!(
+        d.conditions.degraded.as_ref().map(|(r, _)| r.as_str()),
+        Some("SemiSyncFallback")
+    );
+    assert!(matches!(&d.alerts[..], [Alert::SemiSyncFallback { site, .. }] if site == "iad"));
+
+    // Back to async: everything is switched off again, no failover needed.
+    let d = decide(&input(&sites, "iad", ""));
+    let off = |site: &str| Action::ConfigureSemiSync {
+        site: site.into(),
+        settings: Settings {
+            source: false,
+            replica: false,
+        },
+    };
+    assert_eq!(d.actions, vec![off("iad"), off("pdx"), off("reader")]);
+    assert_eq!(d.conditions.degraded, None);
+}
+
+#[test]
+fn a_fallback_or_a_lossy_wait_point_is_reported_and_corrected() {
+    let mut fell_back = lossless_source();
+    fell_back.source_active = false;
+    let sites = semi_sync_trio(fell_back);
+    let d = decide(&semi_sync_input(&sites));
+    let (reason, message) = d.conditions.degraded.clone().unwrap();
+    assert_eq!(reason, "SemiSyncFallback");
+    assert!(message.contains("fell back"), "{message}");
+    assert!(matches!(&d.alerts[..], [Alert::SemiSyncFallback { .. }]));
+
+    let mut lossy = lossless_source();
+    lossy.after_sync = false;
+    let sites = semi_sync_trio(lossy);
+    let d = decide(&semi_sync_input(&sites));
+    assert!(d.actions.contains(&Action::ConfigureSemiSync {
+        site: "iad".into(),
+        settings: Settings {
+            source: true,
+            replica: true
+        }
+    }));
+    assert_eq!(d.conditions.degraded.unwrap().0, "SemiSyncFallback");
+}
+
+#[test]
+fn a_primary_without_acknowledging_replicas_makes_writes_wait_and_says_what_restores_them() {
+    let mut alone = lossless_source();
+    alone.source_clients = 0;
+    alone.waiting_sessions = 4;
+    let sites = semi_sync_trio(alone);
+    let d = decide(&semi_sync_input(&sites));
+    let (reason, message) = d.conditions.degraded.unwrap();
+    assert_eq!(reason, "SemiSyncWritesWait");
+    assert!(message.contains("4 waiting") && message.contains("start replication"));
+    // The guarantee holds: no fallback alert, no action on the primary.
+    assert!(d.alerts.is_empty());
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+}
+
+#[test]
+fn semi_sync_settings_wait_while_a_planned_failover_runs_and_in_a_poll_that_fails_over() {
+    let mut fresh = semi_sync_trio(lossless_source());
+    fresh[1].semi_sync = Some(SemiSyncState {
+        available: true,
+        ..SemiSyncState::default()
+    });
+    let mut i = semi_sync_input(&fresh);
+    i.automatic_failover_held = true;
+    assert!(
+        !decide(&i)
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::ConfigureSemiSync { .. }))
+    );
+    let mut down = fresh.clone();
+    down[0].state = SiteState::Unreachable;
+    down[0].answered = false;
+    let d = decide(&semi_sync_input(&down));
+    assert!(
+        matches!(&d.actions[..], [Action::EmergencyFailover { .. }]),
+        "{:?}",
+        d.actions
+    );
+}
+
+#[test]
+fn the_candidate_that_received_the_most_is_promoted_even_if_it_applied_less() {
+    let iad = site("iad", 0, SiteState::Unreachable, "0-1-100");
+    // pdx applied 95 but received 100 (its relay log holds the rest); sfo applied 98.
+    let mut pdx = site("pdx", 1, SiteState::ReadOnly, "0-1-95");
+    pdx.received = Some(g("0-1-100"));
+    let sfo = site("sfo", 2, SiteState::ReadOnly, "0-1-98");
+    let sites = vec![iad, pdx, sfo];
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(
+        d.actions,
+        vec![Action::EmergencyFailover {
+            from: "iad".into(),
+            to: "pdx".into(),
+            catch_up_from: None,
+        }]
+    );
+}
+
+#[test]
+fn a_candidate_catches_up_from_a_more_advanced_reader_before_its_promotion() {
+    let iad = site("iad", 0, SiteState::Unreachable, "0-1-100");
+    let pdx = site("pdx", 1, SiteState::ReadOnly, "0-1-97");
+    let mut reader = site("reader", 2, SiteState::ReadOnly, "0-1-100");
+    reader.role = SiteRole::ReadOnly;
+    let sites = vec![iad.clone(), pdx.clone(), reader.clone()];
+    assert_eq!(
+        decide(&input(&sites, "iad", "")).actions,
+        vec![Action::EmergencyFailover {
+            from: "iad".into(),
+            to: "pdx".into(),
+            catch_up_from: Some("reader".into()),
+        }]
+    );
+    // Not from a site that did not answer this poll, nor from a blocked one.
+    let mut silent = reader.clone();
+    silent.answered = false;
+    let mut blocked = reader;
+    blocked.recovery_blocked = true;
+    for r in [silent, blocked] {
+        let sites = vec![iad.clone(), pdx.clone(), r];
+        assert!(matches!(
+            &decide(&input(&sites, "iad", "")).actions[..],
+            [Action::EmergencyFailover {
+                catch_up_from: None,
+                ..
+            }]
+        ));
+    }
+}
+
+#[test]
+fn catch_up_takes_the_site_that_holds_every_other_and_none_when_they_disagree() {
+    let pdx = site("pdx", 1, SiteState::ReadOnly, "0-1-90");
+    let a = site("a", 2, SiteState::ReadOnly, "0-1-95");
+    let b = site("b", 3, SiteState::ReadOnly, "0-1-99");
+    let sites = vec![pdx.clone(), a.clone(), b.clone()];
+    assert_eq!(
+        catch_up_source(&sites, &pdx, "iad").map(|s| s.name.as_str()),
+        Some("b")
+    );
+    // Two domains, each ahead in one: neither holds the other's.
+    let pdx = site("pdx", 1, SiteState::ReadOnly, "0-1-90,1-1-10");
+    let a = site("a", 2, SiteState::ReadOnly, "0-1-95,1-1-10");
+    let b = site("b", 3, SiteState::ReadOnly, "0-1-90,1-1-12");
+    let sites = vec![pdx.clone(), a, b];
+    assert_eq!(catch_up_source(&sites, &pdx, "iad"), None);
+    // Nothing ahead: nothing to catch up from; the old primary is never a source.
+    let old = site("iad", 0, SiteState::ReadOnly, "0-1-200");
+    let sites = vec![pdx.clone(), old];
+    assert_eq!(catch_up_source(&sites, &pdx, "iad"), None);
 }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use bloodraven_core::config::ReplicationMode;
 use bloodraven_core::contract::events as E;
 use bloodraven_core::controller::Action;
 use bloodraven_core::status::{GroupStatus, SiteState};
@@ -32,8 +33,24 @@ impl Controller {
     ) -> Result<Outcome, ControllerError> {
         match action {
             Action::Bootstrap { site, promote } => self.bootstrap(site, *promote).await,
-            Action::EmergencyFailover { from, to } => {
-                self.emergency(from, to).await.map(|()| Outcome::Done)
+            Action::EmergencyFailover {
+                from,
+                to,
+                catch_up_from,
+            } => self
+                .emergency(from, to, catch_up_from.as_deref())
+                .await
+                .map(|()| Outcome::Done),
+            Action::ConfigureSemiSync { site, settings } => {
+                let c = self.client(site)?;
+                c.configure_semi_sync(*settings).await.map_err(|e| {
+                    ControllerError::ConfigureSemiSync {
+                        site: site.clone(),
+                        source: e,
+                    }
+                })?;
+                tracing::info!(group = %self.group(), site, source_side = settings.source, replica_side = settings.replica, mode = self.rt.config.replication_mode.as_str(), "semi-synchronous replication configured");
+                Ok(Outcome::Done)
             }
             Action::FenceIntruder { site, divergent } => {
                 self.fence_intruder(site, *divergent, status).await
@@ -113,10 +130,15 @@ impl Controller {
                     "every site booted read-only and it is the most advanced candidate (GTID set, then priority, then spec order)"
                 }
             };
-            let promotion = c.promote().await.map_err(|e| ControllerError::Promote {
-                site: site.to_string(),
-                source: e,
-            })?;
+            let settings =
+                bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
+            let promotion =
+                c.promote_with(Some(settings))
+                    .await
+                    .map_err(|e| ControllerError::Promote {
+                        site: site.to_string(),
+                        source: e,
+                    })?;
             self.mark_writable(site);
             format!("promoted at {}: {why}", promotion.gtid)
         } else {
@@ -209,8 +231,59 @@ impl Controller {
         Outcome::Blocked(site.to_string())
     }
 
+    /// Makes `to` replicate from `src` until it holds everything `src` has applied, bounded by
+    /// `maxLagWait` (at most 30 s). A failure is logged and evented; the promotion goes on
+    /// with what `to` has, and divergence detection then blocks `src` as before.
+    async fn catch_up_from(&self, to: &str, src: &str) {
+        let group = self.group().to_string();
+        let Some(target) = self
+            .site(src)
+            .and_then(|s| s.probe.as_ref())
+            .map(|p| p.gtid.clone())
+        else {
+            return;
+        };
+        let bound = self.rt.config.max_lag_wait.min(Duration::from_secs(30));
+        let started = Instant::now();
+        let result = match (self.replication_spec(src), self.client(to)) {
+            (Ok(spec), Ok(c)) => c
+                .catch_up(&spec, &target, bound)
+                .await
+                .map_err(|e| e.to_string()),
+            (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+        };
+        let took = started.elapsed().as_millis();
+        let (level, message) = match result {
+            Ok(true) => (
+                EventType::Normal,
+                format!(
+                    "{to} caught up from {src} ({target}) in {took} ms before its promotion: nothing {src} held is lost"
+                ),
+            ),
+            Ok(false) => (
+                EventType::Warning,
+                format!(
+                    "{to} did not catch up from {src} within {} s; promoting it with what it has ({src} will be blocked if it diverges)",
+                    bound.as_secs()
+                ),
+            ),
+            Err(e) => (
+                EventType::Warning,
+                format!("{to} could not catch up from {src}: {e}; promoting it with what it has"),
+            ),
+        };
+        tracing::warn!(group = %group, site = to, from = src, "emergency failover: {message}");
+        self.event(level, E::CAUGHT_UP_BEFORE_PROMOTION, &message)
+            .await;
+    }
+
     /// The emergency promotion sequence (SPEC §2.3).
-    async fn emergency(&mut self, from: &str, to: &str) -> Result<(), ControllerError> {
+    async fn emergency(
+        &mut self,
+        from: &str,
+        to: &str,
+        catch_up_from: Option<&str>,
+    ) -> Result<(), ControllerError> {
         let started = Instant::now();
         let group = self.group().to_string();
         tracing::warn!(group = %group, from, to, "emergency failover: starting");
@@ -220,7 +293,7 @@ impl Controller {
             &format!("active site {from} unreachable for the detection budget; promoting {to}"),
         )
         .await;
-        let result = self.promote_in_emergency(from, to).await;
+        let result = self.promote_in_emergency(from, to, catch_up_from).await;
         let label = |result: &str| FailoverLabels {
             group: group.clone(),
             kind: "emergency".into(),
@@ -276,7 +349,12 @@ impl Controller {
     }
 
     /// Steps 1–4 of the emergency sequence; returns the new generation.
-    async fn promote_in_emergency(&mut self, from: &str, to: &str) -> Result<u64, ControllerError> {
+    async fn promote_in_emergency(
+        &mut self,
+        from: &str,
+        to: &str,
+        catch_up_from: Option<&str>,
+    ) -> Result<u64, ControllerError> {
         let group = self.group().to_string();
         // 1. Best effort: fence the old primary (it is unreachable, so this rarely lands).
         if let Ok(old) = self.client(from) {
@@ -295,20 +373,52 @@ impl Controller {
             }
         }
         let c = self.client(to)?;
-        // 2. Bounded relay-log drain.
-        match c.drain_relay_log(Duration::from_secs(5)).await {
+        let semi_sync = self.rt.config.replication_mode == ReplicationMode::SemiSync;
+        // 2. Bounded relay-log drain. In semi-sync mode what the candidate received may be
+        //    acknowledged writes: it must apply all of it, or the failover waits for a later
+        //    poll rather than lose them.
+        let drain_bound = if semi_sync {
+            self.rt.config.max_lag_wait.min(Duration::from_secs(30))
+        } else {
+            Duration::from_secs(5)
+        };
+        match c.drain_relay_log(drain_bound).await {
             Ok(drained) => {
                 tracing::info!(group = %group, site = to, drained, "emergency failover: relay log drain");
+                if semi_sync && !drained {
+                    return Err(ControllerError::Promote {
+                        site: to.to_string(),
+                        source: bloodraven_mysql::MysqlError::WaitForGtid {
+                            site: to.to_string(),
+                            cause: bloodraven_mysql::Cause::TimedOut(drain_bound),
+                        },
+                    });
+                }
+            }
+            Err(e) if semi_sync => {
+                return Err(ControllerError::Promote {
+                    site: to.to_string(),
+                    source: e,
+                });
             }
             Err(e) => {
                 tracing::warn!(group = %group, site = to, error = %e, "emergency failover: relay log drain failed; promoting what was applied");
             }
         }
-        // 3. Stop and reset replication, record the GTID set, clear the fence, confirm.
-        let promotion = c.promote().await.map_err(|e| ControllerError::Promote {
-            site: to.to_string(),
-            source: e,
-        })?;
+        // 2b. Catch up from a more advanced site (a reader, another candidate), bounded.
+        if let Some(src) = catch_up_from {
+            self.catch_up_from(to, src).await;
+        }
+        // 3. Stop and reset replication, record the GTID set, give it the semi-synchronous
+        //    settings of a primary, clear the fence, confirm.
+        let settings = bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
+        let promotion =
+            c.promote_with(Some(settings))
+                .await
+                .map_err(|e| ControllerError::Promote {
+                    site: to.to_string(),
+                    source: e,
+                })?;
         tracing::info!(group = %group, site = to, promotion_gtid = %promotion.gtid, "emergency failover: promoted");
         self.mark_writable(to);
         // 4. Bump the generation and persist it before it is announced.

@@ -46,6 +46,12 @@ pub enum ControllerError {
         #[source]
         source: MysqlError,
     },
+    #[error("configuring semi-synchronous replication on {site} failed: {source}")]
+    ConfigureSemiSync {
+        site: String,
+        #[source]
+        source: MysqlError,
+    },
     #[error("reading {site} failed: {source}")]
     Read {
         site: String,
@@ -67,6 +73,7 @@ impl ControllerError {
             ControllerError::Unfence { .. } => "unfence",
             ControllerError::Promote { .. } => "promote",
             ControllerError::Repoint { .. } => "re-point",
+            ControllerError::ConfigureSemiSync { .. } => "configure-semi-sync",
             ControllerError::Read { .. } => "read",
         }
     }

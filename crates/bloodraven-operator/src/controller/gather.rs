@@ -39,7 +39,7 @@ impl Controller {
         let poll = self.rt.config.poll_interval.max(Duration::from_millis(500));
         let probes = join_all(self.sites.iter().map(|s| async move {
             match &s.client {
-                Ok(c) => match tokio::time::timeout(poll, c.probe()).await {
+                Ok(c) => match tokio::time::timeout(poll, c.probe_with_semi_sync()).await {
                     Ok(r) => r.map_err(|e| e.to_string()),
                     Err(_) => Err(format!("no answer within {} ms", poll.as_millis())),
                 },

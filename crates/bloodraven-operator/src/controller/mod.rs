@@ -308,6 +308,8 @@ impl Controller {
                     recovery_blocked: status
                         .site(&s.cfg.name)
                         .is_some_and(|st| st.recovery_state == RECOVERY_BLOCKED),
+                    received: p.and_then(received),
+                    semi_sync: p.filter(|_| s.answered).and_then(|p| p.semi_sync.clone()),
                 }
             })
             .collect()
@@ -363,6 +365,7 @@ impl Controller {
             max_lag_seconds: cfg.max_lag_seconds,
             bootstrap_site: cfg.bootstrap_site.as_deref(),
             no_site_answers: self.blind_polls >= cfg.failure_threshold.max(1),
+            replication_mode: cfg.replication_mode,
         });
         self.alerts(&decision.alerts, &status).await;
         let mut blocked: Vec<String> = Vec::new();
@@ -429,4 +432,15 @@ impl Controller {
                 source: e,
             })
     }
+}
+
+/// What a replica has received, when its IO thread's position (MariaDB `Gtid_IO_Pos`) is
+/// ahead of what it applied; `None` otherwise (the decision then uses the applied set).
+fn received(p: &bloodraven_mysql::Probe) -> Option<bloodraven_core::gtid::GtidSet> {
+    let r = p.replica.as_ref()?;
+    if r.gtid_io_pos.is_empty() {
+        return None;
+    }
+    let io = bloodraven_core::gtid::GtidSet::parse(p.flavor.gtid_flavor(), &r.gtid_io_pos).ok()?;
+    (io.contains(&p.gtid) && !p.gtid.contains(&io)).then_some(io)
 }

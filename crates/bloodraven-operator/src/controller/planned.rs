@@ -251,7 +251,13 @@ impl Controller {
         // promotion point (clients still write only where /active-site points).
         let promotion = match client.probe().await {
             Ok(p) if !p.read_only && p.replica.is_none() => p.gtid,
-            _ => match client.promote().await {
+            _ => match client
+                .promote_with(Some(bloodraven_core::semisync::desired(
+                    self.rt.config.replication_mode,
+                    true,
+                )))
+                .await
+            {
                 Ok(p) => p.gtid,
                 Err(e) => {
                     let e = ControllerError::Promote {

@@ -87,6 +87,22 @@ impl Controller {
             })
             .collect();
         for (site, s) in self.sites.iter().zip(&sites) {
+            let semi_sync = site
+                .probe
+                .as_ref()
+                .filter(|_| site.answered)
+                .and_then(|p| p.semi_sync.as_ref());
+            self.metrics()
+                .semisync_active
+                .get_or_create(&GroupSite {
+                    group: self.group().to_string(),
+                    site: s.name.clone(),
+                })
+                .set(i64::from(bloodraven_core::semisync::active(
+                    semi_sync,
+                    self.rt.config.replication_mode,
+                    previous.active_site == s.name,
+                )));
             for st in SiteState::ALL {
                 self.metrics()
                     .site_state
@@ -174,6 +190,13 @@ impl Controller {
                     E::NO_PRIMARY,
                     format!(
                         "no site is writable and the group has never had an active site: {reason}"
+                    ),
+                ),
+                Alert::SemiSyncFallback { site, why } => (
+                    format!("semisync:{site}"),
+                    E::SEMI_SYNC_FALLBACK,
+                    format!(
+                        "spec.replication.mode is semi-sync, but on the active site {site} the lossless guarantee does not hold: {why}"
                     ),
                 ),
                 Alert::FailoverHeld => (

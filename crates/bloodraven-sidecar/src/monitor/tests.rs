@@ -192,6 +192,7 @@ impl Database for FakeDb {
             super_read_only: None,
             gtid: GtidSet::parse(GtidFlavor::MariaDb, "0-1-1").map_err(|_| unreadable())?,
             replica: None,
+            semi_sync: None,
         })
     }
 }
