@@ -713,7 +713,7 @@ fn semi_sync_trio(primary: SemiSyncState) -> Vec<SiteView> {
     sites
 }
 
-fn semi_sync_input<'a>(sites: &'a [SiteView]) -> DecideInput<'a> {
+fn semi_sync_input(sites: &[SiteView]) -> DecideInput<'_> {
     let mut i = input(sites, "iad", "");
     i.replication_mode = ReplicationMode::SemiSync;
     i
