@@ -161,7 +161,10 @@ pub struct SiteSpec {
     pub priority: Option<i32>,
 }
 
-/// `spec.replication.mode`.
+/// `async` (the default) or `semi-sync`: the primary acknowledges a commit only once a replica
+/// has received it (lossless `AFTER_SYNC`, never falling back to asynchronous), so an
+/// emergency failover loses no acknowledged write; its writers wait while no replica can
+/// acknowledge.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -328,17 +328,20 @@ pub fn choose_candidate<'a>(sites: &'a [SiteView], exclude: &str) -> Option<&'a 
     ranked.first().copied()
 }
 
-/// The site `chosen` should catch up from before it is promoted: a reachable, answering,
+/// The site `chosen` may have to catch up from before it is promoted: a reachable, answering,
 /// read-only site (any role) other than the old primary whose applied transactions include
-/// everything `chosen` received and more, so they would be lost by promoting `chosen` as it
+/// everything `chosen` applied and more, so they would be lost by promoting `chosen` as it
 /// is. Among several, the one that holds every other's; `None` when there is none, or when
 /// they disagree among themselves (then promotion goes ahead and divergence detection speaks).
+/// Compared with what `chosen` *applied*: the promotion first drains its relay log and then
+/// looks again, catching up only if it still lacks something (a stopped applier, a site
+/// ahead of what it received).
 pub fn catch_up_source<'a>(
     sites: &'a [SiteView],
     chosen: &SiteView,
     old_primary: &str,
 ) -> Option<&'a SiteView> {
-    let mine = chosen.position()?;
+    let mine = chosen.gtid.as_ref()?;
     let ahead: Vec<&SiteView> = sites
         .iter()
         .filter(|s| {

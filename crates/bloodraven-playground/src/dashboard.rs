@@ -15,6 +15,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use bloodraven_core::config::ReplicationMode;
 use futures::Stream;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -103,7 +104,9 @@ pub async fn snapshot(pg: &Playground) -> Value {
             })
         })
         .collect();
+    let replication = replication_view(pg.opts.replication, &st["conditions"]);
     json!({
+        "replication": replication,
         "operatorRunning": operator_running,
         "operatorAnswering": group.is_some(),
         "group": GROUP,
@@ -124,6 +127,33 @@ pub async fn snapshot(pg: &Playground) -> Value {
             "deployApi": pg.deploy_url(),
         },
     })
+}
+
+/// The group's replication mode and, in `semi-sync`, whether the lossless guarantee holds right
+/// now, read from the `Degraded` condition the operator reports.
+fn replication_view(mode: ReplicationMode, conditions: &Value) -> Value {
+    use bloodraven_core::contract::reasons::{SEMI_SYNC_FALLBACK, SEMI_SYNC_WRITES_WAIT};
+    let degraded = conditions.as_array().and_then(|cs| {
+        cs.iter()
+            .find(|c| c["type"] == "Degraded" && c["status"] == "True")
+    });
+    let reason = degraded.and_then(|c| c["reason"].as_str()).unwrap_or("");
+    let message = degraded.map_or(Value::Null, |c| c["message"].clone());
+    let (guarantee, message) = match mode {
+        ReplicationMode::Async => (
+            "none: an emergency failover can lose what the old primary acknowledged but had not shipped",
+            Value::Null,
+        ),
+        ReplicationMode::SemiSync if reason == SEMI_SYNC_FALLBACK => ("does not hold", message),
+        ReplicationMode::SemiSync if reason == SEMI_SYNC_WRITES_WAIT => {
+            ("holds; writes wait for a replica", message)
+        }
+        ReplicationMode::SemiSync => (
+            "holds: every acknowledged write is on a replica",
+            Value::Null,
+        ),
+    };
+    json!({"mode": mode.as_str(), "guarantee": guarantee, "message": message})
 }
 
 async fn state(State(pg): State<Arc<Playground>>) -> Response {

@@ -55,6 +55,9 @@ pub struct PlaygroundOptions {
     pub deploy_port: u16,
     /// The `bloodraven` binary (the operator and the sidecars run as its subcommands).
     pub exe: PathBuf,
+    /// `spec.replication.mode` of the group; `semi-sync` also starts the servers with the
+    /// semi-synchronous recovery flags (docs/mysql.md).
+    pub replication: bloodraven_core::config::ReplicationMode,
 }
 
 /// Starting failed.
@@ -218,6 +221,8 @@ impl Playground {
         // Every server boots read-only (`read_only=ON`), as docs/mysql.md recommends: a
         // restarted server takes no write before the operator decides it may.
         hopts.read_only_at_start = true;
+        hopts.semi_sync_recovery =
+            opts.replication == bloodraven_core::config::ReplicationMode::SemiSync;
         let mut harness = Launcher::start(hopts).await?;
         let fresh = !harness.was_initialised(0);
         if !fresh
@@ -342,6 +347,7 @@ impl Playground {
         lo.max_lag_wait = "30s".into();
         lo.lease_timeout = "6s".into();
         lo.peer_check_interval = "2s".into();
+        lo.replication_mode = opts.replication;
         lo.http_listen = loopback(operator_port);
         lo.https_listen = loopback(deploy_port);
         let files = write_files(&dir.join("operator"), &harness, &lo)?;

@@ -47,6 +47,7 @@ async fn start() -> Arc<Playground> {
         operator_port: 0,
         deploy_port: 0,
         exe: env!("CARGO_BIN_EXE_bloodraven").into(),
+        replication: bloodraven_core::config::ReplicationMode::Async,
     };
     let pg = Playground::start(opts, &|_| {})
         .await

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use bloodraven_core::config::ReplicationMode;
 use bloodraven_playground::playground::PlaygroundOptions;
 use clap::{Args, Subcommand};
 
@@ -30,6 +31,19 @@ pub struct PlaygroundArgs {
     /// The deploy API's TLS port.
     #[arg(long, default_value_t = 8443)]
     deploy_port: u16,
+    /// The group's `spec.replication.mode`: `async`, or `semi-sync` (lossless: no acknowledged
+    /// write is lost in an emergency; writes wait while no replica acknowledges).
+    #[arg(long, default_value = "async", value_parser = parse_replication)]
+    replication: ReplicationMode,
+}
+
+/// `--replication`: the mode's name as `spec.replication.mode` spells it.
+fn parse_replication(s: &str) -> Result<ReplicationMode, String> {
+    match s {
+        "async" => Ok(ReplicationMode::Async),
+        "semi-sync" => Ok(ReplicationMode::SemiSync),
+        other => Err(format!("must be async or semi-sync, got {other:?}")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -136,6 +150,7 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                     operator_port: args.operator_port,
                     deploy_port: args.deploy_port,
                     exe,
+                    replication: args.replication,
                 }),
             )
         }

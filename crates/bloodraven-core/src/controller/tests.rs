@@ -846,12 +846,14 @@ fn the_candidate_that_received_the_most_is_promoted_even_if_it_applied_less() {
     let sfo = site("sfo", 2, SiteState::ReadOnly, "0-1-98");
     let sites = vec![iad, pdx, sfo];
     let d = decide(&input(&sites, "iad", ""));
+    // sfo is ahead of what pdx applied: named as the catch-up source, used only if pdx still
+    // lacks something once its relay log is drained (here it will not).
     assert_eq!(
         d.actions,
         vec![Action::EmergencyFailover {
             from: "iad".into(),
             to: "pdx".into(),
-            catch_up_from: None,
+            catch_up_from: Some("sfo".into()),
         }]
     );
 }

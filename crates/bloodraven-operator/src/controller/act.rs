@@ -232,8 +232,9 @@ impl Controller {
     }
 
     /// Makes `to` replicate from `src` until it holds everything `src` has applied, bounded by
-    /// `maxLagWait` (at most 30 s). A failure is logged and evented; the promotion goes on
-    /// with what `to` has, and divergence detection then blocks `src` as before.
+    /// `maxLagWait` (at most 30 s), unless its drained relay log already gave it all of it. A
+    /// failure is logged and evented; the promotion goes on with what `to` has, and divergence
+    /// detection then blocks `src` as before.
     async fn catch_up_from(&self, to: &str, src: &str) {
         let group = self.group().to_string();
         let Some(target) = self
@@ -243,6 +244,13 @@ impl Controller {
         else {
             return;
         };
+        if let Ok(c) = self.client(to)
+            && let Ok(p) = c.probe().await
+            && p.gtid.contains(&target)
+        {
+            tracing::info!(group = %group, site = to, from = src, "emergency failover: the drained relay log already holds everything the more advanced site has");
+            return;
+        }
         let bound = self.rt.config.max_lag_wait.min(Duration::from_secs(30));
         let started = Instant::now();
         let result = match (self.replication_spec(src), self.client(to)) {
