@@ -410,7 +410,9 @@ impl Playground {
         progress("starting the operator");
         pg.start_operator().await?;
         progress("waiting for the operator to confirm the active site");
-        pg.wait_active(Duration::from_secs(60)).await?;
+        let active = pg.wait_active(Duration::from_secs(60)).await?;
+        progress("waiting for the replicas to replicate through the links");
+        pg.wait_linked(&active, Duration::from_secs(30)).await?;
         progress("starting one sidecar per site");
         for i in 0..SITES.len() {
             pg.start_sidecar(i).await?;
@@ -516,6 +518,42 @@ impl Playground {
         Err(PlaygroundError::Other(
             "the operator confirmed no active site in time".into(),
         ))
+    }
+
+    /// Waits until every other site replicates from `active` through its link (the operator
+    /// re-points the replicas wired directly at setup on its first polls): until then, cutting
+    /// the active site's link would not cut its replication.
+    async fn wait_linked(&self, active: &str, limit: Duration) -> Result<(), PlaygroundError> {
+        let a = Self::site_index(active)?;
+        let port = self.links[a].mysql.port();
+        let clients: Vec<_> = {
+            let h = self.harness.lock().await;
+            (0..SITES.len())
+                .filter(|&i| i != a)
+                .map(|i| h.failover_client(i))
+                .collect()
+        };
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let mut linked = true;
+            for c in &clients {
+                let ok = c.probe().await.is_ok_and(|p| {
+                    p.replica
+                        .is_some_and(|r| r.source_port == port && (r.io_running || r.io_connecting))
+                });
+                linked &= ok;
+            }
+            if linked {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(PlaygroundError::Other(format!(
+                    "the replicas did not replicate from {active} through its link within {} s",
+                    limit.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Starts site `i`'s sidecar process.

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bloodraven_core::config::ReplicationMode;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
 use bloodraven_store::{ObjectKey, Store};
@@ -37,7 +38,7 @@ const FROM_OPERATOR_BOUND: Duration = DETECTION
 /// How long each run's playground took to start (servers, links, operator, sidecars).
 static STARTS: std::sync::Mutex<Vec<Duration>> = std::sync::Mutex::new(Vec::new());
 
-async fn start() -> Arc<Playground> {
+async fn start(replication: ReplicationMode) -> Arc<Playground> {
     let started = Instant::now();
     let opts = PlaygroundOptions {
         dir: None,
@@ -47,7 +48,7 @@ async fn start() -> Arc<Playground> {
         operator_port: 0,
         deploy_port: 0,
         exe: env!("CARGO_BIN_EXE_bloodraven").into(),
-        replication: bloodraven_core::config::ReplicationMode::Async,
+        replication,
     };
     let pg = Playground::start(opts, &|_| {})
         .await
@@ -63,6 +64,19 @@ async fn start() -> Arc<Playground> {
     h.wait_replicas_caught_up(0, Duration::from_secs(20))
         .await
         .unwrap();
+    if replication == ReplicationMode::SemiSync {
+        // The operator configures the group within a poll or two of its bootstrap.
+        let iad = h.failover_client(0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !iad
+            .semi_sync_state()
+            .await
+            .is_ok_and(|s| s.source_active && s.after_sync && s.source_clients == 2)
+        {
+            assert!(Instant::now() < deadline, "semi-sync never configured");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     drop(h);
     pg
 }
@@ -221,10 +235,45 @@ fn planned_ended(s: &Value) -> bool {
 
 async fn run(name: &str) -> RunResult {
     let mut r = RunResult::default();
-    let pg = start().await;
+    let mode = if name.ends_with("-semi-sync") {
+        ReplicationMode::SemiSync
+    } else {
+        ReplicationMode::Async
+    };
+    let pg = start(mode).await;
     let l = load(&pg).await;
     let fault = Instant::now();
     match name {
+        "kill-primary-semi-sync" => {
+            pg.kill_site("iad").await.unwrap();
+            let moved = until(&pg, Duration::from_secs(20), |s| s["activeSite"] == "pdx").await;
+            let moved_at = moved.is_some().then(Instant::now);
+            if moved.is_none() {
+                r.violations.push("no failover to pdx within 20 s".into());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            l.judge(&mut r, 1, fault, moved_at).await;
+        }
+        "isolate-primary-semi-sync" => {
+            // As isolate-primary, in semi-sync mode: the isolated primary cannot get an
+            // acknowledgement, so it acknowledges nothing after the cut; its writers wait
+            // (the application's statement timeout, 5 s, moves it on).
+            pg.isolate_site("iad").unwrap();
+            let moved = until(&pg, Duration::from_secs(20), |s| s["activeSite"] == "pdx").await;
+            let moved_at = moved.is_some().then(Instant::now);
+            if moved.is_none() {
+                r.violations.push("no failover to pdx within 20 s".into());
+            }
+            tokio::time::sleep(LEASE_TIMEOUT).await;
+            let iad = pg.harness.lock().await.failover_client(0);
+            r.notes.push(format!(
+                "iad read-only after leaseTimeout: {:?}",
+                iad.probe().await.map(|p| p.read_only).ok()
+            ));
+            pg.heal_site("iad").unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            l.judge(&mut r, 1, fault, moved_at).await;
+        }
         "isolate-primary" => {
             // Every link of iad is cut (operator, peers, replication); the application still
             // reaches it, as an application next to it would.
@@ -390,6 +439,24 @@ fn rand_ms() -> u64 {
 fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
     let s = Duration::from_secs;
     vec![
+        (
+            "kill-primary-semi-sync",
+            "spec.replication.mode semi-sync: kill -9 iad's mariadbd",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(s(15)),
+            },
+        ),
+        (
+            "isolate-primary-semi-sync",
+            "spec.replication.mode semi-sync: every link of the primary cut; the application still reaches it",
+            Promise {
+                lost: Some(0),
+                two_writable: Some(0),
+                recovery: Some(LEASE_TIMEOUT + s(6)),
+            },
+        ),
         (
             "isolate-primary",
             "every link of the primary cut (operator, peers, replication); the application still reaches it",
