@@ -343,6 +343,18 @@ mod tests {
         assert_eq!(h.replication_lag_seconds, Some(9000.0));
     }
 
+    /// A semi-sync group whose guarantee does not hold, or whose writes wait, is unstable for
+    /// the deploy API: no new lease while acknowledged writes could be lost or none can be made.
+    #[test]
+    fn a_semi_sync_fallback_or_waiting_writes_make_the_group_unstable() {
+        for why in [reason::SEMI_SYNC_FALLBACK, reason::SEMI_SYNC_WRITES_WAIT] {
+            let mut s = healthy();
+            assert_eq!(reason_of(&s), None);
+            s.set_condition(condition::DEGRADED, true, why, "x", Timestamp::EPOCH);
+            assert_eq!(reason_of(&s), Some(UnstableReason::Degraded), "{why}");
+        }
+    }
+
     #[test]
     fn conditions_map_to_reasons() {
         let mut s = healthy();
