@@ -20,7 +20,10 @@
 //! - a primary that was healthy when the operator lost sight of every site is not failed over
 //!   by the first poll that reaches a candidate again;
 //! - an emergency failover loses nothing a reachable site ahead of the candidate holds (the
-//!   candidate catches up from it first), whenever the sites ahead agree among themselves.
+//!   candidate catches up from it first), whenever the sites ahead agree among themselves;
+//! - in semi-sync schedules (half of them: a write is acknowledged only once a replica has
+//!   received it), no acknowledged write that a site the decision could see holds is missing
+//!   from a newly promoted primary.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -116,6 +119,13 @@ struct World {
     isolations_checked: usize,
     /// Emergency failovers whose candidate caught up from a more advanced site first.
     catch_ups: usize,
+    /// `spec.replication.mode: semi-sync` (half the schedules): the application's write is
+    /// acknowledged only once a replica has received it.
+    semi_sync: bool,
+    /// Application writes acknowledged in semi-sync mode, `(server, seq)`.
+    acked: Vec<(u32, u64)>,
+    /// Acknowledged writes checked present on a newly promoted primary.
+    acked_checks: usize,
 }
 
 impl World {
@@ -166,6 +176,9 @@ impl World {
             planned_outcomes: BTreeMap::new(),
             isolations_checked: 0,
             catch_ups: 0,
+            semi_sync: (seed / 2) % 2 == 1,
+            acked: Vec::new(),
+            acked_checks: 0,
         }
     }
 
@@ -186,6 +199,30 @@ impl World {
             let seq = s.history.last().map_or(1, |&(_, seq)| seq + 1);
             s.history.push((server, seq));
             self.writes += 1;
+        }
+    }
+
+    /// The application's write to the active site. In semi-sync mode it is acknowledged only
+    /// when a replica of it receives it at once (that replica then holds it); otherwise the
+    /// transaction stays in the primary's binary log, unacknowledged (its client waits).
+    fn app_write(&mut self, a: usize) {
+        let before = self.writes;
+        self.write(a);
+        if !self.semi_sync || self.writes == before {
+            return;
+        }
+        let primary = self.sites[a].history.clone();
+        let receiver = (0..self.sites.len()).find(|&j| {
+            j != a
+                && self.sites[j].alive
+                && self.sites[j].source == Some(a)
+                && !self.sites[j].applier_broken
+                && primary.starts_with(&self.sites[j].history)
+        });
+        if let Some(j) = receiver {
+            let w = *primary.last().expect("just written");
+            self.sites[j].history = primary;
+            self.acked.push(w);
         }
     }
 
@@ -438,6 +475,24 @@ impl World {
                                     || self.sites[b].history.starts_with(&self.sites[a].history)
                             })
                         });
+                    // Semi-sync: an acknowledged write that a site the decision could see holds
+                    // is on the new primary.
+                    if self.semi_sync && chain {
+                        for w in &self.acked {
+                            let seen = (0..self.sites.len()).any(|i| {
+                                (i == t || eligible(self, i))
+                                    && self.sites[i].alive
+                                    && self.sites[i].history.contains(w)
+                            });
+                            if seen {
+                                assert!(
+                                    self.sites[t].history.contains(w),
+                                    "semi-sync: promoted {to} without the acknowledged write {w:?}"
+                                );
+                                self.acked_checks += 1;
+                            }
+                        }
+                    }
                     if chain {
                         for &a in &ahead {
                             assert!(
@@ -781,7 +836,7 @@ impl World {
         // The application writes to the announced active site.
         if !self.status.active.is_empty() {
             let a = self.idx(&self.status.active.clone());
-            self.write(a);
+            self.app_write(a);
         }
         self.replicate();
         let before = self.status.generation;
@@ -800,6 +855,8 @@ fn invariants_hold_over_seeded_fault_schedules() {
     let mut planned_outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut isolations = 0usize;
     let mut catch_ups = 0usize;
+    let mut acked_checks = 0usize;
+    let mut acked = 0usize;
     for seed in 0..SCHEDULES {
         let mut w = World::new(seed);
         for _ in 0..STEPS {
@@ -808,6 +865,8 @@ fn invariants_hold_over_seeded_fault_schedules() {
         from_read_only += w.bootstraps_from_read_only;
         isolations += w.isolations_checked;
         catch_ups += w.catch_ups;
+        acked_checks += w.acked_checks;
+        acked += w.acked.len();
         for (k, n) in &w.planned_outcomes {
             *planned_outcomes.entry(k).or_default() += n;
         }
@@ -843,6 +902,13 @@ fn invariants_hold_over_seeded_fault_schedules() {
         "too few groups bootstrapped from all read-only: {from_read_only}"
     );
     println!("emergency failovers that caught up first: {catch_ups}");
+    println!(
+        "semi-sync schedules: {acked} writes acknowledged, {acked_checks} checks that one was on a new primary"
+    );
+    assert!(
+        acked_checks >= 1000,
+        "too few acknowledged writes checked across semi-sync promotions: {acked_checks}"
+    );
     assert!(
         catch_ups >= 20,
         "too few emergency failovers caught up from a more advanced site: {catch_ups}"
