@@ -22,6 +22,9 @@ use sha2::{Digest, Sha256};
 
 use crate::time::Timestamp;
 
+pub mod selector;
+use selector::Selector;
+
 /// How long a plan may wait for its confirmation.
 pub const PLAN_TTL: Duration = Duration::from_secs(10 * 60);
 /// How many plans may be pending at once in one process.
@@ -210,6 +213,11 @@ pub enum PlanError {
          selector and template belong to different applications"
     )]
     SelectorMismatch { detail: String },
+    #[error(
+        "the Deployment's Pod template labels do not satisfy {app}: {detail}; it is not that \
+         application's Deployment (check the Deployment's name, --app or --app-selector)"
+    )]
+    AppMismatch { app: String, detail: String },
     #[error("spec.paused: the Deployment is paused; resume it before releasing")]
     Paused,
     #[error(
@@ -280,6 +288,67 @@ pub fn check_action(facts: &DeploymentFacts, action: &ReleaseAction) -> Result<C
         }
         ReleaseAction::Restart => Ok(Change::Restart),
     }
+}
+
+/// The application a release is for: the plan checks the Deployment's Pod template labels
+/// against its selector, so one application's image cannot be released into another's
+/// Deployment (seed 03). Every action that changes a Deployment carries one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AppCheck {
+    /// `--app NAME` (from the applications file) or `--app-selector SELECTOR` (`name: None`).
+    Selector {
+        name: Option<String>,
+        selector: Selector,
+    },
+    /// `--no-app-check`: the user accepted the risk; the plan and the record say so.
+    Skipped,
+}
+
+impl AppCheck {
+    /// `Err` names the application and the first label that differs.
+    pub fn check(&self, facts: &DeploymentFacts) -> Result<(), PlanError> {
+        match self {
+            AppCheck::Skipped => Ok(()),
+            AppCheck::Selector { name, selector } => selector
+                .check(&facts.template_labels)
+                .map_err(|detail| PlanError::AppMismatch {
+                    app: match name {
+                        Some(n) => format!("application {n}'s selector {}", selector.text),
+                        None => format!("the application selector {}", selector.text),
+                    },
+                    detail,
+                }),
+        }
+    }
+
+    /// What plans and records say about it.
+    pub fn record(&self) -> AppRecord {
+        match self {
+            AppCheck::Skipped => AppRecord {
+                name: None,
+                selector: None,
+                check_skipped: true,
+            },
+            AppCheck::Selector { name, selector } => AppRecord {
+                name: name.clone(),
+                selector: Some(selector.text.clone()),
+                check_skipped: false,
+            },
+        }
+    }
+}
+
+/// The application a plan was checked against, as plans and release records carry it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// `--no-app-check` was given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub check_skipped: bool,
 }
 
 /// Checks a requested replica count against the 0–1000 rule.
@@ -404,6 +473,9 @@ pub struct Plan {
     /// For a rollback: the ID of the release record whose image this plan restores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_of: Option<String>,
+    /// The application the Deployment was checked against (or that the check was skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<AppRecord>,
 }
 
 impl Plan {
@@ -437,6 +509,7 @@ impl Plan {
                 .progress_deadline_seconds
                 .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS),
             rollback_of: None,
+            app: None,
         }
     }
 

@@ -13,6 +13,7 @@
 //! goes on after a record line could not be written.
 
 pub use bloodraven_kube::cluster;
+pub mod apps;
 pub mod convert;
 pub mod history;
 pub mod lease;
@@ -22,8 +23,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bloodraven_core::release::{
-    APPLY_BOUND, FIELD_MANAGER, POLL_INTERVAL, Plan, PlanError, PlanId, PlanStore, PlanStoreError,
-    ReleaseAction, Verdict, check_action, replica_failure, rollback_image, verdict,
+    APPLY_BOUND, AppCheck, FIELD_MANAGER, POLL_INTERVAL, Plan, PlanError, PlanId, PlanStore,
+    PlanStoreError, ReleaseAction, Verdict, check_action, replica_failure, rollback_image, verdict,
 };
 use bloodraven_core::time::{Clock, Timestamp};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -296,6 +297,9 @@ fn common_fields(plan: &Plan) -> Map<String, Value> {
     if let Some(of) = &plan.rollback_of {
         m.insert("rollbackOf".into(), json!(of));
     }
+    if let Some(app) = &plan.app {
+        m.insert("app".into(), json!(app));
+    }
     m
 }
 
@@ -373,15 +377,16 @@ impl Releaser {
         }
     }
 
-    /// Makes a plan: read, pre-check, dry-run, pin, store.
+    /// Makes a plan: read, check the application `app`, pre-check, dry-run, pin, store.
     pub async fn plan(
         &self,
         namespace: &str,
         deployment: &str,
         action: &ReleaseAction,
+        app: &AppCheck,
     ) -> Result<Plan, PlanningError> {
         let current = self.read_deployment(namespace, deployment).await?;
-        self.plan_from(&current, action, None).await
+        self.plan_from(&current, action, None, app).await
     }
 
     async fn plan_from(
@@ -389,8 +394,12 @@ impl Releaser {
         current: &Deployment,
         action: &ReleaseAction,
         rollback_of: Option<String>,
+        app: &AppCheck,
     ) -> Result<Plan, PlanningError> {
         let facts = deployment_facts(current);
+        // First: releasing one application's change into another's Deployment is the mistake
+        // this check exists for; nothing is sent, not even a dry-run.
+        app.check(&facts)?;
         let change = check_action(&facts, action)?;
         let id = plan_id()?;
         let updated = updated_deployment(current, &change, &id);
@@ -407,6 +416,7 @@ impl Releaser {
         let now = self.clock.now();
         let mut plan = Plan::new(id, now, self.cluster.clone(), &facts, change);
         plan.rollback_of = rollback_of;
+        plan.app = Some(app.record());
         self.store().insert(plan.clone(), now)?;
         Ok(plan)
     }
@@ -419,9 +429,11 @@ impl Releaser {
         namespace: &str,
         deployment: &str,
         record: Option<&str>,
+        app: &AppCheck,
     ) -> Result<Plan, PlanningError> {
         let current = self.read_deployment(namespace, deployment).await?;
         let facts = deployment_facts(&current);
+        app.check(&facts)?;
         let summaries = history::summaries(&self.records_dir)?.releases;
         let candidates = summaries.iter().filter(|s| {
             s.namespace == namespace && s.deployment == deployment && s.is_image_release()
@@ -479,7 +491,7 @@ impl Releaser {
             container: container.clone(),
             image: rollback_image(image, chosen.digest.as_deref()),
         };
-        self.plan_from(&current, &action, Some(chosen.id.clone()))
+        self.plan_from(&current, &action, Some(chosen.id.clone()), app)
             .await
     }
 

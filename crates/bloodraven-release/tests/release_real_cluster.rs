@@ -13,7 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::release::{Change, Plan, ReleaseAction, lease_name};
+use bloodraven_core::release::selector::Selector;
+use bloodraven_core::release::{AppCheck, Change, Plan, ReleaseAction, lease_name};
 use bloodraven_release::cluster::{self, ClusterOptions};
 use bloodraven_release::{ApplyReport, Outcome, PlanningError, Releaser, Timeouts};
 use bloodraven_runtime::clock::SystemClock;
@@ -95,9 +96,19 @@ impl Cluster {
         )
     }
 
+    /// This story's application: its Deployment's Pods carry `app=<name>`.
+    fn app(&self) -> AppCheck {
+        AppCheck::Selector {
+            name: Some(self.name.clone()),
+            selector: Selector::parse(&format!("app={}", self.name)).unwrap(),
+        }
+    }
+
     /// Plans `action` on this story's Deployment.
     async fn plan(&self, r: &Releaser, action: &ReleaseAction) -> Plan {
-        r.plan(&self.namespace, &self.name, action).await.unwrap()
+        r.plan(&self.namespace, &self.name, action, &self.app())
+            .await
+            .unwrap()
     }
 
     /// Plans and applies `action`.
@@ -142,12 +153,40 @@ async fn real_happy_image_release_reaches_ready() {
 
 #[tokio::test]
 #[ignore = "needs a real cluster: set KUBECONFIG"]
+async fn real_another_applications_selector_is_refused_before_any_dry_run() {
+    let Some(c) = cluster(120).await else { return };
+    let r = c.releaser().await;
+    let other = AppCheck::Selector {
+        name: Some("billing".into()),
+        selector: Selector::parse("app=billing").unwrap(),
+    };
+    let err = r
+        .plan(&c.namespace, &c.name, &image(NEW), &other)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("application billing's selector app=billing"),
+        "{err}"
+    );
+    assert_eq!(r.pending_plans(), 0);
+    assert_eq!(c.image().await, OLD);
+    c.cleanup().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real cluster: set KUBECONFIG"]
 async fn real_rejected_dry_run_gives_no_plan() {
     let Some(c) = cluster(120).await else { return };
     let r = c.releaser().await;
     // The API server's validation refuses an image with surrounding whitespace.
     let err = r
-        .plan(&c.namespace, &c.name, &image(" registry.k8s.io/pause:3.10"))
+        .plan(
+            &c.namespace,
+            &c.name,
+            &image(" registry.k8s.io/pause:3.10"),
+            &c.app(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, PlanningError::DryRunRejected { .. }), "{err}");
@@ -178,9 +217,17 @@ async fn real_resource_version_changed_between_plan_and_apply_stops() {
 async fn real_two_clients_racing_exactly_one_applies() {
     let Some(c) = cluster(120).await else { return };
     let (a, b) = (c.releaser().await, c.releaser().await);
-    let pa = a.plan(&c.namespace, &c.name, &image(NEW)).await.unwrap();
+    let pa = a
+        .plan(&c.namespace, &c.name, &image(NEW), &c.app())
+        .await
+        .unwrap();
     let pb = b
-        .plan(&c.namespace, &c.name, &image("registry.k8s.io/pause:3.8"))
+        .plan(
+            &c.namespace,
+            &c.name,
+            &image("registry.k8s.io/pause:3.8"),
+            &c.app(),
+        )
         .await
         .unwrap();
     let (mut qa, mut qb) = (quiet(), quiet());
@@ -224,7 +271,12 @@ async fn real_scale_leaves_the_template_untouched() {
     let r = c.releaser().await;
     let before = c.deployments().get(&c.name).await.unwrap();
     let plan = r
-        .plan(&c.namespace, &c.name, &ReleaseAction::Scale { replicas: 2 })
+        .plan(
+            &c.namespace,
+            &c.name,
+            &ReleaseAction::Scale { replicas: 2 },
+            &c.app(),
+        )
         .await
         .unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
@@ -244,7 +296,10 @@ async fn real_rollback_from_a_record() {
         let (_, report) = c.release(&r, &image(img)).await;
         assert_outcome(&report, "ready");
     }
-    let plan = r.plan_rollback(&c.namespace, &c.name, None).await.unwrap();
+    let plan = r
+        .plan_rollback(&c.namespace, &c.name, None, &c.app())
+        .await
+        .unwrap();
     let Change::Image { target_image, .. } = &plan.change else {
         panic!("a rollback changes an image");
     };

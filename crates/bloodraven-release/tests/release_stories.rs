@@ -7,8 +7,9 @@ mod support;
 
 use std::time::Duration;
 
+use bloodraven_core::release::selector::Selector;
 use bloodraven_core::release::{
-    Change, LEASE_DURATION, PlanId, PlanStoreError, ReleaseAction, lease_name,
+    AppCheck, Change, LEASE_DURATION, PlanError, PlanId, PlanStoreError, ReleaseAction, lease_name,
 };
 use bloodraven_core::time::ManualClock;
 use bloodraven_deploy::record::RecordLine;
@@ -39,6 +40,14 @@ async fn env() -> Env {
     }
 }
 
+/// The application `web`, as `--app web` finds it in an applications file.
+fn web() -> AppCheck {
+    AppCheck::Selector {
+        name: Some("web".into()),
+        selector: Selector::parse("app=web").unwrap(),
+    }
+}
+
 const V1: &str = "registry.example/web:1.0";
 const V2: &str = "registry.example/web:2.0";
 
@@ -65,7 +74,7 @@ impl Env {
     /// Plans `web:2.0` on a fresh releaser that gives up after `bound`.
     async fn plan_v2(&self, bound: Duration) -> (bloodraven_release::Releaser, PlanId) {
         let r = self.releaser(bound);
-        let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
+        let plan = r.plan(NS, APP, &image(V2), &web()).await.unwrap();
         (r, plan.id)
     }
 
@@ -89,7 +98,7 @@ async fn happy_image_release_reaches_ready() {
     let r = env.releaser(Duration::from_secs(20));
     let before = env.fake.deployment(NS, APP);
 
-    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
+    let plan = r.plan(NS, APP, &image(V2), &web()).await.unwrap();
     // The plan shows what will happen and pins the object and the cluster.
     assert_eq!(plan.namespace, NS);
     assert_eq!(plan.deployment, APP);
@@ -170,7 +179,7 @@ async fn rejected_dry_run_gives_no_plan() {
     );
     let r = env.releaser(Duration::from_secs(20));
     let err = r
-        .plan(NS, APP, &image("evil.example/web:2.0"))
+        .plan(NS, APP, &image("evil.example/web:2.0"), &web())
         .await
         .unwrap_err();
     let PlanningError::DryRunRejected {
@@ -191,12 +200,12 @@ async fn pre_checks_refuse_without_a_dry_run() {
     let env = env().await;
     let r = env.releaser(Duration::from_secs(20));
     let err = r
-        .plan(NS, APP, &image("registry.example/web:1.0"))
+        .plan(NS, APP, &image("registry.example/web:1.0"), &web())
         .await
         .unwrap_err();
     assert!(err.to_string().starts_with("IMAGE: must differ"), "{err}");
     let err = r
-        .plan(NS, APP, &ReleaseAction::Scale { replicas: 1001 })
+        .plan(NS, APP, &ReleaseAction::Scale { replicas: 1001 }, &web())
         .await
         .unwrap_err();
     assert!(
@@ -205,7 +214,7 @@ async fn pre_checks_refuse_without_a_dry_run() {
         "{err}"
     );
     let err = r
-        .plan(NS, "nope", &ReleaseAction::Restart)
+        .plan(NS, "nope", &ReleaseAction::Restart, &web())
         .await
         .unwrap_err();
     assert!(
@@ -224,11 +233,11 @@ async fn two_clients_racing_on_one_deployment_exactly_one_applies() {
     let a = env.releaser(Duration::from_secs(20));
     let b = env.releaser(Duration::from_secs(20));
     let plan_a = a
-        .plan(NS, APP, &image("registry.example/web:2.0"))
+        .plan(NS, APP, &image("registry.example/web:2.0"), &web())
         .await
         .unwrap();
     let plan_b = b
-        .plan(NS, APP, &image("registry.example/web:3.0"))
+        .plan(NS, APP, &image("registry.example/web:3.0"), &web())
         .await
         .unwrap();
 
@@ -440,7 +449,7 @@ async fn another_actor_changing_the_spec_mid_rollout_is_superseded() {
     let env = env().await;
     env.fake.set_behavior(Behavior::Stalled);
     let r = env.releaser(Duration::from_secs(20));
-    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
+    let plan = r.plan(NS, APP, &image(V2), &web()).await.unwrap();
     let fake = &env.fake;
     let mut changed = false;
     let report = r
@@ -464,7 +473,7 @@ async fn scale_leaves_the_template_and_the_annotation_untouched() {
     let r = env.releaser(Duration::from_secs(20));
     let before = env.fake.deployment(NS, APP);
     let plan = r
-        .plan(NS, APP, &ReleaseAction::Scale { replicas: 5 })
+        .plan(NS, APP, &ReleaseAction::Scale { replicas: 5 }, &web())
         .await
         .unwrap();
     assert_eq!(plan.desired_replicas, 5);
@@ -487,7 +496,10 @@ async fn scale_leaves_the_template_and_the_annotation_untouched() {
 async fn restart_annotates_the_template_only() {
     let env = env().await;
     let r = env.releaser(Duration::from_secs(20));
-    let plan = r.plan(NS, APP, &ReleaseAction::Restart).await.unwrap();
+    let plan = r
+        .plan(NS, APP, &ReleaseAction::Restart, &web())
+        .await
+        .unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
     assert_outcome(&report, "ready");
     let after = env.fake.deployment(NS, APP);
@@ -503,7 +515,7 @@ async fn rollback_from_a_record() {
     let v2 = format!("registry.example/web@{digest}");
     for img in [v2.as_str(), "registry.example/web:3.0"] {
         env.clock.advance(Duration::from_secs(60));
-        let plan = r.plan(NS, APP, &image(img)).await.unwrap();
+        let plan = r.plan(NS, APP, &image(img), &web()).await.unwrap();
         let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
         assert_outcome(&report, "ready");
     }
@@ -511,7 +523,7 @@ async fn rollback_from_a_record() {
 
     // Without --record: the newest successful release with another image than the current one.
     env.clock.advance(Duration::from_secs(60));
-    let plan = r.plan_rollback(NS, APP, None).await.unwrap();
+    let plan = r.plan_rollback(NS, APP, None, &web()).await.unwrap();
     assert_eq!(
         plan.change,
         Change::Image {
@@ -536,7 +548,10 @@ async fn rollback_from_a_record() {
         .unwrap();
     env.clock.advance(Duration::from_secs(60));
     let dry_runs = env.fake.dry_runs();
-    let plan = r.plan_rollback(NS, APP, Some(&named)).await.unwrap();
+    let plan = r
+        .plan_rollback(NS, APP, Some(&named), &web())
+        .await
+        .unwrap();
     assert_eq!(env.fake.dry_runs(), dry_runs + 1);
     assert_eq!(plan.rollback_of.as_deref(), Some(named.as_str()));
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
@@ -547,10 +562,76 @@ async fn rollback_from_a_record() {
     );
 
     // A record of another Deployment, or an unknown one, is refused with the rule.
-    let err = r.plan_rollback(NS, APP, Some("0000")).await.unwrap_err();
+    let err = r
+        .plan_rollback(NS, APP, Some("0000"), &web())
+        .await
+        .unwrap_err();
     assert!(
         err.to_string().starts_with("--record 0000: no such record"),
         "{err}"
+    );
+}
+
+/// Releasing web's change into the api Deployment is refused before anything is sent, for
+/// every action that changes a Deployment; set-based selectors work; `--no-app-check` goes on
+/// and every record line says it was used.
+#[tokio::test]
+async fn another_applications_deployment_is_refused_before_any_dry_run() {
+    let env = env().await;
+    env.fake
+        .add_deployment(NS, "api", "registry.example/api:1.0", 2);
+    let r = env.releaser(Duration::from_secs(20));
+    for action in [
+        image(V2),
+        ReleaseAction::Scale { replicas: 5 },
+        ReleaseAction::Restart,
+    ] {
+        let err = r.plan(NS, "api", &action, &web()).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, PlanningError::Check(PlanError::AppMismatch { .. }))
+                && text.contains("application web's selector app=web")
+                && text.contains("the selector wants app=web, the Pod template has app=api"),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        env.fake.dry_runs(),
+        0,
+        "nothing was sent, not even a dry-run"
+    );
+
+    let set_based = AppCheck::Selector {
+        name: None,
+        selector: Selector::parse("app in (web, web-canary), !legacy").unwrap(),
+    };
+    assert!(r.plan(NS, "api", &image(V2), &set_based).await.is_err());
+    let plan = r.plan(NS, APP, &image(V2), &set_based).await.unwrap();
+    assert_eq!(
+        plan.app.unwrap().selector.as_deref(),
+        Some("app in (web, web-canary), !legacy")
+    );
+    assert_eq!(env.fake.dry_runs(), 1, "the matching plan proceeds");
+
+    let plan = r
+        .plan(NS, "api", &ReleaseAction::Restart, &AppCheck::Skipped)
+        .await
+        .unwrap();
+    assert!(plan.app.as_ref().is_some_and(|a| a.check_skipped));
+    let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+    assert_outcome(&report, "ready");
+    let l = lines(&report.record);
+    assert!(
+        l.iter()
+            .all(|l| l.fields["app"]["checkSkipped"] == serde_json::json!(true)),
+        "{l:?}"
+    );
+
+    // A rollback is checked too.
+    let rolled = r.plan_rollback(NS, "api", None, &web()).await.unwrap_err();
+    assert!(
+        matches!(rolled, PlanningError::Check(PlanError::AppMismatch { .. })),
+        "{rolled}"
     );
 }
 
@@ -572,7 +653,7 @@ async fn a_valid_foreign_lease_stops_and_an_expired_one_is_taken_over() {
         NS,
         foreign_lease(&name, "someone-else", "2026-11-30T09:58:00Z", 300),
     );
-    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
+    let plan = r.plan(NS, APP, &image(V2), &web()).await.unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
     assert_eq!(
         report.outcome,
@@ -603,7 +684,7 @@ async fn a_valid_foreign_lease_stops_and_an_expired_one_is_taken_over() {
 
     // Past its expiry plus the margin, the Lease is free and taken over by an update.
     env.clock.advance(Duration::from_secs(211));
-    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
+    let plan = r.plan(NS, APP, &image(V2), &web()).await.unwrap();
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
     assert_outcome(&report, "ready");
     let spec = env.fake.lease(NS, &name).unwrap().spec.unwrap();
@@ -614,7 +695,7 @@ async fn a_valid_foreign_lease_stops_and_an_expired_one_is_taken_over() {
 async fn a_record_that_cannot_be_written_stops_before_the_change() {
     let env = env().await;
     let r = env.releaser(Duration::from_secs(20));
-    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
+    let plan = r.plan(NS, APP, &image(V2), &web()).await.unwrap();
     // The record file of this plan points at a device that refuses every write.
     std::os::unix::fs::symlink(
         "/dev/full",
@@ -653,7 +734,7 @@ async fn a_record_that_cannot_be_written_stops_before_the_change() {
 async fn expired_plans_are_refused() {
     let env = env().await;
     let r = env.releaser(Duration::from_secs(20));
-    let plan = r.plan(NS, APP, &image(V2)).await.unwrap();
+    let plan = r.plan(NS, APP, &image(V2), &web()).await.unwrap();
     env.clock.advance(Duration::from_secs(600));
     let err = r.apply(&plan.id, &mut quiet()).await.unwrap_err();
     assert!(

@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use bloodraven_core::names::{check_dns1123_label, check_dns1123_subdomain};
-use bloodraven_core::release::{Change, Plan, ReleaseAction, check_replicas};
+use bloodraven_core::release::selector::Selector;
+use bloodraven_core::release::{AppCheck, Change, Plan, ReleaseAction, check_replicas};
 use bloodraven_deploy::record::RecordLine;
+use bloodraven_release::apps;
 use bloodraven_release::cluster::{self, ClusterOptions};
 use bloodraven_release::history::{self, ReleaseSummary};
 use bloodraven_release::{ApplyError, ApplyReport, Outcome, PlanningError, Releaser, Timeouts};
@@ -61,6 +63,8 @@ enum ReleaseCommand {
         #[arg(value_name = "CONTAINER=IMAGE")]
         assignment: String,
         #[command(flatten)]
+        app: AppArgs,
+        #[command(flatten)]
         common: Common,
     },
     /// Set the replica count (0–1000).
@@ -71,12 +75,16 @@ enum ReleaseCommand {
         #[arg(value_name = "REPLICAS", allow_hyphen_values = true)]
         replicas: String,
         #[command(flatten)]
+        app: AppArgs,
+        #[command(flatten)]
         common: Common,
     },
     /// Replace every Pod (changes the Pod template's release annotation).
     Restart {
         /// The Deployment's name.
         deployment: String,
+        #[command(flatten)]
+        app: AppArgs,
         #[command(flatten)]
         common: Common,
     },
@@ -89,6 +97,8 @@ enum ReleaseCommand {
         #[arg(long, value_name = "ID")]
         record: Option<String>,
         #[command(flatten)]
+        app: AppArgs,
+        #[command(flatten)]
         common: Common,
     },
     /// List recorded releases (all, or one Deployment's), newest first.
@@ -98,6 +108,57 @@ enum ReleaseCommand {
         #[command(flatten)]
         common: Common,
     },
+}
+
+/// Which application the release is for: the plan checks that the Deployment's Pod template
+/// labels satisfy its selector (seed 03), so one application's change cannot land in another's
+/// Deployment.
+#[derive(Debug, Args)]
+struct AppArgs {
+    /// The application, looked up in the applications file (its namespace and selector).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["app_selector", "no_app_check"])]
+    app: Option<String>,
+    /// The applications file for --app (default: ~/.config/bloodraven/apps.yaml).
+    #[arg(long, value_name = "FILE", requires = "app")]
+    apps: Option<PathBuf>,
+    /// The application's label selector, e.g. 'app=web,tier=frontend' or 'app in (web, web-canary)'.
+    #[arg(long, value_name = "SELECTOR", conflicts_with = "no_app_check")]
+    app_selector: Option<String>,
+    /// Release without checking the Deployment belongs to the application (recorded).
+    #[arg(long)]
+    no_app_check: bool,
+}
+
+/// The application check and, from the applications file, the application's namespace.
+fn resolve_app(a: &AppArgs) -> Result<(AppCheck, Option<String>), String> {
+    if a.no_app_check {
+        return Ok((AppCheck::Skipped, None));
+    }
+    if let Some(text) = &a.app_selector {
+        let selector = Selector::parse(text).map_err(|e| format!("--app-selector: {e}"))?;
+        return Ok((
+            AppCheck::Selector {
+                name: None,
+                selector,
+            },
+            None,
+        ));
+    }
+    if let Some(name) = &a.app {
+        let Some(path) = a.apps.clone().or_else(apps::default_path) else {
+            return Err(
+                "--app: no applications file: HOME is not set; pass --apps FILE".to_owned(),
+            );
+        };
+        let r = apps::resolve(name, &path).map_err(|e| e.to_string())?;
+        return Ok((r.check, r.namespace));
+    }
+    Err(
+        "name the application this release is for, so the plan can check the Deployment is \
+         its own: --app NAME (looked up in ~/.config/bloodraven/apps.yaml, or --apps FILE) or \
+         --app-selector 'app=web'; --no-app-check releases without the check (the record says so)"
+            .to_owned(),
+    )
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -136,38 +197,49 @@ enum Request {
 
 /// Runs a `release` subcommand and returns the process's exit code.
 pub fn run(args: ReleaseArgs) -> i32 {
-    let (deployment, request, common) = match args.command {
+    let (deployment, request, app, mut common) = match args.command {
         ReleaseCommand::History { deployment, common } => {
             return history_cmd(deployment.as_deref(), &common);
         }
         ReleaseCommand::Image {
             deployment,
             assignment,
+            app,
             common,
         } => match parse_assignment(&assignment) {
-            Ok(action) => (deployment, Request::Action(action), common),
+            Ok(action) => (deployment, Request::Action(action), app, common),
             Err(e) => return usage(&e),
         },
         ReleaseCommand::Scale {
             deployment,
             replicas,
+            app,
             common,
         } => match parse_replicas(&replicas) {
             Ok(replicas) => (
                 deployment,
                 Request::Action(ReleaseAction::Scale { replicas }),
+                app,
                 common,
             ),
             Err(e) => return usage(&e),
         },
-        ReleaseCommand::Restart { deployment, common } => {
-            (deployment, Request::Action(ReleaseAction::Restart), common)
-        }
+        ReleaseCommand::Restart {
+            deployment,
+            app,
+            common,
+        } => (
+            deployment,
+            Request::Action(ReleaseAction::Restart),
+            app,
+            common,
+        ),
         ReleaseCommand::Rollback {
             deployment,
             record,
+            app,
             common,
-        } => (deployment, Request::Rollback(record), common),
+        } => (deployment, Request::Rollback(record), app, common),
     };
     if let Err(rule) = check_dns1123_subdomain(&deployment) {
         return usage(&format!("DEPLOYMENT: {rule}"));
@@ -182,9 +254,24 @@ pub fn run(args: ReleaseArgs) -> i32 {
     {
         return usage("--record: must not be empty");
     }
+    let app = match resolve_app(&app) {
+        Ok((check, namespace)) => {
+            match (&common.namespace, namespace) {
+                (Some(given), Some(theirs)) if *given != theirs => {
+                    return usage(&format!(
+                        "--namespace {given}: the application lives in namespace {theirs} (applications file); drop --namespace or name the right one"
+                    ));
+                }
+                (None, Some(theirs)) => common.namespace = Some(theirs),
+                _ => {}
+            }
+            check
+        }
+        Err(e) => return usage(&e),
+    };
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,
-        release(&deployment, request, &common),
+        release(&deployment, request, &app, &common),
     )
 }
 
@@ -235,7 +322,7 @@ fn parse_replicas(s: &str) -> Result<i64, String> {
     Ok(n)
 }
 
-async fn release(deployment: &str, request: Request, common: &Common) -> i32 {
+async fn release(deployment: &str, request: Request, app: &AppCheck, common: &Common) -> i32 {
     let options = ClusterOptions {
         kubeconfig: common.kubeconfig.clone(),
         context: common.context.clone(),
@@ -260,10 +347,10 @@ async fn release(deployment: &str, request: Request, common: &Common) -> i32 {
     );
 
     let planned = match &request {
-        Request::Action(action) => releaser.plan(&namespace, deployment, action).await,
+        Request::Action(action) => releaser.plan(&namespace, deployment, action, app).await,
         Request::Rollback(record) => {
             releaser
-                .plan_rollback(&namespace, deployment, record.as_deref())
+                .plan_rollback(&namespace, deployment, record.as_deref(), app)
                 .await
         }
     };
@@ -383,6 +470,20 @@ fn print_plan(plan: &Plan) {
     }
     if let Some(of) = &plan.rollback_of {
         println!("  rollback of:  release record {of}");
+    }
+    match &plan.app {
+        Some(a) if a.check_skipped => {
+            println!("  application:  not checked (--no-app-check; recorded)");
+        }
+        Some(a) => println!(
+            "  application:  {}selector {} matches the Pod template labels",
+            a.name
+                .as_ref()
+                .map(|n| format!("{n}, "))
+                .unwrap_or_default(),
+            a.selector.as_deref().unwrap_or("")
+        ),
+        None => {}
     }
     println!(
         "  progressDeadlineSeconds: {}",

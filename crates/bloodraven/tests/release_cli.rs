@@ -68,6 +68,8 @@ async fn yes_with_json_output_applies_and_records() {
             "image",
             "web",
             "app=registry.example/web:2.0",
+            "--app-selector",
+            "app=web",
             "--yes",
             "-o",
             "json",
@@ -95,7 +97,9 @@ async fn yes_with_json_output_applies_and_records() {
     assert_eq!(h["releases"][0]["outcome"], "ready");
 
     // Nothing older to go back to: no plan, its own exit code.
-    let out = env.run(&["rollback", "web", "--yes"]).await;
+    let out = env
+        .run(&["rollback", "web", "--app-selector", "app=web", "--yes"])
+        .await;
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("no successful image release"),
@@ -108,7 +112,13 @@ async fn yes_with_json_output_applies_and_records() {
 async fn without_yes_and_without_a_terminal_nothing_is_applied() {
     let env = env().await;
     let out = env
-        .run(&["image", "web", "app=registry.example/web:2.0"])
+        .run(&[
+            "image",
+            "web",
+            "app=registry.example/web:2.0",
+            "--app-selector",
+            "app=web",
+        ])
         .await;
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(
@@ -128,7 +138,13 @@ async fn without_yes_and_without_a_terminal_nothing_is_applied() {
 async fn failed_pre_check_is_no_plan() {
     let env = env().await;
     let out = env
-        .run(&["image", "web", "app=registry.example/web:1.0", "--yes"])
+        .run(&[
+            "image",
+            "web",
+            "app=registry.example/web:1.0",
+            "--no-app-check",
+            "--yes",
+        ])
         .await;
     assert_eq!(out.status.code(), Some(3));
     assert!(
@@ -162,6 +178,29 @@ async fn bad_input_names_the_argument_and_the_rule() {
             vec!["restart", "web", "-n", "Shop"],
             "--namespace: must consist of lowercase",
         ),
+        (
+            vec!["restart", "web"],
+            "name the application this release is for",
+        ),
+        (
+            vec!["restart", "web", "--app-selector", "app in web"],
+            "--app-selector: term 1 (\"app in web\"): in needs a parenthesised list",
+        ),
+        (
+            vec![
+                "restart",
+                "web",
+                "--app",
+                "web",
+                "--apps",
+                "/nonexistent/apps.yaml",
+            ],
+            "--apps /nonexistent/apps.yaml: cannot read it",
+        ),
+        (
+            vec!["restart", "web", "--app", "web", "--no-app-check"],
+            "cannot be used with",
+        ),
     ] {
         let out = env.run(&args).await;
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
@@ -170,5 +209,85 @@ async fn bad_input_names_the_argument_and_the_rule() {
     assert!(
         env.fake.seen().is_empty(),
         "bad input never reaches the cluster"
+    );
+}
+
+/// The application check from the command line: an applications file names web's namespace
+/// and selector; web's image into the api Deployment is refused before anything is sent;
+/// `--no-app-check` goes on and is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_application_is_named_and_checked_before_anything_is_sent() {
+    let env = env().await;
+    env.fake
+        .add_deployment("shop", "api", "registry.example/api:1.0", 2);
+    let apps = env.dir.path().join("apps.yaml");
+    std::fs::write(
+        &apps,
+        "applications:\n  - name: web\n    namespace: shop\n    selector: app=web\n  - name: api\n    namespace: shop\n    selector: app=api\n",
+    )
+    .unwrap();
+    let apps = apps.to_str().unwrap();
+
+    let out = env
+        .run(&[
+            "image",
+            "api",
+            "app=registry.example/web:2.0",
+            "--app",
+            "web",
+            "--apps",
+            apps,
+            "--yes",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("application web's selector app=web")
+            && stderr(&out).contains("the Pod template has app=api"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(env.fake.dry_runs(), 0, "refused before any dry-run");
+    assert_eq!(env.fake.deployment_updates("shop", "api"), 0);
+
+    let out = env
+        .run(&["restart", "web", "--app", "billing", "--apps", apps])
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no such application"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = env
+        .run(&[
+            "image",
+            "web",
+            "app=registry.example/web:2.0",
+            "--app",
+            "web",
+            "--apps",
+            apps,
+            "--yes",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["plan"]["app"]["name"], "web");
+    assert_eq!(v["plan"]["app"]["selector"], "app=web");
+
+    let out = env
+        .run(&["scale", "api", "3", "--no-app-check", "--yes", "-o", "json"])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["plan"]["app"]["checkSkipped"], true);
+    let record = std::fs::read_to_string(v["record"].as_str().unwrap()).unwrap();
+    assert!(
+        record.lines().all(|l| l.contains("\"checkSkipped\":true")),
+        "{record}"
     );
 }
