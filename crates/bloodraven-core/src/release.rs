@@ -476,6 +476,10 @@ pub struct Plan {
     /// The application the Deployment was checked against (or that the check was skipped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app: Option<AppRecord>,
+    /// For a rollback: `digest` (the recorded digest, byte-exact) or `tag` (`--allow-tag`: the
+    /// recorded reference, which may point at other bytes since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_by: Option<String>,
 }
 
 impl Plan {
@@ -510,6 +514,7 @@ impl Plan {
                 .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS),
             rollback_of: None,
             app: None,
+            rollback_by: None,
         }
     }
 
@@ -597,6 +602,11 @@ impl PlanStore {
             });
         }
         Ok(plan)
+    }
+
+    /// A pending plan, to complete what it says (not its change).
+    pub fn get_mut(&mut self, id: &PlanId) -> Option<&mut Plan> {
+        self.plans.get_mut(id)
     }
 
     /// Looks at a pending, unexpired plan without taking it.

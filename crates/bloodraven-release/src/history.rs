@@ -26,7 +26,12 @@ pub struct ReleaseSummary {
     pub container: Option<String>,
     pub previous_image: Option<String>,
     pub image: Option<String>,
+    /// The digest the nodes pulled (recorded on the `ready` line), else the one the released
+    /// reference pinned.
     pub digest: Option<String>,
+    /// Why no pulled digest was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest_note: Option<String>,
     pub replicas: Option<i64>,
     pub rollback_of: Option<String>,
     pub message: Option<String>,
@@ -61,7 +66,13 @@ impl ReleaseSummary {
             container: from_updated("container"),
             previous_image: from_updated("previousImage"),
             image: from_updated("image"),
-            digest: from_updated("digest"),
+            digest: end
+                .and_then(|l| l.str_field("digest"))
+                .map(str::to_owned)
+                .or_else(|| from_updated("digest")),
+            digest_note: end
+                .and_then(|l| l.str_field("digestNote"))
+                .map(str::to_owned),
             replicas: updated
                 .and_then(|l| l.fields.get("replicas"))
                 .and_then(serde_json::Value::as_i64),

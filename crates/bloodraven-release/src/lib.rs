@@ -15,6 +15,7 @@
 pub use bloodraven_kube::cluster;
 pub mod apps;
 pub mod convert;
+pub mod digest;
 pub mod history;
 pub mod lease;
 
@@ -23,8 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bloodraven_core::release::{
-    APPLY_BOUND, AppCheck, FIELD_MANAGER, POLL_INTERVAL, Plan, PlanError, PlanId, PlanStore,
-    PlanStoreError, ReleaseAction, Verdict, check_action, replica_failure, rollback_image, verdict,
+    APPLY_BOUND, AppCheck, Change, FIELD_MANAGER, POLL_INTERVAL, Plan, PlanError, PlanId,
+    PlanStore, PlanStoreError, ReleaseAction, Verdict, check_action, image_digest, replica_failure,
+    rollback_image, verdict,
 };
 use bloodraven_core::time::{Clock, Timestamp};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -253,6 +255,9 @@ pub struct ApplyReport {
     /// A problem giving the Lease back (it then expires on its own).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_problem: Option<String>,
+    /// After a successful image release: the digest the nodes pulled, or why none was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pulled_digest: Option<digest::PulledDigest>,
 }
 
 /// The release engine of one process.
@@ -430,6 +435,7 @@ impl Releaser {
         deployment: &str,
         record: Option<&str>,
         app: &AppCheck,
+        allow_tag: bool,
     ) -> Result<Plan, PlanningError> {
         let current = self.read_deployment(namespace, deployment).await?;
         let facts = deployment_facts(&current);
@@ -487,12 +493,31 @@ impl Releaser {
                 rule: "has no container image".to_owned(),
             });
         };
+        let pinned = image_digest(image).is_some() || chosen.digest.is_some();
+        if !pinned && !allow_tag {
+            return Err(PlanningError::RollbackRecord {
+                id: chosen.id.clone(),
+                rule: format!(
+                    "records no image digest ({}); rolling back would release {image} by its tag, which may point at other bytes since; pass --allow-tag to accept that",
+                    chosen
+                        .digest_note
+                        .as_deref()
+                        .unwrap_or("it predates digest recording")
+                ),
+            });
+        }
         let action = ReleaseAction::Image {
             container: container.clone(),
             image: rollback_image(image, chosen.digest.as_deref()),
         };
-        self.plan_from(&current, &action, Some(chosen.id.clone()), app)
-            .await
+        let mut plan = self
+            .plan_from(&current, &action, Some(chosen.id.clone()), app)
+            .await?;
+        plan.rollback_by = Some(if pinned { "digest" } else { "tag" }.to_owned());
+        if let Some(stored) = self.store().get_mut(&plan.id) {
+            stored.rollback_by.clone_from(&plan.rollback_by);
+        }
+        Ok(plan)
     }
 
     /// Drops a pending plan the user declined.
@@ -549,7 +574,7 @@ impl Releaser {
                     },
                 };
                 return self
-                    .finish(plan, rec, &common, outcome, None, observer)
+                    .finish(plan, rec, &common, (outcome, None), None, observer)
                     .await;
             }
             Err(_) => {
@@ -559,7 +584,7 @@ impl Releaser {
                         .to_owned(),
                 };
                 return self
-                    .finish(plan, rec, &common, outcome, None, observer)
+                    .finish(plan, rec, &common, (outcome, None), None, observer)
                     .await;
             }
         };
@@ -589,13 +614,33 @@ impl Releaser {
         let result = self
             .under_lease(&plan, &mut rec, &common, deadline, observer)
             .await;
+        let pulled = match (&result, &plan.change) {
+            (Ok(Outcome::Ready { .. }), Change::Image { container, .. }) => Some(
+                timeout_at(
+                    deadline,
+                    digest::read(
+                        &self.client,
+                        &plan.namespace,
+                        &plan.uid,
+                        plan.id.as_str(),
+                        container,
+                    ),
+                )
+                .await
+                .unwrap_or_else(|_| digest::PulledDigest {
+                    digest: None,
+                    note: Some("the apply bound passed before the Pods were read".into()),
+                }),
+            ),
+            _ => None,
+        };
         match result {
             Ok(outcome) => {
                 self.finish(
                     plan,
                     rec,
                     &common,
-                    outcome,
+                    (outcome, pulled),
                     Some((&leases, &held)),
                     observer,
                 )
@@ -614,12 +659,20 @@ impl Releaser {
         plan: Plan,
         mut rec: RecordWriter,
         common: &Map<String, Value>,
-        outcome: Outcome,
+        (outcome, pulled_digest): (Outcome, Option<digest::PulledDigest>),
         lease: Option<(&Api<Lease>, &HeldLease)>,
         observer: &mut (dyn FnMut(&RecordLine) + Send),
     ) -> Result<ApplyReport, ApplyError> {
         let mut fields = common.clone();
         fields.extend(outcome.fields());
+        if let Some(p) = &pulled_digest {
+            if let Some(d) = &p.digest {
+                fields.insert("digest".into(), json!(d));
+            }
+            if let Some(n) = &p.note {
+                fields.insert("digestNote".into(), json!(n));
+            }
+        }
         let written = write_line(
             &mut rec,
             observer,
@@ -654,6 +707,7 @@ impl Releaser {
             outcome,
             lease_released,
             lease_problem,
+            pulled_digest,
         })
     }
 

@@ -292,20 +292,33 @@ async fn real_scale_leaves_the_template_untouched() {
 async fn real_rollback_from_a_record() {
     let Some(c) = cluster(120).await else { return };
     let r = c.releaser().await;
+    let mut pulled = Vec::new();
     for img in [NEW, "registry.k8s.io/pause:3.8"] {
         let (_, report) = c.release(&r, &image(img)).await;
         assert_outcome(&report, "ready");
+        // The kubelet reports `repository@sha256:…` for a registry pull: recorded.
+        let p = report.pulled_digest.clone().expect("a digest read");
+        pulled.push(
+            p.digest
+                .clone()
+                .unwrap_or_else(|| panic!("no digest: {p:?}")),
+        );
     }
     let plan = r
-        .plan_rollback(&c.namespace, &c.name, None, &c.app())
+        .plan_rollback(&c.namespace, &c.name, None, &c.app(), false)
         .await
         .unwrap();
+    assert_eq!(plan.rollback_by.as_deref(), Some("digest"));
     let Change::Image { target_image, .. } = &plan.change else {
         panic!("a rollback changes an image");
     };
-    assert_eq!(target_image, NEW);
+    // By digest: the bytes that ran, not the tag.
+    assert_eq!(
+        *target_image,
+        format!("registry.k8s.io/pause@{}", pulled[0])
+    );
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
     assert_outcome(&report, "ready");
-    assert_eq!(c.image().await, NEW);
+    assert_eq!(c.image().await, *target_image);
     c.cleanup().await;
 }

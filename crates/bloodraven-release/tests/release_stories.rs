@@ -14,7 +14,7 @@ use bloodraven_core::release::{
 use bloodraven_core::time::ManualClock;
 use bloodraven_deploy::record::RecordLine;
 use bloodraven_release::{ApplyError, Outcome, PlanningError, WriteFailure};
-use bloodraven_testkit::fake_k8s::{Behavior, FakeK8s, foreign_lease};
+use bloodraven_testkit::fake_k8s::{Behavior, FakeK8s, ImageIds, foreign_lease, pulled_digest};
 use k8s_openapi::api::apps::v1::Deployment;
 use support::{
     app_image, assert_outcome, image, lines, quiet, releaser, start_time, steps,
@@ -523,7 +523,7 @@ async fn rollback_from_a_record() {
 
     // Without --record: the newest successful release with another image than the current one.
     env.clock.advance(Duration::from_secs(60));
-    let plan = r.plan_rollback(NS, APP, None, &web()).await.unwrap();
+    let plan = r.plan_rollback(NS, APP, None, &web(), false).await.unwrap();
     assert_eq!(
         plan.change,
         Change::Image {
@@ -549,21 +549,26 @@ async fn rollback_from_a_record() {
     env.clock.advance(Duration::from_secs(60));
     let dry_runs = env.fake.dry_runs();
     let plan = r
-        .plan_rollback(NS, APP, Some(&named), &web())
+        .plan_rollback(NS, APP, Some(&named), &web(), false)
         .await
         .unwrap();
     assert_eq!(env.fake.dry_runs(), dry_runs + 1);
     assert_eq!(plan.rollback_of.as_deref(), Some(named.as_str()));
+    assert_eq!(plan.rollback_by.as_deref(), Some("digest"));
     let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
     assert_outcome(&report, "ready");
+    // Not the tag, which may have moved: the digest the nodes pulled for web:3.0.
     assert_eq!(
         app_image(&env.fake.deployment(NS, APP)),
-        "registry.example/web:3.0"
+        format!(
+            "registry.example/web@{}",
+            pulled_digest("registry.example/web:3.0", 0)
+        )
     );
 
     // A record of another Deployment, or an unknown one, is refused with the rule.
     let err = r
-        .plan_rollback(NS, APP, Some("0000"), &web())
+        .plan_rollback(NS, APP, Some("0000"), &web(), false)
         .await
         .unwrap_err();
     assert!(
@@ -628,7 +633,10 @@ async fn another_applications_deployment_is_refused_before_any_dry_run() {
     );
 
     // A rollback is checked too.
-    let rolled = r.plan_rollback(NS, "api", None, &web()).await.unwrap_err();
+    let rolled = r
+        .plan_rollback(NS, "api", None, &web(), false)
+        .await
+        .unwrap_err();
     assert!(
         matches!(rolled, PlanningError::Check(PlanError::AppMismatch { .. })),
         "{rolled}"
@@ -745,4 +753,163 @@ async fn expired_plans_are_refused() {
     assert!(env.fake.lease(NS, &lease_name(APP)).is_none());
     let unknown = PlanId::from_random([9; 16]);
     assert!(r.apply(&unknown, &mut quiet()).await.is_err());
+}
+
+/// A releaser that authenticates as `bearer`, for stories where RBAC is enforced.
+fn releaser_as(env: &Env, bearer: &str) -> bloodraven_release::Releaser {
+    let mut config = kube::Config::new(env.fake.url.parse().expect("fake URL"));
+    config.auth_info.token = Some(secrecy::SecretString::from(bearer.to_owned()));
+    let cluster = bloodraven_release::cluster::from_config(config).expect("client");
+    bloodraven_release::Releaser::new(
+        cluster.client,
+        cluster.endpoint,
+        std::sync::Arc::new(env.clock.clone()),
+        env.records.path().to_owned(),
+        timeouts(Duration::from_secs(20)),
+    )
+}
+
+/// The release tool's rights as docs/release.md documents them, in `NS`.
+fn documented_rules(with_list: bool) -> Vec<bloodraven_testkit::fake_k8s::rbac::Rule> {
+    let rule =
+        |group: &str, resource: &str, verbs: &[&str]| bloodraven_testkit::fake_k8s::rbac::Rule {
+            api_group: group.into(),
+            resource: resource.into(),
+            verbs: verbs.iter().map(|v| (*v).to_string()).collect(),
+            namespace: Some(NS.into()),
+        };
+    let mut rules = vec![
+        rule("apps", "deployments", &["get", "update"]),
+        rule(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update"],
+        ),
+    ];
+    if with_list {
+        rules.push(rule("apps", "replicasets", &["list"]));
+        rules.push(rule("", "pods", &["list"]));
+    }
+    rules
+}
+
+/// After a successful image release the record holds the digest the nodes pulled (from the
+/// new `ReplicaSet`'s Pods), and a rollback to it releases `repo@sha256:…`. With only the
+/// documented rights, nothing is denied.
+#[tokio::test]
+async fn a_successful_release_records_the_pulled_digest_and_a_rollback_uses_it() {
+    let env = env().await;
+    env.fake.enforce_rbac("release-ci", documented_rules(true));
+    let r = releaser_as(&env, "release-ci");
+    for img in [V2, "registry.example/web:3.0"] {
+        env.clock.advance(Duration::from_secs(60));
+        let plan = r.plan(NS, APP, &image(img), &web()).await.unwrap();
+        let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+        assert_outcome(&report, "ready");
+        let want = pulled_digest(img, 0);
+        assert_eq!(
+            report
+                .pulled_digest
+                .as_ref()
+                .and_then(|p| p.digest.as_deref()),
+            Some(want.as_str())
+        );
+        let l = lines(&report.record);
+        let ready = l.iter().find(|l| l.step == "ready").unwrap();
+        assert_eq!(ready.str_field("digest"), Some(want.as_str()));
+    }
+    assert!(
+        env.fake.rbac_denied().is_empty(),
+        "{:?}",
+        env.fake.rbac_denied()
+    );
+
+    env.clock.advance(Duration::from_secs(60));
+    let plan = r.plan_rollback(NS, APP, None, &web(), false).await.unwrap();
+    assert_eq!(plan.rollback_by.as_deref(), Some("digest"));
+    assert_eq!(
+        plan.change,
+        Change::Image {
+            container: "app".into(),
+            current_image: "registry.example/web:3.0".into(),
+            target_image: format!("registry.example/web@{}", pulled_digest(V2, 0)),
+        }
+    );
+    assert!(
+        env.fake.rbac_denied().is_empty(),
+        "{:?}",
+        env.fake.rbac_denied()
+    );
+}
+
+/// No digest is recorded when it would not be the truth — a node-local image (bare
+/// `sha256:`), Pods that disagree, or a client not allowed to list `ReplicaSets` and Pods — and
+/// the record says why. A rollback to such a record is refused unless `--allow-tag`, and the
+/// plan says it goes by tag.
+#[tokio::test]
+async fn no_digest_is_recorded_unless_it_is_certain_and_a_rollback_by_tag_needs_allow_tag() {
+    let env = env().await;
+    let r = env.releaser(Duration::from_secs(20));
+    for (ids, img, note) in [
+        (ImageIds::Bare, V2, "has no repository"),
+        (
+            ImageIds::Disagree,
+            "registry.example/web:3.0",
+            "report different digests",
+        ),
+    ] {
+        env.fake.set_image_ids(ids);
+        env.clock.advance(Duration::from_secs(60));
+        let plan = r.plan(NS, APP, &image(img), &web()).await.unwrap();
+        let report = r.apply(&plan.id, &mut quiet()).await.unwrap();
+        assert_outcome(&report, "ready");
+        let p = report.pulled_digest.clone().unwrap();
+        assert!(
+            p.digest.is_none() && p.note.as_deref().is_some_and(|n| n.contains(note)),
+            "{p:?}"
+        );
+        let l = lines(&report.record);
+        let ready = l.iter().find(|l| l.step == "ready").unwrap();
+        assert!(ready.str_field("digest").is_none());
+        assert!(
+            ready
+                .str_field("digestNote")
+                .is_some_and(|n| n.contains(note))
+        );
+    }
+
+    env.fake.set_image_ids(ImageIds::Pulled);
+    env.fake.enforce_rbac("no-list", documented_rules(false));
+    let limited = releaser_as(&env, "no-list");
+    env.clock.advance(Duration::from_secs(60));
+    let plan = limited
+        .plan(NS, APP, &image("registry.example/web:4.0"), &web())
+        .await
+        .unwrap();
+    let report = limited.apply(&plan.id, &mut quiet()).await.unwrap();
+    assert_outcome(&report, "ready");
+    let note = report.pulled_digest.unwrap().note.unwrap();
+    assert!(note.contains("not allowed to list ReplicaSets"), "{note}");
+
+    // The newest release to roll back to (web:3.0) has no digest: refused, naming --allow-tag.
+    env.clock.advance(Duration::from_secs(60));
+    let err = r
+        .plan_rollback(NS, APP, None, &web(), false)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("records no image digest")
+            && err.to_string().contains("--allow-tag"),
+        "{err}"
+    );
+    let plan = r.plan_rollback(NS, APP, None, &web(), true).await.unwrap();
+    assert_eq!(plan.rollback_by.as_deref(), Some("tag"));
+    assert_eq!(
+        plan.change,
+        Change::Image {
+            container: "app".into(),
+            current_image: "registry.example/web:4.0".into(),
+            target_image: "registry.example/web:3.0".into(),
+        }
+    );
 }

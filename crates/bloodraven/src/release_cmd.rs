@@ -96,6 +96,10 @@ enum ReleaseCommand {
         /// image release whose image differs from the current one.
         #[arg(long, value_name = "ID")]
         record: Option<String>,
+        /// Accept a record without an image digest: release its image by tag, which may point
+        /// at other bytes than the ones that ran.
+        #[arg(long)]
+        allow_tag: bool,
         #[command(flatten)]
         app: AppArgs,
         #[command(flatten)]
@@ -192,7 +196,8 @@ struct Common {
 /// A release to plan: the action and its target.
 enum Request {
     Action(ReleaseAction),
-    Rollback(Option<String>),
+    /// The record (default: the newest fitting one) and `--allow-tag`.
+    Rollback(Option<String>, bool),
 }
 
 /// Runs a `release` subcommand and returns the process's exit code.
@@ -237,9 +242,15 @@ pub fn run(args: ReleaseArgs) -> i32 {
         ReleaseCommand::Rollback {
             deployment,
             record,
+            allow_tag,
             app,
             common,
-        } => (deployment, Request::Rollback(record), app, common),
+        } => (
+            deployment,
+            Request::Rollback(record, allow_tag),
+            app,
+            common,
+        ),
     };
     if let Err(rule) = check_dns1123_subdomain(&deployment) {
         return usage(&format!("DEPLOYMENT: {rule}"));
@@ -249,7 +260,7 @@ pub fn run(args: ReleaseArgs) -> i32 {
     {
         return usage(&format!("--namespace: {rule}"));
     }
-    if let Request::Rollback(Some(id)) = &request
+    if let Request::Rollback(Some(id), _) = &request
         && id.is_empty()
     {
         return usage("--record: must not be empty");
@@ -348,9 +359,9 @@ async fn release(deployment: &str, request: Request, app: &AppCheck, common: &Co
 
     let planned = match &request {
         Request::Action(action) => releaser.plan(&namespace, deployment, action, app).await,
-        Request::Rollback(record) => {
+        Request::Rollback(record, allow_tag) => {
             releaser
-                .plan_rollback(&namespace, deployment, record.as_deref(), app)
+                .plan_rollback(&namespace, deployment, record.as_deref(), app, *allow_tag)
                 .await
         }
     };
@@ -470,6 +481,13 @@ fn print_plan(plan: &Plan) {
     }
     if let Some(of) = &plan.rollback_of {
         println!("  rollback of:  release record {of}");
+    }
+    match plan.rollback_by.as_deref() {
+        Some("digest") => println!("  image by:     digest (the bytes that ran, byte-exact)"),
+        Some(_) => println!(
+            "  image by:     tag (--allow-tag: the record has no digest; the tag may point at other bytes now)"
+        ),
+        None => {}
     }
     match &plan.app {
         Some(a) if a.check_skipped => {

@@ -1,7 +1,7 @@
 //! A stateful fake Kubernetes API server over real HTTP, faithful where Bloodraven depends on
 //! the API server's behaviour.
 //!
-//! **Served**: Deployments (`apps/v1`), Leases (`coordination.k8s.io/v1`), Events, Secrets and
+//! **Served**: Deployments and `ReplicaSets` (`apps/v1`), Leases (`coordination.k8s.io/v1`), Events, Secrets and
 //! Pods (`v1`), `events.k8s.io/v1` Events, `TokenReview`s, and every custom resource whose CRD is
 //! registered ([`FakeK8s::register_crd`], or a `POST` of the CRD). For each: get, list (with
 //! `labelSelector`), create, replace (`PUT`), JSON merge patch (`PATCH`, RFC 7386), delete
@@ -32,7 +32,10 @@
 //! `generateName`, list pagination (`limit`/`continue`), CEL transition rules (`oldSelf`) and
 //! the CEL cost budget at admission, and the API server's own request timeouts.
 //!
-//! For the release stories it also simulates the Deployment controller (see [`Behavior`]) and
+//! For the release stories it also simulates the Deployment controller (see [`Behavior`]: a
+//! new generation gets a `ReplicaSet` named and labelled by a `pod-template-hash` of the
+//! template, owned by the Deployment; a finished rollout gets that `ReplicaSet`'s Pods, whose
+//! `containerStatuses[].imageID` say what the nodes pulled, see [`ImageIds`]) and
 //! injects faults: drop the connection after applying the next write, answer the next write
 //! with a status code, reject dry-runs, change a Deployment out of band.
 //!
@@ -69,6 +72,39 @@ pub enum Behavior {
     Ready,
     /// Observes the new generation, then reports `ProgressDeadlineExceeded`.
     DeadlineExceeded,
+}
+
+/// What the simulated nodes report as each container's `imageID` when a rollout finishes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ImageIds {
+    /// `repository@sha256:<digest>`: what a registry pull reports (the digest is derived from
+    /// the image reference, or is the one it pins).
+    #[default]
+    Pulled,
+    /// A bare `sha256:<config digest>` without a repository (an image loaded onto the node):
+    /// not pullable.
+    Bare,
+    /// Pods of the same `ReplicaSet` report different digests (a tag moved mid-rollout).
+    Disagree,
+}
+
+/// The fake digest a node reports for `image`: the pinned one, or 64 hex characters derived
+/// from the reference (and `salt`, for [`ImageIds::Disagree`]).
+pub fn pulled_digest(image: &str, salt: u64) -> String {
+    use std::fmt::Write as _;
+    if let Some((_, d)) = image.rsplit_once('@') {
+        return d.to_owned();
+    }
+    let mut out = String::from("sha256:");
+    for round in 0..4u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ round.wrapping_mul(0x9e37) ^ salt;
+        for b in image.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        let _ = write!(out, "{h:016x}");
+    }
+    out
 }
 
 /// One request that reached the server.
@@ -194,6 +230,7 @@ struct State {
     bookmark_interval: Option<Duration>,
     /// Deployments whose rollout started and has not finished.
     rolling: BTreeMap<(String, String), bool>,
+    image_ids: ImageIds,
     behavior: Option<Behavior>,
     seen: Vec<Seen>,
     drop_next_update: bool,
@@ -222,6 +259,7 @@ const DEPLOYMENTS: &str = "apps/v1/deployments";
 const LEASES: &str = "coordination.k8s.io/v1/leases";
 const EVENTS: &str = "events.k8s.io/v1/events";
 const PODS: &str = "/v1/pods";
+const REPLICASETS: &str = "apps/v1/replicasets";
 
 impl State {
     fn next_rv(&mut self) -> String {
@@ -380,6 +418,7 @@ impl FakeK8s {
             (EVENTS, "events.k8s.io/v1", "Event", false, false),
             ("/v1/secrets", "v1", "Secret", false, false),
             (PODS, "v1", "Pod", true, false),
+            (REPLICASETS, "apps/v1", "ReplicaSet", true, true),
         ] {
             st.kinds.insert(
                 id.to_owned(),
@@ -447,6 +486,11 @@ impl FakeK8s {
         each.fold(first, |acc, u| {
             acc.into_iter().filter(|x| u.contains(x)).collect()
         })
+    }
+
+    /// What the simulated nodes report as `imageID` from now on.
+    pub fn set_image_ids(&self, ids: ImageIds) {
+        self.lock().image_ids = ids;
     }
 
     /// Creates a running Pod (what a Deployment's `ReplicaSet` would have made).
@@ -1657,7 +1701,7 @@ fn controller_step(st: &mut State, ns: &str, name: &str, b: Behavior) {
     let status = d.status.get_or_insert_with(DeploymentStatus::default);
     let observed = status.observed_generation.unwrap_or(0);
     if observed < generation {
-        // Observe the new generation: a new ReplicaSet starts with one Pod.
+        // Observe the new generation: a new `ReplicaSet` starts with one Pod.
         status.observed_generation = Some(generation);
         status.updated_replicas = Some(desired.min(1));
         status.replicas = Some(status.replicas.unwrap_or(0).max(desired) + 1);
@@ -1671,12 +1715,15 @@ fn controller_step(st: &mut State, ns: &str, name: &str, b: Behavior) {
             ),
         ]);
         st.rolling.insert(dkey, true);
+        replica_set(st, ns, &d);
     } else {
         if !rolling {
             return;
         }
         match b {
             Behavior::Ready => {
+                pods_of_new_replica_set(st, ns, &d, desired);
+                let status = d.status.get_or_insert_with(DeploymentStatus::default);
                 status.updated_replicas = Some(desired);
                 status.ready_replicas = Some(desired);
                 status.available_replicas = Some(desired);
@@ -1712,6 +1759,101 @@ fn controller_step(st: &mut State, ns: &str, name: &str, b: Behavior) {
     v["metadata"]["resourceVersion"] = json!(st.next_rv());
     st.objects.insert(key, v.clone());
     st.publish(DEPLOYMENTS, ns, "MODIFIED", &v);
+}
+
+/// The `pod-template-hash` of a Deployment's template (the fake's own: 10 hex characters).
+fn template_hash(d: &Deployment) -> String {
+    let t = d
+        .spec
+        .as_ref()
+        .map_or(Value::Null, |s| to_json(&s.template));
+    pulled_digest(&t.to_string(), 0)[7..17].to_owned()
+}
+
+/// The `ReplicaSet` the controller makes for a Deployment's current template (replaced when the
+/// template is unchanged, as a scale keeps the `ReplicaSet`).
+fn replica_set(st: &mut State, ns: &str, d: &Deployment) {
+    let Some(spec) = d.spec.as_ref() else { return };
+    let name = d.metadata.name.clone().unwrap_or_default();
+    let hash = template_hash(d);
+    let mut template = to_json(&spec.template);
+    template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+    let mut selector = to_json(&spec.selector);
+    selector["matchLabels"]["pod-template-hash"] = json!(hash);
+    let rs_name = format!("{name}-{hash}");
+    let rv = st.next_rv();
+    let uid = st.next_uid();
+    let rs = json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {
+            "name": rs_name, "namespace": ns, "uid": uid, "resourceVersion": rv,
+            "labels": template["metadata"]["labels"].clone(),
+            "annotations": {"deployment.kubernetes.io/revision":
+                d.metadata.generation.unwrap_or(1).to_string()},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
+                "uid": d.metadata.uid.clone().unwrap_or_default(), "controller": true}],
+        },
+        "spec": {"replicas": spec.replicas.unwrap_or(1), "selector": selector, "template": template},
+    });
+    st.objects
+        .insert((REPLICASETS.to_owned(), ns.to_owned(), rs_name), rs.clone());
+    st.publish(REPLICASETS, ns, "ADDED", &rs);
+}
+
+/// The running Pods of the Deployment's current `ReplicaSet`, with what the nodes pulled.
+fn pods_of_new_replica_set(st: &mut State, ns: &str, d: &Deployment, desired: i32) {
+    let Some(spec) = d.spec.as_ref() else { return };
+    let name = d.metadata.name.clone().unwrap_or_default();
+    let hash = template_hash(d);
+    let rs_name = format!("{name}-{hash}");
+    let rs_uid = st
+        .objects
+        .get(&(REPLICASETS.to_owned(), ns.to_owned(), rs_name.clone()))
+        .and_then(|rs| rs["metadata"]["uid"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let mut labels = to_json(&spec.template)["metadata"]["labels"].clone();
+    labels["pod-template-hash"] = json!(hash);
+    let containers = to_json(&spec.template)["spec"]["containers"].clone();
+    for i in 0..desired.max(0) {
+        let statuses: Vec<Value> = containers
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let image = c["image"].as_str().unwrap_or_default();
+                let digest = pulled_digest(
+                    image,
+                    u64::from(st.image_ids == ImageIds::Disagree) * u64::try_from(i).unwrap_or(0),
+                );
+                let repository = image.split('@').next().unwrap_or(image);
+                let repository = match repository.rsplit_once(':') {
+                    Some((r, tag)) if !tag.contains('/') => r,
+                    _ => repository,
+                };
+                let image_id = match st.image_ids {
+                    ImageIds::Bare => digest,
+                    ImageIds::Pulled | ImageIds::Disagree => format!("{repository}@{digest}"),
+                };
+                json!({"name": c["name"], "image": image, "imageID": image_id, "ready": true,
+                       "restartCount": 0, "started": true})
+            })
+            .collect();
+        let pod_name = format!("{rs_name}-{i}");
+        let rv = st.next_rv();
+        let uid = st.next_uid();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "uid": uid,
+                "resourceVersion": rv,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": rs_name, "uid": rs_uid, "controller": true}]},
+            "spec": {"containers": containers},
+            "status": {"phase": "Running", "containerStatuses": statuses},
+        });
+        st.objects
+            .insert((PODS.to_owned(), ns.to_owned(), pod_name), pod.clone());
+        st.publish(PODS, ns, "ADDED", &pod);
+    }
 }
 
 /// A Lease as another release client would hold it.
