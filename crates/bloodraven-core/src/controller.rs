@@ -443,6 +443,15 @@ fn semi_sync(input: &DecideInput<'_>, d: &mut Decision) {
         return;
     }
     for s in input.sites.iter().filter(|s| s.answered && s.reachable()) {
+        // A returning old primary (writable, or blocked for holding what the group never
+        // received) may have sessions waiting for an acknowledgement: switching its source
+        // side off would let them commit there. Left as it is; its recovery is a human's
+        // (docs/failover.md, "The old primary").
+        let intruder =
+            s.name != input.active_site && (s.writable_now || s.state == SiteState::Writable);
+        if intruder || s.recovery_blocked {
+            continue;
+        }
         let Some(state) = &s.semi_sync else { continue };
         let want = semisync::desired(input.replication_mode, s.name == input.active_site);
         if semisync::needs_change(state, want) {

@@ -911,3 +911,38 @@ fn catch_up_takes_the_site_that_holds_every_other_and_none_when_they_disagree() 
     let sites = vec![pdx.clone(), old];
     assert_eq!(catch_up_source(&sites, &pdx, "iad"), None);
 }
+
+#[test]
+fn a_returning_or_blocked_old_primary_keeps_its_source_side_so_waiting_sessions_never_commit() {
+    // iad came back writable (its sessions waiting for an acknowledgement) while pdx is active.
+    let mut sites = semi_sync_trio(lossless_source());
+    sites[0].name = "iad".into();
+    let mut pdx_source = lossless_source();
+    pdx_source.replica_enabled = true;
+    sites[1].semi_sync = Some(pdx_source);
+    sites[1].state = SiteState::Writable;
+    sites[1].writable_now = true;
+    let promo = g("0-1-100");
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
+    let d = decide(&i);
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::ConfigureSemiSync { site, .. } if site == "iad")),
+        "{:?}",
+        d.actions
+    );
+    // Blocked and read-only: still left alone.
+    let mut blocked = sites.clone();
+    blocked[0].state = SiteState::ReadOnly;
+    blocked[0].writable_now = false;
+    blocked[0].recovery_blocked = true;
+    let d = decide(&promoted(input(&blocked, "pdx", "pdx"), &promo));
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::ConfigureSemiSync { site, .. } if site == "iad")),
+        "{:?}",
+        d.actions
+    );
+}
