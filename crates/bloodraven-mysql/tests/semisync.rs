@@ -74,6 +74,13 @@ async fn insert(h: &Launcher, i: usize, id: u64) -> Result<(), mysql_async::Erro
     .await
 }
 
+/// [`insert`] as a task of its own: a write that may wait for an acknowledgement.
+async fn insert_owned(opts: mysql_async::Opts, id: u64) -> Result<(), mysql_async::Error> {
+    let mut c = Conn::new(opts).await?;
+    c.exec_drop("INSERT INTO app.writes (id, site) VALUES (?, 'iad')", (id,))
+        .await
+}
+
 async fn has_row(h: &Launcher, i: usize, id: u64) -> bool {
     let mut c = Conn::new(h.app_opts(i)).await.unwrap();
     let n: Option<u64> = c
@@ -105,14 +112,7 @@ async fn a_source_without_replicas_keeps_its_writers_waiting_and_lets_them_go_lo
         h.admin(i).unwrap().execute("STOP SLAVE").await.unwrap();
     }
     wait_state(&iad, "no replica connected", |s| s.source_clients == 0).await;
-    let waiting = tokio::spawn({
-        let opts = h.app_opts(0);
-        async move {
-            let mut c = Conn::new(opts).await?;
-            c.exec_drop("INSERT INTO app.writes (id, site) VALUES (2, 'iad')", ())
-                .await
-        }
-    });
+    let waiting = tokio::spawn(insert_owned(h.app_opts(0), 2));
     let s = wait_state(&iad, "a writer waiting for an acknowledgement", |s| {
         s.waiting_sessions >= 1
     })
@@ -171,14 +171,7 @@ async fn a_crashed_source_started_for_semi_sync_recovery_drops_what_nobody_ackno
         s.source_clients == 0
     })
     .await;
-    let waiting = tokio::spawn({
-        let opts = h.app_opts(0);
-        async move {
-            let mut c = Conn::new(opts).await?;
-            c.exec_drop("INSERT INTO app.writes (id, site) VALUES (2, 'iad')", ())
-                .await
-        }
-    });
+    let waiting = tokio::spawn(insert_owned(h.app_opts(0), 2));
     wait_state(&h.failover_client(0), "the write waiting", |s| {
         s.waiting_sessions >= 1
     })

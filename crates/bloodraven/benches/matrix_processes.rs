@@ -104,6 +104,19 @@ async fn until(pg: &Playground, limit: Duration, pred: impl Fn(&Value) -> bool) 
     None
 }
 
+/// Waits (up to `limit`) for pdx to become the active site; when it does, the moment it was
+/// seen, otherwise a violation.
+async fn moved_to_pdx(pg: &Playground, limit: Duration, r: &mut RunResult) -> Option<Instant> {
+    let moved = until(pg, limit, |s| s["activeSite"] == "pdx").await;
+    if moved.is_none() {
+        r.violations.push(format!(
+            "no failover to pdx within {} s of the fault",
+            limit.as_secs()
+        ));
+    }
+    moved.map(|_| Instant::now())
+}
+
 fn signal(pid: Option<u32>, sig: Signal) {
     if let Some(p) = pid.and_then(|p| i32::try_from(p).ok()) {
         let _ = kill(Pid::from_raw(p), sig);
@@ -246,11 +259,7 @@ async fn run(name: &str) -> RunResult {
     match name {
         "kill-primary-semi-sync" => {
             pg.kill_site("iad").await.unwrap();
-            let moved = until(&pg, Duration::from_secs(20), |s| s["activeSite"] == "pdx").await;
-            let moved_at = moved.is_some().then(Instant::now);
-            if moved.is_none() {
-                r.violations.push("no failover to pdx within 20 s".into());
-            }
+            let moved_at = moved_to_pdx(&pg, Duration::from_secs(20), &mut r).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
             l.judge(&mut r, 1, fault, moved_at).await;
         }
@@ -259,11 +268,7 @@ async fn run(name: &str) -> RunResult {
             // acknowledgement, so it acknowledges nothing after the cut; its writers wait
             // (the application's statement timeout, 5 s, moves it on).
             pg.isolate_site("iad").unwrap();
-            let moved = until(&pg, Duration::from_secs(20), |s| s["activeSite"] == "pdx").await;
-            let moved_at = moved.is_some().then(Instant::now);
-            if moved.is_none() {
-                r.violations.push("no failover to pdx within 20 s".into());
-            }
+            let moved_at = moved_to_pdx(&pg, Duration::from_secs(20), &mut r).await;
             tokio::time::sleep(LEASE_TIMEOUT).await;
             let iad = pg.harness.lock().await.failover_client(0);
             r.notes.push(format!(
@@ -278,11 +283,7 @@ async fn run(name: &str) -> RunResult {
             // Every link of iad is cut (operator, peers, replication); the application still
             // reaches it, as an application next to it would.
             pg.isolate_site("iad").unwrap();
-            let moved = until(&pg, Duration::from_secs(20), |s| s["activeSite"] == "pdx").await;
-            let moved_at = moved.is_some().then(Instant::now);
-            if moved.is_none() {
-                r.violations.push("no failover to pdx within 20 s".into());
-            }
+            let moved_at = moved_to_pdx(&pg, Duration::from_secs(20), &mut r).await;
             // Rule #2: the isolated primary fences itself once the operator and every peer
             // were silent for longer than leaseTimeout.
             let bound = LEASE_TIMEOUT + Duration::from_secs(5);
@@ -298,11 +299,7 @@ async fn run(name: &str) -> RunResult {
             // The operator loses iad (its MySQL connections and both sidecar links); pdx's and
             // the reader's sidecars and replication still reach it.
             pg.isolate_site_from_operator("iad").unwrap();
-            let moved = until(&pg, Duration::from_secs(20), |s| s["activeSite"] == "pdx").await;
-            let moved_at = moved.is_some().then(Instant::now);
-            if moved.is_none() {
-                r.violations.push("no failover to pdx within 20 s".into());
-            }
+            let moved_at = moved_to_pdx(&pg, Duration::from_secs(20), &mut r).await;
             // Rule #1: a peer relays the operator's new signed view; iad fences itself.
             let bound = FROM_OPERATOR_BOUND;
             let what = format!("iad {} s after the operator lost it", bound.as_secs());
@@ -361,12 +358,7 @@ async fn run(name: &str) -> RunResult {
                 r.violations
                     .push(format!("the operator did not restart: {e}"));
             }
-            let moved = until(&pg, Duration::from_secs(30), |s| s["activeSite"] == "pdx").await;
-            let moved_at = moved.is_some().then(Instant::now);
-            if moved.is_none() {
-                r.violations
-                    .push("no failover to pdx within 30 s of the fault".into());
-            }
+            let moved_at = moved_to_pdx(&pg, Duration::from_secs(30), &mut r).await;
             l.judge(&mut r, 1, fault, moved_at).await;
         }
         "sidecar-paused" => {
