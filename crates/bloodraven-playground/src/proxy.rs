@@ -309,7 +309,9 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    async fn echo_server() -> SocketAddr {
+    /// An echo server; with `mysql`, it first greets like MySQL (one packet) and reads the
+    /// client's first packet, as a MySQL server would before any command.
+    async fn test_server(mysql: bool) -> SocketAddr {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(async move {
@@ -318,6 +320,15 @@ mod tests {
                     return;
                 };
                 tokio::spawn(async move {
+                    if mysql
+                        && (s
+                            .write_all(&[5, 0, 0, 0, 10, b'1', b'1', b'.', 0])
+                            .await
+                            .is_err()
+                            || handshake_response(&mut s).await.is_none())
+                    {
+                        return;
+                    }
                     let mut buf = [0u8; 64];
                     while let Ok(n) = s.read(&mut buf).await {
                         if n == 0 || s.write_all(&buf[..n]).await.is_err() {
@@ -343,7 +354,7 @@ mod tests {
 
     #[tokio::test]
     async fn forwards_cuts_and_heals() {
-        let target = echo_server().await;
+        let target = test_server(false).await;
         let p = LinkProxy::start("test", "127.0.0.1:0".parse().unwrap(), target)
             .await
             .unwrap();
@@ -368,7 +379,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_delay_holds_data_both_ways_on_open_connections() {
-        let target = echo_server().await;
+        let target = test_server(false).await;
         let p = LinkProxy::start("test", "127.0.0.1:0".parse().unwrap(), target)
             .await
             .unwrap();
@@ -381,36 +392,6 @@ mod tests {
         assert!(started.elapsed() >= std::time::Duration::from_millis(600));
         p.set_delay(std::time::Duration::ZERO);
         assert!(roundtrip(&mut a).await);
-    }
-
-    /// A server that greets like MySQL (one packet), reads the client's first packet, then
-    /// echoes.
-    async fn mysql_like_server() -> SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = l.accept().await else {
-                    return;
-                };
-                tokio::spawn(async move {
-                    if s.write_all(&[5, 0, 0, 0, 10, b'1', b'1', b'.', 0])
-                        .await
-                        .is_err()
-                        || handshake_response(&mut s).await.is_none()
-                    {
-                        return;
-                    }
-                    let mut buf = [0u8; 64];
-                    while let Ok(n) = s.read(&mut buf).await {
-                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        addr
     }
 
     /// A protocol-4.1 handshake response naming `user`.
@@ -453,7 +434,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_mysql_link_cuts_one_account_and_spares_the_others() {
-        let target = mysql_like_server().await;
+        let target = test_server(true).await;
         let p = LinkProxy::start_mysql("test", "127.0.0.1:0".parse().unwrap(), target)
             .await
             .unwrap();
