@@ -44,6 +44,10 @@ pub mod logs {
     /// The operator named this site but clearing the fence failed.
     pub const SAFETY_NET_CLEAR_FAILED: &str =
         "safety net: confirmed active site but could not clear the fence, staying fenced";
+    /// The server restarted under a running sidecar: it is fenced and the operator asked, as
+    /// at boot (then one of the lines above says how it ended).
+    pub const SAFETY_NET_SERVER_RESTARTED: &str =
+        "safety net: server restarted, fencing before asking";
     /// One line per deploy API request.
     pub const DEPLOY_API: &str = "deploy api";
 }
@@ -293,7 +297,8 @@ pub mod metrics {
     ];
 
     /// Sidecar: confirmed self-fences, by `rule` ([`RULE_TOPOLOGY_MISMATCH`],
-    /// [`RULE_LEASE_EXPIRY`]).
+    /// [`RULE_LEASE_EXPIRY`], and [`FENCE_SERVER_RESTART`] for a server fenced because it
+    /// restarted under the sidecar).
     pub const SIDECAR_FENCES_TOTAL: &str = "bloodraven_sidecar_fences_total";
     /// Sidecar: duration of one monitor tick (gather, decide, act), a histogram.
     pub const SIDECAR_TICK_DURATION_SECONDS: &str = "bloodraven_sidecar_tick_duration_seconds";
@@ -307,6 +312,9 @@ pub mod metrics {
     pub const RULE_TOPOLOGY_MISMATCH: &str = "topology-mismatch";
     /// `rule` label value of rule #2.
     pub const RULE_LEASE_EXPIRY: &str = "lease-expiry";
+    /// `rule` label value of the fence of a server that restarted under a running sidecar
+    /// (not a rule: the startup safety net run again).
+    pub const FENCE_SERVER_RESTART: &str = "server-restart";
     /// `party` label value of the operator.
     pub const PARTY_OPERATOR: &str = "operator";
     /// `party` label value of the peers (any of them).

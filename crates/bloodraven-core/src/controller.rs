@@ -239,7 +239,8 @@ pub enum Action {
     /// A writable site that is not the active one: fence it and kill its sessions; then
     /// re-point it (`divergent = false`) or block it (`divergent = true`, `DataLossDetected`).
     FenceIntruder { site: String, divergent: bool },
-    /// Every site read-only: restore writability on the active site.
+    /// Every reachable site read-only: restore writability on the active site (the last
+    /// failover target, holding every reachable site's transactions).
     Reassert { site: String },
     /// A reachable read-only site does not replicate from the active site: re-point it.
     Repoint { site: String },
@@ -635,11 +636,17 @@ fn decide_topology(input: &DecideInput<'_>) -> Decision {
             }
         }
         SiteState::ReadOnly => {
-            let every_reachable_ro = sites.iter().all(|s| s.state == SiteState::ReadOnly);
+            // Every site read-only, or unreachable: an unreachable one is not the active site,
+            // and a promotion whose fence could not be cleared after its announcement (the old
+            // primary dead) is completed here, as is the new primary fenced by a stale sidecar.
+            let every_reachable_ro = sites
+                .iter()
+                .all(|s| matches!(s.state, SiteState::ReadOnly | SiteState::Unreachable));
             if every_reachable_ro && history && active.name == input.last_failover_target {
                 let contains_all = active.gtid.as_ref().is_some_and(|ag| {
                     sites
                         .iter()
+                        .filter(|s| s.state != SiteState::Unreachable)
                         .all(|s| s.gtid.as_ref().is_some_and(|sg| ag.contains(sg)))
                 });
                 let rate_ok = input

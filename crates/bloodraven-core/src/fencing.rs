@@ -9,7 +9,10 @@
 //!   opened.
 //! - [`Snapshot`] and [`evaluate`]: one tick's facts and the two rules, in their fixed order.
 //! - [`MonitorState`]: what one tick's facts do to the cache and the lease, including the
-//!   re-arm after this server became writable again.
+//!   re-arm after this server became writable again (which keeps the cache: every promotion is
+//!   announced before the promoted server is made writable, so a writable server whose newest
+//!   known view names another site is wrong), and telling a restarted server from the one seen
+//!   before ([`ServerSeen`]).
 //!
 //! It never performs IO and never reads a clock. Monotonic time is passed in as a [`Duration`]
 //! since an origin the caller chooses (the sidecar uses the moment its monitor started); wall-clock
@@ -300,6 +303,44 @@ pub struct TickFacts {
     /// Views relayed by peers, with the peer's index.
     pub peer_views: Vec<(usize, ActiveSite)>,
     pub read_only: ReadOnlyState,
+    /// Which server answered the read of the fence (`None` when it could not be read).
+    pub server: Option<ServerSeen>,
+}
+
+/// A server as one reading of the fence saw it: its `server_id`, and when it started on the
+/// monitor's monotonic time line (the moment of the reading minus the server's uptime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerSeen {
+    pub server_id: u32,
+    /// Milliseconds since the monitor's origin; negative for a server that started before it.
+    pub started_at_ms: i64,
+}
+
+/// How far two estimates of one server's start may be apart. The server counts its uptime in
+/// whole seconds, so two readings of the same server place its start up to a second apart,
+/// plus the reading's own latency.
+pub const RESTART_TOLERANCE: Duration = Duration::from_secs(2);
+
+impl ServerSeen {
+    /// The server read at `read_at` (monotonic) with `uptime`.
+    pub fn from_reading(server_id: u32, read_at: Duration, uptime: Duration) -> Self {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        ServerSeen {
+            server_id,
+            started_at_ms: ms(read_at).saturating_sub(ms(uptime)),
+        }
+    }
+
+    /// Whether `self` is another server than `before`, or the same one started again: its
+    /// `server_id` changed, or it started more than [`RESTART_TOLERANCE`] after `before` did.
+    /// A restart that follows the previous start by less than that (a server killed within
+    /// two seconds of starting) is not told apart; rule #1 still covers it while the cached
+    /// view names another site.
+    pub fn is_restart_of(&self, before: &ServerSeen) -> bool {
+        let tolerance = i64::try_from(RESTART_TOLERANCE.as_millis()).unwrap_or(i64::MAX);
+        self.server_id != before.server_id
+            || self.started_at_ms > before.started_at_ms.saturating_add(tolerance)
+    }
 }
 
 /// What [`MonitorState::observe`] did with one tick's facts.
@@ -308,9 +349,13 @@ pub struct Observed {
     pub snapshot: Snapshot,
     /// Indexes (into [`TickFacts::peer_views`]) of the relayed views that were adopted.
     pub adopted: Vec<usize>,
-    /// The server was seen read-only before and is writable now: the cache was cleared (the
-    /// floor kept) and a fresh lease window opened.
+    /// The server was seen read-only before and is writable now: a fresh lease window opened
+    /// (the cache is kept).
     pub rearmed: bool,
+    /// The server restarted since the last reading (see [`ServerSeen::is_restart_of`]): the
+    /// monitor must fence it first and ask the operator, as at boot
+    /// ([`MonitorState::restart_pending`]).
+    pub restarted: bool,
 }
 
 /// The monitor's memory between ticks.
@@ -324,6 +369,10 @@ pub struct MonitorState {
     last_read_only: Option<bool>,
     /// The monitor's own fence is in effect.
     self_fenced: bool,
+    /// The server the last readable tick saw.
+    server: Option<ServerSeen>,
+    /// A restart was seen and the server has not yet been fenced and asked about.
+    restart_pending: bool,
 }
 
 impl MonitorState {
@@ -336,6 +385,8 @@ impl MonitorState {
             lease: Lease::new(armed_at),
             last_read_only: None,
             self_fenced: false,
+            server: None,
+            restart_pending: false,
         }
     }
 
@@ -347,9 +398,15 @@ impl MonitorState {
 
     /// Applies one tick's facts, in this order: the lease records who answered; the operator's
     /// view is `set`; peers' views are `adopt`ed; then, if the server was read-only at the last
-    /// definite reading and is writable now, the monitor re-arms. The views gathered in the
-    /// same tick are cleared by the re-arm: they were read before the server was seen writable,
-    /// so they may predate the promotion that made it writable.
+    /// definite reading and is writable now, the monitor re-arms: a fresh lease window opens and
+    /// its own fence no longer counts as in effect. The cache is kept. The fence is read
+    /// *before* the views are asked for, and the operator persists and serves a new active site
+    /// before it lifts `read_only` on it ("announce, then promote"), so the views of a tick in
+    /// which a promoted server is seen writable already name it; a writable server whose newest
+    /// view names another site is wrong, and rule #1 fences it.
+    ///
+    /// A reading from another server, or from the same one started again, marks a restart
+    /// ([`Observed::restarted`], [`Self::restart_pending`]).
     pub fn observe(&mut self, f: &TickFacts) -> Observed {
         self.lease
             .record(f.sent_at, f.operator_answered, f.peers_answered > 0);
@@ -362,11 +419,21 @@ impl MonitorState {
             .enumerate()
             .filter_map(|(i, (peer, v))| self.cache.adopt(v.clone(), *peer).then_some(i))
             .collect();
+        let mut restarted = false;
+        if let Some(seen) = f.server {
+            if self
+                .server
+                .is_some_and(|before| seen.is_restart_of(&before))
+            {
+                restarted = true;
+                self.restart_pending = true;
+            }
+            self.server = Some(seen);
+        }
         let mut rearmed = false;
         match f.read_only {
             ReadOnlyState::Writable => {
                 if self.last_read_only == Some(true) {
-                    self.cache.clear();
                     self.lease.rearm(f.now);
                     self.self_fenced = false;
                     rearmed = true;
@@ -386,7 +453,27 @@ impl MonitorState {
             },
             adopted,
             rearmed,
+            restarted,
         }
+    }
+
+    /// A restart was seen and not yet dealt with: the monitor fences the server and asks the
+    /// operator before the rules are evaluated again.
+    pub fn restart_pending(&self) -> bool {
+        self.restart_pending
+    }
+
+    /// The restarted server was fenced and the operator asked ([`Self::restart_pending`] ends):
+    /// `unfenced` when the operator's answer named this site and the fence was lifted.
+    pub fn restart_checked(&mut self, unfenced: bool) {
+        self.restart_pending = false;
+        self.self_fenced = !unfenced;
+        self.last_read_only = Some(!unfenced);
+    }
+
+    /// The view the operator gave when asked about a restarted server.
+    pub fn set_operator_view(&mut self, view: ActiveSite) {
+        self.cache.set(view);
     }
 
     /// The monitor's fence was confirmed (`Fenced`).

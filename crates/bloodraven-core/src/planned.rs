@@ -442,14 +442,16 @@ pub enum Step {
         want: String,
         budget: Duration,
     },
-    /// `Promoting`: promote `target` (a target found already promoted after a restart counts),
-    /// compare its promotion point with `source_gtid`. Report [`Done::Promoted`] or
-    /// [`Done::PromoteFailed`].
+    /// `Promoting`: prepare `target` for promotion (stop and reset its replication, record its
+    /// GTID set), leaving it fenced; compare its promotion point with `source_gtid`. Report
+    /// [`Done::Promoted`] or [`Done::PromoteFailed`]. The new active site is then persisted and
+    /// served before `target` takes a write ("announce, then promote").
     Promote { target: String, source_gtid: String },
-    /// `Resuming`: re-point `sites` to `target` — the fenced source (the target holds all of
-    /// it) and every other site whose last probe shows nothing the target lacks; the rest are
-    /// left to the controller's regular checks (re-point, or block when divergent). Report
-    /// [`Done::Resumed`].
+    /// `Resuming`: clear the fence of `target`, the announced active site (report
+    /// [`Done::LiftFailed`] when that fails); then re-point `sites` to it — the fenced source
+    /// (the target holds all of it) and every other site whose last probe shows nothing the
+    /// target lacks; the rest are left to the controller's regular checks (re-point, or block
+    /// when divergent). Report [`Done::Resumed`].
     Resume { target: String, sites: Vec<String> },
 }
 
@@ -488,6 +490,10 @@ pub enum Done {
         transactions_lost: u64,
     },
     PromoteFailed {
+        error: String,
+    },
+    /// The announced target's fence could not be cleared.
+    LiftFailed {
         error: String,
     },
     Resumed {
@@ -807,9 +813,11 @@ pub fn finish(pf: &PlannedFailoverStatus, done: Done, now: Timestamp) -> Transit
             count: None,
             again: true,
         },
-        // The source stays fenced: retried next poll (no site writable is recoverable; two
-        // writable sites are not).
-        Done::PromoteFailed { .. } => Transition {
+        // Retried next poll, unchanged. PromoteFailed: the source stays fenced (no site
+        // writable is recoverable; two writable sites are not). LiftFailed: the new active
+        // site is announced, the change stands, and the target's fence is cleared again
+        // (reassertion would do it too); no site takes writes meanwhile.
+        Done::PromoteFailed { .. } | Done::LiftFailed { .. } => Transition {
             next: None,
             undo: Undo::Nothing,
             new_active_site: None,
@@ -1228,6 +1236,15 @@ mod tests {
             (
                 P::Promoting,
                 Done::PromoteFailed {
+                    error: "refused".into(),
+                },
+                None,
+                "",
+                Undo::Nothing,
+            ),
+            (
+                P::Resuming,
+                Done::LiftFailed {
                     error: "refused".into(),
                 },
                 None,

@@ -22,6 +22,7 @@ pub mod switchover;
 pub use creds::{Credentials, Password};
 pub use error::{Cause, MysqlError};
 pub use site::{
-    Endpoint, FenceOutcome, KillReport, Probe, Promotion, SiteClient, SourceSpec, Timeouts,
+    Endpoint, FenceOutcome, FenceReading, KillReport, Probe, Promotion, SiteClient, SourceSpec,
+    Timeouts,
 };
 pub use sql::{Flavor, FlavorKind, ReplicaStatus};

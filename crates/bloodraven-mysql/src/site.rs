@@ -140,6 +140,17 @@ pub struct KillReport {
     pub failed: Vec<(u64, String)>,
 }
 
+/// One reading of the fence, with who answered it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FenceReading {
+    /// Client writes are refused (`read_only` on MariaDB, `super_read_only` on MySQL).
+    pub fenced: bool,
+    /// `@@server_id`.
+    pub server_id: u32,
+    /// How long the server has been up (whole seconds, as the server counts them).
+    pub uptime: Duration,
+}
+
 /// What a promotion recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Promotion {
@@ -534,6 +545,39 @@ impl SiteClient {
         .await
     }
 
+    /// Whether the fence variables are set, and which server answered (its `server_id` and
+    /// uptime), in one statement: what the sidecar reads every tick.
+    pub async fn fence_reading(&self) -> Result<FenceReading, MysqlError> {
+        type Row = (i64, Option<i64>, u32, String);
+        let flavor = self.flavor().await?;
+        let q = flavor.fence_reading_query();
+        let row: Option<Row> = self
+            .run_read(Op::Probe, move |c| Box::pin(c.query_first::<Row, _>(q)))
+            .await?;
+        let (ro, sro, server_id, uptime) = row.ok_or_else(|| {
+            Op::Probe.error(
+                &self.inner.label,
+                Cause::Unexpected("no row for the fence reading".into()),
+            )
+        })?;
+        let uptime: u64 = uptime.trim().parse().map_err(|_| {
+            Op::Probe.error(
+                &self.inner.label,
+                Cause::Unexpected(format!("uptime {uptime:?} is not a number")),
+            )
+        })?;
+        let fenced = if flavor.has_super_read_only() {
+            sro.is_some_and(|v| v != 0)
+        } else {
+            ro != 0
+        };
+        Ok(FenceReading {
+            fenced,
+            server_id,
+            uptime: Duration::from_secs(uptime),
+        })
+    }
+
     /// Whether the fence variables are set.
     pub async fn is_fenced(&self) -> Result<bool, MysqlError> {
         let (flavor, ro, sro, _, _) = self.read_variables(Op::Probe).await?;
@@ -812,27 +856,41 @@ impl SiteClient {
         self.wait_for_gtid(&received, bound).await
     }
 
-    /// Promotes the server: stops and resets replication, records its GTID set (the promotion
-    /// point), clears the fence and confirms it is writable.
+    /// Promotes the server in one go: [`Self::prepare_promotion`], then clears the fence and
+    /// confirms it is writable. Only for a server that nobody else must learn about first
+    /// (tests, tools): the operator announces a new active site between the two halves
+    /// ("announce, then promote"), so it calls them separately.
     pub async fn promote(&self) -> Result<Promotion, MysqlError> {
-        self.promote_with(None).await
+        let promotion = self.prepare_promotion(None).await?;
+        self.unfence()
+            .await
+            .map_err(|e| Op::Promote.error(&self.inner.label, e.cause().clone()))?;
+        Ok(promotion)
     }
 
-    /// [`Self::promote`], giving the server the semi-synchronous `settings` before the fence
-    /// is cleared: in `semi-sync` mode the first write the new primary takes already waits for
-    /// a replica's acknowledgement.
-    pub async fn promote_with(&self, semi_sync: Option<Settings>) -> Result<Promotion, MysqlError> {
+    /// The first half of a promotion, which leaves the server fenced: gives it the
+    /// semi-synchronous `settings` of a primary (so the first write it takes already waits for
+    /// an acknowledgement in `semi-sync` mode), stops and resets replication, and records its
+    /// GTID set (the promotion point a returning primary is compared with).
+    ///
+    /// The server takes no client write until [`Self::unfence`]: the operator persists and
+    /// serves the new active site in between, so no sidecar can see this server writable while
+    /// the newest view names another site. Calling it again on a prepared server is harmless
+    /// (there is no replication left to stop; the GTID set is the same).
+    pub async fn prepare_promotion(
+        &self,
+        semi_sync: Option<Settings>,
+    ) -> Result<Promotion, MysqlError> {
         if let Some(settings) = semi_sync {
             self.configure_semi_sync(settings)
                 .await
                 .map_err(|e| Op::Promote.error(&self.inner.label, e.cause().clone()))?;
         }
         let flavor = self.flavor().await?;
-        let unfence = flavor.unfence_statements();
         let stop = flavor.stop_replica();
         let reset = flavor.reset_replica_all();
         let vars = flavor.variables_query();
-        let (ro, gtid_text) = self
+        let gtid_text = self
             .run(
                 Op::Promote,
                 self.inner.timeouts.statement,
@@ -842,22 +900,11 @@ impl SiteClient {
                         c.query_drop(stop).await?;
                         c.query_drop(reset).await?;
                         let before: Option<Vars> = c.query_first(vars).await?;
-                        for s in unfence {
-                            c.query_drop(*s).await?;
-                        }
-                        let after: Option<Vars> = c.query_first(vars).await?;
-                        let gtid = before.and_then(|v| v.2).unwrap_or_default();
-                        Ok((after.map_or(1, |v| v.0), gtid))
+                        Ok(before.and_then(|v| v.2).unwrap_or_default())
                     })
                 },
             )
             .await?;
-        if ro != 0 {
-            return Err(Op::Promote.error(
-                &self.inner.label,
-                Cause::Unexpected("read_only still reads 1 after clearing it".into()),
-            ));
-        }
         let gtid = GtidSet::parse(flavor.gtid_flavor(), &gtid_text)
             .map_err(|e| Op::Promote.error(&self.inner.label, Cause::Unexpected(e.to_string())))?;
         Ok(Promotion { gtid })

@@ -102,6 +102,20 @@ impl Flavor {
         }
     }
 
+    /// Statement that reads the fence variables and who the server is in one row:
+    /// `(read_only, super_read_only or NULL, server_id, uptime in seconds)`. Uptime tells a
+    /// restarted server from the one seen before (a new start moves `now - uptime` later).
+    pub fn fence_reading_query(self) -> &'static str {
+        match self.kind {
+            FlavorKind::MariaDb => {
+                "SELECT @@global.read_only, NULL, @@global.server_id, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"
+            }
+            FlavorKind::MySql => {
+                "SELECT @@global.read_only, @@global.super_read_only, @@global.server_id, VARIABLE_VALUE FROM performance_schema.global_status WHERE VARIABLE_NAME = 'Uptime'"
+            }
+        }
+    }
+
     pub fn fence_statement(self) -> &'static str {
         match self.kind {
             FlavorKind::MariaDb => "SET GLOBAL read_only = ON",

@@ -909,6 +909,9 @@ impl GroupRuntime {
     /// renewals answer `423`), persists the status with `topologyGeneration + 1` (and whatever
     /// `change` adds), then revokes every live lease in a background task. Returns the new
     /// generation once it is persisted — before the revocation, which the caller never waits on.
+    ///
+    /// This is the announcement of every promotion: from the moment it returns, `/active-site`
+    /// serves the new view. The caller makes the new primary writable only afterwards.
     pub async fn change_active_site(
         self: &Arc<Self>,
         new_active_site: &str,
@@ -918,11 +921,15 @@ impl GroupRuntime {
             .topology_change_pending
             .store(true, Ordering::SeqCst);
         let mut generation = 0;
+        // The announcement is a new view: a newer observedAt, so sidecars adopt it when a peer
+        // relays it (they take only strictly newer views).
+        let now = self.now();
         let result = self
             .update_status(|s| {
                 s.topology_generation += 1;
                 generation = s.topology_generation;
                 s.active_site = new_active_site.to_string();
+                s.observed_at = Some(s.observed_at.map_or(now, |t| t.max(now)));
                 change(s);
             })
             .await;

@@ -237,6 +237,7 @@ pub async fn start_on(
         _ => crate::leader::start(&data_dir, shutdown.clone()),
     };
     let mut graceful = vec![leader_task];
+    let loaded = Arc::new(watch::channel(false).0);
     if let (
         StoreBackend::Kubernetes {
             pod_name: Some(pod),
@@ -250,6 +251,7 @@ pub async fn start_on(
             &operator_namespace,
             pod,
             &leadership,
+            loaded.subscribe(),
             shutdown.clone(),
         ));
     }
@@ -320,7 +322,7 @@ pub async fn start_on(
         metrics: metrics.clone(),
         leadership: leadership.clone(),
         groups: Arc::new(RwLock::new(BTreeMap::new())),
-        loaded: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        loaded,
         authenticator,
         audience,
         topology_key,
@@ -628,9 +630,7 @@ async fn lead(
             &mut shutdown,
         )
         .await;
-        state
-            .loaded
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+        state.loaded.send_replace(false);
         if !lost {
             return;
         }
@@ -688,9 +688,7 @@ async fn term(
     for obj in &stored {
         groups.start(obj).await;
     }
-    state
-        .loaded
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    state.loaded.send_replace(true);
     tracing::info!(groups = groups.running.len(), "operator ready");
     let sweep_state = state.clone();
     let sweeper = tokio::spawn(async move {

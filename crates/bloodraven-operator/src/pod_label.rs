@@ -1,7 +1,7 @@
 //! Kubernetes mode: each replica keeps the label [`LEADER`] on its own Pod equal to whether
-//! it leads (`"true"` / `"false"`), so Services that select `"true"` send requests to the
-//! leader and `helm install --wait` does not depend on which replica leads (readiness does
-//! not).
+//! it serves as the leader (`"true"` / `"false"`): it leads and has loaded every group. So
+//! Services that select `"true"` send requests to a leader that can answer them, and
+//! `helm install --wait` does not depend on which replica leads (readiness does not).
 //!
 //! The label follows leadership, it does not grant it: a replica that lost the leader Lease
 //! but cannot reach the API server keeps its stale `"true"` until it can write again, and
@@ -27,13 +27,16 @@ pub fn label_patch(leading: bool) -> serde_json::Value {
     serde_json::json!({"metadata": {"labels": {LEADER: if leading { "true" } else { "false" }}}})
 }
 
-/// Keeps the label of Pod `name` in `namespace` equal to `leadership` until `shutdown`, then
-/// writes `"false"` (one attempt) and ends.
+/// Keeps the label of Pod `name` in `namespace` equal to whether this replica serves as the
+/// leader — it leads **and** has loaded every group (`loaded`) — until `shutdown`, then writes
+/// `"false"` (one attempt) and ends. A new leader is labelled only once it serves, so Services
+/// never route a request to a leader that would answer it before it has read the group.
 pub fn start(
     client: kube::Client,
     namespace: &str,
     name: &str,
     leadership: &Leadership,
+    mut loaded: watch::Receiver<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let api: Api<Pod> = Api::namespaced(client, namespace);
@@ -42,7 +45,7 @@ pub fn start(
     tokio::spawn(async move {
         let mut written: Option<bool> = None;
         loop {
-            let want = *leading.borrow_and_update();
+            let want = *leading.borrow_and_update() && *loaded.borrow_and_update();
             if written != Some(want) {
                 match api
                     .patch(
@@ -70,6 +73,7 @@ pub fn start(
             };
             tokio::select! {
                 r = leading.changed() => if r.is_err() { return },
+                r = loaded.changed() => if r.is_err() { return },
                 () = retry => {}
                 _ = shutdown.changed() => {
                     if *shutdown.borrow() {

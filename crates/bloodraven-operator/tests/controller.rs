@@ -582,6 +582,106 @@ async fn intruders_are_fenced_and_a_stale_fence_on_the_primary_is_reasserted() {
     op.stop().await;
 }
 
+/// A store that holds the group's status write carrying `topologyGeneration` == `generation`
+/// for `hold` before letting it through.
+#[derive(Debug)]
+struct HoldGeneration {
+    inner: Arc<dyn Store>,
+    generation: u64,
+    hold: Duration,
+}
+
+impl Store for HoldGeneration {
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
+        self.inner.get(key)
+    }
+    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
+        self.inner.list(kind, ns)
+    }
+    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
+        let hold = ops.iter().any(|o| match o {
+            WriteOp::ReplaceStatus(obj) if obj.kind == KIND_GROUP => {
+                obj.body
+                    .get("status")
+                    .and_then(|s| s.get("topologyGeneration"))
+                    .and_then(serde_json::Value::as_u64)
+                    == Some(self.generation)
+            }
+            _ => false,
+        });
+        Box::pin(async move {
+            if hold {
+                tokio::time::sleep(self.hold).await;
+            }
+            self.inner.apply(ops).await
+        })
+    }
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
+        self.inner.watch()
+    }
+}
+
+/// Announce, then promote, in an emergency: while the write that makes pdx the active site is
+/// held for two seconds, pdx stays fenced; it takes writes only once that write landed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emergency_promotion_is_announced_before_the_new_primary_takes_writes() {
+    let mut live = Live::start(Timings::default()).await;
+    let store: Arc<dyn Store> = Arc::new(HoldGeneration {
+        inner: Arc::new(
+            SqliteStore::open(&live.store_path(), bloodraven_store::Durability::Full).unwrap(),
+        ),
+        generation: 2,
+        hold: Duration::from_secs(2),
+    });
+    let op = live.operator_on(store).await;
+    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
+        s.active_site == "iad" && s.replication_running()
+    })
+    .await;
+    live.harness.kill(0).unwrap();
+    // Wait until the promotion has started (pdx prepared: no replication left), then watch
+    // pdx and the stored view together.
+    let pdx = live.harness.failover_client(1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let p = pdx.probe().await.unwrap();
+        if p.replica.is_none() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "pdx never prepared");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let prepared = tokio::time::Instant::now();
+    loop {
+        let stored = op.group(GROUP).await.unwrap().snapshot();
+        let announced = stored.status().active_site == "pdx";
+        let writable = !pdx.probe().await.unwrap().read_only;
+        if writable {
+            let now_stored = op.group(GROUP).await.unwrap().snapshot();
+            assert!(
+                announced || now_stored.status().active_site == "pdx",
+                "pdx took writes while the stored view named {}",
+                now_stored.status().active_site
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline + Duration::from_secs(10),
+            "pdx never became writable"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The announcement was held for 2 s right after pdx was prepared.
+    let fenced_for = prepared.elapsed();
+    assert!(
+        fenced_for >= Duration::from_secs(1),
+        "pdx stayed fenced only {fenced_for:?} of the held announcement"
+    );
+    let s = op.group(GROUP).await.unwrap().snapshot();
+    assert_eq!(s.status().topology_generation, 2);
+    op.stop().await;
+}
+
 /// A store that refuses to let one kind of group write through (the operator "crashes" there).
 #[derive(Debug)]
 struct StallAt {
@@ -624,7 +724,7 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
     let live = Live::start(Timings::default()).await;
     let path = live.store_path();
     // First run: bootstrap normally, then stall the write that would record `Resuming`
-    // (after the target was promoted, before the generation bump is persisted).
+    // (after the target was prepared, before the generation bump is persisted).
     let first: Arc<dyn Store> = Arc::new(StallAt {
         inner: Arc::new(SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap()),
         phase: "Resuming",
@@ -642,11 +742,13 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
         planned_in(PlannedFailoverPhase::Promoting),
     )
     .await;
-    // The target gets promoted by the stalled run.
-    for _ in 0..100 {
-        if !live.read_only(1).await {
-            break;
-        }
+    // Announce, then promote: the stalled run prepared the target but cannot announce it, so
+    // the target never takes a write while the stored view still names iad.
+    for _ in 0..40 {
+        assert!(
+            live.read_only(1).await,
+            "pdx became writable before its announcement was persisted"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     op.stop().await;

@@ -1,6 +1,7 @@
 //! The deploy client's lease session against a real operator over real TLS: a `423` while a
 //! topology change is being persisted is not a renewal, and the session reports the loss of
-//! authority when the last confirmed deadline passes.
+//! authority when the last confirmed deadline passes; a new leader still loading its groups
+//! answers `503`, which the session rides out.
 
 mod support;
 
@@ -90,4 +91,165 @@ async fn a_423_during_a_pending_topology_change_ends_authority_at_the_confirmed_
     );
     store.gate.send_replace(false);
     assert_eq!(change.await.unwrap().unwrap(), 2);
+}
+
+/// A store whose list of groups (what a new leader loads) waits while its gate is `true`.
+#[derive(Debug)]
+struct SlowLoad {
+    inner: Arc<dyn bloodraven_store::Store>,
+    gate: tokio::sync::watch::Sender<bool>,
+}
+
+impl bloodraven_store::Store for SlowLoad {
+    fn get<'a>(
+        &'a self,
+        key: &'a bloodraven_store::ObjectKey,
+    ) -> bloodraven_store::StoreFuture<'a, Option<bloodraven_store::RawObject>> {
+        self.inner.get(key)
+    }
+    fn list<'a>(
+        &'a self,
+        kind: &'a str,
+        ns: Option<&'a str>,
+    ) -> bloodraven_store::StoreFuture<'a, Vec<bloodraven_store::RawObject>> {
+        let mut rx = self.gate.subscribe();
+        Box::pin(async move {
+            if kind == bloodraven_core::resources::KIND_GROUP {
+                while *rx.borrow_and_update() {
+                    let _ = rx.changed().await;
+                }
+            }
+            self.inner.list(kind, ns).await
+        })
+    }
+    fn apply(
+        &self,
+        ops: Vec<bloodraven_store::WriteOp>,
+    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<bloodraven_store::RawObject>>> {
+        self.inner.apply(ops)
+    }
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<bloodraven_store::WatchEvent> {
+        self.inner.watch()
+    }
+}
+
+/// A new leader that has not loaded its groups yet answers `503 not_leader` (`reason:
+/// loading`, `Retry-After: 1`) on the deploy API and on `/active-site`, never the `403` or
+/// `404` a client would take for lost authority; the deploy client's session rides it out and
+/// keeps its lease once the leader serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_during_a_new_leaders_load_gets_503_and_the_session_keeps_its_lease() {
+    let env = Env::new();
+    // Both operators serve the deploy API on the same port, one after the other.
+    let port = bloodraven_mysql::launcher::free_port().unwrap();
+    let text = std::fs::read_to_string(&env.config_path).unwrap().replace(
+        r#"https: "127.0.0.1:0""#,
+        &format!(r#"https: "127.0.0.1:{port}""#),
+    );
+    std::fs::write(&env.config_path, text).unwrap();
+    let first = env.start().await;
+    support::bootstrap(&first.group(GROUP).await.unwrap(), env.clock.now()).await;
+    let token_file = env.dir.path().join("deploy.token");
+    let bearer = env.token("ci", "deployer");
+    std::fs::write(&token_file, &bearer).unwrap();
+    let url = format!("https://127.0.0.1:{port}");
+    let api: Arc<dyn LeaseApi> = Arc::new(
+        HttpLeaseApi::new(&url, &env.ca, &token_file, GROUP, Duration::from_secs(2)).unwrap(),
+    );
+    let session = LeaseSession::acquire(
+        api,
+        SessionConfig {
+            operation_id: "mig-load".into(),
+            instance: "counter-app".into(),
+            ttl_seconds: 15,
+        },
+    )
+    .await
+    .unwrap();
+    first.stop().await;
+
+    // The next leader's load is held.
+    let (gate, _) = tokio::sync::watch::channel(true);
+    let store = Arc::new(SlowLoad {
+        inner: Arc::new(env.open_store()),
+        gate,
+    });
+    let second = bloodraven_operator::operator::start_with_store(
+        env.config(),
+        store.clone(),
+        Arc::new(env.clock.clone()),
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    let client = support::Client::new(&env.ca, second.https_addr.unwrap());
+    // Leading, not loaded: every group request answers 503 loading.
+    let mut answered = None;
+    for _ in 0..200 {
+        if second.state.is_leader() {
+            let a = client
+                .renew(&bearer, "migration", "mig-load", "not-the-token")
+                .await;
+            answered = Some(a);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let a = answered.expect("the second operator leads");
+    assert_eq!(
+        a.status,
+        reqwest::StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["error"], "not_leader", "{}", a.text);
+    assert_eq!(a.body["reason"], "loading", "{}", a.text);
+    assert_eq!(
+        a.headers.get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let a = client.observe(&bearer, GROUP).await;
+    assert_eq!(
+        a.status,
+        reqwest::StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        a.text
+    );
+    let plain = reqwest::get(format!(
+        "http://{}/active-site?namespace=default&group={GROUP}",
+        second.http_addr
+    ))
+    .await
+    .unwrap();
+    assert_eq!(plain.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = plain.json().await.unwrap();
+    assert_eq!(body["reason"], "loading");
+    // The session's own renewals land in the window too (every 5 s), and do not end it.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    assert!(
+        session.lost().borrow().is_none(),
+        "{:?}",
+        session.lost().borrow()
+    );
+    // The load completes: the lease renews again with the same token.
+    store.gate.send_replace(false);
+    assert!(second.wait_leading(Duration::from_secs(10)).await);
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    assert!(
+        session.lost().borrow().is_none(),
+        "{:?}",
+        session.lost().borrow()
+    );
+    let obs = client.observe(&bearer, GROUP).await;
+    assert_eq!(obs.status, reqwest::StatusCode::OK, "{}", obs.text);
+    assert!(
+        obs.body["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["operationId"] == "mig-load"),
+        "{}",
+        obs.text
+    );
+    second.stop().await;
 }

@@ -681,3 +681,43 @@ async fn secrets_are_read_and_reloaded() {
     assert!(!all.contains(&password), "a password reached the logs");
     op.stop().await;
 }
+
+/// The leader label follows serving, not leading alone: a replica that leads but has not
+/// loaded its groups keeps `"false"`, so no Service routes to it yet; once it has loaded, it
+/// is labelled `"true"`, and `"false"` again on shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_is_labelled_leader_only_once_it_serves() {
+    use bloodraven_core::contract::labels::LEADER;
+    let c = cluster().await;
+    c.fake
+        .add_pod(NS, "bloodraven-0", &std::collections::BTreeMap::new());
+    let (loaded, loaded_rx) = tokio::sync::watch::channel(false);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let task = bloodraven_operator::pod_label::start(
+        c.client.clone(),
+        NS,
+        "bloodraven-0",
+        &bloodraven_operator::leader::Leadership::always(),
+        loaded_rx,
+        stop_rx,
+    );
+    let label = || c.fake.pod_labels(NS, "bloodraven-0").get(LEADER).cloned();
+    let wait = async |want: &str| {
+        for _ in 0..200 {
+            if label().as_deref() == Some(want) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the label never read {want:?}: {:?}", label());
+    };
+    wait("false").await;
+    // Leading but loading: still not the leader to a Service.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(label().as_deref(), Some("false"));
+    loaded.send_replace(true);
+    wait("true").await;
+    stop.send_replace(true);
+    task.await.unwrap();
+    assert_eq!(label().as_deref(), Some("false"));
+}

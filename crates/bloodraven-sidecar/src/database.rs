@@ -1,4 +1,5 @@
-//! The MySQL side of the sidecar: read the fence, fence, unfence (the safety net only), kill
+//! The MySQL side of the sidecar: read the fence, fence, unfence (the safety net, at boot and
+//! after a restart of the server, on the operator's answer only), kill
 //! application sessions, probe for `/status`.
 //!
 //! [`Database`] is the boundary; the real implementation is the adapter's
@@ -9,12 +10,13 @@
 use std::future::Future;
 use std::time::Duration;
 
-use bloodraven_mysql::{FenceOutcome, KillReport, MysqlError, Probe, SiteClient};
+use bloodraven_mysql::{FenceOutcome, FenceReading, KillReport, MysqlError, Probe, SiteClient};
 
 /// What the sidecar does to its own server.
 pub trait Database: Send + Sync + 'static {
-    /// Whether client writes are refused (the fence variable is set).
-    fn read_only(&self) -> impl Future<Output = Result<bool, MysqlError>> + Send;
+    /// Whether client writes are refused (the fence variable is set), and which server said
+    /// so (its `server_id` and uptime, to tell a restarted server from the one seen before).
+    fn fence_reading(&self) -> impl Future<Output = Result<FenceReading, MysqlError>> + Send;
     /// Sets the fence, bounded by `bound`, and reports what the server says afterwards.
     fn fence(&self, bound: Duration) -> impl Future<Output = FenceOutcome> + Send;
     /// Clears the fence and confirms the server is writable.
@@ -28,8 +30,8 @@ pub trait Database: Send + Sync + 'static {
 }
 
 impl Database for SiteClient {
-    async fn read_only(&self) -> Result<bool, MysqlError> {
-        self.is_fenced().await
+    async fn fence_reading(&self) -> Result<FenceReading, MysqlError> {
+        SiteClient::fence_reading(self).await
     }
 
     async fn fence(&self, bound: Duration) -> FenceOutcome {

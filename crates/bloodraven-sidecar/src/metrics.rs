@@ -1,5 +1,6 @@
 //! The sidecar's Prometheus metrics. Names come from
-//! [`bloodraven_core::contract::metrics`]; labels are bounded (two rules, two parties).
+//! [`bloodraven_core::contract::metrics`]; labels are bounded (two rules and the restart fence,
+//! two parties).
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -78,7 +79,11 @@ impl Metrics {
             self_fenced.clone(),
         );
         // Every series exists from the start, so rates and alerts see zeros, not gaps.
-        for rule in [names::RULE_TOPOLOGY_MISMATCH, names::RULE_LEASE_EXPIRY] {
+        for rule in [
+            names::RULE_TOPOLOGY_MISMATCH,
+            names::RULE_LEASE_EXPIRY,
+            names::FENCE_SERVER_RESTART,
+        ] {
             let _ = fences.get_or_create(&RuleLabel { rule });
         }
         for party in [names::PARTY_OPERATOR, names::PARTY_PEERS] {
@@ -141,6 +146,7 @@ mod tests {
         for line in [
             "bloodraven_sidecar_fences_total{rule=\"lease-expiry\"} 1",
             "bloodraven_sidecar_fences_total{rule=\"topology-mismatch\"} 0",
+            "bloodraven_sidecar_fences_total{rule=\"server-restart\"} 0",
             "bloodraven_sidecar_tick_duration_seconds_count 1",
             "bloodraven_sidecar_last_contact_age_seconds{party=\"operator\"} 1.5",
             "bloodraven_sidecar_last_contact_age_seconds{party=\"peers\"} 4.0",

@@ -1,13 +1,21 @@
 //! The `FencingMonitor`: every `peerCheckInterval`, gather → decide → act.
 //!
-//! - **Gather**: the operator's `/healthz` and `/active-site`, every peer's `/peer/ping` and
+//! - **Gather**: first the server's fence variable (with its `server_id` and uptime), then the
+//!   operator's `/healthz` and `/active-site`, every peer's `/peer/ping` and
 //!   `/peer/active-site`, all at once, each bounded by the request timeout (so one slow peer
-//!   cannot stall the tick); then the server's fence variable.
+//!   cannot stall the tick). The fence comes first because the operator announces a new
+//!   active site before it lifts `read_only` there: views asked for after the server was seen
+//!   writable already name it.
 //! - **Decide**: [`MonitorState::observe`](bloodraven_core::fencing::MonitorState::observe) and
 //!   [`evaluate`], pure functions in the core.
 //! - **Act**: on a fence verdict, fence (bounded), then kill application sessions.
 //!
-//! The monitor only ever fences; it never clears a fence. `Fenced` is the only outcome that
+//! - **A restarted server** (its uptime says it started again, or its `server_id` changed) is
+//!   treated like a boot: fenced first, then the operator is asked, and the fence is cleared
+//!   only if the operator's (verified) answer names this site
+//!   ([`crate::safety_net::ask_and_clear`]). Until that fence is confirmed, the rules wait.
+//!
+//! Apart from that restart check, the monitor only ever fences. `Fenced` is the only outcome that
 //! counts: `NotFenced` and `Unknown` are logged and the next tick looks again (after
 //! `NotFenced`, application sessions are killed first, because what blocks a fence is a running
 //! statement, a commit or `LOCK TABLES … WRITE` of one of them).
@@ -18,7 +26,9 @@ use std::time::Duration;
 
 use bloodraven_core::contract::logs;
 use bloodraven_core::contract::metrics as metrics_contract;
-use bloodraven_core::fencing::{ReadOnlyState, Rule, TickFacts, Verdict, ViewSource, evaluate};
+use bloodraven_core::fencing::{
+    ReadOnlyState, Rule, ServerSeen, TickFacts, Verdict, ViewSource, evaluate,
+};
 use bloodraven_core::wire::ActiveSite;
 use bloodraven_mysql::FenceOutcome;
 use bloodraven_runtime::clock::SharedClock;
@@ -31,8 +41,13 @@ use crate::database::Database;
 use crate::metrics::Metrics;
 use crate::state::Shared;
 
-/// How often a sidecar whose server does not answer tries it again.
-pub const RECONNECT_EVERY: Duration = Duration::from_millis(100);
+/// How often a sidecar whose server does not answer tries it again. Short: a server that comes
+/// back writable takes writes from the moment it listens until this sidecar fences it, and a
+/// connection attempt to a server that is down costs next to nothing.
+pub const RECONNECT_EVERY: Duration = Duration::from_millis(25);
+/// How long one of those attempts may take (a server that just started can be slow to answer
+/// its first connection).
+pub const RECONNECT_ATTEMPT_BOUND: Duration = Duration::from_millis(500);
 
 /// What one tick did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +59,9 @@ pub struct TickReport {
     pub rearmed: bool,
     /// Peers whose relayed view was adopted in this tick.
     pub adopted_from: Vec<String>,
+    /// The server restarted (now or at an earlier tick whose fence did not land) and was
+    /// checked like a boot: how that ended, once its fence was confirmed.
+    pub restart: Option<crate::safety_net::SafetyNetOutcome>,
 }
 
 /// The fencing monitor of one site.
@@ -144,11 +162,11 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
     }
 
     /// Resolves once the server answers again (tried every [`RECONNECT_EVERY`], each attempt
-    /// bounded by it).
+    /// bounded by [`RECONNECT_ATTEMPT_BOUND`]).
     async fn server_back(&self) {
         loop {
             tokio::time::sleep(RECONNECT_EVERY).await;
-            if let Ok(Ok(_)) = timeout(RECONNECT_EVERY, self.db.read_only()).await {
+            if let Ok(Ok(_)) = timeout(RECONNECT_ATTEMPT_BOUND, self.db.fence_reading()).await {
                 return;
             }
         }
@@ -190,18 +208,24 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
         let limit = self.shared.timing().request_timeout;
         let c = &*self.contacts;
         let n = c.peer_count();
+        // The fence first, then the views (see the module docs).
+        let fence_read = self.db.fence_reading().await;
+        let read_at = Instant::now();
         let (healthz, view, pings, views) = tokio::join!(
             bounded(limit, c.operator_healthz()),
             bounded(limit, c.operator_active_site()),
             join_all((0..n).map(|i| bounded(limit, c.peer_ping(i)))),
             join_all((0..n).map(|i| bounded(limit, c.peer_active_site(i)))),
         );
-        let fence_read = self.db.read_only().await;
         let read_only = match &fence_read {
-            Ok(true) => ReadOnlyState::ReadOnly,
-            Ok(false) => ReadOnlyState::Writable,
+            Ok(r) if r.fenced => ReadOnlyState::ReadOnly,
+            Ok(_) => ReadOnlyState::Writable,
             Err(_) => ReadOnlyState::Unreadable,
         };
+        let server = fence_read
+            .as_ref()
+            .ok()
+            .map(|r| ServerSeen::from_reading(r.server_id, self.shared.mono(read_at), r.uptime));
         if let Err(e) = &view {
             debug!(error = %e, "operator /active-site gave no view");
         }
@@ -211,7 +235,7 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             }
         }
         let facts = TickFacts {
-            sent_at: self.shared.mono(started),
+            sent_at: self.shared.mono(read_at),
             now: self.shared.mono(Instant::now()),
             operator_answered: healthz.is_ok(),
             operator_view: view
@@ -225,10 +249,11 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
                 .filter_map(|(i, v)| self.admit(v, &c.peer_name(i)).map(|v| (i, v)))
                 .collect(),
             read_only,
+            server,
         };
 
         let mut changes = Vec::new();
-        let (observed, verdict, source, floor) = {
+        let (observed, verdict, source, restart_pending) = {
             let mut g = self.shared.lock();
             let observed = g.monitor.observe(&facts);
             if healthz.is_ok() {
@@ -270,8 +295,7 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             g.ticks += 1;
             let verdict = evaluate(&observed.snapshot);
             let source = g.monitor.cache().source();
-            let floor = g.monitor.cache().floor();
-            (observed, verdict, source, floor)
+            (observed, verdict, source, g.monitor.restart_pending())
         };
         for ch in changes {
             match ch {
@@ -310,15 +334,29 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
         if observed.rearmed {
             info!(
                 site = %self.shared.identity.site,
-                floor = %floor.map(|f| f.to_string()).unwrap_or_default(),
-                "re-armed: the server is writable again after being read-only; topology cache cleared (views not newer than the floor are refused) and a fresh lease window opened"
+                cached = %observed.snapshot.cached.as_ref().map(|v| v.active_site.as_str()).unwrap_or_default(),
+                "re-armed: the server is writable again after being read-only; a fresh lease window opened (the topology cache is kept)"
             );
             self.metrics.set_self_fenced(false);
         }
+        if observed.restarted {
+            warn!(
+                site = %self.shared.identity.site,
+                server_id = server.map(|s| s.server_id).unwrap_or_default(),
+                "{}",
+                logs::SAFETY_NET_SERVER_RESTARTED
+            );
+        }
 
-        let fence = match &verdict {
-            Verdict::Fence(rule) => Some(self.fence(rule, source).await),
-            Verdict::AlreadyReadOnly | Verdict::Nothing => None,
+        let (fence, restart) = if restart_pending {
+            let (fence, outcome) = self.check_restarted().await;
+            (Some(fence), outcome)
+        } else {
+            let fence = match &verdict {
+                Verdict::Fence(rule) => Some(self.fence(rule, source).await),
+                Verdict::AlreadyReadOnly | Verdict::Nothing => None,
+            };
+            (fence, None)
         };
         self.metrics.tick(started.elapsed());
         let (op_age, peer_age) = self.shared.contact_ages(Instant::now());
@@ -328,7 +366,49 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             fence,
             rearmed: observed.rearmed,
             adopted_from,
+            restart,
         }
+    }
+
+    /// A restarted server, treated like a boot: fence it (bounded; a fence that does not land
+    /// is tried again next tick), kill its application sessions, then ask the operator and
+    /// clear the fence only if the answer names this site.
+    async fn check_restarted(&self) -> (FenceOutcome, Option<crate::safety_net::SafetyNetOutcome>) {
+        let site = &self.shared.identity.site;
+        let timing = self.shared.timing();
+        let outcome = self.db.fence(timing.fence_bound).await;
+        match &outcome {
+            FenceOutcome::Fenced => {}
+            FenceOutcome::NotFenced { reason } => {
+                error!(site = %site, reason = %reason, "the restarted server is not fenced yet; killing application sessions and retrying next tick");
+                self.kill_sessions().await;
+                return (outcome, None);
+            }
+            FenceOutcome::Unknown { reason } => {
+                error!(site = %site, reason = %reason, "cannot confirm the fence of the restarted server yet; retrying next tick");
+                return (outcome, None);
+            }
+        }
+        let killed = self.kill_sessions().await;
+        self.metrics.fenced(metrics_contract::FENCE_SERVER_RESTART);
+        info!(site = %site, killed, "safety net: the restarted server is fenced; asking the operator for the active site");
+        let net = crate::safety_net::ask_and_clear(
+            &self.shared.identity,
+            &self.contacts,
+            &self.db,
+            timing,
+            &self.shared.trust,
+        )
+        .await;
+        {
+            let mut g = self.shared.lock();
+            if let Some(v) = net.view() {
+                g.monitor.set_operator_view(v.clone());
+            }
+            g.monitor.restart_checked(net.cleared());
+        }
+        self.metrics.set_self_fenced(!net.cleared());
+        (outcome, Some(net))
     }
 
     async fn fence(&self, rule: &Rule, source: Option<ViewSource>) -> FenceOutcome {

@@ -1,5 +1,7 @@
-//! `RunSafetyNet`: the one-shot startup check, run before the monitor exists and before the HTTP
-//! server listens. It is not a third rule and never runs again.
+//! `RunSafetyNet`: the startup check, run before the monitor exists and before the HTTP server
+//! listens. It is not a third rule. The monitor runs its second half again ([`ask_and_clear`])
+//! when the server restarts under it (docs/sidecar.md says why this goes beyond seed 02, which
+//! runs it once).
 //!
 //! It fences first and asks afterwards: set the fence (retrying until the server confirms it),
 //! then ask the operator for the active site once, and clear the fence only if the answer names
@@ -81,6 +83,21 @@ pub async fn run_safety_net<C: Contacts, D: Database>(
         sleep(timing.peer_check_interval).await;
     }
     info!(site = %site, "safety net: fenced; asking the operator for the active site");
+    ask_and_clear(identity, contacts, db, timing, trust).await
+}
+
+/// The safety net's second half, on a server whose fence is confirmed: asks the operator for
+/// the active site once and clears the fence only if the answer (verified, with signed
+/// topology) names this site. Every other answer leaves the server fenced, with its contract
+/// log line.
+pub async fn ask_and_clear<C: Contacts, D: Database>(
+    identity: &Identity,
+    contacts: &Arc<C>,
+    db: &Arc<D>,
+    timing: Timing,
+    trust: &Trust,
+) -> SafetyNetOutcome {
+    let site = &identity.site;
     let answer = timeout(timing.request_timeout, contacts.operator_active_site())
         .await
         .unwrap_or(Err(ContactError::TimedOut(timing.request_timeout)))

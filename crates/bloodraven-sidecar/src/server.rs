@@ -76,10 +76,10 @@ fn wrong_group(shared: &Shared, q: &GroupQuery) -> Option<Response> {
 
 async fn health<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
     let limit = app.shared.timing().mysql_timeouts().statement;
-    match timeout(limit, app.db.read_only()).await {
-        Ok(Ok(ro)) => (
+    match timeout(limit, app.db.fence_reading()).await {
+        Ok(Ok(r)) => (
             StatusCode::OK,
-            axum::Json(json!({"mysql": "reachable", "read_only": ro})),
+            axum::Json(json!({"mysql": "reachable", "read_only": r.fenced})),
         )
             .into_response(),
         Ok(Err(e)) => (

@@ -612,6 +612,37 @@ fn reassertion_restores_the_last_target_when_it_has_everything() {
 }
 
 #[test]
+fn reassertion_completes_an_announced_promotion_whose_old_primary_is_gone() {
+    // An emergency failover announced pdx, but clearing its fence failed; iad is dead.
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    sites[0].answered = false;
+    sites[0].gtid = Some(g("0-1-130"));
+    sites[1].state = SiteState::ReadOnly;
+    sites[1].gtid = Some(g("0-1-120"));
+    sites[2].state = SiteState::ReadOnly;
+    sites[2].gtid = Some(g("0-1-120"));
+    let d = decide(&input(&sites, "pdx", "pdx"));
+    assert_eq!(d.actions, vec![Action::Reassert { site: "pdx".into() }]);
+    // Never while a reachable site holds what pdx lacks.
+    sites[2].gtid = Some(g("0-1-121"));
+    let d = decide(&input(&sites, "pdx", "pdx"));
+    assert!(d.actions.is_empty());
+    assert_eq!(d.alerts, vec![Alert::NoPrimary]);
+    // Nor while a site is still settling (seen again, not confirmed).
+    sites[2].gtid = Some(g("0-1-120"));
+    sites[0].state = SiteState::Unknown;
+    let d = decide(&input(&sites, "pdx", "pdx"));
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::Reassert { .. })),
+        "{:?}",
+        d.actions
+    );
+}
+
+#[test]
 fn replicas_not_following_the_active_site_are_repointed() {
     let mut sites = healthy_trio();
     let pdx = sites[1].clone();

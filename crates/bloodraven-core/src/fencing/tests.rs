@@ -1,4 +1,4 @@
-//! Table tests of the two rules, the cache's two writers and the re-arm; property tests of the
+//! Table tests of the two rules, the cache's two writers, the re-arm and restarts; property tests of the
 //! cache's monotonicity and of rule #2 against an independent model of silence.
 
 use super::*;
@@ -250,7 +250,7 @@ fn observe_sets_then_adopts() {
 }
 
 #[test]
-fn rearm_after_promotion_does_not_refence() {
+fn a_rearm_keeps_the_cache_so_a_writable_server_named_by_no_view_is_fenced_again() {
     let mut m = MonitorState::new("iad", LEASE, secs(0));
     // The operator moved the active site to pdx: rule #1.
     let o = m.observe(&TickFacts {
@@ -268,18 +268,46 @@ fn rearm_after_promotion_does_not_refence() {
         ..facts(10, ReadOnlyState::ReadOnly)
     });
     assert_eq!(evaluate(&o.snapshot), Verdict::AlreadyReadOnly);
-    // The operator promoted iad again; this tick's answers were gathered before we saw it
-    // writable, the operator is unreachable and a peer still relays the old view.
+    // Something made iad writable again (a restart with read_only off in its configuration,
+    // a human) while the operator is unreachable and no newer view exists: every promotion is
+    // announced first, so no view naming iad means iad must not take writes.
     let o = m.observe(&TickFacts {
         peers_answered: 1,
         peer_views: vec![(0, view("pdx", 100))],
         ..facts(15, ReadOnlyState::Writable)
     });
-    assert!(o.rearmed);
+    assert!(o.rearmed, "a fresh lease window opens");
     assert!(!m.self_fenced());
-    assert_eq!(o.snapshot.cached, None, "the cache was cleared");
+    assert_eq!(
+        o.snapshot.cached,
+        Some(view("pdx", 100)),
+        "the cache is kept"
+    );
+    assert_eq!(kind(&evaluate(&o.snapshot)), Expect::Mismatch);
+}
+
+#[test]
+fn a_promotion_announced_first_is_seen_by_the_tick_that_sees_it_writable() {
+    let mut m = MonitorState::new("iad", LEASE, secs(0));
+    let o = m.observe(&TickFacts {
+        operator_answered: true,
+        operator_view: Some(view("pdx", 100)),
+        ..facts(5, ReadOnlyState::Writable)
+    });
+    assert_eq!(kind(&evaluate(&o.snapshot)), Expect::Mismatch);
+    m.fence_confirmed();
+    // The operator announced iad (persisted and served) and then lifted read_only: the tick
+    // reads the fence first, so the view it asks for afterwards is the announcement.
+    let o = m.observe(&TickFacts {
+        operator_answered: true,
+        operator_view: Some(view("iad", 130)),
+        peers_answered: 1,
+        peer_views: vec![(0, view("pdx", 100))],
+        ..facts(15, ReadOnlyState::Writable)
+    });
+    assert!(o.rearmed);
     assert_eq!(evaluate(&o.snapshot), Verdict::Nothing);
-    // Next ticks: the same old view (and an older one) are refused thanks to the floor.
+    // A peer that has not caught up keeps relaying the old view: refused (not newer).
     for t in [20, 25, 30] {
         let o = m.observe(&TickFacts {
             peers_answered: 1,
@@ -293,10 +321,74 @@ fn rearm_after_promotion_does_not_refence() {
     // A genuinely newer view naming another site still fires rule #1.
     let o = m.observe(&TickFacts {
         peers_answered: 1,
-        peer_views: vec![(0, view("pdx", 101))],
+        peer_views: vec![(0, view("pdx", 131))],
         ..facts(35, ReadOnlyState::Writable)
     });
     assert_eq!(kind(&evaluate(&o.snapshot)), Expect::Mismatch);
+}
+
+fn server(id: u32, read_at: u64, uptime: u64) -> ServerSeen {
+    ServerSeen::from_reading(id, secs(read_at), secs(uptime))
+}
+
+#[test]
+fn a_restarted_server_is_told_from_the_one_seen_before() {
+    let mut m = MonitorState::new("iad", LEASE, secs(0));
+    let tick = |m: &mut MonitorState, t: u64, s: Option<ServerSeen>| {
+        m.observe(&TickFacts {
+            server: s,
+            operator_answered: true,
+            operator_view: Some(view("iad", i64::try_from(t).unwrap())),
+            ..facts(t, ReadOnlyState::Writable)
+        })
+    };
+    // Up for an hour before the monitor started: the same server, tick after tick, with the
+    // whole-second rounding of its uptime.
+    assert!(!tick(&mut m, 5, Some(server(1, 5, 3605))).restarted);
+    assert!(!tick(&mut m, 10, Some(server(1, 10, 3609))).restarted);
+    assert!(!tick(&mut m, 15, Some(server(1, 15, 3615))).restarted);
+    assert!(!m.restart_pending());
+    // A reading that failed says nothing.
+    assert!(!tick(&mut m, 20, None).restarted);
+    // Started again (uptime went back).
+    let o = tick(&mut m, 25, Some(server(1, 25, 1)));
+    assert!(o.restarted);
+    assert!(m.restart_pending());
+    // Pending until the monitor has fenced and asked.
+    assert!(!tick(&mut m, 30, Some(server(1, 30, 6))).restarted);
+    assert!(m.restart_pending());
+    m.restart_checked(false);
+    assert!(!m.restart_pending());
+    assert!(m.self_fenced(), "it stayed fenced");
+    // Another server behind the same address (a new server_id).
+    assert!(tick(&mut m, 35, Some(server(2, 35, 11))).restarted);
+    m.restart_checked(true);
+    assert!(!m.self_fenced(), "unfenced on the operator's answer");
+    // A restart long after the last start, whose uptime has grown past the old reading's,
+    // is still a restart: its start moved.
+    let mut m = MonitorState::new("iad", LEASE, secs(0));
+    assert!(!tick(&mut m, 5, Some(server(1, 5, 2))).restarted);
+    assert!(tick(&mut m, 60, Some(server(1, 60, 40))).restarted);
+}
+
+#[test]
+fn restart_tolerance_is_the_rounding_of_uptime_and_no_more() {
+    let before = ServerSeen::from_reading(7, secs(100), secs(50));
+    assert!(!ServerSeen::from_reading(7, secs(101), secs(50)).is_restart_of(&before));
+    assert!(
+        !ServerSeen::from_reading(7, secs(102), secs(50))
+            .is_restart_of(&before),
+        "exactly the tolerance"
+    );
+    assert!(
+        ServerSeen::from_reading(7, Duration::from_millis(102_001), secs(50))
+            .is_restart_of(&before)
+    );
+    assert!(ServerSeen::from_reading(8, secs(100), secs(50)).is_restart_of(&before));
+    assert!(
+        !ServerSeen::from_reading(7, secs(100), secs(52)).is_restart_of(&before),
+        "an earlier start is not a restart"
+    );
 }
 
 #[test]
@@ -329,10 +421,11 @@ fn a_replica_promoted_by_the_operator_rearms_too() {
         ..facts(5, ReadOnlyState::ReadOnly)
     });
     assert_eq!(evaluate(&o.snapshot), Verdict::AlreadyReadOnly);
-    // Promoted between the gather (which still said iad) and the read of the fence.
+    // Announced, then promoted: seen writable, and the view asked for after the reading
+    // names it.
     let o = m.observe(&TickFacts {
         operator_answered: true,
-        operator_view: Some(view("iad", 15)),
+        operator_view: Some(view("pdx", 15)),
         ..facts(10, ReadOnlyState::Writable)
     });
     assert!(o.rearmed);

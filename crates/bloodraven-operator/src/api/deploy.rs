@@ -100,6 +100,13 @@ fn not_leader() -> Response {
     )
 }
 
+/// The leader has not loaded every group yet: `503 not_leader` with `reason: loading` and
+/// `Retry-After`, never a `403` or `404` for a group it simply has not read yet (a client
+/// would take those for lost authority).
+fn loading() -> Response {
+    super::loading_response()
+}
+
 fn unauthorized(reason: &str) -> Response {
     let mut r = error_response(
         StatusCode::UNAUTHORIZED,
@@ -151,9 +158,9 @@ async fn not_found(State(state): State<AppState>) -> Response {
 }
 
 /// Checks the bearer token. Never logs or echoes it.
-/// The checks every deploy API request passes first, in the contract's order: a follower
-/// answers `503` before anything else, then `405` for a method the path does not take, then
-/// authentication.
+/// The checks every deploy API request passes first, in the contract's order: a follower, or a
+/// leader still loading its groups, answers `503` before anything else, then `405` for a method
+/// the path does not take, then authentication.
 async fn admit(
     state: &AppState,
     method: &Method,
@@ -163,6 +170,9 @@ async fn admit(
 ) -> Result<Identity, Response> {
     if !state.is_leader() {
         return Err(not_leader());
+    }
+    if !state.is_loaded() {
+        return Err(loading());
     }
     if !allowed.contains(method) {
         return Err(method_not_allowed(allow_header));

@@ -27,8 +27,9 @@ pub struct AppState {
     pub leadership: crate::leader::Leadership,
     /// Groups by name; filled once this process leads.
     pub groups: Arc<RwLock<BTreeMap<String, Arc<GroupRuntime>>>>,
-    /// Set once the leader has loaded every group it found (there may be none).
-    pub loaded: Arc<std::sync::atomic::AtomicBool>,
+    /// Set once the leader has loaded every group it found (there may be none); watched by
+    /// the Pod label, which names this replica the leader only once it serves.
+    pub loaded: Arc<tokio::sync::watch::Sender<bool>>,
     /// Checks the deploy API's bearer tokens (when the API is enabled): the operator's own
     /// HMAC tokens, or TokenReview in Kubernetes mode.
     pub authenticator: Option<Arc<dyn crate::auth::Authenticator>>,
@@ -61,7 +62,7 @@ impl AppState {
 
     /// Whether the groups were loaded since this process last gained leadership.
     pub fn is_loaded(&self) -> bool {
-        self.loaded.load(std::sync::atomic::Ordering::SeqCst)
+        *self.loaded.borrow()
     }
 
     /// Leading, with its groups loaded: what answers the deploy API and `/active-site`.
@@ -72,6 +73,30 @@ impl AppState {
     pub async fn group(&self, name: &str) -> Option<Arc<GroupRuntime>> {
         self.groups.read().await.get(name).cloned()
     }
+}
+
+/// How long a client should wait before asking a leader that is still loading its groups.
+pub const LOADING_RETRY_AFTER_SECONDS: u32 = 1;
+
+/// `503 {"error":"not_leader","reason":"loading"}` with `Retry-After`: this process leads but
+/// has not loaded every group yet. Both listeners answer it for group requests in that window.
+pub fn loading_response() -> Response {
+    let mut r = error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &ErrorBody {
+            reason: Some("loading".into()),
+            retry_after_seconds: Some(LOADING_RETRY_AFTER_SECONDS),
+            ..ErrorBody::new(
+                "not_leader",
+                "this operator leads but has not loaded every group yet; retry shortly",
+            )
+        },
+    );
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(LOADING_RETRY_AFTER_SECONDS),
+    );
+    r
 }
 
 /// A JSON response with `Cache-Control: no-store`.

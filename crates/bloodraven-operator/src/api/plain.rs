@@ -78,6 +78,9 @@ async fn active_site(
             "this operator is not the leader",
         );
     }
+    if !state.is_loaded() {
+        return super::loading_response();
+    }
     let namespace = q.namespace.unwrap_or_else(|| "default".into());
     let Some(rt) = state
         .group(&group)
@@ -116,6 +119,9 @@ async fn status(
             "not_leader",
             "this operator is not the leader",
         );
+    }
+    if !state.is_loaded() {
+        return super::loading_response();
     }
     let want = q.ok().and_then(|Query(q)| q.group);
     let groups = state.groups.read().await.clone();

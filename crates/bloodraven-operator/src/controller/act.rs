@@ -25,6 +25,10 @@ pub(super) enum Outcome {
 /// How long the controller's own fence of an intruder may wait.
 const INTRUDER_FENCE_BOUND: Duration = Duration::from_secs(5);
 
+/// How many times the fence of an announced new primary is cleared before the promotion is
+/// reported failed (reassertion takes over from there).
+const LIFT_ATTEMPTS: u32 = 3;
+
 impl Controller {
     pub(super) async fn act(
         &mut self,
@@ -121,8 +125,8 @@ impl Controller {
 
     async fn bootstrap(&mut self, site: &str, promote: bool) -> Result<Outcome, ControllerError> {
         let how = if promote {
-            // Every site booted read-only: promote the chosen one first (stop and reset
-            // replication, clear the fence, confirm), then announce it.
+            // Every site booted read-only: prepare the chosen one (stop and reset replication),
+            // announce it, then clear its fence.
             let c = self.client(site)?;
             let why = match &self.rt.config.bootstrap_site {
                 Some(b) if b == site => "spec.bootstrapSite names it",
@@ -132,14 +136,12 @@ impl Controller {
             };
             let settings =
                 bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
-            let promotion =
-                c.promote_with(Some(settings))
-                    .await
-                    .map_err(|e| ControllerError::Promote {
-                        site: site.to_string(),
-                        source: e,
-                    })?;
-            self.mark_writable(site);
+            let promotion = c.prepare_promotion(Some(settings)).await.map_err(|e| {
+                ControllerError::Promote {
+                    site: site.to_string(),
+                    source: e,
+                }
+            })?;
             format!("promoted at {}: {why}", promotion.gtid)
         } else {
             "it was the one writable site".to_string()
@@ -152,6 +154,9 @@ impl Controller {
                 what: "topologyGeneration",
                 source: e,
             })?;
+        if promote {
+            self.lift_fence(site).await?;
+        }
         tracing::info!(group = %self.group(), site, topologyGeneration = generation, how = %how, "bootstrap: first active site");
         self.event(
             EventType::Normal,
@@ -162,6 +167,34 @@ impl Controller {
         )
         .await;
         Ok(Outcome::Done)
+    }
+
+    /// The last step of every promotion, after the new active site was persisted and is
+    /// served ("announce, then promote"): clear the fence of `site` and confirm it is writable.
+    /// A transient error is tried again at once, a few times; if it still fails, the change of
+    /// active site stands (the group reports `NoPrimary`) and reassertion retries it.
+    pub(super) async fn lift_fence(&mut self, site: &str) -> Result<(), ControllerError> {
+        let mut attempt = 1;
+        loop {
+            let c = self.client(site)?;
+            match c.unfence().await {
+                Ok(()) => {
+                    self.mark_writable(site);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!(group = %self.group(), site, attempt, error = %e, "announced the new active site, but clearing its fence failed");
+                    if attempt >= LIFT_ATTEMPTS {
+                        return Err(ControllerError::Unfence {
+                            site: site.to_string(),
+                            source: e,
+                        });
+                    }
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
     }
 
     async fn fence_intruder(
@@ -356,7 +389,7 @@ impl Controller {
         }
     }
 
-    /// Steps 1–4 of the emergency sequence; returns the new generation.
+    /// Steps 1–5 of the emergency sequence; returns the new generation.
     async fn promote_in_emergency(
         &mut self,
         from: &str,
@@ -418,22 +451,23 @@ impl Controller {
             self.catch_up_from(to, src).await;
         }
         // 3. Stop and reset replication, record the GTID set, give it the semi-synchronous
-        //    settings of a primary, clear the fence, confirm.
+        //    settings of a primary. It stays fenced.
         let settings = bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
         let promotion =
-            c.promote_with(Some(settings))
+            c.prepare_promotion(Some(settings))
                 .await
                 .map_err(|e| ControllerError::Promote {
                     site: to.to_string(),
                     source: e,
                 })?;
-        tracing::info!(group = %group, site = to, promotion_gtid = %promotion.gtid, "emergency failover: promoted");
-        self.mark_writable(to);
-        // 4. Bump the generation and persist it before it is announced.
+        tracing::info!(group = %group, site = to, promotion_gtid = %promotion.gtid, "emergency failover: prepared");
+        // 4. Announce: bump the generation and persist it, so every view served from now on
+        //    names `to`; only then (5.) does `to` take writes.
         let now = self.rt.now();
         let gtid = promotion.gtid.to_string();
         let target = to.to_string();
-        self.rt
+        let generation = self
+            .rt
             .change_active_site(to, |s| {
                 s.last_failover = Some(now);
                 s.last_failover_target.clone_from(&target);
@@ -443,6 +477,10 @@ impl Controller {
             .map_err(|e| ControllerError::Persist {
                 what: "topologyGeneration",
                 source: e,
-            })
+            })?;
+        // 5. Clear the fence and confirm.
+        self.lift_fence(to).await?;
+        tracing::info!(group = %group, site = to, "emergency failover: promoted");
+        Ok(generation)
     }
 }

@@ -247,12 +247,13 @@ impl Controller {
             Ok(c) => c,
             Err(e) => return failed(e.to_string()),
         };
-        // After a restart the target may already be promoted: then its GTID set is the
-        // promotion point (clients still write only where /active-site points).
+        // After a restart the target may already be prepared (read-only, no replication): its
+        // GTID set is the same, and preparing it again is harmless. It stays fenced until the
+        // new active site is persisted and served (Resuming clears it).
         let promotion = match client.probe().await {
             Ok(p) if !p.read_only && p.replica.is_none() => p.gtid,
             _ => match client
-                .promote_with(Some(bloodraven_core::semisync::desired(
+                .prepare_promotion(Some(bloodraven_core::semisync::desired(
                     self.rt.config.replication_mode,
                     true,
                 )))
@@ -269,7 +270,6 @@ impl Controller {
                 }
             },
         };
-        self.mark_writable(target);
         let lost = GtidSet::parse(promotion.flavor(), source_gtid)
             .map_or(0, |s| s.count_missing_from(&promotion));
         Done::Promoted {
@@ -278,7 +278,13 @@ impl Controller {
         }
     }
 
-    async fn resume(&self, target: &str, sites: &[String]) -> Done {
+    async fn resume(&mut self, target: &str, sites: &[String]) -> Done {
+        if let Err(e) = self.lift_fence(target).await {
+            tracing::warn!(group = %self.group(), site = target, step = e.step(), error = %e, "planned failover: the announced target's fence could not be cleared; retried next poll");
+            return Done::LiftFailed {
+                error: e.to_string(),
+            };
+        }
         let spec = match self.replication_spec(target) {
             Ok(s) => s,
             Err(e) => {

@@ -9,7 +9,7 @@ use bloodraven_core::fencing::{Rule, Verdict};
 use bloodraven_core::gtid::{GtidFlavor, GtidSet};
 use bloodraven_core::time::{ManualClock, Timestamp};
 use bloodraven_core::wire::ActiveSite;
-use bloodraven_mysql::{Cause, FenceOutcome, Flavor, KillReport, MysqlError, Probe};
+use bloodraven_mysql::{Cause, FenceOutcome, FenceReading, Flavor, KillReport, MysqlError, Probe};
 use tokio::time::{Instant, sleep};
 
 use super::*;
@@ -124,6 +124,12 @@ impl Contacts for FakeContacts {
 struct DbState {
     read_only: bool,
     unreadable: bool,
+    /// When the server (as the fake plays it) started: `None` means an hour before the first
+    /// reading. [`FakeDb::restart`] moves it to now.
+    started: Option<Instant>,
+    uptime_at_start: Duration,
+    server_id: u32,
+    unfence_calls: usize,
     /// Outcomes of the next fences; `Fenced` once it is empty.
     script: VecDeque<FenceOutcome>,
     fence_calls: Vec<Instant>,
@@ -138,6 +144,14 @@ impl FakeDb {
     fn state(&self) -> std::sync::MutexGuard<'_, DbState> {
         lock(&self.0)
     }
+
+    /// The server starts again, with `read_only` as given.
+    fn restart(&self, read_only: bool) {
+        let mut s = self.state();
+        s.started = Some(Instant::now());
+        s.uptime_at_start = Duration::ZERO;
+        s.read_only = read_only;
+    }
 }
 
 fn unreadable() -> MysqlError {
@@ -148,12 +162,22 @@ fn unreadable() -> MysqlError {
 }
 
 impl Database for FakeDb {
-    async fn read_only(&self) -> Result<bool, MysqlError> {
-        let s = self.state();
+    async fn fence_reading(&self) -> Result<FenceReading, MysqlError> {
+        let mut s = self.state();
         if s.unreadable {
             return Err(unreadable());
         }
-        Ok(s.read_only)
+        if s.started.is_none() {
+            s.started = Some(Instant::now());
+            s.uptime_at_start = Duration::from_secs(3600);
+        }
+        let up = s.uptime_at_start + s.started.map_or(Duration::ZERO, |t| t.elapsed());
+        Ok(FenceReading {
+            fenced: s.read_only,
+            server_id: s.server_id,
+            // The server counts whole seconds.
+            uptime: Duration::from_secs(up.as_secs()),
+        })
     }
 
     async fn fence(&self, _bound: Duration) -> FenceOutcome {
@@ -168,7 +192,9 @@ impl Database for FakeDb {
     }
 
     async fn unfence(&self) -> Result<(), MysqlError> {
-        self.state().read_only = false;
+        let mut s = self.state();
+        s.read_only = false;
+        s.unfence_calls += 1;
         Ok(())
     }
 
@@ -412,7 +438,7 @@ async fn a_stale_peer_view_never_overwrites_a_newer_operator_view() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn rearm_after_promotion_does_not_refence() {
+async fn a_promotion_announced_before_it_lifts_the_fence_is_not_refenced() {
     let w = World::start(2);
     // The operator moved the active site to pdx: rule #1.
     w.contacts.operator(Answer::Yes, Some(view("pdx", 100)));
@@ -421,28 +447,116 @@ async fn rearm_after_promotion_does_not_refence() {
     settle().await;
     assert_eq!(w.fences().len(), 1);
     assert!(w.shared.self_fenced());
-    // The operator re-asserts iad (clears the fence), then becomes unreachable before this
-    // sidecar reads its new answer; pdx still relays the old view.
-    w.contacts.operator(Answer::Refuse, None);
+    // The operator moves it back to iad: it announces iad first, then lifts the fence; pdx
+    // still relays the old view.
+    w.contacts.operator(Answer::Yes, Some(view("iad", 130)));
     w.db.state().read_only = false;
     sleep(LEASE * 4).await;
     assert_eq!(
         w.fences().len(),
         1,
-        "the old relayed view did not re-fence the promoted primary"
+        "the announced promotion was not re-fenced"
     );
     assert!(!w.shared.self_fenced(), "re-armed");
-    assert_eq!(w.shared.peer_view(), None, "the cache was cleared");
+    assert_eq!(
+        w.shared.peer_view(),
+        Some(view("iad", 130)),
+        "the cache is kept"
+    );
     assert!(
         w.metrics
             .encode()
             .contains("bloodraven_sidecar_self_fenced 0")
     );
     // The re-armed monitor still works: a newer view naming pdx fences again.
+    w.contacts.operator(Answer::Refuse, None);
     w.contacts.peer(0, Answer::Yes, Some(view("pdx", 200)));
     sleep(INTERVAL).await;
     settle().await;
     assert_eq!(w.fences().len(), 2);
+    w.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fenced_old_primary_made_writable_while_the_operator_is_down_is_fenced_again() {
+    let w = World::start(2);
+    w.contacts.operator(Answer::Yes, Some(view("pdx", 100)));
+    sleep(INTERVAL).await;
+    settle().await;
+    assert_eq!(w.fences().len(), 1);
+    // The operator stops; the peers answer and relay nothing newer. Someone clears the fence.
+    w.contacts.operator(Answer::Refuse, None);
+    w.contacts.peer(0, Answer::Yes, Some(view("pdx", 100)));
+    w.db.state().read_only = false;
+    sleep(INTERVAL).await;
+    settle().await;
+    assert_eq!(
+        w.fences().len(),
+        2,
+        "rule #1 from the kept cache, within one tick"
+    );
+    w.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_server_is_fenced_and_cleared_only_on_the_operators_answer() {
+    let w = World::start(1);
+    sleep(INTERVAL).await;
+    settle().await;
+    assert!(w.fences().is_empty(), "iad is the active site");
+    // iad restarts writable while the operator is down: fenced, and it stays fenced although
+    // every cached view names iad.
+    w.contacts.operator(Answer::Refuse, None);
+    w.db.restart(false);
+    sleep(INTERVAL).await;
+    settle().await;
+    assert_eq!(w.fences().len(), 1, "fenced first");
+    assert!(w.db.state().read_only);
+    assert_eq!(w.db.state().unfence_calls, 0, "nobody confirmed iad");
+    w.assert_fences_counted(metrics_contract::FENCE_SERVER_RESTART, 1);
+    assert!(w.shared.self_fenced());
+    // Later ticks leave it fenced (the sidecar never unfences on its own).
+    w.contacts.operator(Answer::Yes, Some(view("iad", 50)));
+    sleep(INTERVAL * 3).await;
+    assert!(w.db.state().read_only);
+    assert_eq!(w.db.state().unfence_calls, 0);
+    // It restarts again, now with the operator up and naming iad: fenced, asked, cleared.
+    w.db.restart(false);
+    sleep(INTERVAL).await;
+    settle().await;
+    assert_eq!(w.fences().len(), 2);
+    assert_eq!(w.db.state().unfence_calls, 1, "the operator named iad");
+    assert!(!w.db.state().read_only);
+    assert!(!w.shared.self_fenced());
+    // A restart while the operator names another site: fenced, stays fenced.
+    w.contacts.operator(Answer::Yes, Some(view("pdx", 80)));
+    w.db.restart(false);
+    sleep(INTERVAL).await;
+    settle().await;
+    assert_eq!(w.fences().len(), 3);
+    assert_eq!(w.db.state().unfence_calls, 1);
+    assert!(w.db.state().read_only);
+    w.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_server_whose_fence_does_not_land_is_tried_again_before_any_rule() {
+    let w = World::start(1);
+    sleep(INTERVAL).await;
+    settle().await;
+    w.db.state().script.push_back(FenceOutcome::Unknown {
+        reason: "server went away".into(),
+    });
+    w.db.restart(false);
+    sleep(INTERVAL).await;
+    settle().await;
+    assert!(w.fences().is_empty(), "the first attempt did not land");
+    assert!(!w.db.state().read_only);
+    sleep(INTERVAL).await;
+    settle().await;
+    assert_eq!(w.fences().len(), 1, "the next tick fenced it");
+    // The operator (answering, naming iad) confirmed it: cleared.
+    assert_eq!(w.db.state().unfence_calls, 1);
     w.finish().await;
 }
 

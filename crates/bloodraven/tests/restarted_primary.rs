@@ -1,0 +1,151 @@
+//! A fenced old primary whose `mariadbd` restarts writable while the operator is down: the
+//! playground's whole group (operator and sidecars as processes of this binary, real MariaDB
+//! servers), judged by the ledger's all-site probe.
+//!
+//! The sidecar keeps its topology cache across the re-arm (every promotion is announced before
+//! the promoted server takes writes), and it treats a server that restarted under it like a
+//! boot: fenced first, cleared only on the operator's answer. With the operator down, the
+//! restarted old primary is fenced within one `peerCheckInterval` and stays fenced; before, it
+//! stayed writable beside the new primary until the operator came back.
+
+use std::time::Duration;
+
+use bloodraven_core::config::ReplicationMode;
+use bloodraven_core::resources::KIND_GROUP;
+use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
+use bloodraven_store::{ObjectKey, Store};
+use bloodraven_testkit::ledger::{self, Probe, Target};
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// The playground's sidecar `peerCheckInterval` (docs/playground.md).
+const PEER_CHECK: Duration = Duration::from_secs(2);
+
+async fn status(pg: &Playground) -> Value {
+    pg.store
+        .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|o| o.body.get("status").cloned())
+        .unwrap_or(Value::Null)
+}
+
+async fn until(pg: &Playground, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = status(pg).await;
+        if pred(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting; status {s}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn read_only(pg: &Playground, i: usize) -> Option<bool> {
+    let c = pg.harness.lock().await.failover_client(i);
+    c.probe().await.ok().map(|p| p.read_only)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_old_primary_restarted_writable_while_the_operator_is_down_is_fenced_within_a_tick()
+ {
+    let opts = PlaygroundOptions {
+        dir: None,
+        reset: true,
+        app_port: 0,
+        dashboard_port: 0,
+        operator_port: 0,
+        deploy_port: 0,
+        exe: env!("CARGO_BIN_EXE_bloodraven").into(),
+        replication: ReplicationMode::Async,
+    };
+    let pg = Playground::start(opts, &|_| {})
+        .await
+        .expect("the playground starts");
+    let sites: Vec<(String, mysql_async::Opts)> = {
+        let h = pg.harness.lock().await;
+        h.admin(0)
+            .unwrap()
+            .execute(ledger::PROBES_TABLE_DDL)
+            .await
+            .unwrap();
+        h.wait_replicas_caught_up(0, Duration::from_secs(20))
+            .await
+            .unwrap();
+        (0..3)
+            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
+            .collect()
+    };
+
+    // A planned failover to pdx; iad is fenced and its sidecar holds the view naming pdx.
+    pg.planned_failover("pdx").await.unwrap();
+    until(&pg, Duration::from_secs(30), |s| {
+        s["activeSite"] == "pdx" && s["plannedFailover"]["phase"] == "Succeeded"
+    })
+    .await;
+    assert_eq!(read_only(&pg, 0).await, Some(true), "iad fenced");
+    assert_eq!(read_only(&pg, 1).await, Some(false), "pdx writable");
+    // Let every sidecar tick at least once with the new view.
+    tokio::time::sleep(PEER_CHECK * 2).await;
+
+    // The operator goes away; nobody will announce anything from now on.
+    pg.stop_operator().await;
+    let probe = Probe::start(
+        sites
+            .iter()
+            .map(|(n, o)| Target::new(n.clone(), o.clone()))
+            .collect(),
+        Duration::from_millis(5),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // iad's mariadbd dies and comes back writable (no read_only=ON in its configuration).
+    pg.kill_site("iad").await.unwrap();
+    tokio::time::sleep(PEER_CHECK).await;
+    pg.restart_site("iad", true).await.unwrap();
+    let back = Instant::now();
+    let mut fenced_after = None;
+    while back.elapsed() < PEER_CHECK * 6 {
+        if read_only(&pg, 0).await == Some(true) {
+            fenced_after = Some(back.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let fenced_at = Instant::now();
+    // It stays fenced: nothing may unfence it while the operator cannot confirm it.
+    tokio::time::sleep(PEER_CHECK * 3).await;
+    let stays = read_only(&pg, 0).await;
+    let log = probe.stop().await;
+    pg.shutdown().await;
+
+    let took = fenced_after.expect("the restarted old primary was never fenced");
+    println!(
+        "fenced {:.0} ms after the restarted server accepted connections",
+        took.as_secs_f64() * 1e3
+    );
+    assert!(
+        took <= PEER_CHECK,
+        "fenced after {took:?}, more than one peerCheckInterval"
+    );
+    assert_eq!(stays, Some(true), "iad stayed fenced");
+    // A server that boots writable takes writes from the moment it listens until its sidecar
+    // fences it: that window is all the probe may see, never a moment after it.
+    let two: Vec<_> = log.two_writable();
+    println!(
+        "probe rounds with two writable sites: {} (all between the restart and the fence)",
+        two.len()
+    );
+    for r in &two {
+        assert!(
+            r.started >= back - Duration::from_secs(1) && r.started <= fenced_at,
+            "two writable sites outside the restart window: round {r:?}"
+        );
+    }
+    assert!(
+        log.answered_by(1, back).len() > 10,
+        "the probe kept reaching pdx"
+    );
+}
