@@ -613,7 +613,7 @@ fn deployment(v: &Values, r: &Release) -> Deployment {
     }
 }
 
-fn service(r: &Release, name: &str, type_: &str, leader: bool, port: (&str, i32)) -> Service {
+fn service(r: &Release, name: &str, type_: &str, leader: bool, ports: &[(&str, i32)]) -> Service {
     let mut selector = r.selector();
     if leader {
         selector.insert(
@@ -634,13 +634,18 @@ fn service(r: &Release, name: &str, type_: &str, leader: bool, port: (&str, i32)
             type_: Some(type_.into()),
             cluster_ip: (!leader).then(|| "None".into()),
             selector: Some(selector),
-            ports: Some(vec![ServicePort {
-                name: Some(port.0.into()),
-                port: port.1,
-                target_port: Some(IntOrString::String(port.0.into())),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(name, port)| ServicePort {
+                        name: Some((*name).into()),
+                        port: *port,
+                        target_port: Some(IntOrString::String((*name).into())),
+                        protocol: Some("TCP".into()),
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
             ..ServiceSpec::default()
         }),
         ..Service::default()
@@ -723,30 +728,17 @@ pub fn render(v: &Values, r: &Release, with_crds: bool) -> Result<Vec<Value>, Ma
         )?);
     }
     out.extend(rbac(v, r)?);
+    // One Service for the leader: :8082, and :8443 with the deploy API (seed 01's pipelines
+    // call https://bloodraven.<namespace>.svc:8443).
+    let mut leader_ports = vec![("http", v.service.http_port)];
+    if v.auxiliary.deploy_api.enabled {
+        leader_ports.push(("https", v.service.https_port));
+    }
     out.push(to_value(
         "Service",
         "v1",
-        &service(
-            r,
-            &full,
-            &v.service.type_,
-            true,
-            ("http", v.service.http_port),
-        ),
+        &service(r, &full, &v.service.type_, true, &leader_ports),
     )?);
-    if v.auxiliary.deploy_api.enabled {
-        out.push(to_value(
-            "Service",
-            "v1",
-            &service(
-                r,
-                &format!("{full}-deploy"),
-                &v.service.type_,
-                true,
-                ("https", v.service.https_port),
-            ),
-        )?);
-    }
     out.push(to_value(
         "Service",
         "v1",
@@ -755,7 +747,7 @@ pub fn render(v: &Values, r: &Release, with_crds: bool) -> Result<Vec<Value>, Ma
             &format!("{full}-metrics"),
             "ClusterIP",
             false,
-            ("http", 8082),
+            &[("http", 8082)],
         ),
     )?);
     out.push(to_value("Deployment", "apps/v1", &deployment(v, r))?);

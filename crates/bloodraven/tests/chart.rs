@@ -209,6 +209,68 @@ fn helm_lint_and_template_decode_and_bloodraven_manifests_renders_the_same() {
     }
 }
 
+/// Seed 01's pipelines call `https://bloodraven.bloodraven.svc:8443/deploy/v1/...`: the
+/// `bloodraven` Service selects the leader and serves `:8082` always and `:8443` with the
+/// deploy API; no other Service selects the leader. Checked on both renderings.
+#[test]
+fn the_bloodraven_service_serves_the_seeds_deploy_url() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in CASES {
+        let values = values_file(dir.path(), name, text);
+        let deploy_api = text.contains("deployAPI: {enabled: true}");
+        for (how, objs) in [
+            ("helm template", template(&values)),
+            ("bloodraven manifests", manifests(&values)),
+        ] {
+            let services: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "Service").collect();
+            let leader: Vec<&&Value> = services
+                .iter()
+                .filter(|s| s["spec"]["selector"]["bloodraven.shipstream.io/leader"] == "true")
+                .collect();
+            assert_eq!(
+                leader
+                    .iter()
+                    .map(|s| s["metadata"]["name"].as_str().unwrap())
+                    .collect::<Vec<_>>(),
+                ["bloodraven"],
+                "{name}, {how}: one Service selects the leader"
+            );
+            let ports: Vec<(String, i64, String)> = leader[0]["spec"]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    (
+                        p["name"].as_str().unwrap().to_string(),
+                        p["port"].as_i64().unwrap(),
+                        p["targetPort"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            let mut want = vec![("http".to_string(), 8082, "http".to_string())];
+            if deploy_api {
+                want.push(("https".to_string(), 8443, "https".to_string()));
+            }
+            assert_eq!(ports, want, "{name}, {how}: the bloodraven Service's ports");
+            // The container names those ports.
+            let deployment = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+            let container_ports: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"]
+                [0]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            for (port, _, _) in &want {
+                assert!(
+                    container_ports.contains(&port.as_str()),
+                    "{name}, {how}: the container has no port {port}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn the_deploy_api_without_escrow_tls_is_refused_naming_the_value() {
     let dir = tempfile::tempdir().unwrap();

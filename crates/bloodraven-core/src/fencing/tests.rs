@@ -376,8 +376,7 @@ fn restart_tolerance_is_the_rounding_of_uptime_and_no_more() {
     let before = ServerSeen::from_reading(7, secs(100), secs(50));
     assert!(!ServerSeen::from_reading(7, secs(101), secs(50)).is_restart_of(&before));
     assert!(
-        !ServerSeen::from_reading(7, secs(102), secs(50))
-            .is_restart_of(&before),
+        !ServerSeen::from_reading(7, secs(102), secs(50)).is_restart_of(&before),
         "exactly the tolerance"
     );
     assert!(
