@@ -459,6 +459,19 @@ impl GroupLeases {
             .find(|r| r.kind == LeaseKind::FailoverHold)
     }
 
+    /// The live failover-hold as the planned failover's admission sees it: its expiry is the
+    /// hold's *effective* expiry, the earlier of its own and its migration lease's (the hold
+    /// ends with the mutex), so `admission.retryTime` never names a moment the hold cannot
+    /// reach.
+    pub fn live_hold_view(&self, now: Timestamp) -> Option<LeaseView> {
+        let hold = self.live_hold(now)?;
+        let mut view = hold.view();
+        if let Some(m) = &self.migration {
+            view.expires_at = view.expires_at.min(m.expires_at);
+        }
+        Some(view)
+    }
+
     fn live_records(&self, now: Timestamp) -> impl Iterator<Item = &LeaseRecord> {
         let migration = self.migration.as_ref().filter(|m| m.is_live(now));
         let hold = self.hold.as_ref().filter(|h| {

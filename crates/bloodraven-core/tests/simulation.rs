@@ -612,10 +612,7 @@ impl World {
         }
         for _ in 0..10 {
             let views = self.views();
-            let hold = self
-                .leases
-                .live_hold(self.now)
-                .map(bloodraven_core::lease::LeaseRecord::view);
+            let hold = self.leases.live_hold_view(self.now);
             let facts = Facts {
                 sites: &views,
                 active_site: &self.status.active,

@@ -7,9 +7,12 @@
 //! on lease bookkeeping: a topology change sets an atomic flag (renewals and grants answer
 //! `423` from then on), persists the new generation, and hands the revocation to a task.
 //!
-//! Every lease decision is persisted before it is answered. A request that raced a topology
-//! change (the flag was raised while its write was in flight) answers `423` rather than a grant
-//! or renewal stamped with the old generation; its lease is revoked by that change.
+//! Every lease decision is persisted before it is answered, and the answer is what was stored.
+//! On the embedded store a grant or renewal is committed in one transaction with a check that
+//! the group object is still the one its gate was read from; a topology change persisted in
+//! between makes it decide again (and answer `423`). In Kubernetes mode no transaction spans a
+//! Lease and the group: the decision is stored and answered as made, and the new generation's
+//! revocation fences it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +21,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use bloodraven_core::config::GroupConfig;
 use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
 use bloodraven_core::contract::events::DEPLOYMENT_LEASE_REVOKED;
-use bloodraven_core::health::{Assessment, UnstableReason, assess};
+use bloodraven_core::health::{Assessment, assess};
 use bloodraven_core::lease::{
     Grant, GrantRequest, GroupLeases, LeaseError, LeaseEvent, LeaseGate, LeaseKind, LeaseView,
     Release, Renewal, RevocationReason,
@@ -43,6 +46,11 @@ pub const RETRY_AFTER_SECONDS: u32 = 1;
 /// How many times one lease decision is made and written before a conflict is reported: the
 /// first attempt, and one more after each re-read of the store.
 pub const COMMIT_ATTEMPTS: u32 = 3;
+
+/// How many times a guarded lease decision is made again because the group object changed
+/// under it (a status write between the gate's read and the commit) before the request gives
+/// up with the conflict.
+pub const GROUP_MOVED_ATTEMPTS: u32 = 10;
 
 /// Runs `fut` to completion in its own task and returns its output.
 ///
@@ -133,12 +141,10 @@ impl std::fmt::Debug for LeaseLock<'_> {
 }
 
 impl LeaseLock<'_> {
-    /// The earliest-expiring live failover-hold, with its holder.
+    /// The live failover-hold, with its holder and its effective expiry (see
+    /// [`GroupLeases::live_hold_view`]).
     pub fn live_hold(&self) -> Option<LeaseView> {
-        self.state
-            .engine
-            .live_hold(self.now)
-            .map(bloodraven_core::lease::LeaseRecord::view)
+        self.state.engine.live_hold_view(self.now)
     }
 }
 
@@ -409,7 +415,12 @@ impl GroupRuntime {
     ///
     /// On any error the in-memory state is left as it was; the caller heals it from the store
     /// when the error leaves the store's state unknown (see [`Self::transact`]).
-    async fn commit(&self, ls: &mut LeaseState, mut next: GroupLeases) -> Result<(), StoreError> {
+    async fn commit(
+        &self,
+        ls: &mut LeaseState,
+        mut next: GroupLeases,
+        require: Option<&GroupSnapshot>,
+    ) -> Result<(), StoreError> {
         let owner = OwnerReference {
             api_version: API_VERSION.into(),
             kind: KIND_GROUP.into(),
@@ -418,7 +429,20 @@ impl GroupRuntime {
             controller: Some(true),
         };
         let desired = lease_objects::desired(&self.namespace, &self.name, &owner, &next)?;
-        let ops = lease_objects::plan_writes(&ls.objects, &desired);
+        let mut ops = lease_objects::plan_writes(&ls.objects, &desired);
+        if !ops.is_empty()
+            && let Some(snap) = require
+        {
+            // The gate was read from `snap`: the decision stands only while the group object
+            // is still that one (no topology change was persisted meanwhile).
+            ops.insert(
+                0,
+                WriteOp::Require {
+                    key: self.key(),
+                    resource_version: snap.resource_version.clone(),
+                },
+            );
+        }
         if !ops.is_empty() {
             let names: Vec<Option<String>> = ops
                 .iter()
@@ -429,9 +453,14 @@ impl GroupRuntime {
                     _ => None,
                 })
                 .collect();
+            let checks: Vec<bool> = ops
+                .iter()
+                .map(|op| matches!(op, WriteOp::Require { .. }))
+                .collect();
             let written = self.store.apply(ops).await?;
-            for (deleted, obj) in names.into_iter().zip(written) {
+            for ((deleted, obj), check) in names.into_iter().zip(written).zip(checks) {
                 match (deleted, obj) {
+                    _ if check => {}
                     (Some(name), _) => {
                         ls.objects.remove(&name);
                     }
@@ -489,21 +518,39 @@ impl GroupRuntime {
     /// conflict or an unconfirmed write heals the state from the store and decides again
     /// ([`COMMIT_ATTEMPTS`] in all).
     ///
+    /// With `guard`, on a store whose batches are transactions, the decision is committed only
+    /// while the group object is still the one its gate was read from ([`WriteOp::Require`]):
+    /// a topology change persisted meanwhile makes it decide again against the new gate, so
+    /// what is answered is what was stored. The Kubernetes API has no such transaction: there
+    /// the decision is stored as made, and the generation's revocation fences it.
+    ///
     /// Returns what `decide` returned and the snapshot its gate came from.
     async fn transact<T>(
         &self,
         ls: &mut LeaseState,
+        guard: bool,
         mut decide: impl FnMut(&mut GroupLeases, &LeaseGate, Timestamp) -> T,
     ) -> Result<(T, Arc<GroupSnapshot>), StoreError> {
+        let guard = guard && self.store.transactional();
         let mut attempt = 1;
+        let mut moved = 0;
         loop {
             let snap = self.snapshot();
             let gate = self.gate(&snap);
             let now = self.now();
             let mut next = ls.engine.clone();
             let out = decide(&mut next, &gate, now);
-            match self.commit(ls, next).await {
+            match self.commit(ls, next, guard.then_some(&*snap)).await {
                 Ok(()) => return Ok((out, snap)),
+                // The group object changed under the decision: decide again against the new
+                // gate. The lease objects are untouched (the batch applied nothing).
+                Err(StoreError::Conflict { key, .. })
+                    if guard && key == self.key() && moved < GROUP_MOVED_ATTEMPTS =>
+                {
+                    moved += 1;
+                    tracing::debug!(group = %self.name, moved, "the group changed while a lease decision was being committed; deciding again");
+                    self.refresh_snapshot().await?;
+                }
                 Err(e) if Self::leaves_store_unknown(&e) => {
                     tracing::warn!(group = %self.name, error = %e, attempt, "deploy lease write did not apply as planned; re-reading the leases and deciding again");
                     self.heal(ls).await?;
@@ -515,6 +562,22 @@ impl GroupRuntime {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The group object's key.
+    fn key(&self) -> ObjectKey {
+        ObjectKey::new(KIND_GROUP, &self.namespace, &self.name)
+    }
+
+    /// Makes the snapshot at least as new as the stored group object: after a guarded lease
+    /// commit found the group changed, its writer may not have installed it yet.
+    async fn refresh_snapshot(&self) -> Result<(), StoreError> {
+        let mut current = self.group.lock().await;
+        let fresh = self.read_stored().await?;
+        if fresh.metadata.resource_version != current.metadata.resource_version {
+            self.install(&mut current, fresh)?;
+        }
+        Ok(())
     }
 
     /// Errors after which the stored lease objects may differ from what this runtime holds.
@@ -590,24 +653,12 @@ impl GroupRuntime {
         }
     }
 
-    /// A request that raced a topology change must not be answered with the old generation.
-    fn raced(&self, snap: &GroupSnapshot) -> Option<LeaseError> {
-        let moved =
-            self.snapshot().status().topology_generation != snap.status().topology_generation;
-        (moved || self.flags.topology_change_pending.load(Ordering::SeqCst)).then_some(
-            LeaseError::Unstable {
-                reason: UnstableReason::TopologyChangePending,
-                retry_after_seconds: RETRY_AFTER_SECONDS,
-            },
-        )
-    }
-
     /// Runs one lease decision to completion, even if the caller stops waiting (see
     /// [`to_completion`]): under the lease lock, against a fresh gate, committed through
-    /// [`Group::transact`]. With `check_race`, an answer decided while the topology moved is
-    /// replaced by `423` (a grant or renewal must not be honoured across a failover; a release
-    /// is safe either way).
-    async fn decide<T, F>(self: &Arc<Self>, check_race: bool, decide: F) -> Result<T, RequestError>
+    /// [`GroupRuntime::transact`]. With `guard`, a grant or renewal is committed only against
+    /// the gate it was decided on (see there), so the answer is always what was stored: `200`
+    /// or `201` for a committed decision, `423` for one that was not.
+    async fn decide<T, F>(self: &Arc<Self>, guard: bool, decide: F) -> Result<T, RequestError>
     where
         T: Send + 'static,
         F: FnMut(&mut GroupLeases, &LeaseGate, Timestamp) -> Result<T, LeaseError> + Send + 'static,
@@ -615,12 +666,8 @@ impl GroupRuntime {
         let me = self.clone();
         to_completion(async move {
             let mut ls = me.leases.lock().await;
-            let (result, snap) = me.transact(&mut ls, decide).await?;
-            let answer = result?;
-            if check_race && let Some(e) = me.raced(&snap) {
-                return Err(e.into());
-            }
-            Ok(answer)
+            let (result, _) = me.transact(&mut ls, guard, decide).await?;
+            Ok(result?)
         })
         .await
     }
@@ -698,7 +745,7 @@ impl GroupRuntime {
                 return Ok(0);
             }
             let (n, _) = me
-                .transact(&mut ls, |next, _, now| next.expire(now))
+                .transact(&mut ls, false, |next, _, now| next.expire(now))
                 .await?;
             Ok(n)
         })
@@ -713,7 +760,7 @@ impl GroupRuntime {
             let generation = me.snapshot().status().topology_generation;
             let mut ls = me.leases.lock().await;
             let res = me
-                .transact(&mut ls, |next, _, now| {
+                .transact(&mut ls, false, |next, _, now| {
                     next.advance_generation(generation, now) + next.expire(now)
                 })
                 .await
@@ -735,7 +782,7 @@ impl GroupRuntime {
             me.flags.revocation_pending.store(true, Ordering::SeqCst);
             let res = async {
                 let mut ls = me.leases.lock().await;
-                me.transact(&mut ls, |next, _, now| next.revoke_all(now))
+                me.transact(&mut ls, false, |next, _, now| next.revoke_all(now))
                     .await
                     .map(|(n, _)| n)
             }

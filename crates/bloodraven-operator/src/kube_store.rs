@@ -372,6 +372,13 @@ impl KubeStore {
                     },
                 }
             }
+            // No transaction spans two objects in the Kubernetes API: a check here would be
+            // stale by the next write, so it is refused rather than pretended.
+            WriteOp::Require { key, .. } => Err(StoreError::Invalid {
+                reason: format!(
+                    "the Kubernetes API has no multi-object transactions: cannot require {key} unchanged within a batch"
+                ),
+            }),
         }
     }
 }

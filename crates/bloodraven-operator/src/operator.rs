@@ -431,6 +431,10 @@ impl Store for LeaderGated {
         self.inner.apply(ops)
     }
 
+    fn transactional(&self) -> bool {
+        self.inner.transactional()
+    }
+
     fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
         self.inner.watch()
     }

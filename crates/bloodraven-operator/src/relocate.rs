@@ -393,10 +393,7 @@ async fn write(
     op: WriteOp,
     written: &[ObjectKey],
 ) -> Result<RawObject, MoveError> {
-    let key = match &op {
-        WriteOp::Create(o) | WriteOp::Replace(o) | WriteOp::ReplaceStatus(o) => o.key(),
-        WriteOp::Delete { key, .. } | WriteOp::DeleteIfExists { key } => key.clone(),
-    };
+    let key = op.key();
     let failed = |e| MoveError::Write {
         key: key.clone(),
         source: Box::new(e),

@@ -1020,3 +1020,151 @@ async fn a_hold_asked_for_during_admission_is_refused_not_granted() {
     }
     assert!(rt.lock_leases().await.live_hold().is_none());
 }
+
+/// A store that holds batches writing deploy-lease objects while its gate is `true`, and
+/// records every `renewTime` of the migration lease it stored.
+#[derive(Debug)]
+struct HeldLeaseWrites {
+    inner: Arc<dyn Store>,
+    gate: tokio::sync::watch::Sender<bool>,
+    held: std::sync::atomic::AtomicUsize,
+    renew_times: std::sync::Mutex<Vec<serde_json::Value>>,
+}
+
+impl Store for HeldLeaseWrites {
+    fn get<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+    ) -> bloodraven_store::StoreFuture<'a, Option<bloodraven_store::RawObject>> {
+        self.inner.get(key)
+    }
+    fn list<'a>(
+        &'a self,
+        kind: &'a str,
+        ns: Option<&'a str>,
+    ) -> bloodraven_store::StoreFuture<'a, Vec<bloodraven_store::RawObject>> {
+        self.inner.list(kind, ns)
+    }
+    fn apply(
+        &self,
+        ops: Vec<bloodraven_store::WriteOp>,
+    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<bloodraven_store::RawObject>>> {
+        let leases = ops.iter().any(|o| o.key().kind == KIND_LEASE);
+        let mut rx = self.gate.subscribe();
+        Box::pin(async move {
+            if leases && *rx.borrow_and_update() {
+                self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                while *rx.borrow_and_update() {
+                    let _ = rx.changed().await;
+                }
+            }
+            let out = self.inner.apply(ops).await?;
+            for o in out.iter().flatten() {
+                if o.kind == KIND_LEASE && o.metadata.name.ends_with("-migration") {
+                    self.renew_times
+                        .lock()
+                        .unwrap()
+                        .push(o.body["spec"]["renewTime"].clone());
+                }
+            }
+            Ok(out)
+        })
+    }
+    fn transactional(&self) -> bool {
+        self.inner.transactional()
+    }
+    fn watch(&self) -> tokio::sync::broadcast::Receiver<bloodraven_store::WatchEvent> {
+        self.inner.watch()
+    }
+}
+
+/// A renewal decided just before a topology change is persisted, whose write reaches the
+/// store just after it, is not committed: it is decided again against the new gate (revoked,
+/// or `423` while the revocation is pending), and no renewal was stored. (Before, it was stored and then answered `423`:
+/// the client was told its deadline had not moved while it had.) An ordinary renewal's
+/// answered `expiresAt` is the stored one.
+#[tokio::test]
+async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
+    let env = Env::new();
+    let (gate, _) = tokio::sync::watch::channel(false);
+    let store = Arc::new(HeldLeaseWrites {
+        inner: Arc::new(env.open_store()),
+        gate,
+        held: std::sync::atomic::AtomicUsize::new(0),
+        renew_times: std::sync::Mutex::new(Vec::new()),
+    });
+    let op = env.start_with_store(store.clone()).await;
+    let rt = op.group(GROUP).await.unwrap();
+    bootstrap(&rt, env.clock.now()).await;
+    let client = Client::new(&env.ca, op.https_addr.unwrap());
+    let token = env.token("ci", "deployer");
+    let a = client
+        .grant(&token, "migration", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
+    let lease_token = lease_token(&a).to_string();
+    // An ordinary renewal: answered what was stored.
+    env.clock.advance(Duration::from_secs(5));
+    let r = client
+        .renew(&token, "migration", "op-1", &lease_token)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let obs = client.observe(&token, GROUP).await;
+    assert_eq!(obs.body["leases"][0]["expiresAt"], r.body["expiresAt"]);
+    rt.check_lease_state().await.unwrap();
+
+    // The race: the renewal is decided (the group stable), its write is held in the store,
+    // the topology change is persisted, then the write arrives.
+    env.clock.advance(Duration::from_secs(5));
+    let raced_at = serde_json::to_value(env.clock.now()).unwrap();
+    store.gate.send_replace(true);
+    let renewal = {
+        let client = Client::new(&env.ca, op.https_addr.unwrap());
+        let (token, lease_token) = (token.clone(), lease_token.clone());
+        tokio::spawn(async move {
+            client
+                .renew(&token, "migration", "op-1", &lease_token)
+                .await
+        })
+    };
+    for _ in 0..500 {
+        if store.held.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        store.held.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the renewal's write is held"
+    );
+    let now = env.clock.now();
+    let generation = rt
+        .change_active_site("pdx", |s| support::healthy(s, now))
+        .await
+        .unwrap();
+    assert_eq!(generation, 2);
+    store.gate.send_replace(false);
+    // Decided again against the new gate: the generation moved, so the lease is revoked
+    // (or, while the revocation is pending, the group is unstable). Not a renewal either way.
+    let r = renewal.await.unwrap();
+    assert!(
+        (r.status == StatusCode::CONFLICT && r.body["reason"] == "TopologyChanged")
+            || (r.status == StatusCode::LOCKED && r.body["reason"] == "TopologyChangePending"),
+        "{} {}",
+        r.status,
+        r.text
+    );
+    assert!(
+        !store.renew_times.lock().unwrap().contains(&raced_at),
+        "a renewal answered 423 was stored: {:?}",
+        store.renew_times.lock().unwrap()
+    );
+    support::wait_leases_synced(&rt).await;
+    rt.check_lease_state().await.unwrap();
+    let r = client
+        .renew(&token, "migration", "op-1", &lease_token)
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(r.body["reason"], "TopologyChanged");
+}

@@ -54,10 +54,6 @@ impl Backend for Fake {
         self.fake.expire_watches();
     }
 
-    fn atomic_batches(&self) -> bool {
-        false
-    }
-
     fn namespace(&self, case: &str) -> String {
         case.to_string()
     }
@@ -99,10 +95,6 @@ impl Backend for Real {
     /// renewed after its timeout is not practical either, so this case is left to the fake.
     async fn force_relist(&self) {
         panic!("not forced on a real cluster");
-    }
-
-    fn atomic_batches(&self) -> bool {
-        false
     }
 
     /// One namespace (the identity's); cases use distinct object names instead.

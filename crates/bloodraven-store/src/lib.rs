@@ -13,7 +13,9 @@
 //! - **A batch is applied in order and may stop part-way.** [`Store::apply`] writes its ops one
 //!   after the other; when one fails, the ones before it may have been applied and the ones
 //!   after it were not. Callers order writes so that any prefix is safe (tombstones before the
-//!   leases they replace). The embedded back-end happens to apply a batch atomically.
+//!   leases they replace). A back-end whose batches are transactions says so
+//!   ([`Store::transactional`]: the embedded one) and takes [`WriteOp::Require`], a check that
+//!   another object is unchanged, inside the same transaction.
 //! - **Status is written separately** for the kinds of
 //!   [`bloodraven_core::resources::STATUS_SUBRESOURCE_KINDS`]: [`WriteOp::Replace`] keeps the
 //!   stored status, [`WriteOp::ReplaceStatus`] changes nothing but the status, and a create
@@ -132,6 +134,26 @@ pub enum WriteOp {
     },
     /// Deletes when present; never fails for a missing object.
     DeleteIfExists { key: ObjectKey },
+    /// Writes nothing: fails with `Conflict` (or `NotFound`) unless the object is stored at
+    /// `resource_version`. Only back-ends whose batches are transactions
+    /// ([`Store::transactional`]) take it; there the rest of the batch is applied only while the
+    /// object is unchanged, in the same transaction.
+    Require {
+        key: ObjectKey,
+        resource_version: String,
+    },
+}
+
+impl WriteOp {
+    /// The object the op writes (or requires).
+    pub fn key(&self) -> ObjectKey {
+        match self {
+            WriteOp::Create(o) | WriteOp::Replace(o) | WriteOp::ReplaceStatus(o) => o.key(),
+            WriteOp::Delete { key, .. }
+            | WriteOp::DeleteIfExists { key }
+            | WriteOp::Require { key, .. } => key.clone(),
+        }
+    }
 }
 
 /// A change seen by a watcher.
@@ -188,8 +210,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> StoreFuture<'a, Vec<RawObject>>;
 
     /// Applies `ops` (see the crate docs for atomicity). Returns, per op, the object as
-    /// written (`None` for deletes).
+    /// written (`None` for deletes and requirements).
     fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>>;
+
+    /// Whether a batch is one transaction: all of it applies or none of it, and
+    /// [`WriteOp::Require`] is checked inside it. `false` (the Kubernetes API): a batch may
+    /// stop part-way and `Require` is refused.
+    fn transactional(&self) -> bool {
+        false
+    }
 
     /// A stream of every change from now on.
     fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent>;

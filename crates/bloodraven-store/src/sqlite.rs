@@ -361,6 +361,22 @@ fn apply_op(tx: &Connection, op: WriteOp) -> Result<Option<RawObject>, StoreErro
             }
             Ok(None)
         }
+        WriteOp::Require {
+            key,
+            resource_version,
+        } => {
+            let Some(current) = load(tx, &key)? else {
+                return Err(StoreError::NotFound { key });
+            };
+            if current.metadata.resource_version != resource_version {
+                return Err(StoreError::Conflict {
+                    key,
+                    expected: resource_version,
+                    actual: current.metadata.resource_version,
+                });
+            }
+            Ok(None)
+        }
     }
 }
 
@@ -506,6 +522,11 @@ impl Store for SqliteStore {
             wake.wake.notify_one();
             Ok(out)
         })
+    }
+
+    /// One SQLite transaction per batch (`BEGIN IMMEDIATE`): all of it or nothing.
+    fn transactional(&self) -> bool {
+        true
     }
 
     fn watch(&self) -> broadcast::Receiver<WatchEvent> {

@@ -32,10 +32,6 @@ impl Backend for Sqlite {
         self.store.compact_change_log().await.unwrap();
     }
 
-    fn atomic_batches(&self) -> bool {
-        true
-    }
-
     fn namespace(&self, case: &str) -> String {
         case.to_string()
     }

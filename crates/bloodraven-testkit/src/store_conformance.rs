@@ -21,8 +21,6 @@ pub trait Backend: Send + Sync {
     fn store(&self) -> Arc<dyn Store>;
     /// Makes the store's watch miss changes, so that it must ask for a re-list.
     fn force_relist(&self) -> impl std::future::Future<Output = ()> + Send;
-    /// Whether a failed batch leaves nothing applied (allowed, not required, by the contract).
-    fn atomic_batches(&self) -> bool;
     /// A fresh namespace for one case.
     fn namespace(&self, case: &str) -> String;
 }
@@ -271,12 +269,76 @@ pub async fn batches_stop_at_the_first_failure(b: &impl Backend) {
         "nothing after the failure"
     );
     let a = s.get(&key("a")).await.unwrap();
-    if b.atomic_batches() {
+    if s.transactional() {
         assert!(
             a.is_none(),
-            "an atomic back-end applies nothing of a failed batch"
+            "a transactional back-end applies nothing of a failed batch"
         );
     }
+}
+
+/// `Require`: on a transactional back-end, a batch applies only while the required object is
+/// unchanged (a stale version fails with `Conflict` and applies nothing); elsewhere it is
+/// refused, never pretended.
+pub async fn requirements_hold_inside_a_transaction(b: &impl Backend) {
+    let s = b.store();
+    let ns = b.namespace("require");
+    let g = written(&s, WriteOp::Create(lease(&ns, "guard", "op-g")))
+        .await
+        .unwrap();
+    let key = |n: &str| ObjectKey::new(KIND_LEASE, &ns, n);
+    let require = |rv: String| WriteOp::Require {
+        key: g.key(),
+        resource_version: rv,
+    };
+    if !s.transactional() {
+        let r = s
+            .apply(vec![
+                require(rv(&g)),
+                WriteOp::Create(lease(&ns, "x", "op-x")),
+            ])
+            .await;
+        assert!(matches!(r, Err(StoreError::Invalid { .. })), "{r:?}");
+        assert!(s.get(&key("x")).await.unwrap().is_none());
+        return;
+    }
+    let out = s
+        .apply(vec![
+            require(rv(&g)),
+            WriteOp::Create(lease(&ns, "x", "op-x")),
+        ])
+        .await
+        .unwrap();
+    assert!(out[0].is_none(), "a requirement writes nothing");
+    assert!(s.get(&key("x")).await.unwrap().is_some());
+    let g2 = written(&s, WriteOp::Replace(g.clone())).await.unwrap();
+    let r = s
+        .apply(vec![
+            require(rv(&g)),
+            WriteOp::Create(lease(&ns, "y", "op-y")),
+        ])
+        .await;
+    match r {
+        Err(StoreError::Conflict { key: k, .. }) => assert_eq!(k, g.key()),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.get(&key("y")).await.unwrap().is_none(), "nothing applied");
+    assert_eq!(
+        rv(&s.get(&g.key()).await.unwrap().unwrap()),
+        rv(&g2),
+        "the required object is untouched"
+    );
+    let r = s
+        .apply(vec![
+            WriteOp::Require {
+                key: key("missing"),
+                resource_version: "1".into(),
+            },
+            WriteOp::Create(lease(&ns, "z", "op-z")),
+        ])
+        .await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    assert!(s.get(&key("z")).await.unwrap().is_none());
 }
 
 /// Objects keep what Bloodraven writes into them: labels, annotations, the body.
@@ -404,6 +466,7 @@ macro_rules! conformance_tests {
             status_is_written_separately,
             deletes,
             batches_stop_at_the_first_failure,
+            requirements_hold_inside_a_transaction,
             objects_round_trip,
             watch_shows_each_objects_changes_in_order,
             a_watch_that_missed_changes_asks_for_a_relist

@@ -219,6 +219,12 @@ fn hold_ends_with_its_migration_lease() {
     // The migration lease lapses at t(10); the hold goes with it although its own TTL is longer.
     assert!(f.leases.live_hold(t(9)).is_some());
     assert!(f.leases.live_hold(t(10)).is_none());
+    // What the admission sees (retryTime): the effective expiry, the migration lease's.
+    assert_eq!(
+        f.leases.live_hold_view(t(9)).map(|v| v.expires_at),
+        Some(t(10))
+    );
+    assert!(f.leases.live_hold_view(t(10)).is_none());
     let r = f
         .leases
         .renew(H, "op-a", h.token.expose(), None, &stable(), t(11));
