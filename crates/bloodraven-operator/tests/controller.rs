@@ -346,12 +346,17 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     .await;
     let pf = s.planned_failover.unwrap();
     assert_eq!(pf.admission.defer_reason, "DeploymentHold");
+    // The hold's effective expiry: the earlier of its own and its migration lease's.
+    let earlier = |a: &serde_json::Value, b: &serde_json::Value| {
+        let (a, b) = (a.as_str().unwrap(), b.as_str().unwrap());
+        let t = |s: &str| bloodraven_core::time::Timestamp::parse_rfc3339(s).unwrap();
+        t(a).min(t(b)).to_rfc3339()
+    };
     assert_eq!(
         pf.admission
             .retry_time
-            .map(bloodraven_core::time::Timestamp::to_rfc3339)
-            .as_deref(),
-        h.body["expiresAt"].as_str()
+            .map(bloodraven_core::time::Timestamp::to_rfc3339),
+        Some(earlier(&m.body["expiresAt"], &h.body["expiresAt"]))
     );
     assert_eq!(
         pf.admission.message,
@@ -364,8 +369,17 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
         obs.body["operations"]["plannedFailover"]["phase"],
         "Deferred"
     );
-    // A renewal of the hold pushes retryTime along.
+    // Renewals (of both, as a client heartbeats them) push retryTime along.
     tokio::time::sleep(Duration::from_millis(1100)).await;
+    let rm = client
+        .renew(
+            &token,
+            "migration",
+            "mig-2",
+            m.body["token"].as_str().unwrap(),
+        )
+        .await;
+    assert_eq!(rm.status, StatusCode::OK);
     let r = client
         .renew(
             &token,
@@ -375,13 +389,13 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK);
+    let want = earlier(&rm.body["expiresAt"], &r.body["expiresAt"]);
     let s = wait_status(&op, Duration::from_secs(5), "retryTime moved", |s| {
         s.planned_failover
             .as_ref()
             .and_then(|p| p.admission.retry_time)
             .map(bloodraven_core::time::Timestamp::to_rfc3339)
-            .as_deref()
-            == r.body["expiresAt"].as_str()
+            == Some(want.clone())
     })
     .await;
     assert_eq!(s.active_site, "iad");
