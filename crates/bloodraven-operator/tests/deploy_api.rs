@@ -1168,3 +1168,45 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(r.body["reason"], "TopologyChanged");
 }
+
+/// What docs/operator.md says of a request that is not well-formed HTTP: a `Content-Length`
+/// that is not a number is refused by the HTTP layer with a bare `400` before any handler (no
+/// JSON body, the connection closed) and changes nothing; the same request well-formed is
+/// answered by the API in JSON.
+#[tokio::test]
+async fn an_unparsable_content_length_is_a_bare_400_that_changes_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = fixture().await;
+    let tls = bloodraven_runtime::tls::client_config(Some(&f.env.ca)).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    let tcp = tokio::net::TcpStream::connect(f.op.https_addr.unwrap())
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut s = connector.connect(name, tcp).await.unwrap();
+    let body =
+        r#"{"kind":"migration","operationId":"op-bad","instance":"counter-app","ttlSeconds":30}"#;
+    s.write_all(
+        format!(
+            "POST /deploy/v1/groups/{GROUP}/leases HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: eighty\r\n\r\n{body}",
+            f.token
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer))
+        .await
+        .expect("the server answers and closes the connection")
+        .ok();
+    let text = String::from_utf8_lossy(&answer);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    assert!(head.starts_with("HTTP/1.1 400 "), "{text}");
+    assert!(rest.is_empty(), "no body: {text}");
+    let obs = f.observe(GROUP).await;
+    assert_eq!(obs.body["leases"], json!([]), "nothing was granted");
+    // Well-formed, the same request is the API's.
+    let g = f.grant("migration", "op-bad", "counter-app", 30).await;
+    assert_eq!(g.status, StatusCode::CREATED, "{}", g.text);
+}
