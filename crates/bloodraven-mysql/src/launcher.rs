@@ -611,12 +611,15 @@ impl Launcher {
         }
     }
 
-    /// Creates the accounts and the `app` schema on `primary`, and makes every other server a
-    /// read-only GTID replica of it, waiting until each has caught up.
+    /// Creates the accounts on every server and the `app` schema on `primary`, and makes every
+    /// other server a read-only GTID replica of it, waiting until each has caught up.
+    ///
+    /// The accounts are created on each server with binary logging off for those statements
+    /// ([`SiteClient::execute_unlogged`]): a password in `CREATE USER … IDENTIFIED BY` would
+    /// otherwise sit in plain text in every site's binary log, replicated and kept.
     pub async fn wire(&mut self, primary: usize) -> Result<(), LaunchError> {
-        let p = self.admin(primary)?;
         let a = &self.accounts;
-        let setup = [
+        let accounts = vec![
             format!(
                 "CREATE USER IF NOT EXISTS 'bloodraven'@'127.0.0.1' IDENTIFIED BY {}",
                 crate::sql::quote(a.failover.password.expose())
@@ -631,16 +634,26 @@ impl Launcher {
                 "CREATE USER IF NOT EXISTS 'app'@'127.0.0.1' IDENTIFIED BY {}",
                 crate::sql::quote(a.app.password.expose())
             ),
-            "CREATE DATABASE IF NOT EXISTS app".to_string(),
             format!("GRANT {APP_GRANTS} ON app.* TO 'app'@'127.0.0.1'"),
         ];
+        for i in 0..self.servers.len() {
+            let c = self.admin(i)?;
+            let name = self.server(i)?.name.clone();
+            c.execute_unlogged(accounts.clone())
+                .await
+                .map_err(|source| LaunchError::Setup {
+                    server: name,
+                    source,
+                })?;
+        }
+        let p = self.admin(primary)?;
         let pname = self.server(primary)?.name.clone();
-        for stmt in setup {
-            p.execute(stmt).await.map_err(|source| LaunchError::Setup {
+        p.execute("CREATE DATABASE IF NOT EXISTS app")
+            .await
+            .map_err(|source| LaunchError::Setup {
                 server: pname.clone(),
                 source,
             })?;
-        }
         p.unfence().await.map_err(|source| LaunchError::Setup {
             server: pname.clone(),
             source,

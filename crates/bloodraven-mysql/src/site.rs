@@ -967,6 +967,34 @@ impl SiteClient {
         self.wait_for_gtid(target, bound).await
     }
 
+    /// Runs `statements` on this server only, with binary logging off for them
+    /// (`SET SESSION sql_log_bin = 0`): nothing they do reaches the binary log or a replica,
+    /// and no GTID is allocated. For accounts (`CREATE USER … IDENTIFIED BY`), so that no
+    /// password is written into a binary log that every site keeps and replicates. Runs on a
+    /// connection of its own, closed afterwards (never returned to the cache with binary
+    /// logging off). Needs `SUPER` or `BINLOG ADMIN`. The statements are not logged, and an
+    /// error does not quote them.
+    pub async fn execute_unlogged(&self, statements: Vec<String>) -> Result<(), MysqlError> {
+        let mut conn = self.connect(Op::Admin).await?;
+        let res = timeout(self.inner.timeouts.statement, async {
+            conn.query_drop("SET SESSION sql_log_bin = 0").await?;
+            for s in &statements {
+                conn.query_drop(s.as_str()).await?;
+            }
+            Ok::<_, mysql_async::Error>(())
+        })
+        .await;
+        drop(conn);
+        match res {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Op::Admin.error(&self.inner.label, cause_of(&e, true))),
+            Err(_) => Err(Op::Admin.error(
+                &self.inner.label,
+                Cause::TimedOut(self.inner.timeouts.statement),
+            )),
+        }
+    }
+
     /// Runs an administrative statement (harness setup, tests). The statement is not logged.
     pub async fn execute(&self, sql: impl Into<String>) -> Result<(), MysqlError> {
         let sql = sql.into();

@@ -417,9 +417,41 @@ impl Playground {
         for i in 0..SITES.len() {
             pg.start_sidecar(i).await?;
         }
+        progress("waiting for the deploy API to call the group stable");
+        pg.wait_stable(Duration::from_secs(60)).await?;
         tokio::spawn(pg.counter.clone().follow());
         tokio::spawn(pg.counter.clone().write_continuously());
         Ok(pg)
+    }
+
+    /// Waits until the deploy API's observation of the group says `stable` (what a
+    /// `bloodraven deploy migrate` started from the printed lines checks first), so the
+    /// playground says it is ready only when a pipeline would be admitted.
+    async fn wait_stable(&self, limit: Duration) -> Result<(), PlaygroundError> {
+        let token_path = self.dir.join("operator/playground.token");
+        write_private(&token_path, &self.token()?)?;
+        let api = HttpLeaseApi::new(
+            &self.deploy_url(),
+            &self.files.pki.ca_cert,
+            &token_path,
+            GROUP,
+            Duration::from_secs(5),
+        )
+        .map_err(|e| PlaygroundError::Other(e.to_string()))?;
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut last = String::new();
+        while tokio::time::Instant::now() < deadline {
+            match api.observe().await {
+                Ok(o) if o.stable => return Ok(()),
+                Ok(o) => last = format!("unstable: {}", o.unstable_reason),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(PlaygroundError::Other(format!(
+            "the deploy API did not call the group stable within {} s ({last})",
+            limit.as_secs()
+        )))
     }
 
     fn operator_url(&self) -> String {

@@ -584,6 +584,20 @@ async fn dashboard_in_headless_chromium_increments_and_fails_over() {
     let b = Browser::start().await;
     b.goto(&format!("{}/", r.dashboard)).await;
     b.wait_text("#active", "iad").await;
+    // Conditions are coloured by health: a True SidecarTimingsInSync and Ready are good, a
+    // False Degraded is good too.
+    b.wait_text("#conditions", "SidecarTimingsInSync").await;
+    for good in [
+        "#conditions tr[data-cond='Ready'] .pill.ok",
+        "#conditions tr[data-cond='SidecarTimingsInSync'] .pill.ok",
+        "#conditions tr[data-cond='Degraded'] .pill.ok",
+    ] {
+        assert!(b.find(good).await.is_some(), "no {good}");
+    }
+    assert!(
+        b.find("#conditions .pill.bad").await.is_none(),
+        "a healthy group draws no condition as a fault"
+    );
     b.click("#btn-increment").await;
     b.wait_text("#counter-value", "1").await;
     b.wait_text("#counter-tally", "1 / 0 / 0").await;
