@@ -22,7 +22,10 @@ fn binlogs(datadir: &Path, site: &str) -> Vec<std::path::PathBuf> {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && !n.ends_with(".index"))
+                .is_some_and(|n| {
+                    n.strip_prefix(&prefix)
+                        .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+                })
         })
         .collect();
     out.sort();
