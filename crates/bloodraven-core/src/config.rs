@@ -15,20 +15,6 @@ use serde::{Deserialize, Serialize};
 use crate::duration::{HumanDuration, parse_duration};
 use crate::names::{check_dns1123_label, check_dns1123_subdomain};
 
-/// Defaults of SPEC §2.1.
-pub mod defaults {
-    use std::time::Duration;
-    pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-    pub const FAILURE_THRESHOLD: u32 = 3;
-    pub const RECOVERY_THRESHOLD: u32 = 2;
-    pub const FAILOVER_COOLDOWN: Duration = Duration::from_secs(300);
-    pub const MAX_LAG_SECONDS: u64 = 300;
-    pub const MAX_LAG_WAIT: Duration = Duration::from_secs(300);
-    pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-    pub const LEASE_TIMEOUT: Duration = Duration::from_secs(20);
-    pub const PEER_CHECK_INTERVAL: Duration = Duration::from_secs(5);
-}
-
 /// One problem in a configuration: the field's path and the rule it broke.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
@@ -498,18 +484,18 @@ pub fn validate_group(
         &mut e,
         "spec.pollInterval",
         spec.poll_interval.as_ref(),
-        defaults::POLL_INTERVAL,
+        crate::defaults::POLL_INTERVAL,
         Duration::from_millis(100),
     );
     let failure_threshold = spec
         .failure_threshold
-        .unwrap_or(defaults::FAILURE_THRESHOLD);
+        .unwrap_or(crate::defaults::FAILURE_THRESHOLD);
     if failure_threshold == 0 {
         e.push("spec.failureThreshold", "must be at least 1");
     }
     let recovery_threshold = spec
         .recovery_threshold
-        .unwrap_or(defaults::RECOVERY_THRESHOLD);
+        .unwrap_or(crate::defaults::RECOVERY_THRESHOLD);
     if recovery_threshold == 0 {
         e.push("spec.recoveryThreshold", "must be at least 1");
     }
@@ -517,14 +503,14 @@ pub fn validate_group(
         &mut e,
         "spec.failoverCooldown",
         spec.failover_cooldown.as_ref(),
-        defaults::FAILOVER_COOLDOWN,
+        crate::defaults::FAILOVER_COOLDOWN,
         zero,
     );
     let max_lag_seconds = spec
         .replication
         .as_ref()
         .and_then(|r| r.max_lag_seconds)
-        .unwrap_or(defaults::MAX_LAG_SECONDS);
+        .unwrap_or(crate::defaults::MAX_LAG_SECONDS);
     let replication_credentials = spec
         .replication
         .as_ref()
@@ -542,14 +528,14 @@ pub fn validate_group(
         &mut e,
         "spec.plannedFailover.maxLagWait",
         pf.max_lag_wait.as_ref(),
-        defaults::MAX_LAG_WAIT,
+        crate::defaults::MAX_LAG_WAIT,
         Duration::from_secs(1),
     );
     let drain_timeout = duration_field(
         &mut e,
         "spec.plannedFailover.drainTimeout",
         pf.drain_timeout.as_ref(),
-        defaults::DRAIN_TIMEOUT,
+        crate::defaults::DRAIN_TIMEOUT,
         zero,
     );
     let sc = spec.sidecar.clone().unwrap_or_default();
@@ -557,14 +543,14 @@ pub fn validate_group(
         &mut e,
         "spec.sidecar.leaseTimeout",
         sc.lease_timeout.as_ref(),
-        defaults::LEASE_TIMEOUT,
+        crate::defaults::LEASE_TIMEOUT,
         zero,
     );
     let peer_check_interval = duration_field(
         &mut e,
         "spec.sidecar.peerCheckInterval",
         sc.peer_check_interval.as_ref(),
-        defaults::PEER_CHECK_INTERVAL,
+        crate::defaults::PEER_CHECK_INTERVAL,
         zero,
     );
     for (field, d) in [

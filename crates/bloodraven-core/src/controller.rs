@@ -16,179 +16,13 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::{ReplicationMode, SiteRole};
 use crate::gtid::GtidSet;
-use crate::semisync::{self, Guarantee, SemiSyncState, Settings};
+use crate::reason::ConditionReason;
+use crate::semisync::{self, Guarantee, Settings};
 use crate::status::SiteState;
 use crate::time::Timestamp;
-
-/// What one probe of one site showed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProbeResult {
-    Unreachable,
-    ReadOnly,
-    Writable,
-}
-
-/// The debounce counters of one site.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SiteTracker {
-    pub state: SiteState,
-    pub failures: u32,
-    pub writable_streak: u32,
-}
-
-/// Applies one probe result to a site's counters.
-pub fn debounce(
-    t: SiteTracker,
-    probe: ProbeResult,
-    failure_threshold: u32,
-    recovery_threshold: u32,
-) -> SiteTracker {
-    match probe {
-        ProbeResult::Unreachable => {
-            let failures = t.failures.saturating_add(1);
-            SiteTracker {
-                state: if failures >= failure_threshold {
-                    SiteState::Unreachable
-                } else {
-                    t.state
-                },
-                failures,
-                writable_streak: 0,
-            }
-        }
-        ProbeResult::ReadOnly => SiteTracker {
-            state: SiteState::ReadOnly,
-            failures: 0,
-            writable_streak: 0,
-        },
-        ProbeResult::Writable => {
-            let streak = t.writable_streak.saturating_add(1);
-            SiteTracker {
-                state: if streak >= recovery_threshold || t.state == SiteState::Writable {
-                    SiteState::Writable
-                } else if t.state == SiteState::Unreachable {
-                    // Seen again, not yet confirmed writable.
-                    SiteState::Unknown
-                } else {
-                    t.state
-                },
-                failures: 0,
-                writable_streak: streak,
-            }
-        }
-    }
-}
-
-/// Applies one poll's probe results (one per site, in order) to the sites' counters. When no
-/// site answered, the poll proves nothing about any one of them and changes no counter.
-pub fn debounce_poll(
-    trackers: &[SiteTracker],
-    probes: &[ProbeResult],
-    failure_threshold: u32,
-    recovery_threshold: u32,
-) -> Vec<SiteTracker> {
-    if probes.iter().all(|p| *p == ProbeResult::Unreachable) {
-        return trackers.to_vec();
-    }
-    trackers
-        .iter()
-        .zip(probes)
-        .map(|(t, p)| debounce(*t, *p, failure_threshold, recovery_threshold))
-        .collect()
-}
-
-/// One site as the decision sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SiteView {
-    pub name: String,
-    pub role: SiteRole,
-    pub priority: i32,
-    /// Position in the spec (earlier wins ties).
-    pub index: usize,
-    pub host: String,
-    pub port: u16,
-    /// Debounced.
-    pub state: SiteState,
-    /// From the last successful probe.
-    pub gtid: Option<GtidSet>,
-    /// This poll's probe answered: `gtid` and `replica` are current, not left from an earlier
-    /// poll. Verdicts that compare positions (divergence, re-pointing) need it on both sides.
-    pub answered: bool,
-    /// This poll's probe answered and showed the server accepting writes, before any
-    /// debounce. A site that is not the active site is fenced on the first poll that sees it
-    /// so: the debounce (`recoveryThreshold`) applies to the reported state and to
-    /// re-pointing, never to fencing.
-    pub writable_now: bool,
-    /// `Some` when the server is configured as a replica.
-    pub replica: Option<ReplicaView>,
-    /// The site holds transactions the active site never received; a human must resolve it.
-    pub recovery_blocked: bool,
-    /// What it has received: as a replica, its IO thread's position (MariaDB `Gtid_IO_Pos`)
-    /// when that is ahead of `gtid`, the part of its relay log not applied yet included;
-    /// `None` means `gtid`.
-    pub received: Option<GtidSet>,
-    /// Its semi-synchronous replication, when this poll's probe read it.
-    pub semi_sync: Option<SemiSyncState>,
-}
-
-/// A replica's link, as probed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReplicaView {
-    pub io_running: bool,
-    pub sql_running: bool,
-    pub source_host: String,
-    pub source_port: u16,
-    pub seconds_behind: Option<u64>,
-}
-
-impl SiteView {
-    /// A primary candidate on `127.0.0.1:3300+index` that answered this poll in `state` at
-    /// MariaDB position `gtid`, not replicating: the starting point of decision tables.
-    #[cfg(test)]
-    pub(crate) fn answered(name: &str, index: usize, state: SiteState, gtid: &str) -> SiteView {
-        SiteView {
-            name: name.into(),
-            role: SiteRole::PrimaryCandidate,
-            priority: 0,
-            index,
-            host: "127.0.0.1".into(),
-            port: 3300 + u16::try_from(index).expect("a small index"),
-            state,
-            gtid: Some(
-                GtidSet::parse(crate::gtid::GtidFlavor::MariaDb, gtid).expect("a MariaDB GTID"),
-            ),
-            replica: None,
-            answered: true,
-            writable_now: state == SiteState::Writable,
-            recovery_blocked: false,
-            received: None,
-            semi_sync: None,
-        }
-    }
-
-    /// The most it holds: what it received, else what it applied.
-    pub fn position(&self) -> Option<&GtidSet> {
-        self.received.as_ref().or(self.gtid.as_ref())
-    }
-
-    fn reachable(&self) -> bool {
-        matches!(self.state, SiteState::Writable | SiteState::ReadOnly)
-    }
-
-    /// Whether it replicates, with both threads, from `source`.
-    pub fn replicates_from(&self, source: &SiteView) -> bool {
-        self.replica.as_ref().is_some_and(|r| {
-            r.io_running
-                && r.sql_running
-                && r.source_port == source.port
-                && r.source_host == source.host
-        })
-    }
-}
+use crate::view::SiteView;
 
 /// Everything [`decide`] looks at.
 #[derive(Clone, Debug)]
@@ -277,10 +111,46 @@ pub enum Alert {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Conditions {
     pub ready: bool,
-    /// `(reason, message)` when degraded.
-    pub degraded: Option<(String, String)>,
+    /// Why `Ready` is what it is: `ActiveSiteWritable` when ready, else `SplitBrain` or
+    /// `NoPrimary`.
+    pub ready_reason: ReadyReason,
+    /// Why the group is degraded, when it is.
+    pub degraded: Option<Degraded>,
     /// A site needs a human (recovery blocked).
     pub recovery_pending: Option<String>,
+}
+
+/// The reason of the `Ready` condition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadyReason {
+    ActiveSiteWritable,
+    SplitBrain,
+    #[default]
+    NoPrimary,
+}
+
+impl ReadyReason {
+    pub fn condition_reason(self) -> ConditionReason {
+        match self {
+            ReadyReason::ActiveSiteWritable => ConditionReason::ActiveSiteWritable,
+            ReadyReason::SplitBrain => ConditionReason::SplitBrain,
+            ReadyReason::NoPrimary => ConditionReason::NoPrimary,
+        }
+    }
+}
+
+/// `Degraded=True`: its reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Degraded {
+    pub reason: ConditionReason,
+    pub message: String,
+}
+
+impl Degraded {
+    #[allow(clippy::unnecessary_wraps)] // every branch of `conditions` yields an Option
+    fn new(reason: ConditionReason, message: String) -> Option<Degraded> {
+        Some(Degraded { reason, message })
+    }
 }
 
 /// The result of one decision.
@@ -740,8 +610,8 @@ fn conditions(
     let sites = input.sites;
     let ready = active.is_some_and(|a| a.state == SiteState::Writable) && writable.len() == 1;
     let degraded = if writable.len() > 1 {
-        Some((
-            crate::status::reason::SPLIT_BRAIN.to_string(),
+        Degraded::new(
+            ConditionReason::SplitBrain,
             format!(
                 "{} sites are writable: {}",
                 writable.len(),
@@ -751,30 +621,30 @@ fn conditions(
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-        ))
+        )
     } else if writable.is_empty() && !sites.is_empty() {
-        Some((
-            crate::status::reason::NO_PRIMARY.to_string(),
+        Degraded::new(
+            ConditionReason::NoPrimary,
             if d.alerts.contains(&Alert::AllUnreachable) {
                 "no site answers".to_string()
             } else {
                 "no site is writable".to_string()
             },
-        ))
+        )
     } else if let Some((site, Guarantee::Broken(why))) = semi_sync_guarantee(input) {
-        Some((
-            crate::status::reason::SEMI_SYNC_FALLBACK.to_string(),
+        Degraded::new(
+            ConditionReason::SemiSyncFallback,
             format!("{site}: {why}; acknowledged writes can be lost in an emergency failover"),
-        ))
+        )
     } else if let Some((site, Guarantee::WritesWait { waiting_sessions })) =
         semi_sync_guarantee(input)
     {
-        Some((
-            crate::status::reason::SEMI_SYNC_WRITES_WAIT.to_string(),
+        Degraded::new(
+            ConditionReason::SemiSyncWritesWait,
             format!(
                 "writes on {site} wait for a semi-synchronous acknowledgement ({waiting_sessions} waiting): no replica is connected; start replication on a replica, or set spec.replication.mode to async"
             ),
-        ))
+        )
     } else if let Some(a) = active.filter(|a| a.state == SiteState::Writable) {
         let not_replicating: Vec<&str> = sites
             .iter()
@@ -794,28 +664,28 @@ fn conditions(
             })
             .collect();
         if !not_replicating.is_empty() {
-            Some((
-                crate::status::reason::REPLICATION_NOT_RUNNING.to_string(),
+            Degraded::new(
+                ConditionReason::ReplicationNotRunning,
                 format!(
                     "not replicating from {}: {}",
                     a.name,
                     not_replicating.join(", ")
                 ),
-            ))
+            )
         } else if !unreachable.is_empty() {
-            Some((
-                "SiteUnreachable".to_string(),
+            Degraded::new(
+                ConditionReason::SiteUnreachable,
                 format!("unreachable: {}", unreachable.join(", ")),
-            ))
+            )
         } else if !lagging.is_empty() {
-            Some((
-                crate::status::reason::REPLICATION_LAGGING.to_string(),
+            Degraded::new(
+                ConditionReason::ReplicationLagging,
                 format!(
                     "lag above {}s: {}",
                     input.max_lag_seconds,
                     lagging.join(", ")
                 ),
-            ))
+            )
         } else {
             None
         }
@@ -827,8 +697,19 @@ fn conditions(
         .filter(|s| s.recovery_blocked)
         .map(|s| s.name.as_str())
         .collect();
+    let ready_reason = if ready {
+        ReadyReason::ActiveSiteWritable
+    } else if degraded
+        .as_ref()
+        .is_some_and(|d| d.reason == ConditionReason::SplitBrain)
+    {
+        ReadyReason::SplitBrain
+    } else {
+        ReadyReason::NoPrimary
+    };
     Conditions {
         ready,
+        ready_reason,
         degraded,
         recovery_pending: (!blocked.is_empty()).then(|| {
             format!(

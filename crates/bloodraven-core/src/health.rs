@@ -1,13 +1,62 @@
 //! Group health as the deploy API reports it: `stable`, `unstableReason`, and the gates that
 //! decide whether a lease may be granted or renewed (SPEC §3.2–3.3).
 //!
-//! This module owns one pure function, [`assess`], from a [`HealthInputs`] snapshot to an
+//! This module owns [`health_inputs`], which reduces a stored status and the operator's
+//! in-memory flags to a [`HealthInputs`] snapshot, and [`assess`], from that snapshot to an
 //! [`Assessment`]. It never looks at replication lag: lag is reported to the caller, who applies
-//! its own threshold (seed 01: "your lag threshold is your policy").
+//! its own threshold (seed 01: "your lag threshold is your policy"). It reads the persisted
+//! shapes ([`crate::status`]) and the in-memory flags ([`crate::view::PendingFlags`]), nothing
+//! else.
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::planned::PlannedFailoverPhase;
+use crate::reason::{ConditionReason, ConditionType};
+pub use crate::status::PlannedFailoverPhase;
+use crate::status::{Condition, GroupStatus};
+use crate::view::PendingFlags;
+
+/// Reduces a stored status and the pending flags to the inputs of [`assess`].
+pub fn health_inputs(status: &GroupStatus, flags: PendingFlags) -> HealthInputs {
+    use ConditionReason as R;
+    let split_brain = status.condition_true_with(&ConditionType::Degraded, &R::SplitBrain);
+    let no_primary = status.active_site.is_empty()
+        || status.condition_true_with(&ConditionType::Degraded, &R::NoPrimary)
+        || status
+            .condition(&ConditionType::Ready)
+            .is_some_and(|c| !c.is_true() && c.reason == R::NoPrimary);
+    // Degraded for any reason other than those with their own unstable reason, and other than
+    // lag: lag alone never makes the group unstable (the caller applies its own threshold).
+    let degraded = status.condition(&ConditionType::Degraded).is_some_and(|c| {
+        c.is_true()
+            && !matches!(
+                c.reason,
+                R::SplitBrain | R::NoPrimary | R::ReplicationLagging
+            )
+    });
+    let recovery_pending = status
+        .condition(&ConditionType::RecoveryPending)
+        .is_some_and(Condition::is_true)
+        || status.sites.iter().any(|s| s.recovery_state.is_blocked());
+    HealthInputs {
+        planned_failover: status
+            .planned_failover
+            .as_ref()
+            .map(|p| p.phase)
+            .filter(|p| !p.is_terminal()),
+        automatic_failover_held: flags.automatic_failover_held,
+        ordered_update_in_progress: false,
+        restore_in_place_in_progress: false,
+        topology_change_pending: flags.topology_change_pending,
+        revocation_pending: flags.revocation_pending,
+        split_brain,
+        no_primary,
+        degraded,
+        recovery_pending,
+        replication_running: status.replication_running(),
+        #[allow(clippy::cast_precision_loss)]
+        replication_lag_seconds: status.max_lag_seconds().map(|s| s as f64),
+    }
+}
 
 /// Why the group is not `stable`, in the precedence order of SPEC §3.3 (the first that applies
 /// is reported). The derived `Ord` follows declaration order, which is that precedence.
@@ -344,5 +393,173 @@ mod tests {
             R::ReplicationNotRunning,
         ];
         assert!(spec_order.windows(2).all(|w| w[0] < w[1]));
+    }
+}
+
+#[cfg(test)]
+mod inputs_tests {
+    use super::*;
+    use crate::status::{PlannedFailoverStatus, SiteState, SiteStatus};
+    use crate::time::Timestamp;
+    use ConditionReason as R;
+    use ConditionType as C;
+
+    fn healthy() -> GroupStatus {
+        GroupStatus {
+            active_site: "iad".into(),
+            topology_generation: 17,
+            sites: vec![
+                SiteStatus {
+                    name: "iad".into(),
+                    state: SiteState::Writable,
+                    ..SiteStatus::default()
+                },
+                SiteStatus {
+                    name: "pdx".into(),
+                    state: SiteState::ReadOnly,
+                    replicating: true,
+                    seconds_behind_source: Some(0),
+                    ..SiteStatus::default()
+                },
+            ],
+            ..GroupStatus::default()
+        }
+    }
+
+    fn reason_of(s: &GroupStatus) -> Option<UnstableReason> {
+        assess(&health_inputs(s, PendingFlags::default())).unstable_reason
+    }
+
+    #[test]
+    fn healthy_status_is_stable() {
+        assert_eq!(reason_of(&healthy()), None);
+    }
+
+    #[test]
+    fn replication_is_not_running_before_any_site_was_seen() {
+        let mut s = healthy();
+        assert!(s.replication_running());
+        s.sites.clear();
+        assert!(
+            !s.replication_running(),
+            "an empty site list proves nothing"
+        );
+    }
+
+    #[test]
+    fn lagging_is_degraded_but_stable() {
+        let mut s = healthy();
+        s.sites[1].seconds_behind_source = Some(9000);
+        s.set_condition(
+            C::Degraded,
+            true,
+            R::ReplicationLagging,
+            "lag 9000s",
+            Timestamp::EPOCH,
+        );
+        assert_eq!(reason_of(&s), None);
+        let h = health_inputs(&s, PendingFlags::default());
+        assert_eq!(h.replication_lag_seconds, Some(9000.0));
+    }
+
+    /// A semi-sync group whose guarantee does not hold, or whose writes wait, is unstable for
+    /// the deploy API: no new lease while acknowledged writes could be lost or none can be made.
+    #[test]
+    fn a_semi_sync_fallback_or_waiting_writes_make_the_group_unstable() {
+        for why in [R::SemiSyncFallback, R::SemiSyncWritesWait] {
+            let mut s = healthy();
+            assert_eq!(reason_of(&s), None);
+            s.set_condition(C::Degraded, true, why.clone(), "x", Timestamp::EPOCH);
+            assert_eq!(reason_of(&s), Some(UnstableReason::Degraded), "{why}");
+        }
+    }
+
+    #[test]
+    fn conditions_map_to_reasons() {
+        let mut s = healthy();
+        s.set_condition(
+            C::Degraded,
+            true,
+            R::SplitBrain,
+            "two writable",
+            Timestamp::EPOCH,
+        );
+        assert_eq!(reason_of(&s), Some(UnstableReason::SplitBrain));
+        s.set_condition(
+            C::Degraded,
+            true,
+            R::SiteUnreachable,
+            "pdx down",
+            Timestamp::EPOCH,
+        );
+        assert_eq!(reason_of(&s), Some(UnstableReason::Degraded));
+        s.set_condition(C::Degraded, false, R::AsExpected, "", Timestamp::EPOCH);
+        s.set_condition(
+            C::RecoveryPending,
+            true,
+            R::RecoveryBlocked,
+            "",
+            Timestamp::EPOCH,
+        );
+        assert_eq!(reason_of(&s), Some(UnstableReason::RecoveryPending));
+        let mut s = healthy();
+        s.sites[1].replicating = false;
+        assert_eq!(reason_of(&s), Some(UnstableReason::ReplicationNotRunning));
+        let mut s = healthy();
+        s.active_site.clear();
+        assert_eq!(reason_of(&s), Some(UnstableReason::NoPrimary));
+    }
+
+    #[test]
+    fn pending_flags_and_planned_failover() {
+        let s = healthy();
+        let flags = PendingFlags {
+            topology_change_pending: true,
+            ..PendingFlags::default()
+        };
+        let a = assess(&health_inputs(&s, flags));
+        assert_eq!(
+            a.unstable_reason,
+            Some(UnstableReason::TopologyChangePending)
+        );
+        assert!(a.renewal_allowed().is_err());
+        let mut s = healthy();
+        let mut planned =
+            PlannedFailoverStatus::requested("pdx", "iad", Timestamp::from_unix_seconds(0));
+        planned.phase = PlannedFailoverPhase::Deferred;
+        s.planned_failover = Some(planned);
+        assert_eq!(reason_of(&s), Some(UnstableReason::PlannedFailover));
+        if let Some(p) = s.planned_failover.as_mut() {
+            p.phase = PlannedFailoverPhase::Succeeded;
+        }
+        assert_eq!(reason_of(&s), None);
+    }
+
+    #[test]
+    fn condition_transition_time_moves_only_on_change() {
+        let mut s = GroupStatus::default();
+        let t1 = Timestamp::from_unix_seconds(1);
+        let t2 = Timestamp::from_unix_seconds(2);
+        s.set_condition(C::Ready, true, R::ActiveSiteWritable, "", t1);
+        s.set_condition(C::Ready, true, R::ActiveSiteWritable, "again", t2);
+        assert_eq!(
+            s.condition(&C::Ready).unwrap().last_transition_time,
+            Some(t1)
+        );
+        s.set_condition(C::Ready, false, R::NoPrimary, "", t2);
+        assert_eq!(
+            s.condition(&C::Ready).unwrap().last_transition_time,
+            Some(t2)
+        );
+    }
+
+    #[test]
+    fn status_serialises_with_spec_names() {
+        let s = healthy();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["activeSite"], "iad");
+        assert_eq!(v["topologyGeneration"], 17);
+        assert_eq!(v["sites"][1]["state"], "read-only");
+        assert_eq!(v["sites"][1]["secondsBehindSource"], 0);
     }
 }

@@ -10,23 +10,27 @@
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
 //! | [`controller`] | the failover decisions: debounce, emergency failover, intruder fencing, reassertion |
 //! | [`planned`] | admission of a planned failover: proceed, defer (hold, cooldown) or reject |
-//! | [`health`] | `stable` / `unstableReason` and the grant and renewal gates |
+//! | [`health`] | the health inputs of a status, `stable` / `unstableReason`, the grant and renewal gates |
 //! | [`release`] | release plans (pre-checks, store), the per-Deployment Lease, the rollout verdict |
-//! | [`status`] | `MysqlFailoverGroup.status` and the health inputs it yields |
+//! | [`status`] | the persisted shapes: `MysqlFailoverGroup.status`, sites, conditions, the planned failover's phases and admission |
+//! | [`view`] | views of the gathered world: a site as one poll saw it, the debounce, the in-memory flags |
 //! | [`resources`] | stored object shapes: metadata, group, database, event bodies |
 //! | [`fencing`] | the sidecar's two fencing rules, `TopologyCache` (Set/Adopt) and the lease |
 //! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
+//! | [`defaults`] | the spec's defaults |
 //! | [`gtid`] | GTID sets of MariaDB and MySQL: parse, contains, subtract |
 //! | [`token`] | lease tokens and their hashes |
 //! | [`time`] | wall-clock instants as values |
 //! | [`duration`] | Kubernetes-style duration strings |
 //! | [`names`] | DNS-1123 name rules |
-//! | [`contract`] | names that are interfaces: annotation keys, log messages, events, metrics |
+//! | [`contract`] | names that are interfaces: annotation keys, log messages, metrics |
+//! | [`reason`] | every reason, condition type and recovery state, as enums of their contract strings |
 //! | [`wire`] | JSON bodies between Bloodraven's own processes (`/active-site`) |
 
 pub mod config;
 pub mod contract;
 pub mod controller;
+pub mod defaults;
 pub mod duration;
 pub mod fencing;
 pub mod gtid;
@@ -34,6 +38,7 @@ pub mod health;
 pub mod lease;
 pub mod names;
 pub mod planned;
+pub mod reason;
 pub mod release;
 pub mod resources;
 #[cfg(feature = "schema")]
@@ -42,4 +47,5 @@ pub mod semisync;
 pub mod status;
 pub mod time;
 pub mod token;
+pub mod view;
 pub mod wire;

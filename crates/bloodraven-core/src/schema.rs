@@ -17,7 +17,7 @@ use std::time::Duration;
 use schemars::Schema;
 use serde_json::{Map, Value, json};
 
-use crate::config::defaults;
+use crate::defaults;
 
 /// A DNS-1123 label (`names::check_dns1123_label`).
 pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";

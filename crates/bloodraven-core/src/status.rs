@@ -1,30 +1,16 @@
-//! `MysqlFailoverGroup.status` (SPEC §2.2) and what it says about stability.
+//! The persisted shapes of a failover group: `MysqlFailoverGroup.status` (SPEC §2.2), its
+//! sites and conditions, and the planned failover's phases and admission block.
 //!
-//! The operator's controller writes this status; the deploy API reads it. [`health_inputs`]
-//! reduces a status (plus the operator's in-memory "pending" flags) to the facts
-//! [`crate::health::assess`] decides on.
+//! This module owns what is stored and what the wire shows of it. It decides nothing: the
+//! decisions ([`crate::health`], [`crate::planned`], [`crate::controller`]) read and build
+//! these values. It depends only on vocabulary modules (config, reason, time).
 
 use serde::{Deserialize, Serialize};
 
-use crate::health::HealthInputs;
-pub use crate::planned::{Admission, PlannedFailoverPhase, PlannedFailoverStatus};
+pub use crate::reason::{
+    ConditionReason, ConditionType, DeferReason, FailureReason, RecoveryState,
+};
 use crate::time::Timestamp;
-
-/// Condition types (defined in [`crate::contract::reasons`]).
-pub mod condition {
-    pub use crate::contract::reasons::{
-        DEGRADED, READY, RECOVERY_PENDING, SIDECAR_TIMINGS_IN_SYNC,
-    };
-}
-
-/// Condition reasons that the stability rules look at (defined in
-/// [`crate::contract::reasons`]).
-pub mod reason {
-    pub use crate::contract::reasons::{
-        NO_PRIMARY, REPLICATION_LAGGING, REPLICATION_NOT_RUNNING, SEMI_SYNC_FALLBACK,
-        SEMI_SYNC_WRITES_WAIT, SIDECAR_TIMINGS_MISMATCH, SPLIT_BRAIN,
-    };
-}
 
 /// A site's debounced state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -78,8 +64,8 @@ pub struct SiteStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds_behind_source: Option<u64>,
     /// Empty, or e.g. `RecoveryBlocked` (a returning primary with divergent transactions).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub recovery_state: String,
+    #[serde(default, skip_serializing_if = "RecoveryState::is_none")]
+    pub recovery_state: RecoveryState,
     /// The sidecar's last reported fence state, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar_self_fenced: Option<bool>,
@@ -103,20 +89,25 @@ pub struct SidecarTimings {
     pub signed_topology: bool,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Condition {
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: ConditionType,
     /// `True` or `False`.
     pub status: String,
-    #[serde(default)]
-    pub reason: String,
+    #[serde(default = "no_reason")]
+    pub reason: ConditionReason,
     #[serde(default)]
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Timestamp>,
+}
+
+/// A condition read without a reason (written so by another writer) keeps the empty one.
+fn no_reason() -> ConditionReason {
+    ConditionReason::Other(String::new())
 }
 
 impl Condition {
@@ -160,13 +151,14 @@ pub struct GroupStatus {
 }
 
 impl GroupStatus {
-    pub fn condition(&self, type_: &str) -> Option<&Condition> {
-        self.conditions.iter().find(|c| c.type_ == type_)
+    pub fn condition(&self, type_: &ConditionType) -> Option<&Condition> {
+        self.conditions.iter().find(|c| &c.type_ == type_)
     }
 
-    fn condition_true_with(&self, type_: &str, reason: &str) -> bool {
+    /// Whether condition `type_` is `True` with `reason`.
+    pub fn condition_true_with(&self, type_: &ConditionType, reason: &ConditionReason) -> bool {
         self.condition(type_)
-            .is_some_and(|c| c.is_true() && c.reason == reason)
+            .is_some_and(|c| c.is_true() && &c.reason == reason)
     }
 
     pub fn site(&self, name: &str) -> Option<&SiteStatus> {
@@ -199,9 +191,9 @@ impl GroupStatus {
     /// Sets (or replaces) a condition, keeping its transition time when the status is unchanged.
     pub fn set_condition(
         &mut self,
-        type_: &str,
+        type_: ConditionType,
         status: bool,
-        reason: &str,
+        reason: ConditionReason,
         message: &str,
         now: Timestamp,
     ) {
@@ -211,13 +203,13 @@ impl GroupStatus {
                 c.last_transition_time = Some(now);
             }
             c.status = status_s.to_string();
-            c.reason = reason.to_string();
+            c.reason = reason;
             c.message = message.to_string();
         } else {
             self.conditions.push(Condition {
-                type_: type_.to_string(),
+                type_,
                 status: status_s.to_string(),
-                reason: reason.to_string(),
+                reason,
                 message: message.to_string(),
                 last_transition_time: Some(now),
             });
@@ -225,222 +217,147 @@ impl GroupStatus {
     }
 }
 
-/// The operator's in-memory flags that are not (yet) in the stored status.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PendingFlags {
-    /// A new `topologyGeneration` is being persisted, or leases are being revoked for it.
-    pub topology_change_pending: bool,
-    /// A revoke-all has been requested and not yet applied.
-    pub revocation_pending: bool,
-    /// Automatic failover is held outside a planned failover's executing phases.
-    pub automatic_failover_held: bool,
+/// Phases of a planned failover (SPEC §2.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum PlannedFailoverPhase {
+    Pending,
+    Admitting,
+    Deferred,
+    Draining,
+    WaitingForLag,
+    Promoting,
+    Resuming,
+    Succeeded,
+    Failed,
 }
 
-/// Reduces a stored status and the pending flags to the inputs of [`crate::health::assess`].
-pub fn health_inputs(status: &GroupStatus, flags: PendingFlags) -> HealthInputs {
-    let split_brain = status.condition_true_with(condition::DEGRADED, reason::SPLIT_BRAIN);
-    let no_primary = status.active_site.is_empty()
-        || status.condition_true_with(condition::DEGRADED, reason::NO_PRIMARY)
-        || status
-            .condition(condition::READY)
-            .is_some_and(|c| !c.is_true() && c.reason == reason::NO_PRIMARY);
-    // Degraded for any reason other than those with their own unstable reason, and other than
-    // lag: lag alone never makes the group unstable (the caller applies its own threshold).
-    let degraded = status.condition(condition::DEGRADED).is_some_and(|c| {
-        c.is_true()
-            && ![
-                reason::SPLIT_BRAIN,
-                reason::NO_PRIMARY,
-                reason::REPLICATION_LAGGING,
-            ]
-            .contains(&c.reason.as_str())
-    });
-    let recovery_pending = status
-        .condition(condition::RECOVERY_PENDING)
-        .is_some_and(Condition::is_true)
-        || status.sites.iter().any(|s| !s.recovery_state.is_empty());
-    HealthInputs {
-        planned_failover: status
-            .planned_failover
-            .as_ref()
-            .map(|p| p.phase)
-            .filter(|p| !p.is_terminal()),
-        automatic_failover_held: flags.automatic_failover_held,
-        ordered_update_in_progress: false,
-        restore_in_place_in_progress: false,
-        topology_change_pending: flags.topology_change_pending,
-        revocation_pending: flags.revocation_pending,
-        split_brain,
-        no_primary,
-        degraded,
-        recovery_pending,
-        replication_running: status.replication_running(),
-        #[allow(clippy::cast_precision_loss)]
-        replication_lag_seconds: status.max_lag_seconds().map(|s| s as f64),
+impl PlannedFailoverPhase {
+    /// `Succeeded` and `Failed` end an operation; every other phase is in flight.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+
+    /// Phases past admission, in which the operation is moving the primary. The group's
+    /// topology is reserved: automatic failover is held and lease renewals answer `423`.
+    pub fn is_executing(self) -> bool {
+        matches!(
+            self,
+            Self::Draining | Self::WaitingForLag | Self::Promoting | Self::Resuming
+        )
+    }
+
+    /// Phases decided by admission: the lease lock is held while one of them is decided and
+    /// persisted, so a failover-hold is either seen or refused.
+    pub fn admits(self) -> bool {
+        matches!(self, Self::Admitting | Self::Deferred)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Admitting => "Admitting",
+            Self::Deferred => "Deferred",
+            Self::Draining => "Draining",
+            Self::WaitingForLag => "WaitingForLag",
+            Self::Promoting => "Promoting",
+            Self::Resuming => "Resuming",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+        }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::health::{UnstableReason, assess};
+/// `status.plannedFailover.admission`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Admission {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
+    pub defer_reason: Option<DeferReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
 
-    fn healthy() -> GroupStatus {
-        GroupStatus {
-            active_site: "iad".into(),
-            topology_generation: 17,
-            sites: vec![
-                SiteStatus {
-                    name: "iad".into(),
-                    state: SiteState::Writable,
-                    ..SiteStatus::default()
-                },
-                SiteStatus {
-                    name: "pdx".into(),
-                    state: SiteState::ReadOnly,
-                    replicating: true,
-                    seconds_behind_source: Some(0),
-                    ..SiteStatus::default()
-                },
-            ],
-            ..GroupStatus::default()
+/// `status.plannedFailover`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::planned_failover_status)
+)]
+pub struct PlannedFailoverStatus {
+    pub phase: PlannedFailoverPhase,
+    pub target: String,
+    #[serde(default)]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions_lost: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
+    pub reason: Option<FailureReason>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default)]
+    pub admission: Admission,
+    /// The fenced source's GTID set, recorded while draining (what the target must contain).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source_gtid_executed: String,
+}
+
+impl PlannedFailoverStatus {
+    /// A new request for `target`, while `source` is the active site.
+    pub fn requested(target: &str, source: &str, now: Timestamp) -> Self {
+        PlannedFailoverStatus {
+            phase: PlannedFailoverPhase::Pending,
+            target: target.to_string(),
+            source: source.to_string(),
+            start_time: Some(now),
+            completion_time: None,
+            duration_seconds: None,
+            transactions_lost: None,
+            reason: None,
+            message: String::new(),
+            admission: Admission::default(),
+            source_gtid_executed: String::new(),
         }
     }
 
-    fn reason_of(s: &GroupStatus) -> Option<UnstableReason> {
-        assess(&health_inputs(s, PendingFlags::default())).unstable_reason
-    }
-
-    #[test]
-    fn healthy_status_is_stable() {
-        assert_eq!(reason_of(&healthy()), None);
-    }
-
-    #[test]
-    fn replication_is_not_running_before_any_site_was_seen() {
-        let mut s = healthy();
-        assert!(s.replication_running());
-        s.sites.clear();
-        assert!(
-            !s.replication_running(),
-            "an empty site list proves nothing"
-        );
-    }
-
-    #[test]
-    fn lagging_is_degraded_but_stable() {
-        let mut s = healthy();
-        s.sites[1].seconds_behind_source = Some(9000);
-        s.set_condition(
-            condition::DEGRADED,
-            true,
-            reason::REPLICATION_LAGGING,
-            "lag 9000s",
-            Timestamp::EPOCH,
-        );
-        assert_eq!(reason_of(&s), None);
-        let h = health_inputs(&s, PendingFlags::default());
-        assert_eq!(h.replication_lag_seconds, Some(9000.0));
-    }
-
-    /// A semi-sync group whose guarantee does not hold, or whose writes wait, is unstable for
-    /// the deploy API: no new lease while acknowledged writes could be lost or none can be made.
-    #[test]
-    fn a_semi_sync_fallback_or_waiting_writes_make_the_group_unstable() {
-        for why in [reason::SEMI_SYNC_FALLBACK, reason::SEMI_SYNC_WRITES_WAIT] {
-            let mut s = healthy();
-            assert_eq!(reason_of(&s), None);
-            s.set_condition(condition::DEGRADED, true, why, "x", Timestamp::EPOCH);
-            assert_eq!(reason_of(&s), Some(UnstableReason::Degraded), "{why}");
+    #[must_use]
+    pub fn in_phase(&self, phase: PlannedFailoverPhase) -> Self {
+        PlannedFailoverStatus {
+            phase,
+            ..self.clone()
         }
     }
 
-    #[test]
-    fn conditions_map_to_reasons() {
-        let mut s = healthy();
-        s.set_condition(
-            condition::DEGRADED,
-            true,
-            reason::SPLIT_BRAIN,
-            "two writable",
-            Timestamp::EPOCH,
-        );
-        assert_eq!(reason_of(&s), Some(UnstableReason::SplitBrain));
-        s.set_condition(
-            condition::DEGRADED,
-            true,
-            "SiteUnreachable",
-            "pdx down",
-            Timestamp::EPOCH,
-        );
-        assert_eq!(reason_of(&s), Some(UnstableReason::Degraded));
-        s.set_condition(condition::DEGRADED, false, "", "", Timestamp::EPOCH);
-        s.set_condition(
-            condition::RECOVERY_PENDING,
-            true,
-            "RecoveryBlocked",
-            "",
-            Timestamp::EPOCH,
-        );
-        assert_eq!(reason_of(&s), Some(UnstableReason::RecoveryPending));
-        let mut s = healthy();
-        s.sites[1].replicating = false;
-        assert_eq!(reason_of(&s), Some(UnstableReason::ReplicationNotRunning));
-        let mut s = healthy();
-        s.active_site.clear();
-        assert_eq!(reason_of(&s), Some(UnstableReason::NoPrimary));
-    }
-
-    #[test]
-    fn pending_flags_and_planned_failover() {
-        let s = healthy();
-        let flags = PendingFlags {
-            topology_change_pending: true,
-            ..PendingFlags::default()
-        };
-        let a = assess(&health_inputs(&s, flags));
-        assert_eq!(
-            a.unstable_reason,
-            Some(UnstableReason::TopologyChangePending)
-        );
-        assert!(a.renewal_allowed().is_err());
-        let mut s = healthy();
-        let mut planned =
-            PlannedFailoverStatus::requested("pdx", "iad", Timestamp::from_unix_seconds(0));
-        planned.phase = PlannedFailoverPhase::Deferred;
-        s.planned_failover = Some(planned);
-        assert_eq!(reason_of(&s), Some(UnstableReason::PlannedFailover));
-        if let Some(p) = s.planned_failover.as_mut() {
-            p.phase = PlannedFailoverPhase::Succeeded;
+    #[must_use]
+    pub fn ended(&self, phase: PlannedFailoverPhase, now: Timestamp) -> Self {
+        let start = self.start_time.unwrap_or(now);
+        PlannedFailoverStatus {
+            phase,
+            completion_time: Some(now),
+            duration_seconds: Some(now.since(start).as_secs_f64()),
+            ..self.clone()
         }
-        assert_eq!(reason_of(&s), None);
     }
 
-    #[test]
-    fn condition_transition_time_moves_only_on_change() {
-        let mut s = GroupStatus::default();
-        let t1 = Timestamp::from_unix_seconds(1);
-        let t2 = Timestamp::from_unix_seconds(2);
-        s.set_condition(condition::READY, true, "Healthy", "", t1);
-        s.set_condition(condition::READY, true, "Healthy", "again", t2);
-        assert_eq!(
-            s.condition(condition::READY).unwrap().last_transition_time,
-            Some(t1)
-        );
-        s.set_condition(condition::READY, false, "NoPrimary", "", t2);
-        assert_eq!(
-            s.condition(condition::READY).unwrap().last_transition_time,
-            Some(t2)
-        );
-    }
-
-    #[test]
-    fn status_serialises_with_spec_names() {
-        let s = healthy();
-        let v = serde_json::to_value(&s).unwrap();
-        assert_eq!(v["activeSite"], "iad");
-        assert_eq!(v["topologyGeneration"], 17);
-        assert_eq!(v["sites"][1]["state"], "read-only");
-        assert_eq!(v["sites"][1]["secondsBehindSource"], 0);
+    #[must_use]
+    pub fn failed(&self, reason: FailureReason, message: String, now: Timestamp) -> Self {
+        PlannedFailoverStatus {
+            reason: Some(reason),
+            message,
+            ..self.ended(PlannedFailoverPhase::Failed, now)
+        }
     }
 }

@@ -29,9 +29,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bloodraven_core::config::SiteRole;
-use bloodraven_core::controller::{
-    Action, DecideInput, ProbeResult, ReplicaView, SiteTracker, SiteView, debounce_poll, decide,
-};
+use bloodraven_core::controller::{Action, DecideInput, decide};
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::health::{HealthInputs, assess};
 use bloodraven_core::lease::{GrantRequest, GroupLeases, LeaseGate, LeaseKind};
@@ -41,6 +39,7 @@ use bloodraven_core::planned::{
 use bloodraven_core::status::SiteState;
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::token::SeededTokenSource;
+use bloodraven_core::view::{ProbeResult, ReplicaView, SiteTracker, SiteView, debounce_poll};
 
 const SCHEDULES: u64 = 600;
 const STEPS: usize = 120;

@@ -145,7 +145,7 @@ async fn main() {
         let blocked = |s: &GroupStatus| {
             s.sites
                 .iter()
-                .filter(|x| x.recovery_state == "RecoveryBlocked")
+                .filter(|x| x.recovery_state.is_blocked())
                 .map(|x| x.name.clone())
                 .collect::<Vec<_>>()
         };

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use bloodraven_core::reason::EventReason;
 use bloodraven_core::resources::{
     EVENT_API_VERSION, EventBody, EventSeries, KIND_EVENT, KIND_GROUP, ObjectMeta,
 };
@@ -120,10 +121,11 @@ pub async fn record(
     namespace: &str,
     group: &str,
     type_: EventType,
-    reason: &str,
+    reason: EventReason,
     message: &str,
     now: Timestamp,
 ) {
+    let reason = reason.as_str();
     tracing::info!(
         group,
         namespace,

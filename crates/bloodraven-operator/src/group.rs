@@ -20,18 +20,20 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use bloodraven_core::config::GroupConfig;
 use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
-use bloodraven_core::contract::events::DEPLOYMENT_LEASE_REVOKED;
-use bloodraven_core::health::{Assessment, assess};
+use bloodraven_core::health::{Assessment, assess, health_inputs};
 use bloodraven_core::lease::{
     Grant, GrantRequest, GroupLeases, LeaseError, LeaseEvent, LeaseGate, LeaseKind, LeaseView,
     Release, Renewal, RevocationReason,
 };
+use bloodraven_core::reason::ConditionType;
+use bloodraven_core::reason::EventReason;
 use bloodraven_core::resources::{
     API_VERSION, FailoverGroupBody, KIND_GROUP, KIND_LEASE, OwnerReference,
 };
-use bloodraven_core::status::{GroupStatus, PendingFlags, condition, health_inputs};
+use bloodraven_core::status::GroupStatus;
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::token::{TOKEN_BYTES, TokenSource};
+use bloodraven_core::view::PendingFlags;
 use bloodraven_core::wire::deploy::{HealthView, Observation, Operations, PlannedFailoverView};
 use bloodraven_runtime::clock::SharedClock;
 use bloodraven_store::{ObjectKey, RawObject, Store, StoreError, WriteOp};
@@ -373,9 +375,9 @@ impl GroupRuntime {
         let inputs = health_inputs(status, self.flags());
         let a = assess(&inputs);
         let degraded = status
-            .condition(condition::DEGRADED)
+            .condition(&ConditionType::Degraded)
             .filter(|c| c.is_true());
-        let ready = status.condition(condition::READY).map_or_else(
+        let ready = status.condition(&ConditionType::Ready).map_or_else(
             || !status.active_site.is_empty() && degraded.is_none(),
             bloodraven_core::status::Condition::is_true,
         );
@@ -386,7 +388,7 @@ impl GroupRuntime {
             topology_generation: status.topology_generation,
             health: HealthView {
                 ready,
-                degraded_reason: degraded.map(|c| c.reason.clone()).unwrap_or_default(),
+                degraded_reason: degraded.map(|c| c.reason.to_string()).unwrap_or_default(),
                 replication_running: inputs.replication_running,
                 replication_lag_seconds: inputs.replication_lag_seconds,
                 recovery_pending: inputs.recovery_pending,
@@ -645,7 +647,7 @@ impl GroupRuntime {
                 &self.namespace,
                 &self.name,
                 EventType::Warning,
-                DEPLOYMENT_LEASE_REVOKED,
+                EventReason::DeploymentLeaseRevoked,
                 &message,
                 now,
             )

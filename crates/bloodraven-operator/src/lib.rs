@@ -47,11 +47,18 @@ mod contract_docs {
     /// docs/operator.md lists every event and condition reason of the contract.
     #[test]
     fn the_operator_page_lists_every_reason() {
+        use bloodraven_core::reason::{
+            ConditionReason, ConditionType, DeferReason, EventReason, FailureReason,
+        };
         let page = include_str!("../../../docs/operator.md");
-        for reason in bloodraven_core::contract::events::ALL
+        let names = EventReason::ALL
             .iter()
-            .chain(bloodraven_core::contract::reasons::ALL)
-        {
+            .map(EventReason::as_str)
+            .chain(ConditionType::ALL.iter().map(ConditionType::as_str))
+            .chain(ConditionReason::ALL.iter().map(ConditionReason::as_str))
+            .chain(DeferReason::ALL.iter().map(DeferReason::as_str))
+            .chain(FailureReason::ALL.iter().map(FailureReason::as_str));
+        for reason in names {
             assert!(
                 page.contains(&format!("`{reason}`")),
                 "docs/operator.md does not list `{reason}`"

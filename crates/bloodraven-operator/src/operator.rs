@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::config::{GroupConfig, validate_group};
-use bloodraven_core::contract::events::SPEC_INVALID;
+use bloodraven_core::reason::EventReason;
 use bloodraven_core::resources::{
     API_VERSION, DatabaseBody, FailoverGroupBody, KIND_DATABASE, KIND_EVENT, KIND_GROUP, KIND_LEASE,
 };
@@ -498,7 +498,7 @@ impl Groups {
                         &key.0,
                         &key.1,
                         EventType::Warning,
-                        SPEC_INVALID,
+                        EventReason::SpecInvalid,
                         &message,
                         self.clock.now(),
                     )

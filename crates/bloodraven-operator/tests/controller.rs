@@ -13,7 +13,7 @@ use std::time::Duration;
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::KIND_GROUP;
-use bloodraven_core::status::{SiteState, condition};
+use bloodraven_core::status::SiteState;
 use bloodraven_store::{
     ObjectKey, RawObject, SqliteStore, Store, StoreFuture, WatchEvent, WriteOp,
 };
@@ -140,8 +140,10 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
     } else {
         println!("{only_on_reader} row(s) on the reader never reached pdx: expecting a block");
         wait_status(&op, Duration::from_secs(15), "reader blocked", |s| {
-            s.site("reader")
-                .is_some_and(|r| !r.replicating && r.recovery_state == "RecoveryBlocked")
+            s.site("reader").is_some_and(|r| {
+                !r.replicating
+                    && r.recovery_state == bloodraven_core::reason::RecoveryState::RecoveryBlocked
+            })
         })
         .await;
     }
@@ -170,7 +172,7 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
             "old primary fenced and re-pointed",
             |s| {
                 s.site("iad").is_some_and(|i| {
-                    i.state == SiteState::ReadOnly && i.replicating && i.recovery_state.is_empty()
+                    i.state == SiteState::ReadOnly && i.replicating && i.recovery_state.is_none()
                 })
             },
         )
@@ -185,7 +187,8 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
                 s.site("iad").is_some_and(|i| {
                     i.state == SiteState::ReadOnly
                         && !i.replicating
-                        && i.recovery_state == "RecoveryBlocked"
+                        && i.recovery_state
+                            == bloodraven_core::reason::RecoveryState::RecoveryBlocked
                 })
             },
         )
@@ -294,12 +297,13 @@ async fn divergent_primary_returns(read_only_at_start: bool) {
     live.harness.restart(0).await.unwrap();
     let s = wait_status(&op, Duration::from_secs(20), "iad blocked", |s| {
         s.site("iad").is_some_and(|i| {
-            i.recovery_state == "RecoveryBlocked" && i.state == SiteState::ReadOnly
+            i.recovery_state == bloodraven_core::reason::RecoveryState::RecoveryBlocked
+                && i.state == SiteState::ReadOnly
         })
     })
     .await;
     assert!(
-        s.condition(condition::RECOVERY_PENDING)
+        s.condition(&bloodraven_core::reason::ConditionType::RecoveryPending)
             .is_some_and(bloodraven_core::status::Condition::is_true)
     );
     let ev = events(&op).await;
@@ -345,7 +349,10 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     )
     .await;
     let pf = s.planned_failover.unwrap();
-    assert_eq!(pf.admission.defer_reason, "DeploymentHold");
+    assert_eq!(
+        pf.admission.defer_reason,
+        Some(bloodraven_core::reason::DeferReason::DeploymentHold)
+    );
     // The hold's effective expiry: the earlier of its own and its migration lease's.
     let earlier = |a: &serde_json::Value, b: &serde_json::Value| {
         let (a, b) = (a.as_str().unwrap(), b.as_str().unwrap());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
-use bloodraven_core::contract::events::DEPLOYMENT_LEASE_REVOKED;
+use bloodraven_core::reason::EventReason;
 use bloodraven_core::resources::{KIND_EVENT, KIND_GROUP, KIND_LEASE};
 use bloodraven_core::time::{Clock, Timestamp};
 use bloodraven_operator::auth;
@@ -205,11 +205,10 @@ async fn generation_bump_revokes_and_the_tombstone_refuses_a_repost() {
     let events = bloodraven_operator::events::list(rt.store(), "default", GROUP)
         .await
         .unwrap();
-    assert!(
-        events
-            .iter()
-            .any(|(_, e)| e.reason == DEPLOYMENT_LEASE_REVOKED && e.message.contains("op-1"))
-    );
+    assert!(events.iter().any(
+        |(_, e)| e.reason == EventReason::DeploymentLeaseRevoked.as_str()
+            && e.message.contains("op-1")
+    ));
 }
 
 /// Renews the migration lease `op` every 20 ms until the answer is not `200` (at most 4 s),
@@ -1005,7 +1004,7 @@ async fn a_hold_asked_for_during_admission_is_refused_not_granted() {
             completion_time: None,
             duration_seconds: None,
             transactions_lost: None,
-            reason: String::new(),
+            reason: None,
             message: String::new(),
             admission: bloodraven_core::status::Admission::default(),
             source_gtid_executed: String::new(),

@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use bloodraven_core::contract::annotations::{PLANNED_FAILOVER, REVOKE_DEPLOYMENT_LEASES};
-use bloodraven_core::contract::events;
+use bloodraven_core::reason::EventReason;
 use bloodraven_core::time::{Clock, Timestamp};
 use bloodraven_kube::crd::{MysqlDatabase, MysqlFailoverGroup};
 use bloodraven_operator::OperatorHandle;
@@ -333,7 +333,7 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
         let events = c.fake.objects(EVENTS, NS);
         let succeeded = events
             .iter()
-            .any(|e| e["reason"] == events::FAILOVER_SUCCEEDED);
+            .any(|e| e["reason"] == EventReason::FailoverSucceeded.as_str());
         if succeeded || tokio::time::Instant::now() > deadline {
             break events;
         }
@@ -341,12 +341,12 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     };
     let reasons: Vec<&str> = events.iter().filter_map(|e| e["reason"].as_str()).collect();
     for want in [
-        events::ACTIVE_SITE_BOOTSTRAPPED,
-        events::PLANNED_FAILOVER_DEFERRED,
-        events::PLANNED_FAILOVER_SUCCEEDED,
-        events::FAILOVER_STARTED,
-        events::FAILOVER_SUCCEEDED,
-        events::DEPLOYMENT_LEASE_REVOKED,
+        EventReason::ActiveSiteBootstrapped.as_str(),
+        EventReason::PlannedFailoverDeferred.as_str(),
+        EventReason::PlannedFailoverSucceeded.as_str(),
+        EventReason::FailoverStarted.as_str(),
+        EventReason::FailoverSucceeded.as_str(),
+        EventReason::DeploymentLeaseRevoked.as_str(),
     ] {
         assert!(reasons.contains(&want), "no {want} event in {reasons:?}");
     }

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use bloodraven_core::contract::events::BLOCKING_SESSION_KILLED;
 use bloodraven_core::health::PlannedFailoverPhase;
+use bloodraven_core::reason::EventReason;
 use bloodraven_operator::OperatorHandle;
 use bloodraven_testkit::ledger::{self, Writer};
 use mysql_async::prelude::Queryable;
@@ -37,9 +37,9 @@ async fn live_group(drain: &'static str) -> (Live, OperatorHandle) {
         |s| {
             s.active_site == "iad"
                 && s.replication_running()
-                && s.condition(bloodraven_core::status::condition::READY)
+                && s.condition(&bloodraven_core::reason::ConditionType::Ready)
                     .is_some_and(bloodraven_core::status::Condition::is_true)
-                && s.condition(bloodraven_core::status::condition::DEGRADED)
+                && s.condition(&bloodraven_core::reason::ConditionType::Degraded)
                     .is_some_and(|c| !c.is_true())
         },
     )
@@ -115,7 +115,13 @@ async fn failed_with(op: &OperatorHandle, reason: &str) {
     let s = wait_status(op, Duration::from_secs(20), reason, planned_ended).await;
     let pf = s.planned_failover.unwrap();
     assert_eq!(pf.phase, PlannedFailoverPhase::Failed, "{pf:?}");
-    assert_eq!(pf.reason, reason, "{pf:?}");
+    assert_eq!(
+        pf.reason
+            .as_ref()
+            .map(bloodraven_core::reason::FailureReason::as_str),
+        Some(reason),
+        "{pf:?}"
+    );
     assert_eq!(s.active_site, "iad");
 }
 
@@ -133,7 +139,7 @@ async fn a_forty_second_lock_tables_write_does_not_veto_a_planned_failover() {
         !queued.await.unwrap(),
         "the queued insert was killed, not committed"
     );
-    let kills = support::event_messages(&op, BLOCKING_SESSION_KILLED).await;
+    let kills = support::event_messages(&op, EventReason::BlockingSessionKilled.as_str()).await;
     assert!(!kills.is_empty());
     assert!(
         kills
@@ -191,7 +197,7 @@ async fn a_long_running_transaction_does_not_veto_a_planned_failover() {
     succeeded(&op, "the failover through a long transaction").await;
     assert!(!long.await.unwrap(), "the long transaction was killed");
     assert!(
-        !support::event_messages(&op, BLOCKING_SESSION_KILLED)
+        !support::event_messages(&op, EventReason::BlockingSessionKilled.as_str())
             .await
             .is_empty(),
         "the running statement kept the fence from landing and was killed"

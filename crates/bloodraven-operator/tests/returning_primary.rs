@@ -59,7 +59,7 @@ async fn caught_up(live: &Live, primary: usize) {
 fn rejoined(name: &'static str) -> impl Fn(&GroupStatus) -> bool {
     move |s| {
         s.site(name).is_some_and(|x| {
-            x.state == SiteState::ReadOnly && x.replicating && x.recovery_state.is_empty()
+            x.state == SiteState::ReadOnly && x.replicating && x.recovery_state.is_none()
         })
     }
 }
@@ -161,7 +161,7 @@ async fn a_returning_primary_takes_no_writes_when_it_boots_read_only_and_is_fenc
     let s = op.group(GROUP).await.unwrap().snapshot().status().clone();
     assert_eq!(s.active_site, "iad");
     assert!(
-        s.sites.iter().all(|x| x.recovery_state.is_empty()),
+        s.sites.iter().all(|x| x.recovery_state.is_none()),
         "a site was blocked though the candidates held its transactions: {:?}",
         s.sites
     );

@@ -53,8 +53,8 @@ async fn wait_semi_sync(c: &SiteClient, what: &str, pred: impl Fn(&SemiSyncState
 fn degraded_reason(s: &GroupStatus) -> Option<String> {
     s.conditions
         .iter()
-        .find(|c| c.type_ == "Degraded" && c.status == "True")
-        .map(|c| c.reason.clone())
+        .find(|c| c.type_.as_str() == "Degraded" && c.status == "True")
+        .map(|c| c.reason.to_string())
 }
 
 /// The operator turns a live asynchronous group semi-synchronous (no failover), and then a
@@ -99,7 +99,7 @@ async fn semi_sync_loses_nothing_acknowledged_when_the_primary_is_killed() {
     let message = s
         .conditions
         .iter()
-        .find(|c| c.type_ == "Degraded")
+        .find(|c| c.type_.as_str() == "Degraded")
         .unwrap()
         .message
         .clone();
@@ -208,12 +208,12 @@ async fn a_candidate_behind_the_reader_catches_up_from_it_and_the_reader_is_not_
         "the reader replicates from pdx",
         |s| {
             s.site("reader")
-                .is_some_and(|r| r.replicating && r.recovery_state.is_empty())
+                .is_some_and(|r| r.replicating && r.recovery_state.is_none())
         },
     )
     .await;
     assert!(
-        s.sites.iter().all(|x| x.recovery_state.is_empty()),
+        s.sites.iter().all(|x| x.recovery_state.is_none()),
         "no site blocked: {:?}",
         s.sites
     );

@@ -132,20 +132,22 @@ pub async fn snapshot(pg: &Playground) -> Value {
 /// The group's replication mode and, in `semi-sync`, whether the lossless guarantee holds right
 /// now, read from the `Degraded` condition the operator reports.
 fn replication_view(mode: ReplicationMode, conditions: &Value) -> Value {
-    use bloodraven_core::contract::reasons::{SEMI_SYNC_FALLBACK, SEMI_SYNC_WRITES_WAIT};
+    use bloodraven_core::reason::ConditionReason;
     let degraded = conditions.as_array().and_then(|cs| {
         cs.iter()
             .find(|c| c["type"] == "Degraded" && c["status"] == "True")
     });
-    let reason = degraded.and_then(|c| c["reason"].as_str()).unwrap_or("");
+    let reason = ConditionReason::parse(degraded.and_then(|c| c["reason"].as_str()).unwrap_or(""));
     let message = degraded.map_or(Value::Null, |c| c["message"].clone());
     let (guarantee, message) = match mode {
         ReplicationMode::Async => (
             "none: an emergency failover can lose what the old primary acknowledged but had not shipped",
             Value::Null,
         ),
-        ReplicationMode::SemiSync if reason == SEMI_SYNC_FALLBACK => ("does not hold", message),
-        ReplicationMode::SemiSync if reason == SEMI_SYNC_WRITES_WAIT => {
+        ReplicationMode::SemiSync if reason == ConditionReason::SemiSyncFallback => {
+            ("does not hold", message)
+        }
+        ReplicationMode::SemiSync if reason == ConditionReason::SemiSyncWritesWait => {
             ("holds; writes wait for a replica", message)
         }
         ReplicationMode::SemiSync => (

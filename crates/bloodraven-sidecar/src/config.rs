@@ -10,7 +10,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bloodraven_core::config::{FieldError, ValidationErrors, check_sidecar_timing, defaults};
+use bloodraven_core::config::{FieldError, ValidationErrors, check_sidecar_timing};
+use bloodraven_core::defaults;
+
+use crate::identity::Identity;
 use bloodraven_core::duration::parse_duration;
 use bloodraven_core::names::{check_dns1123_label, check_dns1123_subdomain};
 use bloodraven_mysql::{Credentials, Endpoint, Timeouts};
@@ -64,15 +67,6 @@ pub struct RawSettings {
     /// The operator's topology public key files (several during a rotation).
     pub operator_public_keys: Vec<PathBuf>,
     pub pin_timings: bool,
-}
-
-/// Who this sidecar is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    /// This site's name (DNS-1123 label).
-    pub site: String,
-    pub group: String,
-    pub namespace: String,
 }
 
 /// A validated configuration.

@@ -14,7 +14,8 @@ use bloodraven_core::names::check_dns1123_label;
 use bloodraven_core::wire::ActiveSite;
 use reqwest::{StatusCode, Url};
 
-use crate::config::{Identity, limits};
+use crate::config::limits;
+use crate::identity::Identity;
 
 /// Why a contact did not give a usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,6 +6,7 @@
 //! | [`config`] | flags → validated [`config::Settings`]; derived timings |
 //! | [`contacts`] | the operator's and peers' endpoints ([`contacts::Contacts`], reqwest) |
 //! | [`database`] | the sidecar's MySQL operations ([`database::Database`], the adapter) |
+//! | [`identity`] | who this sidecar is (site, group, namespace) |
 //! | [`safety_net`] | `RunSafetyNet`: fence first, ask the operator, clear only for this site |
 //! | [`monitor`] | the `FencingMonitor`: gather → decide → act every `peerCheckInterval` |
 //! | [`state`] | the monitor's memory, shared with the HTTP server |
@@ -21,6 +22,7 @@
 pub mod config;
 pub mod contacts;
 pub mod database;
+pub mod identity;
 pub mod metrics;
 pub mod monitor;
 pub mod safety_net;
@@ -39,9 +41,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::config::{Identity, Settings, Timing};
+use crate::config::{Settings, Timing};
 use crate::contacts::{ContactError, Contacts, HttpContacts};
 use crate::database::Database;
+use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::monitor::FencingMonitor;
 use crate::safety_net::{SafetyNetOutcome, run_safety_net};

@@ -17,9 +17,10 @@ use bloodraven_mysql::FenceOutcome;
 use tokio::time::{sleep, timeout};
 use tracing::{error, info, warn};
 
-use crate::config::{Identity, Timing};
+use crate::config::Timing;
 use crate::contacts::{ContactError, Contacts};
 use crate::database::Database;
+use crate::identity::Identity;
 use crate::trust::Trust;
 
 /// How the safety net ended.

@@ -10,7 +10,8 @@ use bloodraven_core::time::Timestamp;
 use bloodraven_core::wire::ActiveSite;
 use tokio::time::Instant;
 
-use crate::config::{Identity, Timing};
+use crate::config::Timing;
+use crate::identity::Identity;
 use crate::trust::{TimingsSource, Trust};
 
 /// The monitor's memory and the facts `/status` reports.

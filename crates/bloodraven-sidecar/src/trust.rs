@@ -14,7 +14,7 @@ use bloodraven_core::wire::ActiveSite;
 use bloodraven_runtime::topology::{Verifier, VerifyError};
 use serde::Serialize;
 
-use crate::config::Identity;
+use crate::identity::Identity;
 
 /// The sidecar's trust settings.
 #[derive(Clone, Debug, Default)]

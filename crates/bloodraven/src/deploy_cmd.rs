@@ -242,10 +242,9 @@ fn status_command(api: &crate::migrate_cmd::ApiArgs, json: bool) -> i32 {
                     "planned failover to {}: {}{}",
                     pf.target,
                     pf.phase,
-                    if a.defer_reason.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({}: {})", a.defer_reason, a.message)
+                    match &a.defer_reason {
+                        Some(d) => format!(" ({d}: {})", a.message),
+                        None => String::new(),
                     }
                 );
             }

@@ -125,7 +125,7 @@ async fn request_and_follow(
             let message = format!("{} {}", pf.admission.message, pf.message);
             if last_phase != Some(pf.phase) || message != last_message {
                 let mut line = format!("phase {}", pf.phase.as_str());
-                if !pf.admission.defer_reason.is_empty()
+                if let Some(defer) = &pf.admission.defer_reason
                     && pf.phase == PlannedFailoverPhase::Deferred
                 {
                     let retry = pf
@@ -135,8 +135,8 @@ async fn request_and_follow(
                         .unwrap_or_default();
                     let _ = write!(
                         line,
-                        " ({}; retry at {retry}): {}",
-                        pf.admission.defer_reason, pf.admission.message
+                        " ({defer}; retry at {retry}): {}",
+                        pf.admission.message
                     );
                 }
                 eprintln!("{line}");
@@ -156,7 +156,10 @@ async fn request_and_follow(
                 PlannedFailoverPhase::Failed => {
                     println!(
                         "planned failover to {to} failed: {}: {}",
-                        pf.reason, pf.message
+                        pf.reason
+                            .as_ref()
+                            .map_or("unknown", bloodraven_core::reason::FailureReason::as_str),
+                        pf.message
                     );
                     return exit::FAILED;
                 }

@@ -135,7 +135,7 @@ pub fn render(v: &OperatorStatus) -> String {
                         "{}={}{}",
                         c.type_,
                         c.status,
-                        if c.reason.is_empty() {
+                        if c.reason.as_str().is_empty() {
                             String::new()
                         } else {
                             format!(" ({})", c.reason)
@@ -190,12 +190,9 @@ pub fn render(v: &OperatorStatus) -> String {
                 pf.phase.as_str(),
                 pf.source,
                 pf.target,
-                if admission.defer_reason.is_empty() {
-                    String::new()
-                } else {
+                if let Some(defer) = &admission.defer_reason {
                     format!(
-                        " ({}, retry at {}: {})",
-                        admission.defer_reason,
+                        " ({defer}, retry at {}: {})",
                         or_dash(
                             admission
                                 .retry_time
@@ -203,6 +200,8 @@ pub fn render(v: &OperatorStatus) -> String {
                         ),
                         admission.message
                     )
+                } else {
+                    String::new()
                 },
                 match pf.duration_seconds {
                     Some(d) => format!(

@@ -132,3 +132,144 @@ fn the_rule_reader_sees_a_violation() {
         BTreeSet::from(["kube".to_string(), "bloodraven-core".to_string()])
     );
 }
+
+/// The modules of a crate (`src/<module>.rs` or `src/<module>/…`) and which of its other
+/// modules each one's code names (`crate::<module>`). Doc comments are not code (a page may
+/// point at a higher layer), nor are tests.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut files = vec![src.to_path_buf()];
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                files.push(e.path());
+            }
+            continue;
+        }
+        let rel = p.strip_prefix(src).unwrap();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
+        let name = p.file_name().unwrap().to_string_lossy();
+        if p.extension().is_none_or(|x| x != "rs")
+            || top == "lib"
+            || top == "main"
+            || name == "tests.rs"
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        // Everything from an inline test module on is a test.
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        let deps = graph.entry(top.clone()).or_default();
+        for line in code.lines() {
+            let l = line.trim_start();
+            if l.starts_with("//") {
+                continue;
+            }
+            for piece in l.split("crate::").skip(1) {
+                let m: String = piece
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if !m.is_empty() && m != top {
+                    deps.insert(m);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A circle among `graph`'s modules, if there is one (as the path that closes it).
+fn a_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        m: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, bool>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(m.to_string(), false);
+        path.push(m.to_string());
+        for d in graph.get(m).into_iter().flatten() {
+            if !graph.contains_key(d) {
+                continue;
+            }
+            match state.get(d) {
+                Some(false) => {
+                    let start = path.iter().position(|p| p == d).unwrap();
+                    let mut c = path[start..].to_vec();
+                    c.push(d.clone());
+                    return Some(c);
+                }
+                Some(true) => {}
+                None => {
+                    if let Some(c) = visit(d, graph, state, path) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        path.pop();
+        state.insert(m.to_string(), true);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for m in graph.keys() {
+        if !state.contains_key(m)
+            && let Some(c) = visit(m, graph, &mut state, &mut Vec::new())
+        {
+            return Some(c);
+        }
+    }
+    None
+}
+
+/// The core's modules are layered: vocabulary (names, reasons, time, config), the persisted
+/// shapes (`status`), the views of the gathered world (`view`), then decisions that depend on
+/// those and never on each other in a circle. The sidecar's modules likewise.
+#[test]
+fn the_core_and_the_sidecar_import_their_modules_without_circles() {
+    for krate in ["bloodraven-core", "bloodraven-sidecar"] {
+        let graph = module_graph(&workspace().join("crates").join(krate).join("src"));
+        assert!(graph.len() > 5, "{krate}: read its modules: {graph:?}");
+        if let Some(c) = a_circle(&graph) {
+            panic!(
+                "{krate}: modules import each other in a circle: {}",
+                c.join(" → ")
+            );
+        }
+    }
+    // The layers, named.
+    let core = module_graph(&workspace().join("crates/bloodraven-core/src"));
+    for shape in ["status", "view", "reason", "config"] {
+        for decision in ["controller", "planned", "health", "lease"] {
+            assert!(
+                !core[shape].contains(decision),
+                "{shape} (a shape) depends on {decision} (a decision)"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_circle_finder_finds_one() {
+    let g: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a", "d"]),
+        ("d", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))
+    .collect();
+    assert_eq!(a_circle(&g).unwrap(), ["a", "b", "c", "a"]);
+    let mut acyclic = g.clone();
+    acyclic.get_mut("c").unwrap().remove("a");
+    assert_eq!(a_circle(&acyclic), None);
+}

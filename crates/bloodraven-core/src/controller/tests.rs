@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::gtid::GtidFlavor;
+use crate::semisync::SemiSyncState;
+use crate::view::{ProbeResult, ReplicaView, SiteTracker, debounce, debounce_poll};
 
 fn g(s: &str) -> GtidSet {
     GtidSet::parse(GtidFlavor::MariaDb, s).unwrap()
@@ -192,7 +194,7 @@ fn bootstrap_cases() {
     let d = decide(&input(&sites, "", ""));
     assert_eq!(d.actions, vec![bootstrap("iad", true)]);
     assert!(d.alerts.is_empty(), "{d:?}");
-    assert_eq!(d.conditions.degraded.unwrap().0, "NoPrimary");
+    assert_eq!(d.conditions.degraded.unwrap().reason.as_str(), "NoPrimary");
     sites[0].state = SiteState::Writable;
     sites[1].state = SiteState::Writable;
     let d = decide(&input(&sites, "", ""));
@@ -206,7 +208,7 @@ fn bootstrap_cases() {
             sites: vec!["iad".into(), "pdx".into()]
         }]
     );
-    assert_eq!(d.conditions.degraded.unwrap().0, "SplitBrain");
+    assert_eq!(d.conditions.degraded.unwrap().reason.as_str(), "SplitBrain");
     let prio = vec!["pdx".to_string(), "iad".to_string()];
     let mut i = input(&sites, "", "");
     i.site_priorities = &prio;
@@ -448,7 +450,10 @@ fn returning_primary_is_fenced_and_compared_with_the_promotion_point() {
     let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     let d = decide(&i);
     assert_eq!(d.actions, vec![fence("iad", false)]);
-    assert_eq!(d.conditions.degraded.as_ref().unwrap().0, "SplitBrain");
+    assert_eq!(
+        d.conditions.degraded.as_ref().unwrap().reason.as_str(),
+        "SplitBrain"
+    );
     assert!(!d.conditions.ready);
     // The old primary wrote past the promotion point: divergent.
     let mut sites2 = sites.clone();
@@ -650,7 +655,7 @@ fn replicas_not_following_the_active_site_are_repointed() {
     let d = decide(&input(&sites, "iad", ""));
     assert_eq!(d.actions, vec![repoint("reader")]);
     assert_eq!(
-        d.conditions.degraded.as_ref().unwrap().0,
+        d.conditions.degraded.as_ref().unwrap().reason.as_str(),
         "ReplicationNotRunning"
     );
     // A replica with no replication configured at all (an old primary after a restart).
@@ -668,7 +673,7 @@ fn replicas_not_following_the_active_site_are_repointed() {
     let d = decide(&input(&sites, "iad", ""));
     assert!(d.actions.is_empty());
     assert_eq!(
-        d.conditions.degraded.as_ref().unwrap().0,
+        d.conditions.degraded.as_ref().unwrap().reason.as_str(),
         "ReplicationNotRunning"
     );
 }
@@ -701,13 +706,16 @@ fn lag_and_unreachable_replicas_degrade_with_their_reasons() {
     }
     let d = decide(&input(&sites, "iad", ""));
     assert_eq!(
-        d.conditions.degraded.as_ref().unwrap().0,
+        d.conditions.degraded.as_ref().unwrap().reason.as_str(),
         "ReplicationLagging"
     );
     assert!(d.conditions.ready);
     sites[2].state = SiteState::Unreachable;
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(d.conditions.degraded.as_ref().unwrap().0, "SiteUnreachable");
+    assert_eq!(
+        d.conditions.degraded.as_ref().unwrap().reason.as_str(),
+        "SiteUnreachable"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -784,7 +792,7 @@ fn semi_sync_mode_configures_every_site_and_a_configured_group_is_left_alone() {
     );
     // Until it is on, the guarantee does not hold, and the group says so.
     assert_eq!(
-        d.conditions.degraded.as_ref().map(|(r, _)| r.as_str()),
+        d.conditions.degraded.as_ref().map(|d| d.reason.as_str()),
         Some("SemiSyncFallback")
     );
     assert!(matches!(&d.alerts[..], [Alert::SemiSyncFallback { site, .. }] if site == "iad"));
@@ -808,8 +816,8 @@ fn a_fallback_or_a_lossy_wait_point_is_reported_and_corrected() {
     fell_back.source_active = false;
     let sites = semi_sync_trio(fell_back);
     let d = decide(&semi_sync_input(&sites));
-    let (reason, message) = d.conditions.degraded.clone().unwrap();
-    assert_eq!(reason, "SemiSyncFallback");
+    let Degraded { reason, message } = d.conditions.degraded.clone().unwrap();
+    assert_eq!(reason, ConditionReason::SemiSyncFallback);
     assert!(message.contains("fell back"), "{message}");
     assert!(matches!(&d.alerts[..], [Alert::SemiSyncFallback { .. }]));
 
@@ -824,7 +832,10 @@ fn a_fallback_or_a_lossy_wait_point_is_reported_and_corrected() {
             replica: true
         }
     }));
-    assert_eq!(d.conditions.degraded.unwrap().0, "SemiSyncFallback");
+    assert_eq!(
+        d.conditions.degraded.unwrap().reason.as_str(),
+        "SemiSyncFallback"
+    );
 }
 
 #[test]
@@ -834,8 +845,8 @@ fn a_primary_without_acknowledging_replicas_makes_writes_wait_and_says_what_rest
     alone.waiting_sessions = 4;
     let sites = semi_sync_trio(alone);
     let d = decide(&semi_sync_input(&sites));
-    let (reason, message) = d.conditions.degraded.unwrap();
-    assert_eq!(reason, "SemiSyncWritesWait");
+    let Degraded { reason, message } = d.conditions.degraded.unwrap();
+    assert_eq!(reason, ConditionReason::SemiSyncWritesWait);
     assert!(message.contains("4 waiting") && message.contains("start replication"));
     // The guarantee holds: no fallback alert, no action on the primary.
     assert!(d.alerts.is_empty());

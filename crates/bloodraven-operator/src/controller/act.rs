@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use bloodraven_core::config::ReplicationMode;
-use bloodraven_core::contract::events as E;
 use bloodraven_core::controller::Action;
+use bloodraven_core::reason::EventReason as E;
 use bloodraven_core::status::{GroupStatus, SiteState};
 use bloodraven_mysql::FenceOutcome;
 use tokio::time::Instant;
@@ -78,7 +78,7 @@ impl Controller {
                 tracing::warn!(group = %self.group(), site, "primary reasserted: every site was read-only");
                 self.event(
                     EventType::Warning,
-                    E::PRIMARY_REASSERTED,
+                    E::PrimaryReasserted,
                     &format!("every site was read-only; restored writability on {site}, whose GTID set contains every other site's"),
                 )
                 .await;
@@ -105,7 +105,7 @@ impl Controller {
                 tracing::info!(group = %self.group(), site, source = %status.active_site, "re-pointed a replica");
                 self.event(
                     EventType::Normal,
-                    E::REPLICA_REPOINTED,
+                    E::ReplicaRepointed,
                     &format!("{site} now replicates from {}", status.active_site),
                 )
                 .await;
@@ -114,7 +114,7 @@ impl Controller {
             Action::ClearRecoveryBlock { site } => {
                 self.event(
                     EventType::Normal,
-                    E::RECOVERY_UNBLOCKED,
+                    E::RecoveryUnblocked,
                     &format!("{site} holds no transaction the active site lacks any more; it will be re-pointed"),
                 )
                 .await;
@@ -160,7 +160,7 @@ impl Controller {
         tracing::info!(group = %self.group(), site, topologyGeneration = generation, how = %how, "bootstrap: first active site");
         self.event(
             EventType::Normal,
-            E::ACTIVE_SITE_BOOTSTRAPPED,
+            E::ActiveSiteBootstrapped,
             &format!(
                 "{site} is the group's first active site (topologyGeneration {generation}); {how}"
             ),
@@ -233,7 +233,7 @@ impl Controller {
         }
         self.event(
             EventType::Warning,
-            E::SITE_FENCED,
+            E::SiteFenced,
             &format!(
                 "{site} was writable while {} is the active site: fenced, {} application session(s) killed, no divergence; re-pointing it",
                 status.active_site,
@@ -259,7 +259,7 @@ impl Controller {
             status.active_site, status.promotion_gtid_executed
         );
         tracing::warn!(group = %self.group(), site, gtid, "{message}");
-        self.event(EventType::Warning, E::DATA_LOSS_DETECTED, &message)
+        self.event(EventType::Warning, E::DataLossDetected, &message)
             .await;
         Outcome::Blocked(site.to_string())
     }
@@ -314,7 +314,7 @@ impl Controller {
             ),
         };
         tracing::warn!(group = %group, site = to, from = src, "emergency failover: {message}");
-        self.event(level, E::CAUGHT_UP_BEFORE_PROMOTION, &message)
+        self.event(level, E::CaughtUpBeforePromotion, &message)
             .await;
     }
 
@@ -330,7 +330,7 @@ impl Controller {
         tracing::warn!(group = %group, from, to, "emergency failover: starting");
         self.event(
             EventType::Warning,
-            E::FAILOVER_STARTED,
+            E::FailoverStarted,
             &format!("active site {from} unreachable for the detection budget; promoting {to}"),
         )
         .await;
@@ -366,7 +366,7 @@ impl Controller {
                 tracing::warn!(group = %group, from, to, topologyGeneration = generation, duration_ms = took.as_secs_f64() * 1e3, "emergency failover: complete");
                 self.event(
                     EventType::Warning,
-                    E::FAILOVER_SUCCEEDED,
+                    E::FailoverSucceeded,
                     &format!("{to} is the active site (topologyGeneration {generation}); {from} will be fenced if it returns writable"),
                 )
                 .await;
@@ -380,7 +380,7 @@ impl Controller {
                 tracing::error!(group = %group, from, to, step = e.step(), error = %e, "emergency failover: failed");
                 self.event(
                     EventType::Warning,
-                    E::FAILOVER_FAILED,
+                    E::FailoverFailed,
                     &format!("emergency failover to {to} failed at {}: {e}", e.step()),
                 )
                 .await;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use bloodraven_core::controller::{self, ProbeResult};
 use bloodraven_core::status::SidecarTimings;
+use bloodraven_core::view::{self, ProbeResult};
 use bloodraven_core::wire::SidecarStatus;
 use bloodraven_mysql::Probe;
 use futures::future::join_all;
@@ -61,7 +61,7 @@ impl Controller {
         let group = self.rt.name.clone();
         let results: Vec<ProbeResult> = probes.iter().map(probe_result).collect();
         let trackers: Vec<_> = self.sites.iter().map(|s| s.tracker).collect();
-        let trackers = controller::debounce_poll(&trackers, &results, failure, recovery);
+        let trackers = view::debounce_poll(&trackers, &results, failure, recovery);
         if results.iter().all(|r| *r == ProbeResult::Unreachable) {
             if self.blind_polls == 0 {
                 tracing::warn!(group = %group, "no site answers: polls count for no site until one does (the operator may be the one cut off)");

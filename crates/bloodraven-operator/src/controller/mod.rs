@@ -29,10 +29,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::config::SiteConfig;
-use bloodraven_core::controller::{self, DecideInput, ReplicaView, SiteTracker, SiteView};
+use bloodraven_core::controller::{self, DecideInput};
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::status::{GroupStatus, SidecarTimings, SiteState};
 use bloodraven_core::time::Timestamp;
+use bloodraven_core::view::{ReplicaView, SiteTracker, SiteView};
 use bloodraven_mysql::{Credentials, Endpoint, Probe, SiteClient, SourceSpec, Timeouts};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -44,9 +45,6 @@ use crate::events::{self, EventType};
 use crate::group::GroupRuntime;
 use crate::metrics::{GroupLabel, Metrics};
 use crate::operator::GroupTask;
-
-/// `recovery_state` of a site that holds divergent transactions.
-pub const RECOVERY_BLOCKED: &str = bloodraven_core::contract::reasons::RECOVERY_BLOCKED;
 
 /// Runs a [`Controller`] per group.
 #[derive(Debug, Clone, Default)]
@@ -307,7 +305,7 @@ impl Controller {
                     }),
                     recovery_blocked: status
                         .site(&s.cfg.name)
-                        .is_some_and(|st| st.recovery_state == RECOVERY_BLOCKED),
+                        .is_some_and(|st| st.recovery_state.is_blocked()),
                     received: p.and_then(received),
                     semi_sync: p.filter(|_| s.answered).and_then(|p| p.semi_sync.clone()),
                 }
@@ -384,7 +382,12 @@ impl Controller {
             .await;
     }
 
-    async fn event(&self, type_: EventType, reason: &str, message: &str) {
+    async fn event(
+        &self,
+        type_: EventType,
+        reason: bloodraven_core::reason::EventReason,
+        message: &str,
+    ) {
         events::record(
             self.rt.store(),
             &self.rt.namespace,

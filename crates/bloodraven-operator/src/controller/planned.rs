@@ -10,6 +10,7 @@ use bloodraven_core::planned::{
     Count, Done, Facts, FenceVerdict, Note, PlannedFailoverStatus, Request, Severity, Step,
     Transition, Undo, finish, request, step,
 };
+use bloodraven_core::reason::FailureReason;
 use bloodraven_mysql::FenceOutcome;
 use bloodraven_mysql::switchover::{self, CatchUp, Undone};
 
@@ -177,7 +178,7 @@ impl Controller {
             tracing::warn!(group = %self.group(), site = source, connection = s.id, account = %s.account(), seconds = s.seconds, "draining: killed a session that kept the fence from landing");
             self.note(Note {
                 severity: Severity::Warning,
-                reason: bloodraven_core::contract::events::BLOCKING_SESSION_KILLED,
+                reason: bloodraven_core::reason::EventReason::BlockingSessionKilled,
                 message: format!(
                     "draining {source}: killed connection {} of {} ({what}): the fence could not land behind it",
                     s.id,
@@ -381,7 +382,7 @@ impl Controller {
             .map_err(persist_err)?;
         match failed {
             Some((reason, message)) => {
-                tracing::warn!(group = %self.group(), target = %before.target, reason = %reason, message = %message, "planned failover failed");
+                tracing::warn!(group = %self.group(), target = %before.target, reason = reason.as_ref().map(FailureReason::as_str).unwrap_or_default(), message = %message, "planned failover failed");
             }
             None => {
                 tracing::info!(group = %self.group(), target = %before.target, from = before.phase.as_str(), to = phase.as_str(), "planned failover: phase");

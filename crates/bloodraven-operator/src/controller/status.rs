@@ -5,13 +5,13 @@
 use std::collections::BTreeSet;
 
 use bloodraven_core::config::GroupConfig;
-use bloodraven_core::contract::events as E;
-use bloodraven_core::contract::reasons as R;
 use bloodraven_core::controller::{self, Alert};
 use bloodraven_core::duration::{HumanDuration, parse_duration};
+use bloodraven_core::reason::EventReason as E;
+use bloodraven_core::reason::{ConditionReason as R, ConditionType as C, RecoveryState};
 use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus};
 
-use super::{Controller, RECOVERY_BLOCKED};
+use super::Controller;
 use crate::events::EventType;
 use crate::metrics::{GroupLabel, GroupSite, GroupSiteState};
 
@@ -61,10 +61,10 @@ impl Controller {
                     .map(|b| b.recovery_state.clone())
                     .unwrap_or_default();
                 if blocked.iter().any(|b| b == s.name()) {
-                    recovery_state = RECOVERY_BLOCKED.to_string();
+                    recovery_state = RecoveryState::RecoveryBlocked;
                 }
                 if unblocked.iter().any(|b| b == s.name()) {
-                    recovery_state.clear();
+                    recovery_state = RecoveryState::None;
                 }
                 let reachable =
                     matches!(s.tracker.state, SiteState::Writable | SiteState::ReadOnly);
@@ -142,7 +142,7 @@ impl Controller {
             let (key, reason, message) = match a {
                 Alert::SplitBrainUndecided { sites } => (
                     format!("split:{}", sites.join(",")),
-                    E::SPLIT_BRAIN,
+                    E::SplitBrain,
                     format!(
                         "writable sites {} and no failover history or splitBrainPolicy says which wins; nothing was fenced",
                         sites.join(", ")
@@ -150,13 +150,13 @@ impl Controller {
                 ),
                 Alert::NoPrimary => (
                     "noprimary".into(),
-                    E::NO_PRIMARY,
+                    E::NoPrimary,
                     "every reachable site is read-only and none can be restored automatically"
                         .into(),
                 ),
                 Alert::AllUnreachable => (
                     "allunreachable".into(),
-                    E::ALL_SITES_UNREACHABLE,
+                    E::AllSitesUnreachable,
                     "no site answers".into(),
                 ),
                 Alert::CooldownBlocksFailover { until } => {
@@ -170,7 +170,7 @@ impl Controller {
                     }
                     (
                         "cooldown".into(),
-                        E::FAILOVER_BLOCKED_BY_COOLDOWN,
+                        E::FailoverBlockedByCooldown,
                         format!(
                             "active site {} is unreachable, but failoverCooldown forbids another failover until {until}",
                             status.active_site
@@ -179,7 +179,7 @@ impl Controller {
                 }
                 Alert::NoCandidate { reason } => (
                     "nocandidate".into(),
-                    E::NO_FAILOVER_CANDIDATE,
+                    E::NoFailoverCandidate,
                     format!(
                         "active site {} is unreachable: {reason}",
                         status.active_site
@@ -187,21 +187,21 @@ impl Controller {
                 ),
                 Alert::BootstrapWaiting { reason } => (
                     "bootstrapwaiting".into(),
-                    E::NO_PRIMARY,
+                    E::NoPrimary,
                     format!(
                         "no site is writable and the group has never had an active site: {reason}"
                     ),
                 ),
                 Alert::SemiSyncFallback { site, why } => (
                     format!("semisync:{site}"),
-                    E::SEMI_SYNC_FALLBACK,
+                    E::SemiSyncFallback,
                     format!(
                         "spec.replication.mode is semi-sync, but on the active site {site} the lossless guarantee does not hold: {why}"
                     ),
                 ),
                 Alert::FailoverHeld => (
                     "held".into(),
-                    E::AUTOMATIC_FAILOVER_HELD,
+                    E::AutomaticFailoverHeld,
                     format!(
                         "active site {} is unreachable while automatic failover is held",
                         status.active_site
@@ -209,7 +209,7 @@ impl Controller {
                 ),
             };
             if !self.raised.contains(&key) {
-                tracing::warn!(group = %self.group(), reason, message = %message, "alert");
+                tracing::warn!(group = %self.group(), reason = reason.as_str(), message = %message, "alert");
                 self.event(EventType::Warning, reason, &message).await;
             }
             now_raised.insert(key);
@@ -227,39 +227,34 @@ fn set_conditions(
     cfg: &GroupConfig,
     now: bloodraven_core::time::Timestamp,
 ) {
-    let ready_reason = if c.ready {
-        R::ACTIVE_SITE_WRITABLE
-    } else if c
-        .degraded
-        .as_ref()
-        .is_some_and(|(r, _)| r == R::SPLIT_BRAIN)
-    {
-        R::SPLIT_BRAIN
-    } else {
-        R::NO_PRIMARY
-    };
-    st.set_condition(R::READY, c.ready, ready_reason, "", now);
+    st.set_condition(
+        C::Ready,
+        c.ready,
+        c.ready_reason.condition_reason(),
+        "",
+        now,
+    );
     match &c.degraded {
-        Some((reason, message)) => st.set_condition(R::DEGRADED, true, reason, message, now),
-        None => st.set_condition(R::DEGRADED, false, R::AS_EXPECTED, "", now),
+        Some(d) => st.set_condition(C::Degraded, true, d.reason.clone(), &d.message, now),
+        None => st.set_condition(C::Degraded, false, R::AsExpected, "", now),
     }
     match timings_mismatch(sites, cfg) {
-        None => st.set_condition(R::SIDECAR_TIMINGS_IN_SYNC, true, R::AS_EXPECTED, "", now),
+        None => st.set_condition(C::SidecarTimingsInSync, true, R::AsExpected, "", now),
         Some(m) => st.set_condition(
-            R::SIDECAR_TIMINGS_IN_SYNC,
+            C::SidecarTimingsInSync,
             false,
-            R::SIDECAR_TIMINGS_MISMATCH,
+            R::SidecarTimingsMismatch,
             &m,
             now,
         ),
     }
     let blocked_now: Vec<&str> = sites
         .iter()
-        .filter(|s| !s.recovery_state.is_empty())
+        .filter(|s| s.recovery_state.is_blocked())
         .map(|s| s.name.as_str())
         .collect();
     if blocked_now.is_empty() {
-        st.set_condition(R::RECOVERY_PENDING, false, R::AS_EXPECTED, "", now);
+        st.set_condition(C::RecoveryPending, false, R::AsExpected, "", now);
     } else {
         let m = c.recovery_pending.clone().unwrap_or_else(|| {
             format!(
@@ -267,6 +262,6 @@ fn set_conditions(
                 blocked_now.join(", ")
             )
         });
-        st.set_condition(R::RECOVERY_PENDING, true, RECOVERY_BLOCKED, &m, now);
+        st.set_condition(C::RecoveryPending, true, R::RecoveryBlocked, &m, now);
     }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
-use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus, condition};
+use bloodraven_core::reason::ConditionType;
+use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus};
 use bloodraven_core::time::{Clock, ManualClock};
 use bloodraven_operator::auth::{self, SigningKey};
 use bloodraven_operator::config;
@@ -510,7 +511,7 @@ pub fn bootstrapped_on(site: &'static str) -> impl Fn(&GroupStatus) -> bool {
     move |s| {
         s.active_site == site
             && s.topology_generation == 1
-            && s.condition(condition::READY)
+            && s.condition(&ConditionType::Ready)
                 .is_some_and(bloodraven_core::status::Condition::is_true)
             && s.replication_running()
     }

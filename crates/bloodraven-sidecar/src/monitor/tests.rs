@@ -13,7 +13,8 @@ use bloodraven_mysql::{Cause, FenceOutcome, FenceReading, Flavor, KillReport, My
 use tokio::time::{Instant, sleep};
 
 use super::*;
-use crate::config::{Identity, Timing};
+use crate::config::Timing;
+use crate::identity::Identity;
 
 const INTERVAL: Duration = Duration::from_secs(5);
 const LEASE: Duration = Duration::from_secs(20);

@@ -1,0 +1,14 @@
+//! The defaults of a failover group's spec (SPEC §2.1), where the configuration's validation
+//! and the CRDs' schema both read them.
+
+use std::time::Duration;
+
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+pub const FAILURE_THRESHOLD: u32 = 3;
+pub const RECOVERY_THRESHOLD: u32 = 2;
+pub const FAILOVER_COOLDOWN: Duration = Duration::from_secs(300);
+pub const MAX_LAG_SECONDS: u64 = 300;
+pub const MAX_LAG_WAIT: Duration = Duration::from_secs(300);
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+pub const LEASE_TIMEOUT: Duration = Duration::from_secs(20);
+pub const PEER_CHECK_INTERVAL: Duration = Duration::from_secs(5);
