@@ -102,28 +102,58 @@ pub struct DeployApiSettings {
     pub audience: String,
 }
 
-/// Where the operator keeps its objects.
+/// Where the operator keeps its objects: which platform it runs on (see `crate::platform`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreBackend {
     /// The SQLite file in the data directory; groups and databases come from this file.
     Embedded,
     /// A Kubernetes API server; groups and databases are the cluster's custom resources.
-    Kubernetes {
-        /// The one namespace watched; `None` watches every namespace.
-        namespace: Option<String>,
-        /// Where the operator's own objects live: its leader-election Lease and the Secrets its
-        /// configuration names (`store.operatorNamespace`; default the Pod's namespace from
-        /// `POD_NAMESPACE`, else the watched namespace, else `default`).
-        operator_namespace: String,
-        /// This replica's Pod (`POD_NAME`, from the downward API): labelled while it leads.
-        pod_name: Option<String>,
-        /// Leader election on a Lease in `operator_namespace`.
-        leader_election: LeaderElection,
-        /// A kubeconfig file; in-cluster configuration (or `KUBECONFIG`) when absent.
-        kubeconfig: Option<PathBuf>,
-        /// A context of that kubeconfig; its current one when absent.
-        context: Option<String>,
-    },
+    Kubernetes(KubernetesSettings),
+}
+
+impl StoreBackend {
+    /// `store.backend` as written.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StoreBackend::Embedded => "embedded",
+            StoreBackend::Kubernetes(_) => "kubernetes",
+        }
+    }
+
+    /// Whether configuration may name Secrets (`secretName`, `topologySigningKeySecret`).
+    pub fn reads_secrets(&self) -> bool {
+        matches!(self, StoreBackend::Kubernetes(_))
+    }
+
+    /// Whether deploy tokens are the operator's own (checked with `tokenSigningKeyFile`) rather
+    /// than the platform's (TokenReview).
+    pub fn issues_tokens(&self) -> bool {
+        matches!(self, StoreBackend::Embedded)
+    }
+
+    /// Whether the groups and databases are documents of the configuration file.
+    pub fn groups_in_file(&self) -> bool {
+        matches!(self, StoreBackend::Embedded)
+    }
+}
+
+/// `store.backend: kubernetes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubernetesSettings {
+    /// The one namespace watched; `None` watches every namespace.
+    pub namespace: Option<String>,
+    /// Where the operator's own objects live: its leader-election Lease and the Secrets its
+    /// configuration names (`store.operatorNamespace`; default the Pod's namespace from
+    /// `POD_NAMESPACE`, else the watched namespace, else `default`).
+    pub operator_namespace: String,
+    /// This replica's Pod (`POD_NAME`, from the downward API): labelled while it leads.
+    pub pod_name: Option<String>,
+    /// Leader election on a Lease in `operator_namespace`.
+    pub leader_election: LeaderElection,
+    /// A kubeconfig file; in-cluster configuration (or `KUBECONFIG`) when absent.
+    pub kubeconfig: Option<PathBuf>,
+    /// A context of that kubeconfig; its current one when absent.
+    pub context: Option<String>,
 }
 
 /// Kubernetes mode: leader election on a `coordination.k8s.io/v1` Lease.
@@ -578,9 +608,8 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<LoadedConfig, Config
             problems,
         });
     };
-    if matches!(settings.store, StoreBackend::Kubernetes { .. })
-        && !(groups.is_empty() && databases.is_empty())
-    {
+    let documents = !(groups.is_empty() && databases.is_empty());
+    if documents && !settings.store.groups_in_file() {
         problems.push(ConfigProblem {
             document: path.to_string(),
             field: "store.backend".into(),
@@ -676,14 +705,14 @@ fn operator_settings(
             if let Err(rule) = check_dns1123_label(&operator_namespace) {
                 errs.push(("store.operatorNamespace".into(), rule.into()));
             }
-            StoreBackend::Kubernetes {
+            StoreBackend::Kubernetes(KubernetesSettings {
                 namespace: d.store.namespace.clone(),
                 operator_namespace,
                 leader_election: leader_election(d.store.leader_election.as_ref(), &mut errs),
                 pod_name: env_var("POD_NAME"),
                 kubeconfig: d.store.kubeconfig.as_ref().map(|k| resolve(base, k)),
                 context: d.store.context.clone(),
-            }
+            })
         }
         Some(other) => {
             errs.push((
@@ -693,7 +722,6 @@ fn operator_settings(
             StoreBackend::Embedded
         }
     };
-    let kubernetes = matches!(store, StoreBackend::Kubernetes { .. });
     let deploy_api = if d.deploy_api.enabled {
         let tls = match &d.tls {
             None => {
@@ -708,7 +736,7 @@ fn operator_settings(
                 cert_file: None,
                 key_file: None,
             }) => {
-                if !kubernetes {
+                if !store.reads_secrets() {
                     errs.push((
                         "tls.secretName".into(),
                         "applies only with store.backend: kubernetes".into(),
@@ -740,8 +768,8 @@ fn operator_settings(
                 None
             }
         };
-        let token_key = match (&d.token_signing_key_file, kubernetes) {
-            (Some(key), false) => {
+        let token_key = match (&d.token_signing_key_file, store.issues_tokens()) {
+            (Some(key), true) => {
                 let p = resolve(base, key);
                 if !p.is_file() {
                     errs.push((
@@ -751,21 +779,21 @@ fn operator_settings(
                 }
                 Some(p)
             }
-            (None, false) => {
+            (None, true) => {
                 errs.push((
                     "tokenSigningKeyFile".into(),
                     "deployAPI.enabled needs a token signing key file (create one with `bloodraven token keygen`)".into(),
                 ));
                 None
             }
-            (Some(_), true) => {
+            (Some(_), false) => {
                 errs.push((
                     "tokenSigningKeyFile".into(),
                     "does not apply with store.backend: kubernetes (deploy tokens are projected ServiceAccount tokens, checked by TokenReview)".into(),
                 ));
                 None
             }
-            (None, true) => None,
+            (None, false) => None,
         };
         tls.map(|tls| DeployApiSettings {
             listen: https_listen,
@@ -789,7 +817,7 @@ fn operator_settings(
             None
         }
         (None, Some(name)) => {
-            if !kubernetes {
+            if !store.reads_secrets() {
                 errs.push((
                     "topologySigningKeySecret".into(),
                     "applies only with store.backend: kubernetes".into(),
@@ -915,14 +943,14 @@ spec:
         let c = parse(only_operator, "cfg.yaml", b.path()).unwrap();
         assert_eq!(
             c.settings.store,
-            StoreBackend::Kubernetes {
+            StoreBackend::Kubernetes(KubernetesSettings {
                 namespace: Some("db".into()),
                 operator_namespace: "db".into(),
                 leader_election: LeaderElection::default(),
                 pod_name: None,
                 kubeconfig: None,
                 context: None
-            }
+            })
         );
         // With group documents: refused, naming the setting.
         let with_groups = GOOD.replacen(

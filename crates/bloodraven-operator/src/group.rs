@@ -186,7 +186,7 @@ pub struct GroupRuntime {
     /// The operator's leadership and Secret reader (see [`GroupRuntime::attach`]).
     platform: RwLock<(
         crate::leader::Leadership,
-        Option<crate::secrets::SecretReader>,
+        Arc<dyn crate::secrets::SecretStore>,
     )>,
 }
 
@@ -272,7 +272,10 @@ impl GroupRuntime {
             leases: tokio::sync::Mutex::new(LeaseState { engine, objects }),
             flags: Flags::default(),
             reacting: tokio::sync::Mutex::new(()),
-            platform: RwLock::new((crate::leader::Leadership::always(), None)),
+            platform: RwLock::new((
+                crate::leader::Leadership::always(),
+                Arc::new(crate::secrets::NoSecrets),
+            )),
         });
         {
             let snap = rt.snapshot();
@@ -308,7 +311,7 @@ impl GroupRuntime {
     pub fn attach(
         &self,
         leadership: crate::leader::Leadership,
-        secrets: Option<crate::secrets::SecretReader>,
+        secrets: Arc<dyn crate::secrets::SecretStore>,
     ) {
         *self
             .platform
@@ -325,8 +328,8 @@ impl GroupRuntime {
             .confirm()
     }
 
-    /// The Secret reader, in Kubernetes mode.
-    pub fn secrets(&self) -> Option<crate::secrets::SecretReader> {
+    /// Where the group's named secrets live (the platform's secret store).
+    pub fn secrets(&self) -> Arc<dyn crate::secrets::SecretStore> {
         self.platform
             .read()
             .unwrap_or_else(PoisonError::into_inner)

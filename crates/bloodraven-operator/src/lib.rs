@@ -8,14 +8,11 @@
 //! | [`group`] | one group at run time: stored object, deploy leases, pending flags, topology changes |
 //! | [`local`] | configuration for a group over local MariaDB servers (playground, benchmarks, tests) |
 //! | [`lease_objects`] | deploy leases and tombstones as stored `Lease` objects |
-//! | [`kube_store`] | the store on a Kubernetes API server (custom resources, Leases, Events) |
 //! | [`api`] | the deploy API (TLS) and the plain endpoints |
 //! | [`server`] | TLS and plain listeners |
 //! | [`leader`] | leadership (may this process act now?) and leader election by file lock (embedded mode) |
-//! | [`kube_leader`] | leader election on a Lease (Kubernetes mode), fencing a paused leader |
-//! | [`pod_label`] | the leader label on this replica's Pod, so Services reach the leader |
-//! | [`tokenreview`] | deploy tokens checked by TokenReview (Kubernetes mode), with a bounded cache |
-//! | [`secrets`] | credentials, TLS material and the topology key from files or Secrets, reloaded |
+//! | [`platform`] | what the operator runs on, as one seam: store, leadership, authenticator, secrets, groups, workloads ([`platform::embedded`], [`platform::kubernetes`]) |
+//! | [`secrets`] | credentials, TLS material and the topology key from files or the platform's secret store, reloaded |
 //! | [`events`] | events on groups |
 //! | [`metrics`] | Prometheus metrics |
 //! | [`relocate`] | moving groups from embedded mode to Kubernetes mode, and the moved marker |
@@ -27,18 +24,15 @@ pub mod config;
 pub mod controller;
 pub mod events;
 pub mod group;
-pub mod kube_leader;
-pub mod kube_store;
 pub mod leader;
 pub mod lease_objects;
 pub mod local;
 pub mod metrics;
 pub mod operator;
-pub mod pod_label;
+pub mod platform;
 pub mod relocate;
 pub mod secrets;
 pub mod server;
-pub mod tokenreview;
 
 pub use operator::{OperatorHandle, StartError, start};
 

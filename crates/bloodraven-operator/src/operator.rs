@@ -13,27 +13,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::config::{GroupConfig, validate_group};
 use bloodraven_core::reason::EventReason;
-use bloodraven_core::resources::{
-    API_VERSION, DatabaseBody, FailoverGroupBody, KIND_DATABASE, KIND_EVENT, KIND_GROUP, KIND_LEASE,
-};
+use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_runtime::clock::SharedClock;
-use bloodraven_store::{RawObject, SqliteStore, Store, StoreError, WatchEvent, WriteOp};
+use bloodraven_store::{RawObject, Store, StoreError, WatchEvent, WriteOp};
 use tokio::sync::{RwLock, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
-use crate::auth::{Authenticator, HmacTokens, KeyError, SigningKey};
-use crate::config::{LoadedConfig, StoreBackend};
+use crate::auth::{Authenticator, KeyError};
+use crate::config::LoadedConfig;
 use crate::events::EventType;
-use crate::group::{self, GroupRuntime};
-use crate::kube_store::{KubeStore, Scope};
-use crate::lease_objects::LABEL_GROUP;
+use crate::group::GroupRuntime;
 use crate::metrics::Metrics;
-use crate::secrets::{KeyCell, SecretReader};
+use crate::platform::{GroupSource, Platform, PlatformError};
+use crate::secrets::{KeyCell, SecretError};
 use crate::server::{self, ServerError};
-use crate::tokenreview::TokenReviewer;
 
 /// The store file inside the data directory.
 pub const STORE_FILE: &str = "bloodraven.db";
@@ -43,21 +38,18 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// The operator could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot open the store: {0}")]
-    Store(#[from] StoreError),
+    #[error(transparent)]
+    Platform(#[from] PlatformError),
+    #[error("cannot prepare the data directory: {0}")]
+    DataDir(#[from] StoreError),
     #[error(transparent)]
     Key(#[from] KeyError),
     #[error("topologySigningKeyFile: {0}")]
     TopologyKey(#[from] bloodraven_runtime::topology::KeyError),
+    #[error("cannot read secret material: {0}")]
+    ReadSecret(#[from] SecretError),
     #[error(transparent)]
     Server(#[from] ServerError),
-    #[error("cannot reach the Kubernetes API: {0}")]
-    Kube(#[from] bloodraven_kube::cluster::ConnectError),
-    #[error("{0}")]
-    Setup(String),
-    /// The data directory was moved to Kubernetes (`bloodraven move-to-kubernetes`).
-    #[error("{0}")]
-    Moved(String),
 }
 
 /// Something that runs per group once the operator leads (the failover controller).
@@ -125,84 +117,35 @@ impl OperatorHandle {
 /// down before cutting them off.
 pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// What the operator runs on: its store and, in Kubernetes mode, the API server's client.
-#[derive(Clone)]
-pub struct Platform {
-    pub store: Arc<dyn Store>,
-    pub kube: Option<kube::Client>,
-}
-
-impl std::fmt::Debug for Platform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Platform")
-            .field("kubernetes", &self.kube.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-/// Starts the operator with `cfg` on the store its settings name: the embedded store in its
-/// data directory, or the Kubernetes API server. `group_tasks` run per group once this process
-/// leads.
+/// Starts the operator with `cfg` on the platform its settings name (see [`crate::platform`]).
+/// `group_tasks` run per group once this process leads.
 pub async fn start(
     cfg: LoadedConfig,
     clock: SharedClock,
     group_tasks: Vec<Arc<dyn GroupTask>>,
 ) -> Result<OperatorHandle, StartError> {
-    let platform = match &cfg.settings.store {
-        StoreBackend::Embedded => {
-            let data_dir = cfg.settings.data_dir.clone();
-            std::fs::create_dir_all(&data_dir).map_err(|e| StoreError::Backend {
-                operation: "create the data directory",
-                detail: format!("{}: {e}", data_dir.display()),
-            })?;
-            if let Some(m) = crate::relocate::moved(&data_dir) {
-                return Err(StartError::Moved(crate::relocate::refusal(&data_dir, &m)));
-            }
-            let store = SqliteStore::open(&data_dir.join(STORE_FILE), cfg.settings.durability)?;
-            Platform {
-                store: Arc::new(store),
-                kube: None,
-            }
-        }
-        StoreBackend::Kubernetes {
-            namespace,
-            kubeconfig,
-            context,
-            ..
-        } => {
-            let options = bloodraven_kube::cluster::ClusterOptions {
-                kubeconfig: kubeconfig.clone(),
-                context: context.clone(),
-            };
-            let cluster = bloodraven_kube::cluster::connect(&options).await?;
-            let scope = match namespace {
-                Some(ns) => Scope::Namespace(ns.clone()),
-                None => Scope::AllNamespaces,
-            };
-            tracing::info!(api = %cluster.endpoint, scope = ?scope, "store: Kubernetes API");
-            Platform {
-                store: Arc::new(KubeStore::new(cluster.client.clone(), scope)),
-                kube: Some(cluster.client),
-            }
-        }
-    };
+    let platform = crate::platform::open(&cfg).await?;
     start_on(cfg, platform, clock, group_tasks).await
 }
 
-/// Starts the operator on a given store (tests wrap the embedded store to inject faults).
+/// Starts the operator on the embedded platform over a given store (tests wrap the embedded
+/// store to inject faults).
 pub async fn start_with_store(
     cfg: LoadedConfig,
     store: Arc<dyn Store>,
     clock: SharedClock,
     group_tasks: Vec<Arc<dyn GroupTask>>,
 ) -> Result<OperatorHandle, StartError> {
-    start_on(cfg, Platform { store, kube: None }, clock, group_tasks).await
+    let platform = Arc::new(crate::platform::embedded::EmbeddedPlatform::with_store(
+        &cfg, store,
+    ));
+    start_on(cfg, platform, clock, group_tasks).await
 }
 
 /// Starts the operator on `platform`.
 pub async fn start_on(
     cfg: LoadedConfig,
-    platform: Platform,
+    platform: Arc<dyn Platform>,
     clock: SharedClock,
     group_tasks: Vec<Arc<dyn GroupTask>>,
 ) -> Result<OperatorHandle, StartError> {
@@ -212,52 +155,17 @@ pub async fn start_on(
         operation: "create the data directory",
         detail: format!("{}: {e}", data_dir.display()),
     })?;
-    let secrets = platform.kube.clone().map(SecretReader::new);
-    let operator_namespace = match &cfg.settings.store {
-        StoreBackend::Kubernetes {
-            operator_namespace, ..
-        } => operator_namespace.clone(),
-        StoreBackend::Embedded => String::new(),
-    };
+    let secrets = platform.secrets();
+    let operator_namespace = platform.operator_namespace().to_string();
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let (leadership, leader_task) = match (&cfg.settings.store, &platform.kube) {
-        (
-            StoreBackend::Kubernetes {
-                leader_election, ..
-            },
-            Some(client),
-        ) => crate::kube_leader::start(
-            client.clone(),
-            &operator_namespace,
-            leader_election.clone(),
-            crate::kube_leader::identity(),
-            clock.clone(),
-            shutdown.clone(),
-        ),
-        _ => crate::leader::start(&data_dir, shutdown.clone()),
-    };
+    let (leadership, leader_task) = platform.elect(&clock, shutdown.clone());
     let mut graceful = vec![leader_task];
     let loaded = Arc::new(watch::channel(false).0);
-    if let (
-        StoreBackend::Kubernetes {
-            pod_name: Some(pod),
-            ..
-        },
-        Some(client),
-    ) = (&cfg.settings.store, &platform.kube)
-    {
-        graceful.push(crate::pod_label::start(
-            client.clone(),
-            &operator_namespace,
-            pod,
-            &leadership,
-            loaded.subscribe(),
-            shutdown.clone(),
-        ));
-    }
+    graceful.extend(platform.serve(&leadership, loaded.subscribe(), shutdown.clone()));
+    tracing::info!(platform = platform.name(), "operator starting");
     // Every write goes through the leadership check: a stale leader writes nothing.
     let store: Arc<dyn Store> = Arc::new(LeaderGated {
-        inner: platform.store.clone(),
+        inner: platform.store(),
         leadership: leadership.clone(),
     });
     let metrics = Metrics::new();
@@ -265,26 +173,9 @@ pub async fn start_on(
     let (authenticator, audience, acceptor): (Option<Arc<dyn Authenticator>>, String, _) =
         match &cfg.settings.deploy_api {
             Some(d) => {
-                let auth: Arc<dyn Authenticator> = match (&platform.kube, &d.token_key_file) {
-                    (Some(client), _) => {
-                        tracing::info!(audience = %d.audience, "deploy tokens are checked by TokenReview");
-                        Arc::new(TokenReviewer::new(client.clone(), &d.audience))
-                    }
-                    (None, Some(key)) => Arc::new(HmacTokens {
-                        key: Arc::new(SigningKey::load(key)?),
-                        audience: d.audience.clone(),
-                        clock: clock.clone(),
-                    }),
-                    (None, None) => {
-                        return Err(StartError::Setup(
-                            "the deploy API needs tokenSigningKeyFile in embedded mode".into(),
-                        ));
-                    }
-                };
+                let auth: Arc<dyn Authenticator> = platform.authenticator(d, &clock)?;
                 let (cert_pem, key_pem) =
-                    crate::secrets::tls_material(&d.tls, &operator_namespace, secrets.as_ref())
-                        .await
-                        .map_err(|e| StartError::Setup(e.to_string()))?;
+                    crate::secrets::tls_material(&d.tls, &operator_namespace, &*secrets).await?;
                 let cert = server::ReloadableCert::new(server::certified_key(
                     &cert_pem,
                     &key_pem,
@@ -300,9 +191,7 @@ pub async fn start_on(
             None => (None, String::new(), None),
         };
     let topology_key = if let Some(src) = &cfg.settings.topology_key {
-        let k = crate::secrets::topology_key(src, &operator_namespace, secrets.as_ref())
-            .await
-            .map_err(|e| StartError::Setup(e.to_string()))?;
+        let k = crate::secrets::topology_key(src, &operator_namespace, &*secrets).await?;
         tracing::info!(key_id = %k.key_id(), "active-site views are signed");
         KeyCell::new(Some(k))
     } else {
@@ -367,8 +256,9 @@ pub async fn start_on(
 
     let lead_state = state.clone();
     let lead_shutdown = shutdown.clone();
+    let source = platform.groups();
     tasks.push(tokio::spawn(async move {
-        lead(cfg, lead_state, clock, group_tasks, lead_shutdown).await;
+        lead(source, lead_state, clock, group_tasks, lead_shutdown).await;
     }));
 
     Ok(OperatorHandle {
@@ -454,27 +344,13 @@ struct Groups {
     clock: SharedClock,
     tasks: Vec<Arc<dyn GroupTask>>,
     shutdown: watch::Receiver<bool>,
-    /// Embedded mode: the validated groups of the configuration file. Kubernetes mode: `None`,
-    /// groups are the cluster's and come and go.
-    configured: Option<Vec<GroupConfig>>,
+    /// Where the groups come from (the configuration file's, or the store's own, which come
+    /// and go).
+    source: Arc<dyn GroupSource>,
     running: BTreeMap<(String, String), Running>,
 }
 
 impl Groups {
-    /// The validated configuration of a stored group, or why it cannot run.
-    fn config_of(&self, obj: &RawObject) -> Result<GroupConfig, String> {
-        let (ns, name) = (&obj.metadata.namespace, &obj.metadata.name);
-        if let Some(configured) = &self.configured {
-            return configured
-                .iter()
-                .find(|c| &c.namespace == ns && &c.name == name)
-                .cloned()
-                .ok_or_else(|| "not in the configuration file".to_string());
-        }
-        let body: FailoverGroupBody = obj.decode().map_err(|e| e.to_string())?;
-        validate_group(name, ns, &body.spec).map_err(|e| e.to_string())
-    }
-
     /// Loads and starts `obj`'s group (a group with the name of a running one in another
     /// namespace is refused: the deploy API names groups without a namespace).
     async fn start(&mut self, obj: &RawObject) {
@@ -487,11 +363,11 @@ impl Groups {
             tracing::warn!(group = %key.1, namespace = %key.0, other_namespace = %other.0, "a group of this name already runs in another namespace; not starting this one (group names are unique per operator)");
             return;
         }
-        let config = match self.config_of(obj) {
+        let config = match self.source.config_of(obj) {
             Ok(c) => c,
             Err(reason) => {
                 tracing::warn!(group = %key.1, namespace = %key.0, %reason, "group not started");
-                if self.configured.is_none() {
+                if self.source.dynamic() {
                     let message = format!("the group does not run: {reason}");
                     crate::events::record(
                         &self.state.store,
@@ -562,7 +438,7 @@ impl Groups {
     async fn changed(&mut self, obj: &RawObject) {
         let key = (obj.metadata.namespace.clone(), obj.metadata.name.clone());
         match self.running.get(&key) {
-            Some(r) if self.configured.is_none() && r.generation != obj.metadata.generation => {
+            Some(r) if self.source.dynamic() && r.generation != obj.metadata.generation => {
                 tracing::info!(group = %key.1, namespace = %key.0, "spec changed; restarting the group with it");
                 self.stop(&key).await;
                 self.start(obj).await;
@@ -572,7 +448,7 @@ impl Groups {
                     tracing::warn!(group = %r.rt.name, error = %e, "acting on a group change failed");
                 }
             }
-            None if self.configured.is_none() => self.start(obj).await,
+            None if self.source.dynamic() => self.start(obj).await,
             None => {}
         }
     }
@@ -580,7 +456,7 @@ impl Groups {
     /// After missed changes: every running group re-reads itself; in Kubernetes mode the list
     /// of groups is read again too (new ones start, deleted ones stop).
     async fn resync(&mut self) {
-        if self.configured.is_none()
+        if self.source.dynamic()
             && let Ok(all) = self.state.store.list(KIND_GROUP, None).await
         {
             let keys: Vec<(String, String)> = self.running.keys().cloned().collect();
@@ -611,7 +487,7 @@ impl Groups {
 /// Runs a leadership term each time this process becomes the leader, until `shutdown`: a term
 /// ends when leadership is lost (its groups stop, nothing more is done until it leads again).
 async fn lead(
-    cfg: LoadedConfig,
+    source: Arc<dyn GroupSource>,
     state: AppState,
     clock: SharedClock,
     group_tasks: Vec<Arc<dyn GroupTask>>,
@@ -626,7 +502,7 @@ async fn lead(
             }
         }
         let lost = term(
-            &cfg,
+            &source,
             &state,
             &clock,
             &group_tasks,
@@ -642,11 +518,12 @@ async fn lead(
     }
 }
 
-/// One leadership term: (embedded mode) write the configuration into the store, load every
-/// group, then follow the store's changes and sweep expired leases every [`SWEEP_INTERVAL`].
-/// Returns `true` when leadership was lost, `false` on shutdown.
+/// One leadership term: let the group source write what it defines into the store (the
+/// configuration file's groups, in embedded mode), load every group, then follow the store's
+/// changes and sweep expired leases every [`SWEEP_INTERVAL`]. Returns `true` when leadership
+/// was lost, `false` on shutdown.
 async fn term(
-    cfg: &LoadedConfig,
+    source: &Arc<dyn GroupSource>,
     state: &AppState,
     clock: &SharedClock,
     group_tasks: &[Arc<dyn GroupTask>],
@@ -655,18 +532,15 @@ async fn term(
 ) -> bool {
     // Subscribe before loading so no change between the load and the loop is missed.
     let mut watch_rx = state.store.watch();
-    let embedded = cfg.settings.store == StoreBackend::Embedded;
     let mut delay = Duration::from_millis(200);
     let stored = loop {
         let loaded = async {
-            if embedded {
-                sync_config(cfg, state, clock).await?;
-            }
+            source.prepare(&state.store, clock.now()).await?;
             state
                 .store
                 .list(KIND_GROUP, None)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(crate::platform::PrepareError::from)
         };
         match loaded.await {
             Ok(all) => break all,
@@ -686,7 +560,7 @@ async fn term(
         clock: clock.clone(),
         tasks: group_tasks.to_vec(),
         shutdown: shutdown.clone(),
-        configured: embedded.then(|| cfg.groups.iter().map(|g| g.config.clone()).collect()),
+        source: source.clone(),
         running: BTreeMap::new(),
     };
     for obj in &stored {
@@ -718,7 +592,7 @@ async fn term(
         tokio::select! {
             ev = watch_rx.recv() => match ev {
                 Ok(WatchEvent::Put(obj)) if obj.kind == KIND_GROUP => groups.changed(&obj).await,
-                Ok(WatchEvent::Deleted(obj)) if obj.kind == KIND_GROUP && !embedded => {
+                Ok(WatchEvent::Deleted(obj)) if obj.kind == KIND_GROUP && source.dynamic() => {
                     groups.stop(&(obj.metadata.namespace.clone(), obj.metadata.name.clone())).await;
                 }
                 Ok(WatchEvent::Resync) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -741,107 +615,4 @@ async fn term(
         groups.stop(&key).await;
     }
     lost
-}
-
-/// Embedded mode: writes the configured groups and databases into the store (keeping the
-/// status and annotations of existing groups, deleting what the configuration no longer has).
-async fn sync_config(
-    cfg: &LoadedConfig,
-    state: &AppState,
-    clock: &SharedClock,
-) -> Result<(), String> {
-    let store = &state.store;
-    let now = clock.now();
-    let mut ops = Vec::new();
-    let stored_groups = store
-        .list(KIND_GROUP, None)
-        .await
-        .map_err(|e| e.to_string())?;
-    for g in &cfg.groups {
-        let existing = stored_groups.iter().find(|o| {
-            o.metadata.name == g.metadata.name && o.metadata.namespace == g.metadata.namespace
-        });
-        match existing {
-            None => {
-                let mut meta = g.metadata.clone();
-                meta.creation_timestamp = Some(now);
-                let body = FailoverGroupBody {
-                    spec: g.spec.clone(),
-                    status: bloodraven_core::status::GroupStatus::default(),
-                };
-                ops.push(WriteOp::Create(
-                    group::new_group_object(meta, &body).map_err(|e| e.to_string())?,
-                ));
-            }
-            Some(o) => {
-                let spec = serde_json::to_value(&g.spec).map_err(|e| e.to_string())?;
-                if o.body.get("spec") != Some(&spec) {
-                    let mut next = o.clone();
-                    next.body.insert("spec".into(), spec);
-                    for (k, v) in &g.metadata.labels {
-                        next.metadata.labels.insert(k.clone(), v.clone());
-                    }
-                    ops.push(WriteOp::Replace(next));
-                }
-            }
-        }
-    }
-    for o in &stored_groups {
-        let configured = cfg.groups.iter().any(|g| {
-            g.metadata.name == o.metadata.name && g.metadata.namespace == o.metadata.namespace
-        });
-        if !configured {
-            tracing::warn!(group = %o.metadata.name, namespace = %o.metadata.namespace, "group removed from configuration: deleting it with its leases, tombstones and events");
-            for kind in [KIND_LEASE, KIND_EVENT] {
-                for child in store
-                    .list(kind, Some(&o.metadata.namespace))
-                    .await
-                    .map_err(|e| e.to_string())?
-                {
-                    if child.metadata.labels.get(LABEL_GROUP) == Some(&o.metadata.name) {
-                        ops.push(WriteOp::DeleteIfExists { key: child.key() });
-                    }
-                }
-            }
-            ops.push(WriteOp::DeleteIfExists { key: o.key() });
-        }
-    }
-    let stored_dbs = store
-        .list(KIND_DATABASE, None)
-        .await
-        .map_err(|e| e.to_string())?;
-    for d in &cfg.databases {
-        let obj = RawObject::from_body(
-            API_VERSION,
-            KIND_DATABASE,
-            d.metadata.clone(),
-            &DatabaseBody {
-                spec: d.spec.clone(),
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        match stored_dbs.iter().find(|o| o.key() == obj.key()) {
-            None => ops.push(WriteOp::Create(obj)),
-            Some(o) if o.body != obj.body => {
-                let mut next = obj;
-                next.metadata
-                    .resource_version
-                    .clone_from(&o.metadata.resource_version);
-                ops.push(WriteOp::Replace(next));
-            }
-            Some(_) => {}
-        }
-    }
-    for o in &stored_dbs {
-        let configured = cfg.databases.iter().any(|d| {
-            d.metadata.name == o.metadata.name && d.metadata.namespace == o.metadata.namespace
-        });
-        if !configured {
-            ops.push(WriteOp::DeleteIfExists { key: o.key() });
-        }
-    }
-    if !ops.is_empty() {
-        store.apply(ops).await.map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }

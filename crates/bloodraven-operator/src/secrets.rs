@@ -1,6 +1,7 @@
 //! Secret material — MySQL credentials, the deploy API's TLS certificate, the topology signing
-//! key — read from files (embedded mode) or from Kubernetes Secrets, and read again every
-//! [`RELOAD_EVERY`] so a rotated Secret or file takes effect without a restart.
+//! key — read from files or from the platform's [`SecretStore`] (Kubernetes Secrets; the
+//! embedded platform has none), and read again every [`RELOAD_EVERY`] so a rotated Secret or
+//! file takes effect without a restart.
 //!
 //! Nothing here logs or formats a secret: errors name the Secret (namespace, name, key) or the
 //! file, never what they hold.
@@ -13,8 +14,6 @@ use std::time::Duration;
 use bloodraven_core::config::CredentialsRef;
 use bloodraven_mysql::Credentials;
 use bloodraven_runtime::topology::SigningKey;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
 
 use crate::config::{KeySource, TlsSource};
 use crate::server::{ReloadableCert, certified_key};
@@ -50,50 +49,47 @@ pub enum SecretError {
     },
 }
 
-/// Reads Secrets through the API server.
-#[derive(Clone)]
-pub struct SecretReader {
-    client: kube::Client,
-}
+/// A boxed future of a secret read.
+pub type SecretFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, SecretError>> + Send + 'a>>;
 
-impl std::fmt::Debug for SecretReader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SecretReader").finish_non_exhaustive()
-    }
-}
-
-impl SecretReader {
-    pub fn new(client: kube::Client) -> Self {
-        SecretReader { client }
-    }
-
+/// Where named secrets live on a platform (Kubernetes Secrets). Files need no store.
+pub trait SecretStore: Send + Sync + std::fmt::Debug {
     /// The Secret's data, key by key.
-    pub async fn read(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<BTreeMap<String, Vec<u8>>, SecretError> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        let s = api.get(name).await.map_err(|e| SecretError::Read {
-            namespace: namespace.into(),
-            name: name.into(),
-            detail: e.to_string(),
-        })?;
-        Ok(s.data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect())
-    }
+    fn read<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> SecretFuture<'a, BTreeMap<String, Vec<u8>>>;
+}
 
-    async fn key(&self, namespace: &str, name: &str, key: &str) -> Result<Vec<u8>, SecretError> {
-        let mut data = self.read(namespace, name).await?;
-        data.remove(key).ok_or_else(|| SecretError::MissingKey {
-            namespace: namespace.into(),
-            name: name.into(),
-            key: key.into(),
-        })
+/// A platform without named secrets (embedded mode): only files hold secret material.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoSecrets;
+
+impl SecretStore for NoSecrets {
+    fn read<'a>(
+        &'a self,
+        _namespace: &'a str,
+        name: &'a str,
+    ) -> SecretFuture<'a, BTreeMap<String, Vec<u8>>> {
+        let name = name.to_string();
+        Box::pin(async move { Err(SecretError::NoCluster { name }) })
     }
+}
+
+async fn key(
+    store: &dyn SecretStore,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<Vec<u8>, SecretError> {
+    let mut data = store.read(namespace, name).await?;
+    data.remove(key).ok_or_else(|| SecretError::MissingKey {
+        namespace: namespace.into(),
+        name: name.into(),
+        key: key.into(),
+    })
 }
 
 fn utf8(bytes: Vec<u8>, namespace: &str, name: &str, key: &str) -> Result<String, SecretError> {
@@ -110,7 +106,7 @@ fn utf8(bytes: Vec<u8>, namespace: &str, name: &str, key: &str) -> Result<String
 pub async fn credentials(
     r: &CredentialsRef,
     namespace: &str,
-    secrets: Option<&SecretReader>,
+    secrets: &dyn SecretStore,
 ) -> Result<Credentials, SecretError> {
     match (&r.file, &r.secret_name) {
         (Some(f), _) => Credentials::load(Path::new(f)).map_err(|e| SecretError::File {
@@ -119,10 +115,7 @@ pub async fn credentials(
             detail: e.to_string(),
         }),
         (None, Some(name)) => {
-            let Some(reader) = secrets else {
-                return Err(SecretError::NoCluster { name: name.clone() });
-            };
-            let mut data = reader.read(namespace, name).await?;
+            let mut data = secrets.read(namespace, name).await?;
             let mut take = |key: &str| {
                 data.remove(key)
                     .ok_or_else(|| SecretError::MissingKey {
@@ -148,7 +141,7 @@ pub async fn credentials(
 pub async fn tls_material(
     src: &TlsSource,
     namespace: &str,
-    secrets: Option<&SecretReader>,
+    secrets: &dyn SecretStore,
 ) -> Result<(Vec<u8>, Vec<u8>), SecretError> {
     match src {
         TlsSource::Files { cert, key } => {
@@ -162,8 +155,7 @@ pub async fn tls_material(
             Ok((read(cert)?, read(key)?))
         }
         TlsSource::Secret { name } => {
-            let reader = secrets.ok_or_else(|| SecretError::NoCluster { name: name.clone() })?;
-            let mut data = reader.read(namespace, name).await?;
+            let mut data = secrets.read(namespace, name).await?;
             let mut take = |key: &str| {
                 data.remove(key).ok_or_else(|| SecretError::MissingKey {
                     namespace: namespace.into(),
@@ -180,7 +172,7 @@ pub async fn tls_material(
 pub async fn topology_key(
     src: &KeySource,
     namespace: &str,
-    secrets: Option<&SecretReader>,
+    secrets: &dyn SecretStore,
 ) -> Result<SigningKey, SecretError> {
     let (text, origin) = match src {
         KeySource::File(p) => (
@@ -192,8 +184,7 @@ pub async fn topology_key(
             p.clone(),
         ),
         KeySource::Secret { name } => {
-            let reader = secrets.ok_or_else(|| SecretError::NoCluster { name: name.clone() })?;
-            let bytes = reader.key(namespace, name, TOPOLOGY_KEY).await?;
+            let bytes = key(secrets, namespace, name, TOPOLOGY_KEY).await?;
             (
                 utf8(bytes, namespace, name, TOPOLOGY_KEY)?,
                 PathBuf::from(format!("secret/{namespace}/{name}")),
@@ -234,7 +225,7 @@ pub fn spawn_reloads(
     tls: Option<(TlsSource, Arc<ReloadableCert>)>,
     topology: Option<(KeySource, KeyCell)>,
     namespace: String,
-    secrets: Option<SecretReader>,
+    secrets: Arc<dyn SecretStore>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut last_tls: Option<(Vec<u8>, Vec<u8>)> = None;
@@ -246,7 +237,7 @@ pub fn spawn_reloads(
         loop {
             tick.tick().await;
             if let Some((src, cert)) = &tls {
-                match tls_material(src, &namespace, secrets.as_ref()).await {
+                match tls_material(src, &namespace, &*secrets).await {
                     Ok(m) if last_tls.as_ref() != Some(&m) => {
                         match certified_key(&m.0, &m.1, "the deploy API certificate") {
                             Ok(ck) => {
@@ -270,7 +261,7 @@ pub fn spawn_reloads(
                 }
             }
             if let Some((src, cell)) = &topology {
-                match topology_key(src, &namespace, secrets.as_ref()).await {
+                match topology_key(src, &namespace, &*secrets).await {
                     Ok(k) if last_key.as_deref() != Some(k.key_id()) => {
                         tracing::info!(key_id = %k.key_id(), "the topology signing key changed; signing with the new one");
                         last_key = Some(k.key_id().to_string());
@@ -299,17 +290,17 @@ mod tests {
             file: Some(f.display().to_string()),
             secret_name: None,
         };
-        let c = credentials(&by_file, "db", None).await.unwrap();
+        let c = credentials(&by_file, "db", &NoSecrets).await.unwrap();
         assert_eq!(c.user, "ops");
         assert!(!format!("{c:?}").contains("s3cr3t"));
         let by_secret = CredentialsRef {
             file: None,
             secret_name: Some("mysql-control".into()),
         };
-        let e = credentials(&by_secret, "db", None).await.unwrap_err();
+        let e = credentials(&by_secret, "db", &NoSecrets).await.unwrap_err();
         assert!(matches!(e, SecretError::NoCluster { .. }), "{e}");
         std::fs::write(&f, "username=ops\npasswd=s3cr3t-value\n").unwrap();
-        let e = credentials(&by_file, "db", None).await.unwrap_err();
+        let e = credentials(&by_file, "db", &NoSecrets).await.unwrap_err();
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
     }
 }

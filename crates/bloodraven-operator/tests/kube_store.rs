@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_operator::kube_store::{KubeStore, Scope};
+use bloodraven_operator::platform::kubernetes::store::{KubeStore, Scope};
 use bloodraven_store::Store;
 use bloodraven_testkit::conformance_tests;
 use bloodraven_testkit::fake_k8s::FakeK8s;

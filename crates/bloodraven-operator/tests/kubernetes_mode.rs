@@ -173,14 +173,15 @@ impl Cluster {
 
 async fn operator(live: &Live, c: &Cluster) -> OperatorHandle {
     let mut cfg = live.config();
-    cfg.settings.store = StoreBackend::Kubernetes {
-        namespace: Some(NS.into()),
-        operator_namespace: NS.into(),
-        leader_election: LeaderElection::default(),
-        pod_name: None,
-        kubeconfig: Some(kubeconfig(live.dir.path(), &c.fake.url)),
-        context: None,
-    };
+    cfg.settings.store =
+        StoreBackend::Kubernetes(bloodraven_operator::config::KubernetesSettings {
+            namespace: Some(NS.into()),
+            operator_namespace: NS.into(),
+            leader_election: LeaderElection::default(),
+            pod_name: None,
+            kubeconfig: Some(kubeconfig(live.dir.path(), &c.fake.url)),
+            context: None,
+        });
     cfg.groups.clear();
     cfg.databases.clear();
     let h = bloodraven_operator::start(
@@ -570,14 +571,15 @@ async fn secrets_are_read_and_reloaded() {
         .await
         .unwrap();
     let mut cfg = live.config();
-    cfg.settings.store = StoreBackend::Kubernetes {
-        namespace: Some(NS.into()),
-        operator_namespace: NS.into(),
-        leader_election: LeaderElection::default(),
-        pod_name: None,
-        kubeconfig: Some(kubeconfig(d, &c.fake.url)),
-        context: None,
-    };
+    cfg.settings.store =
+        StoreBackend::Kubernetes(bloodraven_operator::config::KubernetesSettings {
+            namespace: Some(NS.into()),
+            operator_namespace: NS.into(),
+            leader_election: LeaderElection::default(),
+            pod_name: None,
+            kubeconfig: Some(kubeconfig(d, &c.fake.url)),
+            context: None,
+        });
     cfg.groups.clear();
     cfg.databases.clear();
     if let Some(api) = cfg.settings.deploy_api.as_mut() {
@@ -693,7 +695,7 @@ async fn the_pod_is_labelled_leader_only_once_it_serves() {
         .add_pod(NS, "bloodraven-0", &std::collections::BTreeMap::new());
     let (loaded, loaded_rx) = tokio::sync::watch::channel(false);
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let task = bloodraven_operator::pod_label::start(
+    let task = bloodraven_operator::platform::kubernetes::pod_label::start(
         c.client.clone(),
         NS,
         "bloodraven-0",
@@ -720,4 +722,82 @@ async fn the_pod_is_labelled_leader_only_once_it_serves() {
     stop.send_replace(true);
     task.await.unwrap();
     assert_eq!(label().as_deref(), Some("false"));
+}
+
+/// The Kubernetes platform's site workloads: a site's Pods found by label selector, labelled
+/// with the site's role, and restarted by deleting one. The embedded platform's workload is
+/// the site's endpoint, with nothing to label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() {
+    use bloodraven_operator::platform::{RoleLabel, SiteWorkloads};
+    use std::collections::BTreeMap;
+    let fake = FakeK8s::start().await;
+    let labels = |app: &str| BTreeMap::from([("app".to_string(), app.to_string())]);
+    fake.add_pod(NS, "mysql-iad-0", &labels("mysql-iad"));
+    fake.add_pod(NS, "mysql-pdx-0", &labels("mysql-pdx"));
+    fake.add_pod("other", "mysql-iad-0", &labels("mysql-iad"));
+    let client =
+        bloodraven_kube::cluster::from_config(kube::Config::new(fake.url.parse().unwrap()))
+            .unwrap()
+            .client;
+    let spec: bloodraven_core::config::FailoverGroupSpec = serde_json::from_value(json!({
+        "sites": [
+            {"name": "iad", "mysql": {"host": "mysql-iad", "port": 3306, "credentials": {"secretName": "c"}},
+             "sidecar": {"url": "http://mysql-iad:8080"}},
+            {"name": "pdx", "mysql": {"host": "mysql-pdx", "port": 3306, "credentials": {"secretName": "c"}},
+             "sidecar": {"url": "http://mysql-pdx:8080"}}
+        ]
+    }))
+    .unwrap();
+    let group = bloodraven_core::config::validate_group("orders", NS, &spec).unwrap();
+    let iad = group.site("iad").unwrap().clone();
+    let pods = bloodraven_operator::platform::kubernetes::workloads::Pods::new(client);
+    let found = pods.find(&group, &iad, "app=mysql-iad").await.unwrap();
+    assert_eq!(
+        found,
+        ["mysql-iad-0"],
+        "only the group's namespace, only the selector's"
+    );
+    assert!(
+        pods.label_role(&group, &iad, "mysql-iad-0", RoleLabel::Primary)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        fake.pod_labels(NS, "mysql-iad-0")
+            .get("bloodraven.shipstream.io/role")
+            .map(String::as_str),
+        Some("primary")
+    );
+    assert_eq!(
+        fake.pod_labels(NS, "mysql-iad-0")["app"],
+        "mysql-iad",
+        "other labels kept"
+    );
+    pods.restart(&group, &iad, "mysql-iad-0").await.unwrap();
+    assert!(
+        fake.object("/v1/pods", NS, "mysql-iad-0").is_none(),
+        "deleted"
+    );
+    assert!(fake.object("/v1/pods", "other", "mysql-iad-0").is_some());
+    let e = pods
+        .label_role(&group, &iad, "gone", RoleLabel::Replica)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("Pod gone") && e.to_string().contains("iad"),
+        "{e}"
+    );
+    // Embedded: the endpoint, nothing to label.
+    let endpoints = bloodraven_operator::platform::embedded::Endpoints;
+    assert_eq!(
+        endpoints.find(&group, &iad, "").await.unwrap(),
+        ["mysql-iad:3306"]
+    );
+    assert!(
+        !endpoints
+            .label_role(&group, &iad, "mysql-iad:3306", RoleLabel::Primary)
+            .await
+            .unwrap()
+    );
 }

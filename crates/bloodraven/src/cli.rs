@@ -3,10 +3,12 @@
 
 use std::future::Future;
 
-use bloodraven_operator::config::{LoadedConfig, StoreBackend};
-use bloodraven_operator::operator::STORE_FILE;
-use bloodraven_operator::relocate;
-use bloodraven_store::SqliteStore;
+use std::sync::Arc;
+
+use bloodraven_core::config::FailoverGroupSpec;
+use bloodraven_core::resources::{FailoverGroupBody, KIND_GROUP};
+use bloodraven_operator::config::LoadedConfig;
+use bloodraven_store::{ObjectKey, Store};
 
 /// Exit codes shared by every subcommand.
 pub mod exit {
@@ -48,35 +50,45 @@ pub fn run<F: Future<Output = i32>>(flavor: Flavor, fut: F) -> i32 {
     block_on(flavor, fut).unwrap_or_else(|code| code)
 }
 
-/// The embedded store file of `cfg`, for the commands that write requests into it. Refuses a
-/// Kubernetes-mode configuration and a data directory moved to Kubernetes (nobody acts on
-/// requests written there), saying what to do `instead`. `Err` carries the exit code; the
-/// message is already printed.
-pub fn embedded_store(
-    cfg: &LoadedConfig,
-    cfg_path: &std::path::Path,
-    instead: &str,
-) -> Result<std::path::PathBuf, i32> {
-    if let StoreBackend::Kubernetes { .. } = cfg.settings.store {
-        eprintln!(
-            "error: {} runs in Kubernetes mode (store.backend: kubernetes): {instead}",
-            cfg_path.display()
-        );
-        return Err(exit::USAGE);
+/// The store of the platform `cfg` names, for the commands that write requests into it (the
+/// embedded store file, or the Kubernetes API: the same annotation either way). A data
+/// directory moved to another platform is refused (nobody acts on requests written there).
+/// `Err` carries the exit code; the message is already printed.
+pub async fn platform_store(cfg: &LoadedConfig) -> Result<Arc<dyn Store>, i32> {
+    match bloodraven_operator::platform::open(cfg).await {
+        Ok(p) => Ok(p.store()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(exit::ERROR)
+        }
     }
-    let data_dir = &cfg.settings.data_dir;
-    if let Some(m) = relocate::moved(data_dir) {
-        eprintln!("error: {}; {instead}", relocate::refusal(data_dir, &m));
-        return Err(exit::ERROR);
-    }
-    Ok(data_dir.join(STORE_FILE))
 }
 
-/// Opens the embedded store at `path` (within a runtime: the store runs a task). `Err`
+/// The stored group named `name` (in whichever namespace holds it), with its spec. `Err`
 /// carries the exit code; the message is already printed.
-pub fn open_store(path: &std::path::Path) -> Result<SqliteStore, i32> {
-    SqliteStore::open(path, bloodraven_store::Durability::Full).map_err(|e| {
+pub async fn stored_group(
+    store: &dyn Store,
+    name: &str,
+) -> Result<(ObjectKey, FailoverGroupSpec), i32> {
+    let all = store.list(KIND_GROUP, None).await.map_err(|e| {
+        eprintln!("error: cannot read the groups: {e}");
+        exit::ERROR
+    })?;
+    let Some(obj) = all.iter().find(|o| o.metadata.name == name) else {
+        let known: Vec<&str> = all.iter().map(|o| o.metadata.name.as_str()).collect();
+        eprintln!(
+            "error: --group: no group {name:?} in the store (groups: {}; has the operator run?)",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        );
+        return Err(exit::USAGE);
+    };
+    let body: FailoverGroupBody = obj.decode().map_err(|e| {
         eprintln!("error: {e}");
         exit::ERROR
-    })
+    })?;
+    Ok((obj.key(), body.spec))
 }

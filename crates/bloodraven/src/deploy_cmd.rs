@@ -11,10 +11,8 @@ use std::time::Duration;
 
 use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
 use bloodraven_core::duration::parse_duration;
-use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_operator::config;
 use bloodraven_runtime::clock::{self, Clock as _};
-use bloodraven_store::{ObjectKey, Store};
 use clap::{Args, Subcommand};
 
 use crate::cli::{Flavor, block_on};
@@ -287,37 +285,24 @@ pub fn run(args: DeployArgs) -> i32 {
                     return exit::USAGE;
                 }
             };
-            let instead = format!(
-                "request it with kubectl annotate mysqlfailovergroup {group} {REVOKE_DEPLOYMENT_LEASES}=\"$(date -u +%FT%TZ)\""
-            );
-            let path = match crate::cli::embedded_store(&cfg, &cfg_path, &instead) {
-                Ok(s) => s,
-                Err(code) => return code,
-            };
-            let Some(g) = cfg.groups.iter().find(|g| g.metadata.name == group) else {
-                eprintln!(
-                    "error: --group: no group {group:?} in {}",
-                    cfg_path.display()
-                );
-                return exit::USAGE;
-            };
-            let namespace = g.metadata.namespace.clone();
-            crate::cli::run(
-                Flavor::CurrentThread,
-                revoke_all(&path, &namespace, &group, wait),
-            )
+            crate::cli::run(Flavor::CurrentThread, revoke_all(&cfg, &group, wait))
         }
     }
 }
 
-async fn revoke_all(path: &std::path::Path, namespace: &str, group: &str, wait: Duration) -> i32 {
-    let store = match crate::cli::open_store(path) {
+async fn revoke_all(cfg: &config::LoadedConfig, group: &str, wait: Duration) -> i32 {
+    let store = match crate::cli::platform_store(cfg).await {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let key = ObjectKey::new(KIND_GROUP, namespace, group);
+    let key = match crate::cli::stored_group(&*store, group).await {
+        Ok((key, _)) => key,
+        Err(code) => return code,
+    };
+    let namespace = key.namespace.clone();
     let requested = clock::SystemClock.now().to_rfc3339();
-    match bloodraven_store::set_annotation(&store, &key, REVOKE_DEPLOYMENT_LEASES, &requested).await
+    match bloodraven_store::set_annotation(&*store, &key, REVOKE_DEPLOYMENT_LEASES, &requested)
+        .await
     {
         Ok(_) => {}
         Err(bloodraven_store::StoreError::NotFound { .. }) => {

@@ -1,6 +1,7 @@
-//! `bloodraven failover --group G --to SITE`: requests a planned failover (embedded mode: the
-//! `bloodraven.shipstream.io/planned-failover` annotation on the stored group, exactly what
-//! annotating the `MysqlFailoverGroup` does in Kubernetes) and follows its phases.
+//! `bloodraven failover --group G --to SITE`: requests a planned failover (the
+//! `bloodraven.shipstream.io/planned-failover` annotation on the stored group, through the
+//! store of the platform the configuration names: the embedded store, or the Kubernetes API,
+//! where it is exactly `kubectl annotate`) and follows its phases.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -9,9 +10,9 @@ use std::time::Duration;
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::duration::parse_duration;
 use bloodraven_core::health::PlannedFailoverPhase;
-use bloodraven_core::resources::{FailoverGroupBody, KIND_GROUP};
+use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_operator::config;
-use bloodraven_store::{ObjectKey, SqliteStore, Store, StoreError};
+use bloodraven_store::{ObjectKey, Store, StoreError};
 use clap::Args;
 
 /// Exit codes of `bloodraven failover`.
@@ -54,29 +55,31 @@ pub fn run(args: &FailoverArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    let instead = format!(
-        "request it with kubectl annotate mysqlfailovergroup {} {PLANNED_FAILOVER}={}",
-        args.group, args.to
-    );
-    let path = match crate::cli::embedded_store(&cfg, &args.config, &instead) {
+    crate::cli::run(
+        crate::cli::Flavor::CurrentThread,
+        request_and_follow(&cfg, &args.group, &args.to, wait),
+    )
+}
+
+async fn request_and_follow(
+    cfg: &config::LoadedConfig,
+    group: &str,
+    to: &str,
+    wait: Duration,
+) -> i32 {
+    let store = match crate::cli::platform_store(cfg).await {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let Some(g) = cfg.groups.iter().find(|g| g.metadata.name == args.group) else {
-        eprintln!(
-            "error: --group: no group {:?} in {}",
-            args.group,
-            args.config.display()
-        );
-        return exit::USAGE;
+    let (key, spec) = match crate::cli::stored_group(&*store, group).await {
+        Ok(g) => g,
+        Err(code) => return code,
     };
-    if g.config.site(&args.to).is_none() {
+    let key = &key;
+    if !spec.sites.iter().any(|s| s.name == to) {
         eprintln!(
-            "error: --to: {:?} is not a site of {} (sites: {})",
-            args.to,
-            args.group,
-            g.config
-                .sites
+            "error: --to: {to:?} is not a site of {group} (sites: {})",
+            spec.sites
                 .iter()
                 .map(|s| s.name.as_str())
                 .collect::<Vec<_>>()
@@ -84,24 +87,7 @@ pub fn run(args: &FailoverArgs) -> i32 {
         );
         return exit::USAGE;
     }
-    let key = ObjectKey::new(KIND_GROUP, &g.metadata.namespace, &args.group);
-    crate::cli::run(
-        crate::cli::Flavor::CurrentThread,
-        request_and_follow(&path, &key, &args.to, wait),
-    )
-}
-
-async fn request_and_follow(
-    path: &std::path::Path,
-    key: &ObjectKey,
-    to: &str,
-    wait: Duration,
-) -> i32 {
-    let store = match crate::cli::open_store(path) {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let before = match annotate(&store, key, to).await {
+    let before = match annotate(&*store, key, to).await {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
@@ -179,7 +165,7 @@ async fn request_and_follow(
 /// the status held before, to recognise the new one (the annotation leaves the status as it
 /// was, so the written object still holds it).
 async fn annotate(
-    store: &SqliteStore,
+    store: &dyn Store,
     key: &ObjectKey,
     to: &str,
 ) -> Result<Option<bloodraven_core::time::Timestamp>, StoreError> {

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use bloodraven_core::names::{check_dns1123_label, check_dns1123_subdomain};
 use bloodraven_core::time::Clock as _;
 use bloodraven_kube::cluster::{ClusterOptions, connect};
-use bloodraven_operator::config::{self, StoreBackend};
-use bloodraven_operator::kube_store::{KubeStore, Scope};
+use bloodraven_operator::config;
+use bloodraven_operator::platform::Platform as _;
+use bloodraven_operator::platform::embedded::EmbeddedPlatform;
+use bloodraven_operator::platform::kubernetes::store::{KubeStore, Scope};
 use bloodraven_operator::relocate::{self, MoveOptions, MovePlan, Moved, Step};
 use bloodraven_operator::{leader, operator::STORE_FILE};
 use bloodraven_runtime::clock::SystemClock;
@@ -90,10 +92,11 @@ pub fn run(args: &MoveArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    if let StoreBackend::Kubernetes { .. } = cfg.settings.store {
+    if !cfg.settings.store.groups_in_file() {
         eprintln!(
-            "error: --config: {} already runs in Kubernetes mode (store.backend: kubernetes); give the embedded operator's configuration",
-            args.config.display()
+            "error: --config: {} does not run on the embedded store (store.backend: {}); give the embedded operator's configuration",
+            args.config.display(),
+            cfg.settings.store.as_str()
         );
         return exit::USAGE;
     }
@@ -135,22 +138,25 @@ pub fn run(args: &MoveArgs) -> i32 {
     };
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,
-        move_groups(&store_file, &cluster, &opts, args.dry_run, &data_dir),
+        move_groups(&cfg, &cluster, &opts, args.dry_run, &data_dir),
     )
 }
 
 async fn move_groups(
-    store_file: &std::path::Path,
+    cfg: &config::LoadedConfig,
     cluster: &ClusterOptions,
     opts: &MoveOptions,
     dry_run: bool,
     data_dir: &std::path::Path,
 ) -> i32 {
-    let source = match crate::cli::open_store(store_file) {
-        Ok(s) => s,
-        Err(code) => return code,
+    let source = match EmbeddedPlatform::open(cfg) {
+        Ok(p) => p.store(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::ERROR;
+        }
     };
-    let plan = match relocate::plan(&source, opts).await {
+    let plan = match relocate::plan(&*source, opts).await {
         Ok(p) => p,
         Err(e @ relocate::MoveError::NotMovable { .. }) => {
             eprintln!("error: {e}");

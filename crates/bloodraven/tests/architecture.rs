@@ -273,3 +273,46 @@ fn the_circle_finder_finds_one() {
     acyclic.get_mut("c").unwrap().remove("a");
     assert_eq!(a_circle(&acyclic), None);
 }
+
+/// Inside the operator crate only the Kubernetes platform (`src/platform/kubernetes/`) uses the
+/// Kubernetes client: everything else asks the platform for a part.
+#[test]
+fn only_the_kubernetes_platform_uses_the_kubernetes_client() {
+    let src = workspace().join("crates/bloodraven-operator/src");
+    let confined = src.join("platform/kubernetes");
+    let mut files = vec![src.clone()];
+    let mut offenders = Vec::new();
+    let mut read = 0;
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            if p != confined {
+                for e in std::fs::read_dir(&p).unwrap().flatten() {
+                    files.push(e.path());
+                }
+            }
+            continue;
+        }
+        if p.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        read += 1;
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let l = line.trim_start();
+            if l.starts_with("//") {
+                continue;
+            }
+            if ["kube::", "k8s_openapi", "bloodraven_kube", "use kube"]
+                .iter()
+                .any(|needle| l.contains(needle))
+            {
+                offenders.push(format!("{}:{}: {l}", p.display(), n + 1));
+            }
+        }
+    }
+    assert!(read > 20, "read the operator's sources ({read} files)");
+    assert!(
+        offenders.is_empty(),
+        "the Kubernetes client used outside src/platform/kubernetes: {offenders:#?}"
+    );
+}

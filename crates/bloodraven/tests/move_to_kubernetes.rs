@@ -266,7 +266,11 @@ async fn a_group_moves_from_embedded_to_kubernetes_keeping_its_generation_and_le
         &cfg,
     ]);
     assert_eq!(failover.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&failover.stderr).contains("kubectl annotate"));
+    assert!(
+        String::from_utf8_lossy(&failover.stderr).contains("was moved to Kubernetes"),
+        "{}",
+        String::from_utf8_lossy(&failover.stderr)
+    );
 
     // Kubernetes mode carries on at generation 2.
     let config = kube::Config::new(fake.url.parse().unwrap());
@@ -367,5 +371,36 @@ async fn a_group_moves_from_embedded_to_kubernetes_keeping_its_generation_and_le
     assert!(
         !text.contains("ActiveSiteBootstrapped"),
         "no bootstrap after the move"
+    );
+    // The request commands go through the platform's store: with the Kubernetes-mode
+    // configuration they annotate the custom resource, and the operator there acts on it.
+    let revoke = cli([
+        "deploy",
+        "revoke-all",
+        "--group",
+        "playground",
+        "--config",
+        k8s_config.to_str().unwrap(),
+        "--wait",
+        "20s",
+    ]);
+    assert!(
+        revoke.status.success(),
+        "{}",
+        String::from_utf8_lossy(&revoke.stderr)
+    );
+    let (code, revoked) = lease_call(
+        &http,
+        https_port,
+        reqwest::Method::PUT,
+        &format!("{leases}/migration/op-1"),
+        &bearer,
+        &json!({"token": live["token"]}),
+    )
+    .await;
+    assert_eq!(
+        (code, revoked["reason"].as_str()),
+        (409, Some("OperatorRevoked")),
+        "{revoked}"
     );
 }

@@ -36,8 +36,8 @@ pub struct AppState {
     pub audience: String,
     /// Signs every active-site view served (when configured); reloaded when it changes.
     pub topology_key: crate::secrets::KeyCell,
-    /// Kubernetes mode: reads Secrets (MySQL credentials).
-    pub secrets: Option<crate::secrets::SecretReader>,
+    /// Where named secrets live (MySQL credentials): the platform's.
+    pub secrets: Arc<dyn crate::secrets::SecretStore>,
 }
 
 impl std::fmt::Debug for AppState {

@@ -176,9 +176,7 @@ impl Controller {
         let secrets = self.rt.secrets();
         let namespace = self.rt.namespace.clone();
         for (i, s) in self.sites.iter_mut().enumerate() {
-            match crate::secrets::credentials(&s.cfg.credentials, &namespace, secrets.as_ref())
-                .await
-            {
+            match crate::secrets::credentials(&s.cfg.credentials, &namespace, &*secrets).await {
                 Ok(c) if self.creds[i].as_ref() != Some(&c) => {
                     if self.creds[i].is_some() {
                         tracing::info!(group = %self.rt.name, site = %s.cfg.name, "the site's MySQL credentials changed; using the new ones");
@@ -202,7 +200,7 @@ impl Controller {
         }
         let replication = match &self.rt.config.replication_credentials {
             None => Err("spec.replication.credentials is not configured".to_string()),
-            Some(r) => crate::secrets::credentials(r, &namespace, secrets.as_ref())
+            Some(r) => crate::secrets::credentials(r, &namespace, &*secrets)
                 .await
                 .map_err(|e| e.to_string()),
         };

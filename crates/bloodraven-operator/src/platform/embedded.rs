@@ -1,0 +1,289 @@
+//! The embedded platform: one machine. The store is the SQLite file in the data directory,
+//! leadership a file lock on it, deploy tokens the operator's own HMAC tokens, secrets files
+//! only, the groups those of the configuration file (written into the store at the start of
+//! every term), and a site's workload its configured MySQL endpoint.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bloodraven_core::config::{GroupConfig, SiteConfig};
+use bloodraven_core::resources::{
+    API_VERSION, DatabaseBody, FailoverGroupBody, KIND_DATABASE, KIND_EVENT, KIND_GROUP, KIND_LEASE,
+};
+use bloodraven_core::time::Timestamp;
+use bloodraven_runtime::clock::SharedClock;
+use bloodraven_store::{RawObject, SqliteStore, Store, StoreError, WriteOp};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{
+    GroupRefused, GroupSource, Platform, PlatformError, PlatformFuture, PrepareError, RoleLabel,
+    SiteWorkloads, WorkloadError,
+};
+use crate::auth::{Authenticator, HmacTokens, SigningKey};
+use crate::config::{DatabaseDoc, DeployApiSettings, GroupDoc, LoadedConfig};
+use crate::leader::Leadership;
+use crate::lease_objects::LABEL_GROUP;
+use crate::operator::STORE_FILE;
+use crate::secrets::{NoSecrets, SecretStore};
+
+/// The embedded platform.
+#[derive(Debug)]
+pub struct EmbeddedPlatform {
+    store: Arc<dyn Store>,
+    data_dir: PathBuf,
+    groups: Arc<ConfiguredGroups>,
+}
+
+impl EmbeddedPlatform {
+    /// Opens the store file in `cfg`'s data directory (creating the directory), refusing a
+    /// data directory moved to another platform.
+    pub fn open(cfg: &LoadedConfig) -> Result<Self, PlatformError> {
+        let data_dir = cfg.settings.data_dir.clone();
+        std::fs::create_dir_all(&data_dir).map_err(|e| StoreError::Backend {
+            operation: "create the data directory",
+            detail: format!("{}: {e}", data_dir.display()),
+        })?;
+        if let Some(m) = crate::relocate::moved(&data_dir) {
+            return Err(PlatformError::Moved(crate::relocate::refusal(
+                &data_dir, &m,
+            )));
+        }
+        let store = SqliteStore::open(&data_dir.join(STORE_FILE), cfg.settings.durability)?;
+        Ok(Self::with_store(cfg, Arc::new(store)))
+    }
+
+    /// The embedded platform over a given store (tests wrap the SQLite store to inject
+    /// faults; the store must outlive nothing else).
+    pub fn with_store(cfg: &LoadedConfig, store: Arc<dyn Store>) -> Self {
+        EmbeddedPlatform {
+            store,
+            data_dir: cfg.settings.data_dir.clone(),
+            groups: Arc::new(ConfiguredGroups {
+                groups: cfg.groups.clone(),
+                databases: cfg.databases.clone(),
+            }),
+        }
+    }
+}
+
+impl Platform for EmbeddedPlatform {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    fn secrets(&self) -> Arc<dyn SecretStore> {
+        Arc::new(NoSecrets)
+    }
+
+    fn operator_namespace(&self) -> &'static str {
+        ""
+    }
+
+    fn groups(&self) -> Arc<dyn GroupSource> {
+        self.groups.clone()
+    }
+
+    fn workloads(&self) -> Arc<dyn SiteWorkloads> {
+        Arc::new(Endpoints)
+    }
+
+    fn elect(
+        &self,
+        _clock: &SharedClock,
+        shutdown: watch::Receiver<bool>,
+    ) -> (Leadership, JoinHandle<()>) {
+        crate::leader::start(&self.data_dir, shutdown)
+    }
+
+    fn authenticator(
+        &self,
+        deploy: &DeployApiSettings,
+        clock: &SharedClock,
+    ) -> Result<Arc<dyn Authenticator>, PlatformError> {
+        let key = deploy
+            .token_key_file
+            .as_ref()
+            .ok_or(PlatformError::NoTokenKey)?;
+        Ok(Arc::new(HmacTokens {
+            key: Arc::new(SigningKey::load(key)?),
+            audience: deploy.audience.clone(),
+            clock: clock.clone(),
+        }))
+    }
+
+    fn serve(
+        &self,
+        _leadership: &Leadership,
+        _loaded: watch::Receiver<bool>,
+        _shutdown: watch::Receiver<bool>,
+    ) -> Vec<JoinHandle<()>> {
+        Vec::new()
+    }
+}
+
+/// The groups and databases of the configuration file.
+#[derive(Debug)]
+pub struct ConfiguredGroups {
+    groups: Vec<GroupDoc>,
+    databases: Vec<DatabaseDoc>,
+}
+
+impl GroupSource for ConfiguredGroups {
+    /// Writes the configured groups and databases into the store: new ones created, changed
+    /// specs replaced (keeping the status and annotations of existing groups), and what the
+    /// configuration no longer has deleted with its leases, tombstones and events. One batch.
+    fn prepare<'a>(
+        &'a self,
+        store: &'a Arc<dyn Store>,
+        now: Timestamp,
+    ) -> PlatformFuture<'a, Result<(), PrepareError>> {
+        Box::pin(async move {
+            let mut ops = Vec::new();
+            let stored_groups = store.list(KIND_GROUP, None).await?;
+            for g in &self.groups {
+                let existing = stored_groups.iter().find(|o| {
+                    o.metadata.name == g.metadata.name
+                        && o.metadata.namespace == g.metadata.namespace
+                });
+                match existing {
+                    None => {
+                        let mut meta = g.metadata.clone();
+                        meta.creation_timestamp = Some(now);
+                        let body = FailoverGroupBody {
+                            spec: g.spec.clone(),
+                            status: bloodraven_core::status::GroupStatus::default(),
+                        };
+                        ops.push(WriteOp::Create(crate::group::new_group_object(
+                            meta, &body,
+                        )?));
+                    }
+                    Some(o) => {
+                        let spec =
+                            serde_json::to_value(&g.spec).map_err(|e| StoreError::Invalid {
+                                reason: format!("cannot encode a group's spec: {e}"),
+                            })?;
+                        if o.body.get("spec") != Some(&spec) {
+                            let mut next = o.clone();
+                            next.body.insert("spec".into(), spec);
+                            for (k, v) in &g.metadata.labels {
+                                next.metadata.labels.insert(k.clone(), v.clone());
+                            }
+                            ops.push(WriteOp::Replace(next));
+                        }
+                    }
+                }
+            }
+            for o in &stored_groups {
+                let configured = self.groups.iter().any(|g| {
+                    g.metadata.name == o.metadata.name
+                        && g.metadata.namespace == o.metadata.namespace
+                });
+                if !configured {
+                    tracing::warn!(group = %o.metadata.name, namespace = %o.metadata.namespace, "group removed from configuration: deleting it with its leases, tombstones and events");
+                    for kind in [KIND_LEASE, KIND_EVENT] {
+                        for child in store.list(kind, Some(&o.metadata.namespace)).await? {
+                            if child.metadata.labels.get(LABEL_GROUP) == Some(&o.metadata.name) {
+                                ops.push(WriteOp::DeleteIfExists { key: child.key() });
+                            }
+                        }
+                    }
+                    ops.push(WriteOp::DeleteIfExists { key: o.key() });
+                }
+            }
+            let stored_dbs = store.list(KIND_DATABASE, None).await?;
+            for d in &self.databases {
+                let obj = RawObject::from_body(
+                    API_VERSION,
+                    KIND_DATABASE,
+                    d.metadata.clone(),
+                    &DatabaseBody {
+                        spec: d.spec.clone(),
+                    },
+                )?;
+                match stored_dbs.iter().find(|o| o.key() == obj.key()) {
+                    None => ops.push(WriteOp::Create(obj)),
+                    Some(o) if o.body != obj.body => {
+                        let mut next = obj;
+                        next.metadata
+                            .resource_version
+                            .clone_from(&o.metadata.resource_version);
+                        ops.push(WriteOp::Replace(next));
+                    }
+                    Some(_) => {}
+                }
+            }
+            for o in &stored_dbs {
+                let configured = self.databases.iter().any(|d| {
+                    d.metadata.name == o.metadata.name
+                        && d.metadata.namespace == o.metadata.namespace
+                });
+                if !configured {
+                    ops.push(WriteOp::DeleteIfExists { key: o.key() });
+                }
+            }
+            if !ops.is_empty() {
+                store.apply(ops).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn config_of(&self, obj: &RawObject) -> Result<GroupConfig, GroupRefused> {
+        let (ns, name) = (&obj.metadata.namespace, &obj.metadata.name);
+        self.groups
+            .iter()
+            .find(|g| &g.config.namespace == ns && &g.config.name == name)
+            .map(|g| g.config.clone())
+            .ok_or(GroupRefused::NotConfigured)
+    }
+
+    fn dynamic(&self) -> bool {
+        false
+    }
+}
+
+/// A site's workload in embedded mode: its configured MySQL endpoint. Nothing to label; a
+/// restart is the site's own update command (run by the ordered update).
+#[derive(Debug)]
+pub struct Endpoints;
+
+impl SiteWorkloads for Endpoints {
+    fn find<'a>(
+        &'a self,
+        _group: &'a GroupConfig,
+        site: &'a SiteConfig,
+        _selector: &'a str,
+    ) -> PlatformFuture<'a, Result<Vec<String>, WorkloadError>> {
+        let endpoint = format!("{}:{}", site.mysql_host, site.mysql_port);
+        Box::pin(async move { Ok(vec![endpoint]) })
+    }
+
+    fn label_role<'a>(
+        &'a self,
+        _group: &'a GroupConfig,
+        _site: &'a SiteConfig,
+        _what: &'a str,
+        _role: RoleLabel,
+    ) -> PlatformFuture<'a, Result<bool, WorkloadError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    fn restart<'a>(
+        &'a self,
+        _group: &'a GroupConfig,
+        site: &'a SiteConfig,
+        what: &'a str,
+    ) -> PlatformFuture<'a, Result<(), WorkloadError>> {
+        let err = WorkloadError::Restart {
+            site: site.name.clone(),
+            what: what.to_string(),
+            detail: "the embedded platform restarts a server only through its update command (spec.sites[].update)".into(),
+        };
+        Box::pin(async move { Err(err) })
+    }
+}

@@ -1,0 +1,201 @@
+//! The platform the operator runs on, as one seam: the store, leadership, the deploy API's
+//! authenticator, the source of secrets, the source of groups, and the sites' workloads.
+//!
+//! | platform | store | leadership | deploy tokens | secrets | groups | workloads |
+//! |---|---|---|---|---|---|---|
+//! | [`embedded`] | SQLite in the data directory | a file lock | HMAC tokens (`bloodraven token issue`) | files only | the configuration file | the configured endpoints; an update command |
+//! | [`kubernetes`] | the API server (CRDs, Leases, Events) | a Lease, fencing a paused leader | TokenReview | Secrets | the cluster's custom resources | Pods: found by selector, labelled, deleted |
+//!
+//! This module owns the trait ([`Platform`]) and the one place that chooses a platform from
+//! the configuration ([`open`]). Nothing else in the operator asks which platform it is on: it
+//! asks the platform for a part. Only [`kubernetes`] uses the Kubernetes client (a test checks
+//! it).
+
+pub mod embedded;
+pub mod kubernetes;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bloodraven_core::config::{GroupConfig, SiteConfig};
+use bloodraven_core::time::Timestamp;
+use bloodraven_runtime::clock::SharedClock;
+use bloodraven_store::{RawObject, Store, StoreError};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::auth::{Authenticator, KeyError};
+use crate::config::{DeployApiSettings, LoadedConfig, StoreBackend};
+use crate::leader::Leadership;
+use crate::secrets::SecretStore;
+
+/// A boxed future, so the platform's parts can be trait objects.
+pub type PlatformFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A platform could not be opened, or one of its parts could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    #[error("cannot open the store: {0}")]
+    OpenStore(#[from] StoreError),
+    #[error(transparent)]
+    Kubernetes(#[from] kubernetes::KubernetesError),
+    #[error(transparent)]
+    LoadTokenKey(#[from] KeyError),
+    #[error("the deploy API needs tokenSigningKeyFile in embedded mode")]
+    NoTokenKey,
+    /// The data directory was moved to another platform (`bloodraven move-to-kubernetes`).
+    #[error("{0}")]
+    Moved(String),
+}
+
+/// What the operator runs on. Built once per process by [`open`] (or a platform's own
+/// constructor, in tests), then asked for its parts.
+pub trait Platform: Send + Sync + fmt::Debug {
+    /// `embedded` or `kubernetes`, for logs and status.
+    fn name(&self) -> &'static str;
+    /// The store of the groups, databases, deploy leases and events (not yet leader-gated).
+    fn store(&self) -> Arc<dyn Store>;
+    /// Where secrets named by the configuration and the groups live.
+    fn secrets(&self) -> Arc<dyn SecretStore>;
+    /// The namespace of the operator's own objects (its Secrets, its leader Lease); empty
+    /// where namespaces mean nothing.
+    fn operator_namespace(&self) -> &str;
+    /// Where the groups come from.
+    fn groups(&self) -> Arc<dyn GroupSource>;
+    /// The sites' workloads.
+    fn workloads(&self) -> Arc<dyn SiteWorkloads>;
+    /// Starts competing for leadership; the task ends after `shutdown`, releasing it.
+    fn elect(
+        &self,
+        clock: &SharedClock,
+        shutdown: watch::Receiver<bool>,
+    ) -> (Leadership, JoinHandle<()>);
+    /// The deploy API's authenticator.
+    fn authenticator(
+        &self,
+        deploy: &DeployApiSettings,
+        clock: &SharedClock,
+    ) -> Result<Arc<dyn Authenticator>, PlatformError>;
+    /// Tasks that run beside the operator on this platform, given whether it leads and whether
+    /// it has loaded its groups (Kubernetes: the Pod's leader label). They end by themselves
+    /// after `shutdown`.
+    fn serve(
+        &self,
+        leadership: &Leadership,
+        loaded: watch::Receiver<bool>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Vec<JoinHandle<()>>;
+}
+
+/// Opens the platform `cfg` names: the embedded store in its data directory, or the Kubernetes
+/// API server. The one place that chooses.
+pub async fn open(cfg: &LoadedConfig) -> Result<Arc<dyn Platform>, PlatformError> {
+    match &cfg.settings.store {
+        StoreBackend::Embedded => Ok(Arc::new(embedded::EmbeddedPlatform::open(cfg)?)),
+        StoreBackend::Kubernetes(k) => Ok(Arc::new(
+            kubernetes::KubernetesPlatform::connect(cfg, k).await?,
+        )),
+    }
+}
+
+/// A stored group cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupRefused {
+    #[error("not in the configuration file")]
+    NotConfigured,
+    #[error("{0}")]
+    Decode(StoreError),
+    #[error("{0}")]
+    Invalid(bloodraven_core::config::ValidationErrors),
+}
+
+/// Writing a platform's groups into the store before a term loads them failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("cannot write the configured groups and databases into the store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Where a platform's groups come from.
+pub trait GroupSource: Send + Sync + fmt::Debug {
+    /// Before a leadership term loads the groups: writes what this source defines into the
+    /// store (the configuration file's groups and databases). Nothing when the store itself
+    /// is the source.
+    fn prepare<'a>(
+        &'a self,
+        store: &'a Arc<dyn Store>,
+        now: Timestamp,
+    ) -> PlatformFuture<'a, Result<(), PrepareError>>;
+    /// The validated configuration of a stored group, or why it cannot run.
+    fn config_of(&self, obj: &RawObject) -> Result<GroupConfig, GroupRefused>;
+    /// Groups are created, changed and deleted in the store while the operator runs (a
+    /// changed spec restarts the group; a group that cannot run is reported by an event).
+    fn dynamic(&self) -> bool;
+}
+
+/// A site's role as its workloads are labelled (`bloodraven.shipstream.io/role`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleLabel {
+    Primary,
+    Replica,
+    Reader,
+}
+
+impl RoleLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleLabel::Primary => "primary",
+            RoleLabel::Replica => "replica",
+            RoleLabel::Reader => "reader",
+        }
+    }
+}
+
+/// Something done to a site's workload failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("cannot list the workloads of site {site}: {detail}")]
+    Find { site: String, detail: String },
+    #[error("cannot label {what} of site {site}: {detail}")]
+    Label {
+        site: String,
+        what: String,
+        detail: String,
+    },
+    #[error("cannot restart {what} of site {site}: {detail}")]
+    Restart {
+        site: String,
+        what: String,
+        detail: String,
+    },
+}
+
+/// The sites' workloads: what runs each site, its role label, a restart.
+pub trait SiteWorkloads: Send + Sync + fmt::Debug {
+    /// What runs `site` of `group` (Pods matching `selector` in Kubernetes mode; the site's
+    /// MySQL endpoint in embedded mode).
+    fn find<'a>(
+        &'a self,
+        group: &'a GroupConfig,
+        site: &'a SiteConfig,
+        selector: &'a str,
+    ) -> PlatformFuture<'a, Result<Vec<String>, WorkloadError>>;
+    /// Labels `what` (as [`SiteWorkloads::find`] named it) with `role`. Returns whether
+    /// anything was labelled (embedded mode has nothing to label).
+    fn label_role<'a>(
+        &'a self,
+        group: &'a GroupConfig,
+        site: &'a SiteConfig,
+        what: &'a str,
+        role: RoleLabel,
+    ) -> PlatformFuture<'a, Result<bool, WorkloadError>>;
+    /// Restarts `what` (Kubernetes: deletes the Pod, its controller starts a new one).
+    fn restart<'a>(
+        &'a self,
+        group: &'a GroupConfig,
+        site: &'a SiteConfig,
+        what: &'a str,
+    ) -> PlatformFuture<'a, Result<(), WorkloadError>>;
+}
