@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 use crate::config::{ReplicationMode, SiteRole};
+use crate::duration::{HumanDuration, parse_duration};
 use crate::gtid::GtidSet;
 use crate::reason::ConditionReason;
 use crate::semisync::{self, Guarantee, Settings};
@@ -50,6 +51,45 @@ pub struct DecideInput<'a> {
     pub no_site_answers: bool,
     /// `spec.replication.mode`.
     pub replication_mode: ReplicationMode,
+    /// `plannedFailover.maxLagWait`: also bounds an emergency promotion's waits (at most
+    /// [`EMERGENCY_WAIT_LIMIT`]).
+    pub max_lag_wait: Duration,
+    /// `spec.sidecar.leaseTimeout` and `spec.sidecar.peerCheckInterval`: the timings every
+    /// sidecar should run with (`SidecarTimingsInSync`).
+    pub lease_timeout: Duration,
+    pub peer_check_interval: Duration,
+    /// A re-pointed replica's IO thread needs a moment to connect: a site re-pointed to the
+    /// active site less than this ago is not re-pointed again because a probe has not seen
+    /// it replicating yet.
+    pub repoint_settle: Duration,
+}
+
+/// An emergency promotion never waits longer than this for its candidate to drain its relay
+/// log (in `semi-sync` mode) or to catch up from a more advanced site.
+pub const EMERGENCY_WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long an emergency promotion waits for the candidate's relay log to drain in `async`
+/// mode (what it applied is promoted after that).
+pub const ASYNC_DRAIN_BOUND: Duration = Duration::from_secs(5);
+
+/// How the candidate of an emergency promotion drains its relay log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainPlan {
+    pub bound: Duration,
+    /// `semi-sync` mode: what the candidate received may be acknowledged writes, so a relay
+    /// log that did not drain within `bound` (or could not be read) aborts the promotion
+    /// (a later poll tries again) rather than lose them. `async`: promote what was applied.
+    pub required: bool,
+}
+
+/// The candidate of an emergency promotion first catches up from `from`, a more advanced
+/// site, until it holds `target` (`from`'s GTID set), within `bound`; a catch-up that fails
+/// or times out does not stop the promotion (divergence detection blocks `from` if it must).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatchUpPlan {
+    pub from: String,
+    pub target: GtidSet,
+    pub bound: Duration,
 }
 
 /// Something the operator must do.
@@ -59,13 +99,17 @@ pub enum Action {
     /// so the site must be promoted (replication stopped, the fence cleared) first; otherwise
     /// it is already the one writable site.
     Bootstrap { site: String, promote: bool },
-    /// Promote `to`; the active site `from` is unreachable. With `catch_up_from`, another
-    /// reachable site holds transactions `to` lacks (and every one `to` has): `to` first
-    /// replicates from it, bounded, so they are not lost.
+    /// Promote `to`; the active site `from` is unreachable. `drain` says how its relay log is
+    /// drained; with `catch_up`, another reachable site holds transactions `to` lacks (and
+    /// every one `to` has): `to` first replicates from it, bounded, so they are not lost.
     EmergencyFailover {
         from: String,
         to: String,
-        catch_up_from: Option<String>,
+        drain: DrainPlan,
+        catch_up: Option<CatchUpPlan>,
+        /// Re-pointed to `to` once it is promoted: every other site not known unreachable
+        /// (a failure is retried by the next polls' re-pointing).
+        repoint: Vec<String>,
     },
     /// Give `site` these semi-synchronous settings (`spec.replication.mode`; see
     /// [`crate::semisync::desired`]).
@@ -118,6 +162,9 @@ pub struct Conditions {
     pub degraded: Option<Degraded>,
     /// A site needs a human (recovery blocked).
     pub recovery_pending: Option<String>,
+    /// Sidecars that report timings other than `spec.sidecar`'s (`SidecarTimingsInSync`
+    /// false), as the condition's message.
+    pub sidecar_timings_mismatch: Option<String>,
 }
 
 /// The reason of the `Ready` condition.
@@ -293,10 +340,152 @@ pub fn choose_bootstrap<'a>(
 }
 
 /// Decides one poll.
+///
+/// The decision's conditions are those of the group *after* its actions, as if each of them
+/// succeeds: a poll that changes the active site reports the new one ready (or what is still
+/// missing), never the old one's `NoPrimary`. When an action fails, [`settle`] says what
+/// the group is instead.
 pub fn decide(input: &DecideInput<'_>) -> Decision {
     let mut d = decide_topology(input);
     semi_sync(input, &mut d);
+    let all = vec![true; d.actions.len()];
+    d.conditions = settle(input, &d, &all).conditions;
     d
+}
+
+/// The emergency promotion of `to`, with every bound and rule it needs decided here.
+fn emergency_failover(input: &DecideInput<'_>, from: &SiteView, to: &SiteView) -> Action {
+    let wait = input.max_lag_wait.min(EMERGENCY_WAIT_LIMIT);
+    let semi_sync = input.replication_mode == ReplicationMode::SemiSync;
+    Action::EmergencyFailover {
+        from: from.name.clone(),
+        to: to.name.clone(),
+        drain: DrainPlan {
+            bound: if semi_sync { wait } else { ASYNC_DRAIN_BOUND },
+            required: semi_sync,
+        },
+        catch_up: catch_up_source(input.sites, to, &from.name).and_then(|s| {
+            Some(CatchUpPlan {
+                from: s.name.clone(),
+                target: s.gtid.clone()?,
+                bound: wait,
+            })
+        }),
+        repoint: input
+            .sites
+            .iter()
+            .filter(|s| s.name != from.name && s.name != to.name)
+            .filter(|s| s.state != SiteState::Unreachable)
+            .map(|s| s.name.clone())
+            .collect(),
+    }
+}
+
+/// What a successful action does to the group, as the next status reports it before the
+/// next poll probes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// The group's active site is now this one (bootstrap, emergency failover).
+    ActiveSite(String),
+    /// Writable, confirmed (promoted, reasserted).
+    Writable(String),
+    /// Read-only, by the operator's own fence.
+    ReadOnly(String),
+    /// Holds transactions the group never received: recovery blocked (`DataLossDetected`).
+    Blocked(String),
+    /// No longer blocked.
+    Unblocked(String),
+    /// Re-pointed to the active site just now (not re-pointed again within
+    /// [`DecideInput::repoint_settle`]); shown replicating once a probe sees its threads.
+    Repointed(String),
+}
+
+/// The effects of `action` when it succeeds.
+pub fn effects_of(action: &Action) -> Vec<Effect> {
+    match action {
+        Action::Bootstrap { site, .. } => vec![
+            Effect::ActiveSite(site.clone()),
+            Effect::Writable(site.clone()),
+        ],
+        Action::EmergencyFailover { to, .. } => {
+            vec![Effect::ActiveSite(to.clone()), Effect::Writable(to.clone())]
+        }
+        Action::FenceIntruder { site, divergent } => {
+            let mut e = vec![Effect::ReadOnly(site.clone())];
+            if *divergent {
+                e.push(Effect::Blocked(site.clone()));
+            }
+            e
+        }
+        Action::BlockDivergent { site } => vec![Effect::Blocked(site.clone())],
+        Action::ClearRecoveryBlock { site } => vec![Effect::Unblocked(site.clone())],
+        Action::Reassert { site } => vec![Effect::Writable(site.clone())],
+        Action::Repoint { site } => vec![Effect::Repointed(site.clone())],
+        Action::ConfigureSemiSync { .. } => Vec::new(),
+    }
+}
+
+/// The group after a poll's actions: its conditions, and the effects of those that succeeded
+/// (the operator applies them to what it remembers of each site).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    pub active_site: String,
+    pub conditions: Conditions,
+    pub effects: Vec<Effect>,
+}
+
+/// What the group is after `decision`'s actions, given which of them `succeeded` (one flag
+/// per action, in order; a missing flag counts as a failure).
+pub fn settle(input: &DecideInput<'_>, decision: &Decision, succeeded: &[bool]) -> Settled {
+    let effects: Vec<Effect> = decision
+        .actions
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| succeeded.get(*i).copied().unwrap_or(false))
+        .flat_map(|(_, a)| effects_of(a))
+        .collect();
+    let mut sites = input.sites.to_vec();
+    let mut active_site = input.active_site.to_string();
+    for e in &effects {
+        match e {
+            Effect::ActiveSite(s) => active_site.clone_from(s),
+            Effect::Writable(s) => {
+                if let Some(v) = sites.iter_mut().find(|v| &v.name == s) {
+                    v.state = SiteState::Writable;
+                    v.writable_now = true;
+                    v.replica = None;
+                }
+            }
+            Effect::ReadOnly(s) => {
+                if let Some(v) = sites.iter_mut().find(|v| &v.name == s) {
+                    v.state = SiteState::ReadOnly;
+                    v.writable_now = false;
+                }
+            }
+            Effect::Blocked(s) | Effect::Unblocked(s) => {
+                if let Some(v) = sites.iter_mut().find(|v| &v.name == s) {
+                    v.recovery_blocked = matches!(e, Effect::Blocked(_));
+                }
+            }
+            Effect::Repointed(_) => {}
+        }
+    }
+    let after = DecideInput {
+        sites: &sites,
+        active_site: &active_site,
+        ..input.clone()
+    };
+    let writable: Vec<&SiteView> = sites
+        .iter()
+        .filter(|s| s.state == SiteState::Writable)
+        .collect();
+    let active = site(&sites, &active_site);
+    let conditions = conditions(&after, active, &writable, &decision.alerts);
+    Settled {
+        active_site,
+        conditions,
+        effects,
+    }
 }
 
 /// `spec.replication.mode`: corrects each answering site's semi-synchronous settings, and
@@ -431,7 +620,6 @@ fn decide_topology(input: &DecideInput<'_>) -> Decision {
                 }
             }
         }
-        d.conditions = conditions(input, None, &writable, &d);
         return d;
     };
 
@@ -491,12 +679,7 @@ fn decide_topology(input: &DecideInput<'_>) -> Decision {
                 d.alerts.push(Alert::CooldownBlocksFailover { until });
             } else {
                 match choose_candidate(sites, &active.name) {
-                    Some(c) => d.actions.push(Action::EmergencyFailover {
-                        from: active.name.clone(),
-                        to: c.name.clone(),
-                        catch_up_from: catch_up_source(sites, c, &active.name)
-                            .map(|s| s.name.clone()),
-                    }),
+                    Some(c) => d.actions.push(emergency_failover(input, active, c)),
                     None => d.alerts.push(Alert::NoCandidate {
                         reason:
                             "no reachable, read-only primary-candidate site with a known GTID set"
@@ -562,6 +745,10 @@ fn decide_topology(input: &DecideInput<'_>) -> Decision {
                         d.actions.push(Action::BlockDivergent {
                             site: s.name.clone(),
                         });
+                    } else if s.repointed.as_ref().is_some_and(|r| {
+                        r.source == active.name && input.now < r.at.plus(input.repoint_settle)
+                    }) {
+                        // Re-pointed a moment ago: its IO thread is still connecting.
                     } else {
                         d.actions.push(Action::Repoint {
                             site: s.name.clone(),
@@ -572,7 +759,6 @@ fn decide_topology(input: &DecideInput<'_>) -> Decision {
         }
         SiteState::Unknown => {}
     }
-    d.conditions = conditions(input, Some(active), &writable, &d);
     d
 }
 
@@ -605,7 +791,7 @@ fn conditions(
     input: &DecideInput<'_>,
     active: Option<&SiteView>,
     writable: &[&SiteView],
-    d: &Decision,
+    alerts: &[Alert],
 ) -> Conditions {
     let sites = input.sites;
     let ready = active.is_some_and(|a| a.state == SiteState::Writable) && writable.len() == 1;
@@ -625,7 +811,7 @@ fn conditions(
     } else if writable.is_empty() && !sites.is_empty() {
         Degraded::new(
             ConditionReason::NoPrimary,
-            if d.alerts.contains(&Alert::AllUnreachable) {
+            if alerts.contains(&Alert::AllUnreachable) {
                 "no site answers".to_string()
             } else {
                 "no site is writable".to_string()
@@ -717,7 +903,35 @@ fn conditions(
                 blocked.join(", ")
             )
         }),
+        sidecar_timings_mismatch: timings_mismatch(input),
     }
+}
+
+/// Which sidecars report timings other than `spec.sidecar`'s, as a condition message.
+fn timings_mismatch(input: &DecideInput<'_>) -> Option<String> {
+    let off: Vec<String> = input
+        .sites
+        .iter()
+        .filter_map(|s| {
+            let t = s.sidecar_timings.as_ref()?;
+            let lease = parse_duration(&t.lease_timeout).ok()?;
+            let interval = parse_duration(&t.peer_check_interval).ok()?;
+            (lease != input.lease_timeout || interval != input.peer_check_interval).then(|| {
+                format!(
+                    "{} runs leaseTimeout {} and peerCheckInterval {} ({})",
+                    s.name, t.lease_timeout, t.peer_check_interval, t.source
+                )
+            })
+        })
+        .collect();
+    (!off.is_empty()).then(|| {
+        format!(
+            "spec.sidecar says leaseTimeout {} and peerCheckInterval {}; {}",
+            HumanDuration(input.lease_timeout),
+            HumanDuration(input.peer_check_interval),
+            off.join("; ")
+        )
+    })
 }
 
 #[cfg(test)]

@@ -146,6 +146,8 @@ pub struct GroupStatus {
     #[serde(default)]
     pub observed_generation: i64,
     /// When the operator last confirmed this status (its clock); `None` before the first poll.
+    /// Persisted when the status changes (and at least every few tens of seconds); the
+    /// operator serves the last poll's time (see [`GroupStatus::observed`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<Timestamp>,
 }
@@ -163,6 +165,44 @@ impl GroupStatus {
 
     pub fn site(&self, name: &str) -> Option<&SiteStatus> {
         self.sites.iter().find(|s| s.name == name)
+    }
+
+    /// The status without the fields that move on every poll of a healthy group — `observedAt`
+    /// and each site's `lastSeen`, `gtidExecuted` and `secondsBehindSource`. Two statuses
+    /// whose lasting parts are equal say the same thing about the group; the operator
+    /// persists a change of these fields only now and then (the served status carries them
+    /// fresh, see [`GroupStatus::observed`]).
+    #[must_use]
+    pub fn lasting(&self) -> GroupStatus {
+        let mut s = self.clone();
+        s.observed_at = None;
+        for site in &mut s.sites {
+            site.last_seen = None;
+            site.gtid_executed.clear();
+            site.seconds_behind_source = None;
+        }
+        s
+    }
+
+    /// This (persisted) status with the moving fields of `live`, the last poll's: the newer
+    /// `observedAt` of the two, and each site's `lastSeen`, `gtidExecuted` and
+    /// `secondsBehindSource`. Everything else — the active site, states, conditions — stays
+    /// as persisted, so a served status never says more than the store does.
+    #[must_use]
+    pub fn observed(&self, live: &GroupStatus) -> GroupStatus {
+        let mut s = self.clone();
+        s.observed_at = match (s.observed_at, live.observed_at) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        for site in &mut s.sites {
+            if let Some(l) = live.site(&site.name) {
+                site.last_seen = l.last_seen;
+                site.gtid_executed.clone_from(&l.gtid_executed);
+                site.seconds_behind_source = l.seconds_behind_source;
+            }
+        }
+        s
     }
 
     /// Whether every site that should replicate does: each reachable site other than the
@@ -359,5 +399,77 @@ impl PlannedFailoverStatus {
             message,
             ..self.ended(PlannedFailoverPhase::Failed, now)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(name: &str, seen: i64, gtid: &str, lag: Option<u64>) -> SiteStatus {
+        SiteStatus {
+            name: name.into(),
+            state: SiteState::ReadOnly,
+            last_seen: Some(Timestamp::from_unix_seconds(seen)),
+            gtid_executed: gtid.into(),
+            replicating: true,
+            seconds_behind_source: lag,
+            ..SiteStatus::default()
+        }
+    }
+
+    fn status(at: i64, sites: Vec<SiteStatus>) -> GroupStatus {
+        GroupStatus {
+            active_site: "iad".into(),
+            topology_generation: 3,
+            sites,
+            observed_at: Some(Timestamp::from_unix_seconds(at)),
+            ..GroupStatus::default()
+        }
+    }
+
+    #[test]
+    fn only_the_moving_fields_differ_between_two_polls_of_a_quiet_group() {
+        let a = status(10, vec![site("pdx", 10, "0-1-5", Some(0))]);
+        let b = status(12, vec![site("pdx", 12, "0-1-9", Some(1))]);
+        assert_ne!(a, b);
+        assert_eq!(a.lasting(), b.lasting());
+        let mut c = b.clone();
+        c.sites[0].replicating = false;
+        assert_ne!(
+            a.lasting(),
+            c.lasting(),
+            "a replica that stopped is a change"
+        );
+        let mut d = b.clone();
+        d.sites[0].state = SiteState::Unreachable;
+        assert_ne!(a.lasting(), d.lasting());
+    }
+
+    #[test]
+    fn the_served_status_is_the_stored_one_with_the_last_polls_observation() {
+        let stored = status(10, vec![site("pdx", 10, "0-1-5", Some(0))]);
+        let mut live = status(14, vec![site("pdx", 14, "0-1-9", Some(2))]);
+        // What the live copy says beyond the moving fields is not served: the store is the
+        // authority for the active site and the states.
+        live.active_site = "pdx".into();
+        live.sites[0].replicating = false;
+        let served = stored.observed(&live);
+        assert_eq!(served.observed_at, Some(Timestamp::from_unix_seconds(14)));
+        assert_eq!(served.active_site, "iad");
+        assert!(served.sites[0].replicating);
+        assert_eq!(served.sites[0].gtid_executed, "0-1-9");
+        assert_eq!(served.sites[0].seconds_behind_source, Some(2));
+        assert_eq!(
+            served.sites[0].last_seen,
+            Some(Timestamp::from_unix_seconds(14))
+        );
+        // A newer persisted observedAt (an announcement) is never served older.
+        let announced = status(20, stored.sites.clone());
+        assert_eq!(
+            announced.observed(&live).observed_at,
+            Some(Timestamp::from_unix_seconds(20))
+        );
+        assert_eq!(stored.observed(&GroupStatus::default()), stored);
     }
 }

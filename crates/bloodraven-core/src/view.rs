@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::SiteRole;
 use crate::gtid::GtidSet;
 use crate::semisync::SemiSyncState;
-use crate::status::SiteState;
+use crate::status::{SidecarTimings, SiteState};
 
 /// What one probe of one site showed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +121,17 @@ pub struct SiteView {
     pub received: Option<GtidSet>,
     /// Its semi-synchronous replication, when this poll's probe read it.
     pub semi_sync: Option<SemiSyncState>,
+    /// The timings its sidecar last reported running with.
+    pub sidecar_timings: Option<SidecarTimings>,
+    /// When the operator last re-pointed it, and to which site.
+    pub repointed: Option<Repointed>,
+}
+
+/// A re-point the operator made: to `source`, at `at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Repointed {
+    pub source: String,
+    pub at: crate::time::Timestamp,
 }
 
 /// A replica's link, as probed.
@@ -155,6 +166,8 @@ impl SiteView {
             recovery_blocked: false,
             received: None,
             semi_sync: None,
+            sidecar_timings: None,
+            repointed: None,
         }
     }
 

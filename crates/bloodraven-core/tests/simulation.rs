@@ -308,6 +308,8 @@ impl World {
                 recovery_blocked: self.status.blocked.contains(&s.name),
                 received: None,
                 semi_sync: None,
+                sidecar_timings: None,
+                repointed: None,
             })
             .collect()
     }
@@ -384,6 +386,10 @@ impl World {
             bootstrap_site: None,
             no_site_answers: false,
             replication_mode: bloodraven_core::config::ReplicationMode::Async,
+            max_lag_wait: Duration::from_secs(60),
+            lease_timeout: Duration::from_secs(20),
+            peer_check_interval: Duration::from_secs(5),
+            repoint_settle: Duration::from_secs(3),
         });
         // First sight: every writable site that is not the active one, seen writable by this
         // poll, is fenced by this poll's decision (once the group has an active site and a
@@ -420,9 +426,7 @@ impl World {
                     self.promote(&site, "bootstrap");
                 }
                 Action::EmergencyFailover {
-                    from,
-                    to,
-                    catch_up_from,
+                    from, to, catch_up, ..
                 } => {
                     let f = self.idx(&from);
                     let _ = self.fence(f);
@@ -454,8 +458,8 @@ impl World {
                             eligible(self, i) && g.contains(&mine) && !mine.contains(&g)
                         })
                         .collect();
-                    if let Some(src) = catch_up_from {
-                        let s = self.idx(&src);
+                    if let Some(plan) = catch_up {
+                        let s = self.idx(&plan.from);
                         // Replication refuses a source whose history does not extend the
                         // replica's (MariaDB error 1236): the catch-up fails, promotion goes on.
                         if self.reachable(s) && self.sites[s].history.starts_with(&before) {

@@ -15,14 +15,16 @@
 pub mod creds;
 pub mod error;
 pub mod launcher;
+pub mod ops;
 pub mod site;
 pub mod sql;
 pub mod switchover;
 
 pub use creds::{Credentials, Password};
 pub use error::{Cause, MysqlError};
+pub use ops::Site;
 pub use site::{
-    Endpoint, FenceOutcome, FenceReading, KillReport, Probe, Promotion, SiteClient, SourceSpec,
-    Timeouts,
+    CaughtUp, Endpoint, FenceOutcome, FenceReading, KillReport, Probe, Promotion, SiteClient,
+    SourceSpec, Timeouts,
 };
 pub use sql::{Flavor, FlavorKind, ReplicaStatus};

@@ -151,6 +151,17 @@ pub struct FenceReading {
     pub uptime: Duration,
 }
 
+/// How [`SiteClient::catch_up`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaughtUp {
+    /// The server held the target already; it was not re-pointed.
+    AlreadyHeld,
+    /// It replicated from the source until it held the target.
+    Replicated,
+    /// It did not hold the target within the bound.
+    TimedOut,
+}
+
 /// What a promotion recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Promotion {
@@ -954,17 +965,24 @@ impl SiteClient {
         .await
     }
 
-    /// Catches the server up from `source`, a more advanced site: makes it a replica of
-    /// `source` and waits, up to `bound`, until it has applied `target` (the source's GTID
-    /// set). Returns `Ok(false)` when it has not within the bound.
+    /// Catches the server up from `source`, a more advanced site: unless it already holds
+    /// `target` (the source's GTID set; a drained relay log may have brought it all), makes it
+    /// a replica of `source` and waits, up to `bound`, until it has applied `target`.
     pub async fn catch_up(
         &self,
         source: &SourceSpec,
         target: &GtidSet,
         bound: Duration,
-    ) -> Result<bool, MysqlError> {
+    ) -> Result<CaughtUp, MysqlError> {
+        if self.probe().await.is_ok_and(|p| p.gtid.contains(target)) {
+            return Ok(CaughtUp::AlreadyHeld);
+        }
         self.repoint(source).await?;
-        self.wait_for_gtid(target, bound).await
+        Ok(if self.wait_for_gtid(target, bound).await? {
+            CaughtUp::Replicated
+        } else {
+            CaughtUp::TimedOut
+        })
     }
 
     /// Runs `statements` on this server only, with binary logging off for them

@@ -21,7 +21,8 @@ use bloodraven_core::planned::Undo;
 use tokio::time::Instant;
 
 use crate::error::MysqlError;
-use crate::site::{FenceOutcome, KillReport, SiteClient, SourceSpec};
+use crate::ops::Site;
+use crate::site::{FenceOutcome, KillReport, SourceSpec};
 use crate::sql::Session;
 
 /// How long one fence attempt of [`drain`] may wait behind running statements and locks
@@ -45,7 +46,7 @@ pub struct Drain {
 
 /// Fences `source` within `budget`, killing what blocks the fence between attempts (see the
 /// module docs).
-pub async fn drain(source: &SiteClient, budget: Duration) -> Drain {
+pub async fn drain<S: Site>(source: &S, budget: Duration) -> Drain {
     let deadline = Instant::now() + budget;
     let mut blockers = Vec::new();
     let mut attempts = 0;
@@ -111,8 +112,8 @@ pub enum CatchUp {
 }
 
 /// Waits until `target` holds `want`, within `budget`.
-pub async fn catch_up(
-    target: &SiteClient,
+pub async fn catch_up<S: Site>(
+    target: &S,
     want: &GtidSet,
     budget: Duration,
 ) -> Result<CatchUp, MysqlError> {
@@ -127,7 +128,7 @@ pub async fn catch_up(
 }
 
 /// Re-points every site of `sites` to `spec`, concurrently. Returns the failures, by label.
-pub async fn repoint_all(sites: &[SiteClient], spec: &SourceSpec) -> Vec<(String, MysqlError)> {
+pub async fn repoint_all<S: Site>(sites: &[S], spec: &SourceSpec) -> Vec<(String, MysqlError)> {
     let results = futures::future::join_all(sites.iter().map(|s| s.repoint(spec))).await;
     sites
         .iter()
@@ -151,7 +152,7 @@ pub enum Undone {
 }
 
 /// Undoes a failure before promotion on `source`, by its rule.
-pub async fn undo(source: &SiteClient, rule: &Undo) -> Undone {
+pub async fn undo<S: Site>(source: &S, rule: &Undo) -> Undone {
     match rule {
         Undo::Nothing => Undone::Nothing,
         Undo::Unfence { .. } => match source.unfence().await {

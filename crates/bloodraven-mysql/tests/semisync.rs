@@ -225,7 +225,7 @@ async fn a_candidate_catches_up_from_a_reader_that_is_ahead_of_it() {
         )
         .await
         .expect("catch-up");
-    assert!(caught_up);
+    assert_eq!(caught_up, bloodraven_mysql::CaughtUp::Replicated);
     let p = pdx.probe().await.unwrap();
     assert!(p.gtid.contains(&reader_gtid), "{} ⊉ {reader_gtid}", p.gtid);
     assert!(p.read_only, "a catching-up candidate stays fenced");

@@ -183,6 +183,9 @@ pub struct GroupRuntime {
     /// Serializes [`Self::react`]: the watch, the sweep and startup all react, and one revoke
     /// request must revoke once, not once per caller that saw the annotation.
     reacting: tokio::sync::Mutex<()>,
+    /// The last poll's status, with the fields that move every poll fresh (see
+    /// [`GroupRuntime::served_status`]); `None` before this operator's first poll.
+    live: RwLock<Option<GroupStatus>>,
     /// The operator's leadership and Secret reader (see [`GroupRuntime::attach`]).
     platform: RwLock<(
         crate::leader::Leadership,
@@ -272,6 +275,7 @@ impl GroupRuntime {
             leases: tokio::sync::Mutex::new(LeaseState { engine, objects }),
             flags: Flags::default(),
             reacting: tokio::sync::Mutex::new(()),
+            live: RwLock::new(None),
             platform: RwLock::new((
                 crate::leader::Leadership::always(),
                 Arc::new(crate::secrets::NoSecrets),
@@ -300,6 +304,23 @@ impl GroupRuntime {
 
     pub fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// Records what the controller's last poll saw (its whole status, `observedAt` its time):
+    /// the status is persisted only when it changed, but what is served is this fresh.
+    pub fn set_observed(&self, status: GroupStatus) {
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Some(status);
+    }
+
+    /// The status as served (`/status`, `/active-site`'s `observedAt`, the deploy API's
+    /// lag): the persisted status with the last poll's moving fields
+    /// ([`GroupStatus::observed`]). Everything that decides — the active site, the
+    /// generation, the states and conditions — is the persisted one.
+    pub fn served_status(&self, snap: &GroupSnapshot) -> GroupStatus {
+        match &*self.live.read().unwrap_or_else(PoisonError::into_inner) {
+            Some(live) => snap.status().observed(live),
+            None => snap.status().clone(),
+        }
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -374,7 +395,8 @@ impl GroupRuntime {
         let snap = self.snapshot();
         let now = self.now();
         let live = self.leases.lock().await.engine.live(now);
-        let status = snap.status();
+        let served = self.served_status(&snap);
+        let status = &served;
         let inputs = health_inputs(status, self.flags());
         let a = assess(&inputs);
         let degraded = status
@@ -975,13 +997,19 @@ impl GroupRuntime {
         let mut generation = 0;
         // The announcement is a new view: a newer observedAt, so sidecars adopt it when a peer
         // relays it (they take only strictly newer views).
+        // Newer than anything served before too (the last poll's time, which is served but
+        // not always persisted).
         let now = self.now();
+        let served = self.served_status(&self.snapshot()).observed_at;
         let result = self
             .update_status(|s| {
                 s.topology_generation += 1;
                 generation = s.topology_generation;
                 s.active_site = new_active_site.to_string();
-                s.observed_at = Some(s.observed_at.map_or(now, |t| t.max(now)));
+                s.observed_at = [s.observed_at, served, Some(now)]
+                    .into_iter()
+                    .flatten()
+                    .max();
                 change(s);
             })
             .await;

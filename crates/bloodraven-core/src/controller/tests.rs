@@ -45,6 +45,10 @@ fn input<'a>(sites: &'a [SiteView], active: &'a str, last_target: &'a str) -> De
         bootstrap_site: None,
         no_site_answers: false,
         replication_mode: ReplicationMode::Async,
+        max_lag_wait: Duration::from_secs(300),
+        lease_timeout: Duration::from_secs(20),
+        peer_check_interval: Duration::from_secs(5),
+        repoint_settle: Duration::from_secs(3),
     }
 }
 
@@ -54,11 +58,27 @@ fn promoted<'a>(mut i: DecideInput<'a>, promo: &'a GtidSet) -> DecideInput<'a> {
     i
 }
 
-fn emergency(from: &str, to: &str) -> Action {
+/// The async-mode emergency promotion of `to`, with no catch-up, re-pointing `repoint`.
+fn emergency(from: &str, to: &str, repoint: &[&str]) -> Action {
     Action::EmergencyFailover {
         from: from.into(),
         to: to.into(),
-        catch_up_from: None,
+        drain: DrainPlan {
+            bound: ASYNC_DRAIN_BOUND,
+            required: false,
+        },
+        catch_up: None,
+        repoint: repoint.iter().map(|s| (*s).to_string()).collect(),
+    }
+}
+
+/// The catch-up source `from` (with its GTID set) of an emergency promotion.
+fn caught_up_from(a: &Action) -> Option<(String, String)> {
+    match a {
+        Action::EmergencyFailover { catch_up, .. } => catch_up
+            .as_ref()
+            .map(|c| (c.from.clone(), c.target.to_string())),
+        _ => None,
     }
 }
 
@@ -191,10 +211,21 @@ fn bootstrap_cases() {
         s.writable_now = false;
     }
     // Every site booted read-only and answers: the most advanced candidate is promoted.
-    let d = decide(&input(&sites, "", ""));
+    let i = input(&sites, "", "");
+    let d = decide(&i);
     assert_eq!(d.actions, vec![bootstrap("iad", true)]);
     assert!(d.alerts.is_empty(), "{d:?}");
-    assert_eq!(d.conditions.degraded.unwrap().reason.as_str(), "NoPrimary");
+    // The conditions are those after the bootstrap; had it failed, there is no primary.
+    assert!(d.conditions.ready, "{:?}", d.conditions);
+    assert_eq!(
+        settle(&i, &d, &[false])
+            .conditions
+            .degraded
+            .unwrap()
+            .reason
+            .as_str(),
+        "NoPrimary"
+    );
     sites[0].state = SiteState::Writable;
     sites[1].state = SiteState::Writable;
     let d = decide(&input(&sites, "", ""));
@@ -377,19 +408,19 @@ fn emergency_failover_picks_the_most_advanced_candidate() {
     sites[0].state = SiteState::Unreachable;
     sites.push(site("sfo", 3, SiteState::ReadOnly, "0-1-90"));
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(d.actions, vec![emergency("iad", "pdx")]);
+    assert_eq!(d.actions, vec![emergency("iad", "pdx", &["reader", "sfo"])]);
     // The more advanced one wins over priority and spec order.
     sites[3].gtid = Some(g("0-1-120"));
     sites[1].priority = 100;
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(d.actions, vec![emergency("iad", "sfo")]);
+    assert_eq!(d.actions, vec![emergency("iad", "sfo", &["pdx", "reader"])]);
     // Equal sets: priority, then spec order.
     sites[3].gtid = Some(g("0-1-100"));
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(d.actions, vec![emergency("iad", "pdx")]);
+    assert_eq!(d.actions, vec![emergency("iad", "pdx", &["reader", "sfo"])]);
     sites[1].priority = 0;
     let d = decide(&input(&sites, "iad", ""));
-    assert_eq!(d.actions, vec![emergency("iad", "pdx")]);
+    assert_eq!(d.actions, vec![emergency("iad", "pdx", &["reader", "sfo"])]);
 }
 
 #[test]
@@ -450,11 +481,19 @@ fn returning_primary_is_fenced_and_compared_with_the_promotion_point() {
     let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     let d = decide(&i);
     assert_eq!(d.actions, vec![fence("iad", false)]);
+    // After the fence: one writable site, iad still to be re-pointed.
     assert_eq!(
         d.conditions.degraded.as_ref().unwrap().reason.as_str(),
+        "ReplicationNotRunning"
+    );
+    assert!(d.conditions.ready);
+    // Had the fence not landed: two writable sites.
+    let failed = settle(&i, &d, &[false]).conditions;
+    assert_eq!(
+        failed.degraded.as_ref().unwrap().reason.as_str(),
         "SplitBrain"
     );
-    assert!(!d.conditions.ready);
+    assert!(!failed.ready);
     // The old primary wrote past the promotion point: divergent.
     let mut sites2 = sites.clone();
     sites2[0].gtid = Some(g("0-1-103"));
@@ -890,13 +929,11 @@ fn the_candidate_that_received_the_most_is_promoted_even_if_it_applied_less() {
     let d = decide(&input(&sites, "iad", ""));
     // sfo is ahead of what pdx applied: named as the catch-up source, used only if pdx still
     // lacks something once its relay log is drained (here it will not).
+    assert_eq!(d.actions.len(), 1, "{:?}", d.actions);
+    assert!(matches!(&d.actions[0], Action::EmergencyFailover { to, .. } if to == "pdx"));
     assert_eq!(
-        d.actions,
-        vec![Action::EmergencyFailover {
-            from: "iad".into(),
-            to: "pdx".into(),
-            catch_up_from: Some("sfo".into()),
-        }]
+        caught_up_from(&d.actions[0]),
+        Some(("sfo".into(), "0-1-98".into()))
     );
 }
 
@@ -907,13 +944,11 @@ fn a_candidate_catches_up_from_a_more_advanced_reader_before_its_promotion() {
     let mut reader = site("reader", 2, SiteState::ReadOnly, "0-1-100");
     reader.role = SiteRole::ReadOnly;
     let sites = vec![iad.clone(), pdx.clone(), reader.clone()];
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(matches!(&d.actions[..], [Action::EmergencyFailover { to, .. }] if to == "pdx"));
     assert_eq!(
-        decide(&input(&sites, "iad", "")).actions,
-        vec![Action::EmergencyFailover {
-            from: "iad".into(),
-            to: "pdx".into(),
-            catch_up_from: Some("reader".into()),
-        }]
+        caught_up_from(&d.actions[0]),
+        Some(("reader".into(), "0-1-100".into()))
     );
     // Not from a site that did not answer this poll, nor from a blocked one.
     let mut silent = reader.clone();
@@ -924,10 +959,7 @@ fn a_candidate_catches_up_from_a_more_advanced_reader_before_its_promotion() {
         let sites = vec![iad.clone(), pdx.clone(), r];
         assert!(matches!(
             &decide(&input(&sites, "iad", "")).actions[..],
-            [Action::EmergencyFailover {
-                catch_up_from: None,
-                ..
-            }]
+            [Action::EmergencyFailover { catch_up: None, .. }]
         ));
     }
 }
@@ -986,5 +1018,225 @@ fn a_returning_or_blocked_old_primary_keeps_its_source_side_so_waiting_sessions_
             .any(|a| matches!(a, Action::ConfigureSemiSync { site, .. } if site == "iad")),
         "{:?}",
         d.actions
+    );
+}
+
+/// What the emergency promotion used to decide while executing is decided here, in the
+/// action: the drain bound, whether a relay log that does not drain aborts the promotion, and
+/// the catch-up source with its target and bound. One row per mode and catch-up case.
+#[test]
+fn the_emergency_action_carries_its_drain_bound_abort_rule_and_catch_up() {
+    struct Row {
+        mode: ReplicationMode,
+        max_lag_wait: u64,
+        reader_gtid: &'static str,
+        drain: (u64, bool),
+        catch_up: Option<(&'static str, &'static str, u64)>,
+    }
+    let rows = [
+        // async: a short drain, promote what was applied; nothing to catch up.
+        Row {
+            mode: ReplicationMode::Async,
+            max_lag_wait: 300,
+            reader_gtid: "0-1-97",
+            drain: (5, false),
+            catch_up: None,
+        },
+        // async, a reader ahead: catch up from it, bounded by maxLagWait capped at 30 s.
+        Row {
+            mode: ReplicationMode::Async,
+            max_lag_wait: 300,
+            reader_gtid: "0-1-100",
+            drain: (5, false),
+            catch_up: Some(("reader", "0-1-100", 30)),
+        },
+        // semi-sync: the drain must complete (acknowledged writes may be in the relay log),
+        // bounded like a catch-up.
+        Row {
+            mode: ReplicationMode::SemiSync,
+            max_lag_wait: 300,
+            reader_gtid: "0-1-97",
+            drain: (30, true),
+            catch_up: None,
+        },
+        // A short maxLagWait bounds both waits.
+        Row {
+            mode: ReplicationMode::SemiSync,
+            max_lag_wait: 8,
+            reader_gtid: "0-1-99",
+            drain: (8, true),
+            catch_up: Some(("reader", "0-1-99", 8)),
+        },
+    ];
+    for (n, r) in rows.iter().enumerate() {
+        let iad = site("iad", 0, SiteState::Unreachable, "0-1-100");
+        let pdx = site("pdx", 1, SiteState::ReadOnly, "0-1-97");
+        let mut reader = site("reader", 2, SiteState::ReadOnly, r.reader_gtid);
+        reader.role = SiteRole::ReadOnly;
+        let sites = vec![iad, pdx, reader];
+        let mut i = input(&sites, "iad", "");
+        i.replication_mode = r.mode;
+        i.max_lag_wait = Duration::from_secs(r.max_lag_wait);
+        let d = decide(&i);
+        let [
+            Action::EmergencyFailover {
+                from,
+                to,
+                drain,
+                catch_up,
+                repoint,
+            },
+        ] = &d.actions[..]
+        else {
+            panic!("row {n}: {:?}", d.actions);
+        };
+        assert_eq!((from.as_str(), to.as_str()), ("iad", "pdx"), "row {n}");
+        assert_eq!(repoint, &["reader".to_string()], "row {n}");
+        assert_eq!(
+            (drain.bound, drain.required),
+            (Duration::from_secs(r.drain.0), r.drain.1),
+            "row {n}"
+        );
+        assert_eq!(
+            catch_up
+                .as_ref()
+                .map(|c| (c.from.as_str(), c.target.to_string(), c.bound.as_secs())),
+            r.catch_up.map(|(f, t, b)| (f, t.to_string(), b)),
+            "row {n}"
+        );
+    }
+}
+
+/// The conditions of a decision are those after its actions: the poll that fails over to
+/// pdx reports pdx as the active site without `NoPrimary`; if the promotion fails, the group
+/// is what it was.
+#[test]
+fn a_poll_that_changes_the_active_site_never_reports_it_with_no_primary() {
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    sites[0].answered = false;
+    let i = input(&sites, "iad", "");
+    let d = decide(&i);
+    assert_eq!(d.actions, vec![emergency("iad", "pdx", &["reader"])]);
+    assert!(d.conditions.ready, "{:?}", d.conditions);
+    assert_ne!(
+        d.conditions.degraded.as_ref().map(|x| x.reason.clone()),
+        Some(ConditionReason::NoPrimary)
+    );
+    let ok = settle(&i, &d, &[true]);
+    assert_eq!(ok.active_site, "pdx");
+    assert_eq!(ok.conditions, d.conditions);
+    assert_eq!(
+        ok.effects,
+        vec![
+            Effect::ActiveSite("pdx".into()),
+            Effect::Writable("pdx".into())
+        ]
+    );
+    // The reader still follows iad: shown as not replicating until a probe sees it follow pdx.
+    assert_eq!(
+        ok.conditions.degraded.as_ref().map(|x| x.reason.clone()),
+        Some(ConditionReason::ReplicationNotRunning)
+    );
+    let failed = settle(&i, &d, &[false]);
+    assert_eq!(failed.active_site, "iad");
+    assert!(failed.effects.is_empty());
+    assert!(!failed.conditions.ready);
+    assert_eq!(
+        failed
+            .conditions
+            .degraded
+            .as_ref()
+            .map(|x| x.reason.clone()),
+        Some(ConditionReason::NoPrimary)
+    );
+}
+
+#[test]
+fn settled_effects_follow_the_actions_that_succeeded() {
+    // An intruder fenced (divergent) and a replica re-pointed.
+    let iad = site("iad", 0, SiteState::Writable, "0-1-100");
+    let pdx = site("pdx", 1, SiteState::Writable, "0-2-5");
+    let sites = vec![iad, pdx];
+    let promo = g("0-1-90");
+    let i = promoted(input(&sites, "iad", "iad"), &promo);
+    let d = decide(&i);
+    assert_eq!(d.actions, vec![fence("pdx", true)]);
+    let ok = settle(&i, &d, &[true]);
+    assert_eq!(
+        ok.effects,
+        vec![
+            Effect::ReadOnly("pdx".into()),
+            Effect::Blocked("pdx".into())
+        ]
+    );
+    assert!(ok.conditions.ready, "one writable site once pdx is fenced");
+    assert!(ok.conditions.recovery_pending.is_some());
+    let failed = settle(&i, &d, &[false]);
+    assert_eq!(
+        failed
+            .conditions
+            .degraded
+            .as_ref()
+            .map(|x| x.reason.clone()),
+        Some(ConditionReason::SplitBrain),
+        "the fence did not land: still two writable sites"
+    );
+    assert_eq!(
+        effects_of(&Action::Repoint { site: "x".into() }),
+        vec![Effect::Repointed("x".into())]
+    );
+}
+
+/// A replica re-pointed to the active site is given `repoint_settle` for its IO thread to
+/// connect before it is re-pointed again; one re-pointed to another site is re-pointed now.
+#[test]
+fn a_replica_just_re_pointed_is_given_time_to_connect() {
+    let iad = site("iad", 0, SiteState::Writable, "0-1-100");
+    let mut pdx = site("pdx", 1, SiteState::ReadOnly, "0-1-100");
+    let repoint = vec![Action::Repoint { site: "pdx".into() }];
+    for (source, ago, expect) in [
+        (None, 0, repoint.clone()),
+        (Some("iad"), 1, vec![]),
+        (Some("iad"), 2, vec![]),
+        (Some("iad"), 3, repoint.clone()),
+        (Some("iad"), 60, repoint.clone()),
+        (Some("sea"), 1, repoint.clone()),
+    ] {
+        pdx.repointed = source.map(|s| crate::view::Repointed {
+            source: s.into(),
+            at: t(1000 - ago),
+        });
+        let sites = vec![iad.clone(), pdx.clone()];
+        let d = decide(&input(&sites, "iad", ""));
+        assert_eq!(d.actions, expect, "re-pointed to {source:?} {ago} s ago");
+    }
+}
+
+/// `SidecarTimingsInSync`: a sidecar running other timings than `spec.sidecar`'s is named in
+/// the message; one that reports none, or the same, is not.
+#[test]
+fn sidecars_with_other_timings_are_named() {
+    let timings = |lease: &str, interval: &str| crate::status::SidecarTimings {
+        lease_timeout: lease.into(),
+        peer_check_interval: interval.into(),
+        source: "flags".into(),
+        signed_topology: false,
+    };
+    let mut sites = healthy_trio();
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(d.conditions.sidecar_timings_mismatch, None);
+    sites[0].sidecar_timings = Some(timings("20s", "5s"));
+    sites[1].sidecar_timings = Some(timings("30s", "5s"));
+    let d = decide(&input(&sites, "iad", ""));
+    let m = d.conditions.sidecar_timings_mismatch.expect("pdx differs");
+    assert!(
+        m.contains("pdx runs leaseTimeout 30s and peerCheckInterval 5s (flags)"),
+        "{m}"
+    );
+    assert!(!m.contains("iad"), "{m}");
+    assert!(
+        m.starts_with("spec.sidecar says leaseTimeout 20s and peerCheckInterval 5s"),
+        "{m}"
     );
 }

@@ -90,7 +90,7 @@ async fn active_site(
         return error_response(StatusCode::NOT_FOUND, "not_found", "no such group");
     };
     let snap = rt.snapshot();
-    let s = snap.status();
+    let s = rt.served_status(&snap);
     let Some(observed_at) = s.observed_at else {
         return error_response(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -145,7 +145,7 @@ async fn status(
             GroupReport {
                 namespace: rt.namespace.clone(),
                 spec: snap.body.spec.clone(),
-                status: snap.body.status.clone(),
+                status: rt.served_status(&snap),
                 annotations: snap.annotations.clone(),
                 deploy: obs,
                 events,

@@ -1,26 +1,21 @@
-//! Act: carry out [`bloodraven_core::controller::decide`]'s actions through the MySQL adapter —
-//! bootstrap, the emergency promotion sequence (SPEC §2.3), fencing intruders, blocking
-//! divergent sites, reassertion, re-pointing.
+//! Act: carry out [`bloodraven_core::controller::decide`]'s actions through the [`Site`]
+//! trait — bootstrap, the emergency promotion sequence (SPEC §2.3), fencing intruders,
+//! blocking divergent sites, reassertion, re-pointing — and report which succeeded. Every
+//! bound and rule comes with the action; nothing here decides, and nothing here changes what
+//! the controller knows of a site ([`bloodraven_core::controller::settle`] does, from what
+//! act reports).
 
 use std::time::Duration;
 
-use bloodraven_core::config::ReplicationMode;
-use bloodraven_core::controller::Action;
+use bloodraven_core::controller::{Action, CatchUpPlan, DrainPlan};
 use bloodraven_core::reason::EventReason as E;
-use bloodraven_core::status::{GroupStatus, SiteState};
-use bloodraven_mysql::FenceOutcome;
+use bloodraven_core::status::GroupStatus;
+use bloodraven_mysql::{CaughtUp, FenceOutcome, Site};
 use tokio::time::Instant;
 
 use super::{Controller, ControllerError};
 use crate::events::EventType;
 use crate::metrics::FailoverLabels;
-
-/// What an action did to a site's recovery state.
-pub(super) enum Outcome {
-    Done,
-    Blocked(String),
-    Unblocked(String),
-}
 
 /// How long the controller's own fence of an intruder may wait.
 const INTRUDER_FENCE_BOUND: Duration = Duration::from_secs(5);
@@ -29,22 +24,25 @@ const INTRUDER_FENCE_BOUND: Duration = Duration::from_secs(5);
 /// reported failed (reassertion takes over from there).
 const LIFT_ATTEMPTS: u32 = 3;
 
-impl Controller {
+impl<S: Site> Controller<S> {
+    /// Executes `action`; `Ok` when it did what it was decided to do (its effects hold).
     pub(super) async fn act(
         &mut self,
         action: &Action,
         status: &GroupStatus,
-    ) -> Result<Outcome, ControllerError> {
+    ) -> Result<(), ControllerError> {
         match action {
             Action::Bootstrap { site, promote } => self.bootstrap(site, *promote).await,
             Action::EmergencyFailover {
                 from,
                 to,
-                catch_up_from,
-            } => self
-                .emergency(from, to, catch_up_from.as_deref())
-                .await
-                .map(|()| Outcome::Done),
+                drain,
+                catch_up,
+                repoint,
+            } => {
+                self.emergency(from, to, *drain, catch_up.as_ref(), repoint)
+                    .await
+            }
             Action::ConfigureSemiSync { site, settings } => {
                 let c = self.client(site)?;
                 c.configure_semi_sync(*settings).await.map_err(|e| {
@@ -54,16 +52,16 @@ impl Controller {
                     }
                 })?;
                 tracing::info!(group = %self.group(), site, source_side = settings.source, replica_side = settings.replica, mode = self.rt.config.replication_mode.as_str(), "semi-synchronous replication configured");
-                Ok(Outcome::Done)
+                Ok(())
             }
             Action::FenceIntruder { site, divergent } => {
                 self.fence_intruder(site, *divergent, status).await
             }
             Action::BlockDivergent { site } => {
                 let gtid = self.last_gtid(site);
-                Ok(self
-                    .block_divergent(site, "is read-only but", &gtid, status)
-                    .await)
+                self.block_divergent(site, "is read-only but", &gtid, status)
+                    .await;
+                Ok(())
             }
             Action::Reassert { site } => {
                 let c = self.client(site)?;
@@ -72,9 +70,6 @@ impl Controller {
                     source: e,
                 })?;
                 self.last_reassertion = Some(self.rt.now());
-                if let Some(s) = self.site_mut(site) {
-                    s.tracker.state = SiteState::Writable;
-                }
                 tracing::warn!(group = %self.group(), site, "primary reasserted: every site was read-only");
                 self.event(
                     EventType::Warning,
@@ -82,26 +77,10 @@ impl Controller {
                     &format!("every site was read-only; restored writability on {site}, whose GTID set contains every other site's"),
                 )
                 .await;
-                Ok(Outcome::Done)
+                Ok(())
             }
             Action::Repoint { site } => {
-                // A re-pointed replica's IO thread needs a moment to connect; do not re-point it
-                // again on the next poll just because the probe has not seen it running yet.
-                let settle = (self.rt.config.poll_interval * 3).max(Duration::from_secs(3));
-                let recently = self
-                    .site(site)
-                    .and_then(|s| s.repointed.as_ref())
-                    .is_some_and(|(source, at)| {
-                        *source == status.active_site && at.elapsed() < settle
-                    });
-                if recently {
-                    return Ok(Outcome::Done);
-                }
                 self.repoint(site, &status.active_site).await?;
-                let active = status.active_site.clone();
-                if let Some(s) = self.site_mut(site) {
-                    s.repointed = Some((active, Instant::now()));
-                }
                 tracing::info!(group = %self.group(), site, source = %status.active_site, "re-pointed a replica");
                 self.event(
                     EventType::Normal,
@@ -109,7 +88,7 @@ impl Controller {
                     &format!("{site} now replicates from {}", status.active_site),
                 )
                 .await;
-                Ok(Outcome::Done)
+                Ok(())
             }
             Action::ClearRecoveryBlock { site } => {
                 self.event(
@@ -118,12 +97,12 @@ impl Controller {
                     &format!("{site} holds no transaction the active site lacks any more; it will be re-pointed"),
                 )
                 .await;
-                Ok(Outcome::Unblocked(site.clone()))
+                Ok(())
             }
         }
     }
 
-    async fn bootstrap(&mut self, site: &str, promote: bool) -> Result<Outcome, ControllerError> {
+    async fn bootstrap(&mut self, site: &str, promote: bool) -> Result<(), ControllerError> {
         let how = if promote {
             // Every site booted read-only: prepare the chosen one (stop and reset replication),
             // announce it, then clear its fence.
@@ -166,22 +145,19 @@ impl Controller {
             ),
         )
         .await;
-        Ok(Outcome::Done)
+        Ok(())
     }
 
     /// The last step of every promotion, after the new active site was persisted and is
     /// served ("announce, then promote"): clear the fence of `site` and confirm it is writable.
     /// A transient error is tried again at once, a few times; if it still fails, the change of
     /// active site stands (the group reports `NoPrimary`) and reassertion retries it.
-    pub(super) async fn lift_fence(&mut self, site: &str) -> Result<(), ControllerError> {
+    pub(super) async fn lift_fence(&self, site: &str) -> Result<(), ControllerError> {
         let mut attempt = 1;
         loop {
             let c = self.client(site)?;
             match c.unfence().await {
-                Ok(()) => {
-                    self.mark_writable(site);
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 Err(e) => {
                     tracing::warn!(group = %self.group(), site, attempt, error = %e, "announced the new active site, but clearing its fence failed");
                     if attempt >= LIFT_ATTEMPTS {
@@ -197,12 +173,15 @@ impl Controller {
         }
     }
 
+    /// Fences a writable site that is not the active site and kills its application sessions;
+    /// a divergent one is blocked, any other re-pointed. The action succeeded once the fence
+    /// landed: a failure to kill sessions or to re-point is logged, and the next polls re-point.
     async fn fence_intruder(
-        &mut self,
+        &self,
         site: &str,
         divergent: bool,
         status: &GroupStatus,
-    ) -> Result<Outcome, ControllerError> {
+    ) -> Result<(), ControllerError> {
         let c = self.client(site)?;
         let outcome = c.fence(INTRUDER_FENCE_BOUND).await;
         tracing::warn!(group = %self.group(), site, ?outcome, divergent, active = %status.active_site, "fencing a writable site that is not the active site");
@@ -212,48 +191,46 @@ impl Controller {
                 outcome,
             });
         }
-        self.mark_read_only(site);
         self.metrics().fenced(
             self.group(),
             site,
             bloodraven_core::contract::metrics::FENCE_INTRUDER,
         );
-        let killed =
-            c.kill_application_sessions()
-                .await
-                .map_err(|e| ControllerError::KillSessions {
+        let killed = match c.kill_application_sessions().await {
+            Ok(k) => k.killed.len().to_string(),
+            Err(e) => {
+                let e = ControllerError::KillSessions {
                     site: site.to_string(),
                     source: e,
-                })?;
+                };
+                tracing::warn!(group = %self.group(), site, step = e.step(), error = %e, "fenced an intruder, but killing its application sessions failed (the fence blocks their writes)");
+                "no".to_string()
+            }
+        };
         let gtid = self.last_gtid(site);
         if divergent {
-            return Ok(self
-                .block_divergent(site, "came back writable", &gtid, status)
-                .await);
+            self.block_divergent(site, "came back writable", &gtid, status)
+                .await;
+            return Ok(());
         }
         self.event(
             EventType::Warning,
             E::SiteFenced,
             &format!(
-                "{site} was writable while {} is the active site: fenced, {} application session(s) killed, no divergence; re-pointing it",
+                "{site} was writable while {} is the active site: fenced, {killed} application session(s) killed, no divergence; re-pointing it",
                 status.active_site,
-                killed.killed.len()
             ),
         )
         .await;
-        self.repoint(site, &status.active_site).await?;
-        Ok(Outcome::Done)
+        if let Err(e) = self.repoint(site, &status.active_site).await {
+            tracing::warn!(group = %self.group(), site, step = e.step(), error = %e, "fenced an intruder; re-pointing it failed, retried by the next polls");
+        }
+        Ok(())
     }
 
     /// `DataLossDetected`: the site stays fenced and is not re-pointed until a human has
     /// reconciled it (the block clears itself once its position no longer diverges).
-    async fn block_divergent(
-        &self,
-        site: &str,
-        how: &str,
-        gtid: &str,
-        status: &GroupStatus,
-    ) -> Outcome {
+    async fn block_divergent(&self, site: &str, how: &str, gtid: &str, status: &GroupStatus) {
         let message = format!(
             "{site} {how} with transactions the active site {} never received (its GTID set {gtid}, promotion point {}); it stays fenced and is not re-pointed: a human must reconcile it",
             status.active_site, status.promotion_gtid_executed
@@ -261,47 +238,40 @@ impl Controller {
         tracing::warn!(group = %self.group(), site, gtid, "{message}");
         self.event(EventType::Warning, E::DataLossDetected, &message)
             .await;
-        Outcome::Blocked(site.to_string())
     }
 
-    /// Makes `to` replicate from `src` until it holds everything `src` has applied, bounded by
-    /// `maxLagWait` (at most 30 s), unless its drained relay log already gave it all of it. A
-    /// failure is logged and evented; the promotion goes on with what `to` has, and divergence
-    /// detection then blocks `src` as before.
-    async fn catch_up_from(&self, to: &str, src: &str) {
+    /// Makes `to` replicate from the plan's site until it holds the plan's target, within its
+    /// bound. A failure is logged and evented; the promotion goes on with what `to` has, and
+    /// divergence detection then blocks the other site as before.
+    async fn catch_up_before_promotion(&self, to: &str, plan: &CatchUpPlan) {
         let group = self.group().to_string();
-        let Some(target) = self
-            .site(src)
-            .and_then(|s| s.probe.as_ref())
-            .map(|p| p.gtid.clone())
-        else {
-            return;
-        };
-        if let Ok(c) = self.client(to)
-            && let Ok(p) = c.probe().await
-            && p.gtid.contains(&target)
-        {
-            tracing::info!(group = %group, site = to, from = src, "emergency failover: the drained relay log already holds everything the more advanced site has");
-            return;
-        }
-        let bound = self.rt.config.max_lag_wait.min(Duration::from_secs(30));
+        let (src, target, bound) = (&plan.from, &plan.target, plan.bound);
         let started = Instant::now();
         let result = match (self.replication_spec(src), self.client(to)) {
-            (Ok(spec), Ok(c)) => c
-                .catch_up(&spec, &target, bound)
-                .await
-                .map_err(|e| e.to_string()),
-            (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+            (Ok(spec), Ok(c)) => {
+                c.catch_up(&spec, target, bound)
+                    .await
+                    .map_err(|e| ControllerError::CatchUp {
+                        site: to.to_string(),
+                        source_site: src.clone(),
+                        source: e,
+                    })
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
         };
         let took = started.elapsed().as_millis();
         let (level, message) = match result {
-            Ok(true) => (
+            Ok(CaughtUp::AlreadyHeld) => {
+                tracing::info!(group = %group, site = to, from = %src, "emergency failover: the drained relay log already holds everything the more advanced site has");
+                return;
+            }
+            Ok(CaughtUp::Replicated) => (
                 EventType::Normal,
                 format!(
                     "{to} caught up from {src} ({target}) in {took} ms before its promotion: nothing {src} held is lost"
                 ),
             ),
-            Ok(false) => (
+            Ok(CaughtUp::TimedOut) => (
                 EventType::Warning,
                 format!(
                     "{to} did not catch up from {src} within {} s; promoting it with what it has ({src} will be blocked if it diverges)",
@@ -313,17 +283,19 @@ impl Controller {
                 format!("{to} could not catch up from {src}: {e}; promoting it with what it has"),
             ),
         };
-        tracing::warn!(group = %group, site = to, from = src, "emergency failover: {message}");
+        tracing::warn!(group = %group, site = to, from = %src, "emergency failover: {message}");
         self.event(level, E::CaughtUpBeforePromotion, &message)
             .await;
     }
 
     /// The emergency promotion sequence (SPEC §2.3).
     async fn emergency(
-        &mut self,
+        &self,
         from: &str,
         to: &str,
-        catch_up_from: Option<&str>,
+        drain: DrainPlan,
+        catch_up: Option<&CatchUpPlan>,
+        repoint: &[String],
     ) -> Result<(), ControllerError> {
         let started = Instant::now();
         let group = self.group().to_string();
@@ -334,7 +306,7 @@ impl Controller {
             &format!("active site {from} unreachable for the detection budget; promoting {to}"),
         )
         .await;
-        let result = self.promote_in_emergency(from, to, catch_up_from).await;
+        let result = self.promote_in_emergency(from, to, drain, catch_up).await;
         let label = |result: &str| FailoverLabels {
             group: group.clone(),
             kind: "emergency".into(),
@@ -342,18 +314,7 @@ impl Controller {
         };
         match result {
             Ok(generation) => {
-                // Re-point every other reachable site.
-                let others: Vec<String> = self
-                    .sites
-                    .iter()
-                    .filter(|s| {
-                        s.name() != to
-                            && s.name() != from
-                            && s.tracker.state != SiteState::Unreachable
-                    })
-                    .map(|s| s.cfg.name.clone())
-                    .collect();
-                for site in &others {
+                for site in repoint {
                     if let Err(e) = self.repoint(site, to).await {
                         tracing::warn!(group = %group, site, step = e.step(), error = %e, "emergency failover: re-point failed; retried next poll");
                     }
@@ -391,10 +352,11 @@ impl Controller {
 
     /// Steps 1–5 of the emergency sequence; returns the new generation.
     async fn promote_in_emergency(
-        &mut self,
+        &self,
         from: &str,
         to: &str,
-        catch_up_from: Option<&str>,
+        drain: DrainPlan,
+        catch_up: Option<&CatchUpPlan>,
     ) -> Result<u64, ControllerError> {
         let group = self.group().to_string();
         // 1. Best effort: fence the old primary (it is unreachable, so this rarely lands).
@@ -414,41 +376,31 @@ impl Controller {
             }
         }
         let c = self.client(to)?;
-        let semi_sync = self.rt.config.replication_mode == ReplicationMode::SemiSync;
-        // 2. Bounded relay-log drain. In semi-sync mode what the candidate received may be
-        //    acknowledged writes: it must apply all of it, or the failover waits for a later
-        //    poll rather than lose them.
-        let drain_bound = if semi_sync {
-            self.rt.config.max_lag_wait.min(Duration::from_secs(30))
-        } else {
-            Duration::from_secs(5)
+        // 2. Bounded relay-log drain; when the plan requires it (semi-sync: what the candidate
+        //    received may be acknowledged writes), a drain that did not finish aborts the
+        //    promotion, and a later poll tries again.
+        let drain_failed = |source| ControllerError::Drain {
+            site: to.to_string(),
+            source,
         };
-        match c.drain_relay_log(drain_bound).await {
+        match c.drain_relay_log(drain.bound).await {
             Ok(drained) => {
                 tracing::info!(group = %group, site = to, drained, "emergency failover: relay log drain");
-                if semi_sync && !drained {
-                    return Err(ControllerError::Promote {
+                if drain.required && !drained {
+                    return Err(drain_failed(bloodraven_mysql::MysqlError::WaitForGtid {
                         site: to.to_string(),
-                        source: bloodraven_mysql::MysqlError::WaitForGtid {
-                            site: to.to_string(),
-                            cause: bloodraven_mysql::Cause::TimedOut(drain_bound),
-                        },
-                    });
+                        cause: bloodraven_mysql::Cause::TimedOut(drain.bound),
+                    }));
                 }
             }
-            Err(e) if semi_sync => {
-                return Err(ControllerError::Promote {
-                    site: to.to_string(),
-                    source: e,
-                });
-            }
+            Err(e) if drain.required => return Err(drain_failed(e)),
             Err(e) => {
                 tracing::warn!(group = %group, site = to, error = %e, "emergency failover: relay log drain failed; promoting what was applied");
             }
         }
         // 2b. Catch up from a more advanced site (a reader, another candidate), bounded.
-        if let Some(src) = catch_up_from {
-            self.catch_up_from(to, src).await;
+        if let Some(plan) = catch_up {
+            self.catch_up_before_promotion(to, plan).await;
         }
         // 3. Stop and reset replication, record the GTID set, give it the semi-synchronous
         //    settings of a primary. It stays fenced.

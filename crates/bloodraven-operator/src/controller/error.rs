@@ -3,6 +3,17 @@
 use bloodraven_mysql::{FenceOutcome, MysqlError};
 use bloodraven_store::StoreError;
 
+/// Why a site's client (or the replication account) cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialsUnavailable {
+    #[error("credentials not read yet")]
+    NotReadYet,
+    #[error("spec.replication.credentials is not configured")]
+    NotConfigured,
+    #[error("{0}")]
+    Read(crate::secrets::SecretError),
+}
+
 /// A step of the controller failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -10,9 +21,14 @@ pub enum ControllerError {
     #[error("this operator does not hold leadership now; nothing was done")]
     NotLeader,
     #[error("no MySQL client for site {site}: {reason}")]
-    NoClient { site: String, reason: String },
+    NoClient {
+        site: String,
+        reason: CredentialsUnavailable,
+    },
+    #[error("{0} is not a site of the group")]
+    UnknownSite(String),
     #[error("the replication account is not usable: {0}")]
-    ReplicationCredentials(String),
+    ReplicationCredentials(CredentialsUnavailable),
     #[error("persisting {what} failed: {source}")]
     Persist {
         what: &'static str,
@@ -36,6 +52,19 @@ pub enum ControllerError {
     #[error("promoting {site} failed: {source}")]
     Promote {
         site: String,
+        #[source]
+        source: MysqlError,
+    },
+    #[error("draining the relay log of {site} failed: {source}")]
+    Drain {
+        site: String,
+        #[source]
+        source: MysqlError,
+    },
+    #[error("catching {site} up from {source_site} failed: {source}")]
+    CatchUp {
+        site: String,
+        source_site: String,
         #[source]
         source: MysqlError,
     },
@@ -65,13 +94,15 @@ impl ControllerError {
     pub fn step(&self) -> &'static str {
         match self {
             ControllerError::NotLeader => "leadership",
-            ControllerError::NoClient { .. } => "client",
+            ControllerError::NoClient { .. } | ControllerError::UnknownSite(_) => "client",
             ControllerError::ReplicationCredentials(_) => "replication-credentials",
             ControllerError::Persist { .. } => "persist",
             ControllerError::Fence { .. } => "fence",
             ControllerError::KillSessions { .. } => "kill-sessions",
             ControllerError::Unfence { .. } => "unfence",
             ControllerError::Promote { .. } => "promote",
+            ControllerError::Drain { .. } => "drain",
+            ControllerError::CatchUp { .. } => "catch-up",
             ControllerError::Repoint { .. } => "re-point",
             ControllerError::ConfigureSemiSync { .. } => "configure-semi-sync",
             ControllerError::Read { .. } => "read",

@@ -6,12 +6,23 @@ use std::time::Duration;
 use bloodraven_core::status::SidecarTimings;
 use bloodraven_core::view::{self, ProbeResult};
 use bloodraven_core::wire::SidecarStatus;
-use bloodraven_mysql::Probe;
+use bloodraven_mysql::{MysqlError, Probe, Site};
 use futures::future::join_all;
 
-use super::{Controller, SidecarReport};
+use super::{Controller, CredentialsUnavailable, SidecarReport};
 
-fn probe_result(p: &Result<Probe, String>) -> ProbeResult {
+/// Why a site's probe brought nothing back this poll.
+#[derive(Debug, thiserror::Error)]
+enum ProbeFailed {
+    #[error("no answer within {} ms", .0.as_millis())]
+    TimedOut(Duration),
+    #[error(transparent)]
+    Mysql(#[from] MysqlError),
+    #[error("no client: {0}")]
+    NoClient(CredentialsUnavailable),
+}
+
+fn probe_result(p: &Result<Probe, ProbeFailed>) -> ProbeResult {
     match p {
         Err(_) => ProbeResult::Unreachable,
         Ok(p) if p.fenced() || p.read_only => ProbeResult::ReadOnly,
@@ -34,16 +45,16 @@ fn sidecar_report(s: &SidecarStatus) -> SidecarReport {
     }
 }
 
-impl Controller {
+impl<S: Site> Controller<S> {
     pub(super) async fn gather(&mut self) {
         let poll = self.rt.config.poll_interval.max(Duration::from_millis(500));
         let probes = join_all(self.sites.iter().map(|s| async move {
             match &s.client {
                 Ok(c) => match tokio::time::timeout(poll, c.probe_with_semi_sync()).await {
-                    Ok(r) => r.map_err(|e| e.to_string()),
-                    Err(_) => Err(format!("no answer within {} ms", poll.as_millis())),
+                    Ok(r) => r.map_err(ProbeFailed::from),
+                    Err(_) => Err(ProbeFailed::TimedOut(poll)),
                 },
-                Err(e) => Err(e.clone()),
+                Err(e) => Err(ProbeFailed::NoClient(e.clone())),
             }
         }));
         let http = &self.http;

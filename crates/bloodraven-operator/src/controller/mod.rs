@@ -1,11 +1,24 @@
-//! The failover controller of one group: gather → decide → act, every `pollInterval`.
+//! The failover controller of one group: every `pollInterval`, gather → decide → act →
+//! persist, in that order.
+//!
+//! 1. **Gather** ([`gather`]): probe every site and ask each sidecar for its state; debounce.
+//! 2. **Decide**: [`bloodraven_core::controller::decide`], a pure function, returns every
+//!    action with every bound and rule it needs, and the conditions the group will have after
+//!    them.
+//! 3. **Act** ([`act`]): execute the actions through the [`Site`] trait (the MySQL adapter)
+//!    and report which succeeded; nothing is decided there.
+//! 4. **Persist** ([`status`]): [`bloodraven_core::controller::settle`] says what the group is
+//!    after what act reported; the status is written once, and only when it changed (the
+//!    fields that move every poll — `lastSeen`, GTID positions, lag — at most every
+//!    [`status::REFRESH_EVERY`]). The served view's `observedAt` is the last poll's time, kept
+//!    in memory and signed each time it is served.
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`gather`] | probing every site and asking each sidecar for its state, into [`Site`] |
-//! | [`act`] | [`bloodraven_core::controller::decide`]'s actions: bootstrap, emergency failover, fencing intruders, reassertion, re-pointing, blocking |
+//! | [`gather`] | probing every site and asking each sidecar for its state, into [`SiteFacts`] |
+//! | [`act`] | executing [`bloodraven_core::controller::decide`]'s actions: bootstrap, emergency failover, fencing intruders, reassertion, re-pointing, blocking |
 //! | [`planned`] | executing the planned failover's steps, as [`bloodraven_core::planned`] decides them |
-//! | [`status`] | persisting the status and conditions, alerts, site metrics |
+//! | [`status`] | building the status, writing it when it changed, alerts, site metrics |
 //! | [`error`] | why a step failed |
 //!
 //! A planned failover, when one is requested or in flight, is advanced first — one persisted
@@ -29,17 +42,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::config::SiteConfig;
-use bloodraven_core::controller::{self, DecideInput};
+use bloodraven_core::controller::{self, DecideInput, Effect};
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::status::{GroupStatus, SidecarTimings, SiteState};
 use bloodraven_core::time::Timestamp;
-use bloodraven_core::view::{ReplicaView, SiteTracker, SiteView};
-use bloodraven_mysql::{Credentials, Endpoint, Probe, SiteClient, SourceSpec, Timeouts};
+use bloodraven_core::view::{ReplicaView, Repointed, SiteTracker, SiteView};
+use bloodraven_mysql::{Credentials, Endpoint, Probe, Site, SiteClient, SourceSpec, Timeouts};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-pub use error::ControllerError;
+pub use error::{ControllerError, CredentialsUnavailable};
 
 use crate::events::{self, EventType};
 use crate::group::GroupRuntime;
@@ -53,11 +66,28 @@ pub struct ControllerTask;
 impl GroupTask for ControllerTask {
     fn spawn(&self, runtime: Arc<GroupRuntime>, shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
         tokio::spawn(async move {
-            let mut c = Controller::new(runtime);
+            let mut c = Controller::new(runtime, Arc::new(connect_mysql));
             c.run(shutdown).await;
         })
     }
 }
+
+/// Makes the client of a site: the real MySQL adapter.
+pub fn connect_mysql(
+    site: &SiteConfig,
+    credentials: Credentials,
+    timeouts: Timeouts,
+) -> SiteClient {
+    SiteClient::new(
+        site.name.clone(),
+        Endpoint::tcp(site.mysql_host.clone(), site.mysql_port),
+        credentials,
+        timeouts,
+    )
+}
+
+/// How the controller makes a site's client from its configuration and credentials.
+pub type Connect<S> = Arc<dyn Fn(&SiteConfig, Credentials, Timeouts) -> S + Send + Sync>;
 
 /// What a site's sidecar last reported.
 #[derive(Clone, Debug, Default)]
@@ -67,9 +97,9 @@ struct SidecarReport {
 }
 
 /// One site: its configuration, its client, and everything the controller knows about it.
-struct Site {
+struct SiteFacts<S> {
     cfg: SiteConfig,
-    client: Result<SiteClient, String>,
+    client: Result<S, CredentialsUnavailable>,
     /// The debounce counters.
     tracker: SiteTracker,
     /// The last successful probe.
@@ -82,11 +112,11 @@ struct Site {
     last_seen: Option<Timestamp>,
     sidecar: SidecarReport,
     /// When it was last re-pointed by this controller, and to which source.
-    repointed: Option<(String, Instant)>,
+    repointed: Option<Repointed>,
 }
 
-impl Site {
-    fn client(&self) -> Result<&SiteClient, ControllerError> {
+impl<S: Site> SiteFacts<S> {
+    fn client(&self) -> Result<&S, ControllerError> {
         self.client
             .as_ref()
             .map_err(|reason| ControllerError::NoClient {
@@ -100,12 +130,13 @@ impl Site {
     }
 }
 
-/// The controller of one group.
+/// The controller of one group, over the sites' clients `S` (the MySQL adapter).
 #[allow(missing_debug_implementations)] // holds clients whose Debug would be noise
-pub struct Controller {
+pub struct Controller<S: Site = SiteClient> {
     rt: Arc<GroupRuntime>,
-    sites: Vec<Site>,
-    replication: Result<Credentials, String>,
+    sites: Vec<SiteFacts<S>>,
+    connect: Connect<S>,
+    replication: Result<Credentials, CredentialsUnavailable>,
     last_reassertion: Option<Timestamp>,
     /// Alerts raised and not yet cleared (each is evented once when it starts).
     raised: BTreeSet<String>,
@@ -116,25 +147,29 @@ pub struct Controller {
     creds_read: Option<Instant>,
     /// Consecutive polls in which no site answered (counted for none by the debounce).
     blind_polls: u32,
+    /// When the status was last written (the slow-moving fields are refreshed from then on
+    /// at most every [`status::REFRESH_EVERY`]).
+    persisted: Option<Instant>,
 }
 
 /// How often credentials are read again (a rotated Secret or file takes effect).
 const CREDENTIALS_EVERY: Duration = crate::secrets::RELOAD_EVERY;
 
-impl Controller {
-    pub fn new(rt: Arc<GroupRuntime>) -> Controller {
+impl<S: Site> Controller<S> {
+    /// A controller for `rt`'s group whose sites' clients `connect` makes.
+    pub fn new(rt: Arc<GroupRuntime>, connect: Connect<S>) -> Controller<S> {
         let cfg = rt.config.clone();
         let bound = cfg.poll_interval.max(Duration::from_millis(500));
         let timeouts = Timeouts {
             connect: bound.min(Duration::from_secs(2)),
             statement: Duration::from_secs(5),
         };
-        let sites: Vec<Site> = cfg
+        let sites: Vec<SiteFacts<S>> = cfg
             .sites
             .iter()
-            .map(|s| Site {
+            .map(|s| SiteFacts {
                 cfg: s.clone(),
-                client: Err("credentials not read yet".into()),
+                client: Err(CredentialsUnavailable::NotReadYet),
                 tracker: SiteTracker::default(),
                 probe: None,
                 answered: false,
@@ -145,12 +180,13 @@ impl Controller {
             })
             .collect();
         let creds = vec![None; sites.len()];
-        let replication = Err("credentials not read yet".to_string());
+        let replication = Err(CredentialsUnavailable::NotReadYet);
         let http =
             bloodraven_runtime::tls::http_client(None, Duration::from_secs(1)).unwrap_or_default();
         Controller {
             rt,
             sites,
+            connect,
             replication,
             last_reassertion: None,
             raised: BTreeSet::new(),
@@ -159,6 +195,7 @@ impl Controller {
             creds,
             creds_read: None,
             blind_polls: 0,
+            persisted: None,
         }
     }
 
@@ -181,28 +218,23 @@ impl Controller {
                     if self.creds[i].is_some() {
                         tracing::info!(group = %self.rt.name, site = %s.cfg.name, "the site's MySQL credentials changed; using the new ones");
                     }
-                    s.client = Ok(SiteClient::new(
-                        s.cfg.name.clone(),
-                        Endpoint::tcp(s.cfg.mysql_host.clone(), s.cfg.mysql_port),
-                        c.clone(),
-                        self.timeouts,
-                    ));
+                    s.client = Ok((self.connect)(&s.cfg, c.clone(), self.timeouts));
                     self.creds[i] = Some(c);
                 }
                 Ok(_) => {}
                 Err(e) => {
                     tracing::error!(group = %self.rt.name, site = %s.cfg.name, error = %e, "cannot read the site's MySQL credentials");
                     if self.creds[i].is_none() {
-                        s.client = Err(e.to_string());
+                        s.client = Err(CredentialsUnavailable::Read(e));
                     }
                 }
             }
         }
         let replication = match &self.rt.config.replication_credentials {
-            None => Err("spec.replication.credentials is not configured".to_string()),
+            None => Err(CredentialsUnavailable::NotConfigured),
             Some(r) => crate::secrets::credentials(r, &namespace, &*secrets)
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(CredentialsUnavailable::Read),
         };
         if replication.is_ok() || self.replication.is_err() {
             self.replication = replication;
@@ -231,11 +263,11 @@ impl Controller {
         }
     }
 
-    fn site(&self, name: &str) -> Option<&Site> {
+    fn site(&self, name: &str) -> Option<&SiteFacts<S>> {
         self.sites.iter().find(|s| s.cfg.name == name)
     }
 
-    fn site_mut(&mut self, name: &str) -> Option<&mut Site> {
+    fn site_mut(&mut self, name: &str) -> Option<&mut SiteFacts<S>> {
         self.sites.iter_mut().find(|s| s.cfg.name == name)
     }
 
@@ -243,37 +275,49 @@ impl Controller {
     /// while this operator may act — it leads and its leadership is fresh (see
     /// `crate::leader::Leadership::confirm`). A leader paused past its renew deadline gets
     /// [`ControllerError::NotLeader`] here, before it touches a server.
-    fn client(&self, name: &str) -> Result<SiteClient, ControllerError> {
+    fn client(&self, name: &str) -> Result<S, ControllerError> {
         if !self.rt.may_act() {
             return Err(ControllerError::NotLeader);
         }
         match self.site(name) {
             Some(s) => s.client().cloned(),
-            None => Err(ControllerError::NoClient {
-                site: name.to_string(),
-                reason: "not a site of the group".into(),
-            }),
+            None => Err(ControllerError::UnknownSite(name.to_string())),
         }
     }
 
-    /// This controller fenced `site` itself: it is read-only from now on, whatever this poll's
-    /// (earlier) probe said.
-    fn mark_read_only(&mut self, site: &str) {
-        if let Some(s) = self.site_mut(site) {
-            s.tracker.state = SiteState::ReadOnly;
-            s.probed_writable = false;
-        }
-    }
-
-    /// This controller promoted `site` itself: it is writable from now on.
-    fn mark_writable(&mut self, site: &str) {
+    /// Applies what an action of this controller did to what it knows of the sites: the
+    /// probe of this poll was taken before it, so it is stale for that site now.
+    fn apply_effect(&mut self, effect: &Effect) {
         let confirmed = self.rt.config.recovery_threshold;
-        if let Some(s) = self.site_mut(site) {
-            s.tracker = SiteTracker {
-                state: SiteState::Writable,
-                failures: 0,
-                writable_streak: confirmed,
-            };
+        let now = self.rt.now();
+        let active = self.rt.snapshot().status().active_site.clone();
+        match effect {
+            Effect::Writable(site) => {
+                if let Some(s) = self.site_mut(site) {
+                    s.tracker = SiteTracker {
+                        state: SiteState::Writable,
+                        failures: 0,
+                        writable_streak: confirmed,
+                    };
+                    s.probed_writable = true;
+                }
+            }
+            Effect::ReadOnly(site) => {
+                if let Some(s) = self.site_mut(site) {
+                    s.tracker.state = SiteState::ReadOnly;
+                    s.probed_writable = false;
+                }
+            }
+            Effect::Repointed(site) => {
+                if let Some(s) = self.site_mut(site) {
+                    s.repointed = Some(Repointed {
+                        source: active,
+                        at: now,
+                    });
+                }
+            }
+            // Persisted by the action itself (the active site) or with the status (blocks).
+            Effect::ActiveSite(_) | Effect::Blocked(_) | Effect::Unblocked(_) => {}
         }
     }
 
@@ -306,6 +350,8 @@ impl Controller {
                         .is_some_and(|st| st.recovery_state.is_blocked()),
                     received: p.and_then(received),
                     semi_sync: p.filter(|_| s.answered).and_then(|p| p.semi_sync.clone()),
+                    sidecar_timings: s.sidecar.timings.clone(),
+                    repointed: s.repointed.clone(),
                 }
             })
             .collect()
@@ -344,15 +390,14 @@ impl Controller {
             .as_ref()
             .is_some_and(|p| p.phase.is_executing())
             || self.rt.flags().automatic_failover_held;
-        let now = self.rt.now();
         let cfg = self.rt.config.clone();
-        let decision = controller::decide(&DecideInput {
+        let input = DecideInput {
             sites: &views,
             active_site: &status.active_site,
             last_failover_target: &status.last_failover_target,
             last_failover: status.last_failover,
             promotion_gtid: promotion.as_ref(),
-            now,
+            now: self.rt.now(),
             cooldown: cfg.failover_cooldown,
             automatic_failover_held: held,
             site_priorities: &cfg.site_priorities,
@@ -362,22 +407,28 @@ impl Controller {
             bootstrap_site: cfg.bootstrap_site.as_deref(),
             no_site_answers: self.blind_polls >= cfg.failure_threshold.max(1),
             replication_mode: cfg.replication_mode,
-        });
+            max_lag_wait: cfg.max_lag_wait,
+            lease_timeout: cfg.lease_timeout,
+            peer_check_interval: cfg.peer_check_interval,
+            repoint_settle: (cfg.poll_interval * 3).max(Duration::from_secs(3)),
+        };
+        let decision = controller::decide(&input);
         self.alerts(&decision.alerts, &status).await;
-        let mut blocked: Vec<String> = Vec::new();
-        let mut unblocked: Vec<String> = Vec::new();
+        let mut succeeded = Vec::with_capacity(decision.actions.len());
         for action in &decision.actions {
             match self.act(action, &status).await {
-                Ok(act::Outcome::Blocked(site)) => blocked.push(site),
-                Ok(act::Outcome::Unblocked(site)) => unblocked.push(site),
-                Ok(act::Outcome::Done) => {}
+                Ok(()) => succeeded.push(true),
                 Err(e) => {
                     tracing::warn!(group = %self.group(), ?action, step = e.step(), error = %e, "action failed");
+                    succeeded.push(false);
                 }
             }
         }
-        self.persist_status(&decision.conditions, &blocked, &unblocked)
-            .await;
+        let settled = controller::settle(&input, &decision, &succeeded);
+        for effect in &settled.effects {
+            self.apply_effect(effect);
+        }
+        self.persist(&settled).await;
     }
 
     async fn event(
@@ -403,10 +454,9 @@ impl Controller {
             .replication
             .clone()
             .map_err(ControllerError::ReplicationCredentials)?;
-        let s = self.site(source).ok_or_else(|| ControllerError::NoClient {
-            site: source.to_string(),
-            reason: "not a site of the group".into(),
-        })?;
+        let s = self
+            .site(source)
+            .ok_or_else(|| ControllerError::UnknownSite(source.to_string()))?;
         Ok(SourceSpec {
             host: s.cfg.mysql_host.clone(),
             port: s.cfg.mysql_port,

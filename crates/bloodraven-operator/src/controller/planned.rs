@@ -5,14 +5,15 @@
 //! transition per write, so a restarted operator resumes from an observable phase.
 
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
+use bloodraven_core::controller::Effect;
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::planned::{
     Count, Done, Facts, FenceVerdict, Note, PlannedFailoverStatus, Request, Severity, Step,
     Transition, Undo, finish, request, step,
 };
 use bloodraven_core::reason::FailureReason;
-use bloodraven_mysql::FenceOutcome;
 use bloodraven_mysql::switchover::{self, CatchUp, Undone};
+use bloodraven_mysql::{FenceOutcome, Site};
 
 use super::{Controller, ControllerError};
 use crate::events::EventType;
@@ -21,7 +22,7 @@ use crate::metrics::{FailoverLabels, GroupLabel, Metrics};
 /// At most this many transitions per poll (a failover that can run straight through does).
 const MAX_STEPS_PER_POLL: usize = 12;
 
-impl Controller {
+impl<S: Site> Controller<S> {
     /// Takes a request (the annotation), then advances the planned failover as far as it can
     /// go now.
     pub(super) async fn planned_step(&mut self) {
@@ -189,7 +190,7 @@ impl Controller {
         }
         match d.fence {
             FenceOutcome::Fenced => {
-                self.mark_read_only(source);
+                self.apply_effect(&Effect::ReadOnly(source.to_string()));
                 self.metrics().fenced(
                     self.group(),
                     source,
@@ -286,6 +287,7 @@ impl Controller {
                 error: e.to_string(),
             };
         }
+        self.apply_effect(&Effect::Writable(target.to_string()));
         let spec = match self.replication_spec(target) {
             Ok(s) => s,
             Err(e) => {

@@ -1,58 +1,74 @@
-//! Persisting what a poll learned: the sites' states, the conditions (`Ready`, `Degraded`,
-//! `RecoveryPending`, `SidecarTimingsInSync`), the site metrics; and raising alerts (each
-//! evented once, when it starts).
+//! Persist: the status after a poll — the sites' states, the conditions (`Ready`,
+//! `Degraded`, `RecoveryPending`, `SidecarTimingsInSync`) as
+//! [`bloodraven_core::controller::settle`] says them — written once, and only when it says
+//! something new; the site metrics; and the alerts (each evented once, when it starts).
+//!
+//! The fields that move on every poll of a healthy group (`observedAt`, each site's
+//! `lastSeen`, `gtidExecuted`, `secondsBehindSource`; see
+//! [`bloodraven_core::status::GroupStatus::lasting`]) are persisted with any other change, and
+//! on their own at most every [`REFRESH_EVERY`]: an idle group costs the store two writes a
+//! minute, not one per poll. What is served carries them fresh
+//! ([`crate::group::GroupRuntime::served_status`]).
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
-use bloodraven_core::config::GroupConfig;
-use bloodraven_core::controller::{self, Alert};
-use bloodraven_core::duration::{HumanDuration, parse_duration};
+use bloodraven_core::controller::{self, Alert, Effect, Settled};
 use bloodraven_core::reason::EventReason as E;
 use bloodraven_core::reason::{ConditionReason as R, ConditionType as C, RecoveryState};
 use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus};
+use bloodraven_core::time::Timestamp;
+use bloodraven_mysql::Site;
+use tokio::time::Instant;
 
 use super::Controller;
 use crate::events::EventType;
 use crate::metrics::{GroupLabel, GroupSite, GroupSiteState};
 
-/// Which sidecars report timings other than `spec.sidecar`, as a condition message.
-fn timings_mismatch(sites: &[SiteStatus], cfg: &GroupConfig) -> Option<String> {
-    let off: Vec<String> = sites
-        .iter()
-        .filter_map(|s| {
-            let t = s.sidecar_timings.as_ref()?;
-            let lease = parse_duration(&t.lease_timeout).ok()?;
-            let interval = parse_duration(&t.peer_check_interval).ok()?;
-            (lease != cfg.lease_timeout || interval != cfg.peer_check_interval).then(|| {
-                format!(
-                    "{} runs leaseTimeout {} and peerCheckInterval {} ({})",
-                    s.name, t.lease_timeout, t.peer_check_interval, t.source
-                )
-            })
-        })
-        .collect();
-    (!off.is_empty()).then(|| {
-        format!(
-            "spec.sidecar says leaseTimeout {} and peerCheckInterval {}; {}",
-            HumanDuration(cfg.lease_timeout),
-            HumanDuration(cfg.peer_check_interval),
-            off.join("; ")
-        )
-    })
-}
+/// How often a status whose only changes are the moving fields is persisted anyway (so the
+/// stored `observedAt` and positions are never older than this while the operator runs).
+pub const REFRESH_EVERY: Duration = Duration::from_secs(30);
 
-impl Controller {
-    pub(super) async fn persist_status(
-        &self,
-        c: &controller::Conditions,
-        blocked: &[String],
-        unblocked: &[String],
-    ) {
+impl<S: Site> Controller<S> {
+    /// Persists the status `settled` describes, when it changed (or its moving fields are
+    /// [`REFRESH_EVERY`] old), and hands the whole of it to the served view.
+    pub(super) async fn persist(&mut self, settled: &Settled) {
         let now = self.rt.now();
         let snap = self.rt.snapshot();
-        let previous = snap.status().clone();
-        let sites: Vec<SiteStatus> = self
-            .sites
+        let previous = snap.status();
+        let sites = self.site_statuses(previous, &settled.effects);
+        self.site_metrics(&sites, previous);
+        let mut next = previous.clone();
+        next.sites.clone_from(&sites);
+        next.observed_at = previous.observed_at.max(Some(now));
+        set_conditions(&mut next, &settled.conditions, now);
+        let changed = next.lasting() != previous.lasting();
+        let due = self
+            .persisted
+            .is_none_or(|at| at.elapsed() >= REFRESH_EVERY);
+        if changed || due {
+            let res = self
+                .rt
+                .update_status(|st| {
+                    st.sites.clone_from(&sites);
+                    st.observed_at = st.observed_at.max(Some(now));
+                    set_conditions(st, &settled.conditions, now);
+                })
+                .await;
+            match res {
+                Ok(_) => self.persisted = Some(Instant::now()),
+                Err(e) => {
+                    tracing::warn!(group = %self.group(), step = "persist", error = %e, "cannot persist the group status");
+                }
+            }
+        }
+        self.rt.set_observed(next);
+    }
+
+    /// Every site's status after this poll: what was gathered, with the effects of the
+    /// actions that succeeded (a block raised or cleared counts at once).
+    fn site_statuses(&self, previous: &GroupStatus, effects: &[Effect]) -> Vec<SiteStatus> {
+        self.sites
             .iter()
             .map(|s| {
                 let p = s.probe.as_ref();
@@ -60,11 +76,16 @@ impl Controller {
                     .site(s.name())
                     .map(|b| b.recovery_state.clone())
                     .unwrap_or_default();
-                if blocked.iter().any(|b| b == s.name()) {
-                    recovery_state = RecoveryState::RecoveryBlocked;
-                }
-                if unblocked.iter().any(|b| b == s.name()) {
-                    recovery_state = RecoveryState::None;
+                for e in effects {
+                    match e {
+                        Effect::Blocked(site) if site == s.name() => {
+                            recovery_state = RecoveryState::RecoveryBlocked;
+                        }
+                        Effect::Unblocked(site) if site == s.name() => {
+                            recovery_state = RecoveryState::None;
+                        }
+                        _ => {}
+                    }
                 }
                 let reachable =
                     matches!(s.tracker.state, SiteState::Writable | SiteState::ReadOnly);
@@ -85,8 +106,11 @@ impl Controller {
                     sidecar_timings: s.sidecar.timings.clone(),
                 }
             })
-            .collect();
-        for (site, s) in self.sites.iter().zip(&sites) {
+            .collect()
+    }
+
+    fn site_metrics(&self, sites: &[SiteStatus], previous: &GroupStatus) {
+        for (site, s) in self.sites.iter().zip(sites) {
             let semi_sync = site
                 .probe
                 .as_ref()
@@ -122,17 +146,6 @@ impl Controller {
                     })
                     .set(i64::try_from(lag).unwrap_or(i64::MAX));
             }
-        }
-        let res = self
-            .rt
-            .update_status(|st| {
-                st.sites.clone_from(&sites);
-                st.observed_at = Some(now);
-                set_conditions(st, c, &sites, &self.rt.config, now);
-            })
-            .await;
-        if let Err(e) = res {
-            tracing::warn!(group = %self.group(), step = "persist", error = %e, "cannot persist the group status");
         }
     }
 
@@ -218,15 +231,8 @@ impl Controller {
     }
 }
 
-/// The conditions, from the decision's verdict and the sites as persisted now (a block raised
-/// or cleared by this poll's actions counts at once).
-fn set_conditions(
-    st: &mut GroupStatus,
-    c: &controller::Conditions,
-    sites: &[SiteStatus],
-    cfg: &GroupConfig,
-    now: bloodraven_core::time::Timestamp,
-) {
+/// The conditions, as the settled decision says them.
+fn set_conditions(st: &mut GroupStatus, c: &controller::Conditions, now: Timestamp) {
     st.set_condition(
         C::Ready,
         c.ready,
@@ -238,30 +244,18 @@ fn set_conditions(
         Some(d) => st.set_condition(C::Degraded, true, d.reason.clone(), &d.message, now),
         None => st.set_condition(C::Degraded, false, R::AsExpected, "", now),
     }
-    match timings_mismatch(sites, cfg) {
+    match &c.sidecar_timings_mismatch {
         None => st.set_condition(C::SidecarTimingsInSync, true, R::AsExpected, "", now),
         Some(m) => st.set_condition(
             C::SidecarTimingsInSync,
             false,
             R::SidecarTimingsMismatch,
-            &m,
+            m,
             now,
         ),
     }
-    let blocked_now: Vec<&str> = sites
-        .iter()
-        .filter(|s| s.recovery_state.is_blocked())
-        .map(|s| s.name.as_str())
-        .collect();
-    if blocked_now.is_empty() {
-        st.set_condition(C::RecoveryPending, false, R::AsExpected, "", now);
-    } else {
-        let m = c.recovery_pending.clone().unwrap_or_else(|| {
-            format!(
-                "recovery blocked (divergent transactions): {}",
-                blocked_now.join(", ")
-            )
-        });
-        st.set_condition(C::RecoveryPending, true, R::RecoveryBlocked, &m, now);
+    match &c.recovery_pending {
+        None => st.set_condition(C::RecoveryPending, false, R::AsExpected, "", now),
+        Some(m) => st.set_condition(C::RecoveryPending, true, R::RecoveryBlocked, m, now),
     }
 }
