@@ -444,6 +444,21 @@ pub fn settle(input: &DecideInput<'_>, decision: &Decision, succeeded: &[bool]) 
         .filter(|(i, _)| succeeded.get(*i).copied().unwrap_or(false))
         .flat_map(|(_, a)| effects_of(a))
         .collect();
+    after(input, effects, &decision.alerts)
+}
+
+/// The conditions a promotion of `to` announces: those of the group once `to` is the active
+/// site and writable. The write that announces the new active site carries them (it is
+/// persisted a moment before `to` takes writes), so no stored status names a new active site
+/// next to the old one's `NoPrimary`; if clearing the fence then fails, the poll's status
+/// says so.
+pub fn announced(input: &DecideInput<'_>, to: &str) -> Conditions {
+    let effects = vec![Effect::ActiveSite(to.into()), Effect::Writable(to.into())];
+    after(input, effects, &[]).conditions
+}
+
+/// The group once `effects` hold.
+fn after(input: &DecideInput<'_>, effects: Vec<Effect>, alerts: &[Alert]) -> Settled {
     let mut sites = input.sites.to_vec();
     let mut active_site = input.active_site.to_string();
     for e in &effects {
@@ -480,7 +495,7 @@ pub fn settle(input: &DecideInput<'_>, decision: &Decision, succeeded: &[bool]) 
         .filter(|s| s.state == SiteState::Writable)
         .collect();
     let active = site(&sites, &active_site);
-    let conditions = conditions(&after, active, &writable, &decision.alerts);
+    let conditions = conditions(&after, active, &writable, alerts);
     Settled {
         active_site,
         conditions,

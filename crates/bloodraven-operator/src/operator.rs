@@ -164,10 +164,10 @@ pub async fn start_on(
     graceful.extend(platform.serve(&leadership, loaded.subscribe(), shutdown.clone()));
     tracing::info!(platform = platform.name(), "operator starting");
     // Every write goes through the leadership check: a stale leader writes nothing.
-    let store: Arc<dyn Store> = Arc::new(LeaderGated {
-        inner: platform.store(),
-        leadership: leadership.clone(),
-    });
+    let store: Arc<dyn Store> = Arc::new(bloodraven_store::Interposed::new(
+        platform.store(),
+        LeaderGate(leadership.clone()),
+    ));
     let metrics = Metrics::new();
     let mut reload_tls = None;
     let (authenticator, audience, acceptor): (Option<Arc<dyn Authenticator>>, String, _) =
@@ -275,58 +275,27 @@ pub async fn start_on(
 /// The store as a leader writes to it: every write first confirms leadership
 /// ([`crate::leader::Leadership::confirm`]), so an operator that lost (or may have lost) the
 /// leader Lease writes nothing. Reads pass.
-struct LeaderGated {
-    inner: Arc<dyn Store>,
-    leadership: crate::leader::Leadership,
-}
+#[derive(Debug)]
+struct LeaderGate(crate::leader::Leadership);
 
-impl std::fmt::Debug for LeaderGated {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeaderGated")
-            .field("inner", &self.inner)
-            .field("leadership", &self.leadership)
-            .finish()
-    }
-}
-
-impl Store for LeaderGated {
-    fn get<'a>(
+impl bloodraven_store::Interposer for LeaderGate {
+    fn before_apply<'a>(
         &'a self,
-        key: &'a bloodraven_store::ObjectKey,
-    ) -> bloodraven_store::StoreFuture<'a, Option<RawObject>> {
-        self.inner.get(key)
-    }
-
-    fn list<'a>(
-        &'a self,
-        kind: &'a str,
-        namespace: Option<&'a str>,
-    ) -> bloodraven_store::StoreFuture<'a, Vec<RawObject>> {
-        self.inner.list(kind, namespace)
-    }
-
-    fn apply(
-        &self,
-        ops: Vec<WriteOp>,
-    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<RawObject>>> {
-        if !self.leadership.confirm() {
-            return Box::pin(async {
+        _inner: &'a dyn Store,
+        _ops: &'a [WriteOp],
+    ) -> bloodraven_store::StoreFuture<'a, ()> {
+        let leads = self.0.confirm();
+        Box::pin(async move {
+            if leads {
+                Ok(())
+            } else {
                 Err(StoreError::Backend {
                     operation: "write as the leader",
                     detail: "this operator does not hold leadership now; the write was not sent"
                         .into(),
                 })
-            });
-        }
-        self.inner.apply(ops)
-    }
-
-    fn transactional(&self) -> bool {
-        self.inner.transactional()
-    }
-
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
-        self.inner.watch()
+            }
+        })
     }
 }
 

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
+use bloodraven_core::reason::{ConditionReason, ConditionType};
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_core::status::SiteState;
-use bloodraven_store::{
-    ObjectKey, RawObject, SqliteStore, Store, StoreFuture, WatchEvent, WriteOp,
-};
+use bloodraven_store::{SqliteStore, WriteOp};
+use bloodraven_testkit::faults::{Fault, Faults, When};
 use bloodraven_testkit::ledger::{Writer, percentile};
 use mysql_async::prelude::Queryable;
 use reqwest::StatusCode;
@@ -603,57 +603,19 @@ async fn intruders_are_fenced_and_a_stale_fence_on_the_primary_is_reasserted() {
     op.stop().await;
 }
 
-/// A store that holds the group's status write carrying `topologyGeneration` == `generation`
-/// for `hold` before letting it through.
-#[derive(Debug)]
-struct HoldGeneration {
-    inner: Arc<dyn Store>,
-    generation: u64,
-    hold: Duration,
-}
-
-impl Store for HoldGeneration {
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
-        self.inner.get(key)
-    }
-    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
-        self.inner.list(kind, ns)
-    }
-    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
-        let hold = ops.iter().any(|o| match o {
-            WriteOp::ReplaceStatus(obj) if obj.kind == KIND_GROUP => {
-                obj.body
-                    .get("status")
-                    .and_then(|s| s.get("topologyGeneration"))
-                    .and_then(serde_json::Value::as_u64)
-                    == Some(self.generation)
-            }
-            _ => false,
-        });
-        Box::pin(async move {
-            if hold {
-                tokio::time::sleep(self.hold).await;
-            }
-            self.inner.apply(ops).await
-        })
-    }
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
-        self.inner.watch()
-    }
-}
-
 /// Announce, then promote, in an emergency: while the write that makes pdx the active site is
 /// held for two seconds, pdx stays fenced; it takes writes only once that write landed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emergency_promotion_is_announced_before_the_new_primary_takes_writes() {
     let mut live = Live::start(Timings::default()).await;
-    let store: Arc<dyn Store> = Arc::new(HoldGeneration {
-        inner: Arc::new(
-            SqliteStore::open(&live.store_path(), bloodraven_store::Durability::Full).unwrap(),
-        ),
-        generation: 2,
-        hold: Duration::from_secs(2),
-    });
+    let faults = Faults::new();
+    faults.on(
+        When::group_status(|s| s["topologyGeneration"] == 2),
+        Fault::Delay(Duration::from_secs(2)),
+    );
+    let store = faults.over(Arc::new(
+        SqliteStore::open(&live.store_path(), bloodraven_store::Durability::Full).unwrap(),
+    ));
     let op = live.operator_on(store).await;
     wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
         s.active_site == "iad" && s.replication_running()
@@ -703,53 +665,20 @@ async fn an_emergency_promotion_is_announced_before_the_new_primary_takes_writes
     op.stop().await;
 }
 
-/// A store that refuses to let one kind of group write through (the operator "crashes" there).
-#[derive(Debug)]
-struct StallAt {
-    inner: Arc<dyn Store>,
-    phase: &'static str,
-}
-
-impl Store for StallAt {
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
-        self.inner.get(key)
-    }
-    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
-        self.inner.list(kind, ns)
-    }
-    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
-        let stall = ops.iter().any(|o| match o {
-            WriteOp::Replace(obj) | WriteOp::ReplaceStatus(obj) if obj.kind == KIND_GROUP => {
-                obj.body
-                    .get("status")
-                    .and_then(|s| s.pointer("/plannedFailover/phase"))
-                    .and_then(|p| p.as_str())
-                    == Some(self.phase)
-            }
-            _ => false,
-        });
-        Box::pin(async move {
-            if stall {
-                std::future::pending::<()>().await;
-            }
-            self.inner.apply(ops).await
-        })
-    }
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
-        self.inner.watch()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
     let live = Live::start(Timings::default()).await;
     let path = live.store_path();
     // First run: bootstrap normally, then stall the write that would record `Resuming`
     // (after the target was prepared, before the generation bump is persisted).
-    let first: Arc<dyn Store> = Arc::new(StallAt {
-        inner: Arc::new(SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap()),
-        phase: "Resuming",
-    });
+    let faults = Faults::new();
+    faults.on(
+        When::group_status(|s| s.pointer("/plannedFailover/phase") == Some(&"Resuming".into())),
+        Fault::Stall,
+    );
+    let first = faults.over(Arc::new(
+        SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap(),
+    ));
     let op = live.operator_on(first).await;
     wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
         s.active_site == "iad" && s.replication_running()
@@ -795,45 +724,6 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
     op.stop().await;
 }
 
-/// A store that never completes the write consuming the planned-failover annotation (the
-/// second of the request's two writes), as if the operator stopped between the two.
-#[derive(Debug)]
-struct StallConsume {
-    inner: Arc<dyn Store>,
-}
-
-impl Store for StallConsume {
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
-        self.inner.get(key)
-    }
-    fn list<'a>(&'a self, kind: &'a str, ns: Option<&'a str>) -> StoreFuture<'a, Vec<RawObject>> {
-        self.inner.list(kind, ns)
-    }
-    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
-        let inner = self.inner.clone();
-        Box::pin(async move {
-            for op in &ops {
-                if let WriteOp::Replace(obj) = op
-                    && obj.kind == KIND_GROUP
-                {
-                    let stored = inner.get(&obj.key()).await?;
-                    let consumes = stored.is_some_and(|s| {
-                        s.metadata.annotations.contains_key(PLANNED_FAILOVER)
-                            && !obj.metadata.annotations.contains_key(PLANNED_FAILOVER)
-                    });
-                    if consumes {
-                        std::future::pending::<()>().await;
-                    }
-                }
-            }
-            inner.apply(ops).await
-        })
-    }
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
-        self.inner.watch()
-    }
-}
-
 /// The request is two writes, status first. An operator that stops between them finds, on
 /// its next start, the annotation next to the failover it already started: it consumes the
 /// annotation and runs that one failover — not a second one, and without a rejection.
@@ -841,9 +731,21 @@ impl Store for StallConsume {
 async fn a_request_whose_annotation_was_not_consumed_runs_once() {
     let live = Live::start(Timings::default()).await;
     let path = live.store_path();
-    let first: Arc<dyn Store> = Arc::new(StallConsume {
-        inner: Arc::new(SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap()),
-    });
+    // The write consuming the planned-failover annotation (the second of the request's two
+    // writes) never completes, as if the operator stopped between the two.
+    let faults = Faults::new();
+    faults.on(
+        When::against_stored(|w| {
+            matches!(w.op, WriteOp::Replace(o)
+                if o.kind == KIND_GROUP && !o.metadata.annotations.contains_key(PLANNED_FAILOVER))
+                && w.stored
+                    .is_some_and(|s| s.metadata.annotations.contains_key(PLANNED_FAILOVER))
+        }),
+        Fault::Stall,
+    );
+    let first = faults.over(Arc::new(
+        SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap(),
+    ));
     let op = live.operator_on(first).await;
     wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
         s.active_site == "iad" && s.replication_running()
@@ -955,4 +857,86 @@ async fn a_replica_whose_source_refuses_it_is_repointed_once_per_settle_period()
     .await;
     assert!(count(&events(&op).await) <= before + 3);
     op.stop().await;
+}
+
+/// From the announcement of a new active site until the group reports it `Ready`, no stored
+/// status names the new active site next to `NoPrimary` — neither in a planned failover
+/// (iad → pdx) nor in the emergency failover back (pdx killed → iad). Every status write is
+/// read back from the store's record of what was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_stored_status_names_a_new_active_site_with_no_primary() {
+    let mut live = Live::start(Timings::default()).await;
+    let faults = Faults::new();
+    let store = faults.over(Arc::new(
+        SqliteStore::open(&live.store_path(), bloodraven_store::Durability::Full).unwrap(),
+    ));
+    let op = live.operator_on(store).await;
+    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
+        s.active_site == "iad" && s.replication_running()
+    })
+    .await;
+    request_failover(&op, "pdx").await;
+    wait_status(
+        &op,
+        Duration::from_secs(30),
+        "planned failover to pdx",
+        |s| {
+            planned_in(PlannedFailoverPhase::Succeeded)(s)
+                && s.replication_running()
+                && s.site("iad")
+                    .is_some_and(|i| i.state == SiteState::ReadOnly)
+        },
+    )
+    .await;
+    live.harness.kill(1).unwrap();
+    wait_status(
+        &op,
+        Duration::from_secs(30),
+        "emergency failover to iad",
+        |s| {
+            s.active_site == "iad"
+                && s.topology_generation == 3
+                && s.condition(&ConditionType::Ready)
+                    .is_some_and(bloodraven_core::status::Condition::is_true)
+        },
+    )
+    .await;
+    op.stop().await;
+
+    let statuses: Vec<bloodraven_core::status::GroupStatus> = faults
+        .written()
+        .into_iter()
+        .filter(|o| o.kind == KIND_GROUP)
+        .filter_map(|o| o.body.get("status").cloned())
+        .map(|s| serde_json::from_value(s).unwrap())
+        .collect();
+    let no_primary = |s: &bloodraven_core::status::GroupStatus| {
+        s.conditions.iter().any(|c| {
+            c.reason == ConditionReason::NoPrimary
+                && (c.type_ == ConditionType::Degraded) == c.is_true()
+        })
+    };
+    for generation in [2, 3] {
+        let window: Vec<&bloodraven_core::status::GroupStatus> = statuses
+            .iter()
+            .skip_while(|s| s.topology_generation < generation)
+            .take_while(|s| s.topology_generation == generation)
+            .collect();
+        let announced = window.first().expect("the announcement was recorded");
+        let until_ready = window
+            .iter()
+            .position(|s| {
+                s.condition(&ConditionType::Ready)
+                    .is_some_and(bloodraven_core::status::Condition::is_true)
+            })
+            .expect("the new active site became ready");
+        for (i, s) in window[..=until_ready].iter().enumerate() {
+            assert!(
+                !no_primary(s),
+                "generation {generation} ({}), write {i} of the announcement window says NoPrimary: {}",
+                announced.active_site,
+                serde_json::to_string_pretty(s).unwrap()
+            );
+        }
+    }
 }

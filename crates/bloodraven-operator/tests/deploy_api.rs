@@ -12,6 +12,7 @@ use bloodraven_core::resources::{KIND_EVENT, KIND_GROUP, KIND_LEASE};
 use bloodraven_core::time::{Clock, Timestamp};
 use bloodraven_operator::auth;
 use bloodraven_store::{ObjectKey, Store};
+use bloodraven_testkit::faults::{Fault, Faults, When};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use sha2::Digest;
@@ -1020,63 +1021,6 @@ async fn a_hold_asked_for_during_admission_is_refused_not_granted() {
     assert!(rt.lock_leases().await.live_hold().is_none());
 }
 
-/// A store that holds batches writing deploy-lease objects while its gate is `true`, and
-/// records every `renewTime` of the migration lease it stored.
-#[derive(Debug)]
-struct HeldLeaseWrites {
-    inner: Arc<dyn Store>,
-    gate: tokio::sync::watch::Sender<bool>,
-    held: std::sync::atomic::AtomicUsize,
-    renew_times: std::sync::Mutex<Vec<serde_json::Value>>,
-}
-
-impl Store for HeldLeaseWrites {
-    fn get<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-    ) -> bloodraven_store::StoreFuture<'a, Option<bloodraven_store::RawObject>> {
-        self.inner.get(key)
-    }
-    fn list<'a>(
-        &'a self,
-        kind: &'a str,
-        ns: Option<&'a str>,
-    ) -> bloodraven_store::StoreFuture<'a, Vec<bloodraven_store::RawObject>> {
-        self.inner.list(kind, ns)
-    }
-    fn apply(
-        &self,
-        ops: Vec<bloodraven_store::WriteOp>,
-    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<bloodraven_store::RawObject>>> {
-        let leases = ops.iter().any(|o| o.key().kind == KIND_LEASE);
-        let mut rx = self.gate.subscribe();
-        Box::pin(async move {
-            if leases && *rx.borrow_and_update() {
-                self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                while *rx.borrow_and_update() {
-                    let _ = rx.changed().await;
-                }
-            }
-            let out = self.inner.apply(ops).await?;
-            for o in out.iter().flatten() {
-                if o.kind == KIND_LEASE && o.metadata.name.ends_with("-migration") {
-                    self.renew_times
-                        .lock()
-                        .unwrap()
-                        .push(o.body["spec"]["renewTime"].clone());
-                }
-            }
-            Ok(out)
-        })
-    }
-    fn transactional(&self) -> bool {
-        self.inner.transactional()
-    }
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<bloodraven_store::WatchEvent> {
-        self.inner.watch()
-    }
-}
-
 /// A renewal decided just before a topology change is persisted, whose write reaches the
 /// store just after it, is not committed: it is decided again against the new gate (revoked,
 /// or `423` while the revocation is pending), and no renewal was stored. (Before, it was stored and then answered `423`:
@@ -1085,14 +1029,22 @@ impl Store for HeldLeaseWrites {
 #[tokio::test]
 async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
     let env = Env::new();
-    let (gate, _) = tokio::sync::watch::channel(false);
-    let store = Arc::new(HeldLeaseWrites {
-        inner: Arc::new(env.open_store()),
-        gate,
-        held: std::sync::atomic::AtomicUsize::new(0),
-        renew_times: std::sync::Mutex::new(Vec::new()),
-    });
-    let op = env.start_with_store(store.clone()).await;
+    // Batches writing deploy-lease objects are held while the gate is closed.
+    let (gate, held) = Fault::gate();
+    let faults = Faults::new();
+    faults.on(When::kind(KIND_LEASE), held);
+    let op = env
+        .start_with_store(faults.over(Arc::new(env.open_store())))
+        .await;
+    // Every `renewTime` of the migration lease that was stored.
+    let renew_times = || -> Vec<serde_json::Value> {
+        faults
+            .written()
+            .iter()
+            .filter(|o| o.kind == KIND_LEASE && o.metadata.name.ends_with("-migration"))
+            .map(|o| o.body["spec"]["renewTime"].clone())
+            .collect()
+    };
     let rt = op.group(GROUP).await.unwrap();
     bootstrap(&rt, env.clock.now()).await;
     let client = Client::new(&env.ca, op.https_addr.unwrap());
@@ -1116,7 +1068,7 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
     // the topology change is persisted, then the write arrives.
     env.clock.advance(Duration::from_secs(5));
     let raced_at = serde_json::to_value(env.clock.now()).unwrap();
-    store.gate.send_replace(true);
+    gate.send_replace(true);
     let renewal = {
         let client = Client::new(&env.ca, op.https_addr.unwrap());
         let (token, lease_token) = (token.clone(), lease_token.clone());
@@ -1127,23 +1079,19 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
         })
     };
     for _ in 0..500 {
-        if store.held.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        if faults.held() > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(
-        store.held.load(std::sync::atomic::Ordering::SeqCst),
-        1,
-        "the renewal's write is held"
-    );
+    assert_eq!(faults.held(), 1, "the renewal's write is held");
     let now = env.clock.now();
     let generation = rt
         .change_active_site("pdx", |s| support::healthy(s, now))
         .await
         .unwrap();
     assert_eq!(generation, 2);
-    store.gate.send_replace(false);
+    gate.send_replace(false);
     // Decided again against the new gate: the generation moved, so the lease is revoked
     // (or, while the revocation is pending, the group is unstable). Not a renewal either way.
     let r = renewal.await.unwrap();
@@ -1155,9 +1103,9 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
         r.text
     );
     assert!(
-        !store.renew_times.lock().unwrap().contains(&raced_at),
+        !renew_times().contains(&raced_at),
         "a renewal answered 423 was stored: {:?}",
-        store.renew_times.lock().unwrap()
+        renew_times()
     );
     support::wait_leases_synced(&rt).await;
     rt.check_lease_state().await.unwrap();

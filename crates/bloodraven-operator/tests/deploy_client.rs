@@ -12,6 +12,7 @@ use bloodraven_core::time::Clock as _;
 use bloodraven_deploy::lease::{
     AuthorityLost, HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig,
 };
+use bloodraven_testkit::faults::{Fault, Faults, When};
 use support::{Env, GROUP};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,46 +94,6 @@ async fn a_423_during_a_pending_topology_change_ends_authority_at_the_confirmed_
     assert_eq!(change.await.unwrap().unwrap(), 2);
 }
 
-/// A store whose list of groups (what a new leader loads) waits while its gate is `true`.
-#[derive(Debug)]
-struct SlowLoad {
-    inner: Arc<dyn bloodraven_store::Store>,
-    gate: tokio::sync::watch::Sender<bool>,
-}
-
-impl bloodraven_store::Store for SlowLoad {
-    fn get<'a>(
-        &'a self,
-        key: &'a bloodraven_store::ObjectKey,
-    ) -> bloodraven_store::StoreFuture<'a, Option<bloodraven_store::RawObject>> {
-        self.inner.get(key)
-    }
-    fn list<'a>(
-        &'a self,
-        kind: &'a str,
-        ns: Option<&'a str>,
-    ) -> bloodraven_store::StoreFuture<'a, Vec<bloodraven_store::RawObject>> {
-        let mut rx = self.gate.subscribe();
-        Box::pin(async move {
-            if kind == bloodraven_core::resources::KIND_GROUP {
-                while *rx.borrow_and_update() {
-                    let _ = rx.changed().await;
-                }
-            }
-            self.inner.list(kind, ns).await
-        })
-    }
-    fn apply(
-        &self,
-        ops: Vec<bloodraven_store::WriteOp>,
-    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<bloodraven_store::RawObject>>> {
-        self.inner.apply(ops)
-    }
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<bloodraven_store::WatchEvent> {
-        self.inner.watch()
-    }
-}
-
 /// A new leader that has not loaded its groups yet answers `503 not_leader` (`reason:
 /// loading`, `Retry-After: 1`) on the deploy API and on `/active-site`, never the `403` or
 /// `404` a client would take for lost authority; the deploy client's session rides it out and
@@ -169,14 +130,13 @@ async fn a_renewal_during_a_new_leaders_load_gets_503_and_the_session_keeps_its_
     first.stop().await;
 
     // The next leader's load is held.
-    let (gate, _) = tokio::sync::watch::channel(true);
-    let store = Arc::new(SlowLoad {
-        inner: Arc::new(env.open_store()),
-        gate,
-    });
+    let (gate, held) = Fault::gate();
+    gate.send_replace(true);
+    let faults = Faults::new();
+    faults.on(When::list(bloodraven_core::resources::KIND_GROUP), held);
     let second = bloodraven_operator::operator::start_with_store(
         env.config(),
-        store.clone(),
+        faults.over(Arc::new(env.open_store())),
         Arc::new(env.clock.clone()),
         Vec::new(),
     )
@@ -232,7 +192,7 @@ async fn a_renewal_during_a_new_leaders_load_gets_503_and_the_session_keeps_its_
         session.lost().borrow()
     );
     // The load completes: the lease renews again with the same token.
-    store.gate.send_replace(false);
+    gate.send_replace(false);
     assert!(second.wait_leading(Duration::from_secs(10)).await);
     tokio::time::sleep(Duration::from_millis(5500)).await;
     assert!(

@@ -12,20 +12,17 @@ use std::time::Duration;
 use bloodraven_core::contract::annotations::{PLANNED_FAILOVER, REVOKE_DEPLOYMENT_LEASES};
 use bloodraven_core::reason::EventReason;
 use bloodraven_core::time::{Clock, Timestamp};
-use bloodraven_kube::crd::{MysqlDatabase, MysqlFailoverGroup};
+use bloodraven_kube::crd::MysqlFailoverGroup;
 use bloodraven_operator::OperatorHandle;
-use bloodraven_operator::config::{LeaderElection, StoreBackend};
-use bloodraven_operator::controller::ControllerTask;
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_testkit::fake_k8s::FakeK8s;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use support::kube::{Cluster, NS, cluster, operator};
 use support::{Client, GROUP, Live, Timings};
 
-const GROUPS: &str = "bloodraven.shipstream.io/v1alpha1/mysqlfailovergroups";
 const LEASES: &str = "coordination.k8s.io/v1/leases";
 const EVENTS: &str = "events.k8s.io/v1/events";
-const NS: &str = "default";
 
 /// The group is Ready on `site` at `generation`, every other site replicating.
 fn settled(site: &'static str, generation: u64) -> impl Fn(&Value) -> bool {
@@ -46,153 +43,6 @@ fn settled(site: &'static str, generation: u64) -> impl Fn(&Value) -> bool {
 
 fn ready_on_iad(g: &Value) -> bool {
     settled("iad", 1)(g)
-}
-
-/// The operator's credential towards the fake, whose requests are held to the operator's
-/// rights (`bloodraven_kube::rbac::RULES`, as the chart grants them).
-const OPERATOR_BEARER: &str = "operator-credential";
-
-/// A kubeconfig naming the fake as the cluster, and the operator's credential.
-fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {{token: {OPERATOR_BEARER}}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
-        ),
-    )
-    .unwrap();
-    path
-}
-
-struct Cluster {
-    fake: FakeK8s,
-    client: kube::Client,
-}
-
-async fn cluster() -> Cluster {
-    bloodraven_runtime::tls::install_crypto_provider();
-    let fake = FakeK8s::start().await;
-    for crd in bloodraven_kube::crd::all() {
-        fake.register_crd(&serde_json::to_value(crd).unwrap());
-    }
-    fake.set_bookmark_interval(Some(Duration::from_millis(500)));
-    fake.enforce_rbac(
-        OPERATOR_BEARER,
-        bloodraven_testkit::fake_k8s::rbac::operator_rules(Some(NS), NS, true),
-    );
-    let config = kube::Config::new(fake.url.parse().unwrap());
-    let client = bloodraven_kube::cluster::from_config(config)
-        .unwrap()
-        .client;
-    Cluster { fake, client }
-}
-
-impl Drop for Cluster {
-    /// Every story ends by checking that the operator's rights were enough: nothing it asked
-    /// for was denied.
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let denied = self.fake.rbac_denied();
-            assert!(
-                denied.is_empty(),
-                "the operator's rights are not enough: {denied:?}"
-            );
-        }
-    }
-}
-
-impl Cluster {
-    /// `kubectl apply` of the group and database the live group's configuration describes.
-    async fn apply(&self, live: &Live, name: &str) {
-        let cfg = live.config();
-        let g = &cfg.groups[0];
-        let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(self.client.clone(), NS);
-        groups
-            .create(
-                &kube::api::PostParams::default(),
-                &MysqlFailoverGroup::new(NS, name, g.spec.clone()),
-            )
-            .await
-            .unwrap();
-        let d = &cfg.databases[0];
-        let mut db = d.spec.clone();
-        db.failover_group_ref.name = name.to_string();
-        let dbs: kube::Api<MysqlDatabase> = kube::Api::namespaced(self.client.clone(), NS);
-        dbs.create(
-            &kube::api::PostParams::default(),
-            &MysqlDatabase::new(NS, &d.metadata.name, db),
-        )
-        .await
-        .unwrap();
-    }
-
-    /// A projected ServiceAccount token with the deploy API's audience.
-    fn token(&self, namespace: &str, sa: &str) -> String {
-        self.fake.issue_token(
-            namespace,
-            sa,
-            &["bloodraven-deploy"],
-            Duration::from_secs(3600),
-        )
-    }
-
-    fn group(&self, name: &str) -> Value {
-        self.fake.object(GROUPS, NS, name).unwrap()
-    }
-
-    fn annotate(&self, name: &str, key: &str, value: &str) {
-        assert!(self.fake.edit(GROUPS, NS, name, |g| {
-            g["metadata"]["annotations"][key] = json!(value);
-        }));
-    }
-
-    /// Waits (up to `limit`) until the stored group satisfies `pred`.
-    async fn wait(
-        &self,
-        name: &str,
-        limit: Duration,
-        what: &str,
-        pred: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let g = self.group(name);
-            if pred(&g) {
-                return g;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}: {:#}",
-                g["status"]
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-async fn operator(live: &Live, c: &Cluster) -> OperatorHandle {
-    let mut cfg = live.config();
-    cfg.settings.store =
-        StoreBackend::Kubernetes(bloodraven_operator::config::KubernetesSettings {
-            namespace: Some(NS.into()),
-            operator_namespace: NS.into(),
-            leader_election: LeaderElection::default(),
-            pod_name: None,
-            kubeconfig: Some(kubeconfig(live.dir.path(), &c.fake.url)),
-            context: None,
-        });
-    cfg.groups.clear();
-    cfg.databases.clear();
-    let h = bloodraven_operator::start(
-        cfg,
-        bloodraven_runtime::clock::system(),
-        vec![std::sync::Arc::new(ControllerTask)],
-    )
-    .await
-    .unwrap();
-    assert!(h.wait_leading(Duration::from_secs(15)).await);
-    h
 }
 
 fn token(b: &support::Answer) -> String {
@@ -570,18 +420,7 @@ async fn secrets_are_read_and_reloaded() {
         )
         .await
         .unwrap();
-    let mut cfg = live.config();
-    cfg.settings.store =
-        StoreBackend::Kubernetes(bloodraven_operator::config::KubernetesSettings {
-            namespace: Some(NS.into()),
-            operator_namespace: NS.into(),
-            leader_election: LeaderElection::default(),
-            pod_name: None,
-            kubeconfig: Some(kubeconfig(d, &c.fake.url)),
-            context: None,
-        });
-    cfg.groups.clear();
-    cfg.databases.clear();
+    let mut cfg = support::kube::kubernetes_config(&live, &c);
     if let Some(api) = cfg.settings.deploy_api.as_mut() {
         api.tls = TlsSource::Secret {
             name: "deploy-tls".into(),
@@ -591,14 +430,7 @@ async fn secrets_are_read_and_reloaded() {
     cfg.settings.topology_key = Some(KeySource::Secret {
         name: "topology".into(),
     });
-    let op = bloodraven_operator::start(
-        cfg,
-        bloodraven_runtime::clock::system(),
-        vec![std::sync::Arc::new(ControllerTask)],
-    )
-    .await
-    .unwrap();
-    assert!(op.wait_leading(Duration::from_secs(15)).await);
+    let op = support::kube::start(cfg).await;
     // Credentials from the Secret: the group bootstraps on them.
     c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
         .await;
@@ -800,4 +632,80 @@ async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() 
             .await
             .unwrap()
     );
+}
+
+/// An idle group costs the API server no status write per poll: once it has settled, ten
+/// polls (`pollInterval` 300 ms) write nothing, while `/active-site`'s `observedAt` — served
+/// from memory — advances with every poll. A change (a replica whose replication stops) is
+/// written at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_group_is_written_only_when_its_status_changes() {
+    let live = Live::start(Timings::default()).await;
+    let c = cluster().await;
+    c.apply(&live, GROUP).await;
+    let op = operator(&live, &c).await;
+    c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
+        .await;
+    let status_writes = || {
+        c.fake
+            .seen()
+            .iter()
+            .filter(|s| {
+                s.is_write()
+                    && s.path.contains("/mysqlfailovergroups/")
+                    && s.path.ends_with("/status")
+            })
+            .count()
+    };
+    // Settled: a second of polls with no status write.
+    let mut last = status_writes();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = status_writes();
+        if now == last {
+            break;
+        }
+        last = now;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the status never settled"
+        );
+    }
+    let http = reqwest::Client::new();
+    let observed_at = async || -> Timestamp {
+        let v: Value = http
+            .get(format!("http://{}/active-site?group={GROUP}", op.http_addr))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        Timestamp::parse_rfc3339(v["observedAt"].as_str().unwrap()).unwrap()
+    };
+    let before = observed_at().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = observed_at().await;
+    assert_eq!(status_writes(), last, "an idle group's status was written");
+    assert!(
+        after.since(before) >= Duration::from_secs(2),
+        "observedAt did not advance with the polls: {before} → {after}"
+    );
+    // A change is written at once.
+    live.harness
+        .admin(1)
+        .unwrap()
+        .execute("STOP SLAVE")
+        .await
+        .unwrap();
+    c.wait(GROUP, Duration::from_secs(10), "pdx not replicating", |g| {
+        g["status"]["sites"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|s| s["name"] == "pdx" && s["replicating"] == false)
+        })
+    })
+    .await;
+    assert!(status_writes() > last);
+    op.stop().await;
 }

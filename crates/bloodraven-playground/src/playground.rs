@@ -170,20 +170,17 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-impl Playground {
-    /// Starts everything, reporting progress through `progress`.
-    pub async fn start(
-        opts: PlaygroundOptions,
-        progress: &(dyn Fn(&str) + Sync),
-    ) -> Result<Arc<Playground>, PlaygroundError> {
-        for (port, what, flag) in [
-            (opts.app_port, "counter app", "--app-port"),
-            (opts.dashboard_port, "dashboard", "--dashboard-port"),
-            (opts.operator_port, "operator", "--operator-port"),
-            (opts.deploy_port, "deploy API", "--deploy-port"),
-        ] {
-            check_port(port, what, flag)?;
-        }
+/// Where a playground keeps its files, and what a kept one saved last time.
+struct Workdir {
+    dir: PathBuf,
+    keep: bool,
+    saved_path: PathBuf,
+    saved: Option<Saved>,
+}
+
+impl Workdir {
+    /// `--dir` (kept across runs unless `--reset`) or a fresh temporary directory.
+    fn prepare(opts: &PlaygroundOptions) -> Result<Workdir, PlaygroundError> {
         let (dir, keep) = match &opts.dir {
             Some(d) => (d.clone(), true),
             None => (
@@ -200,157 +197,232 @@ impl Playground {
         let saved: Option<Saved> = std::fs::read_to_string(&saved_path)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
+        Ok(Workdir {
+            dir,
+            keep,
+            saved_path,
+            saved,
+        })
+    }
+}
 
-        progress("starting MariaDB servers iad, pdx, reader");
-        let mut hopts = LauncherOptions::new(SITES);
-        hopts.dir = Some(dir.join("mysql"));
-        hopts.graceful_shutdown = true;
-        hopts.buffer_pool = "64M".into();
-        if let Some(s) = &saved {
-            hopts.ports = Some(s.mysql_ports.clone());
-            hopts.accounts = Some(Accounts {
-                admin: Credentials::new("root", ""),
-                failover: Credentials::new(s.failover.0.clone(), s.failover.1.clone()),
-                replication: Credentials::new(s.replication.0.clone(), s.replication.1.clone()),
-                app: Credentials::new(s.app.0.clone(), s.app.1.clone()),
-            });
-        }
-        // A kept playground restarts its servers read-only, then restores the site the stored
-        // status names as active (a fresh one is wired from scratch below).
-        let stored_active = stored_active_site(&dir.join("operator/data")).await;
-        // Every server boots read-only (`read_only=ON`), as docs/mysql.md recommends: a
-        // restarted server takes no write before the operator decides it may.
-        hopts.read_only_at_start = true;
-        hopts.semi_sync_recovery =
-            opts.replication == bloodraven_core::config::ReplicationMode::SemiSync;
-        let mut harness = Launcher::start(hopts).await?;
-        let fresh = !harness.was_initialised(0);
-        if !fresh
-            && let Some(active) = &stored_active
-            && let Some(i) = SITES.iter().position(|s| s == active)
-        {
-            progress(&format!(
-                "restoring {active} (the active site of the previous run) as writable"
-            ));
-            harness.admin(i)?.unfence().await?;
-        }
-        if fresh {
-            progress(
-                "wiring GTID replication iad → pdx, reader; creating accounts and the counter table",
-            );
-            harness.wire(0).await?;
-            let admin = harness.admin(0)?;
-            for stmt in COUNTER_DDL {
-                admin.execute(stmt).await?;
+/// Starts the three MariaDB servers, read-only: a fresh set wired (iad → pdx, reader) with
+/// the accounts and the counter table, a kept one with the stored active site made writable
+/// again. Saves the ports and accounts for the next run.
+async fn start_servers(
+    w: &Workdir,
+    opts: &PlaygroundOptions,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<(Launcher, Saved), PlaygroundError> {
+    progress("starting MariaDB servers iad, pdx, reader");
+    let mut hopts = LauncherOptions::new(SITES);
+    hopts.dir = Some(w.dir.join("mysql"));
+    hopts.graceful_shutdown = true;
+    hopts.buffer_pool = "64M".into();
+    if let Some(s) = &w.saved {
+        hopts.ports = Some(s.mysql_ports.clone());
+        hopts.accounts = Some(Accounts {
+            admin: Credentials::new("root", ""),
+            failover: Credentials::new(s.failover.0.clone(), s.failover.1.clone()),
+            replication: Credentials::new(s.replication.0.clone(), s.replication.1.clone()),
+            app: Credentials::new(s.app.0.clone(), s.app.1.clone()),
+        });
+    }
+    // A kept playground restarts its servers read-only, then restores the site the stored
+    // status names as active (a fresh one is wired from scratch below).
+    let stored_active = stored_active_site(&w.dir.join("operator/data")).await;
+    // Every server boots read-only (`read_only=ON`), as docs/mysql.md recommends: a
+    // restarted server takes no write before the operator decides it may.
+    hopts.read_only_at_start = true;
+    hopts.semi_sync_recovery =
+        opts.replication == bloodraven_core::config::ReplicationMode::SemiSync;
+    let mut harness = Launcher::start(hopts).await?;
+    let fresh = !harness.was_initialised(0);
+    if !fresh
+        && let Some(active) = &stored_active
+        && let Some(i) = SITES.iter().position(|s| s == active)
+    {
+        progress(&format!(
+            "restoring {active} (the active site of the previous run) as writable"
+        ));
+        harness.admin(i)?.unfence().await?;
+    }
+    if fresh {
+        wire_fresh(&mut harness, progress).await?;
+    } else {
+        progress("reusing the servers' data from the previous run");
+    }
+    let a = harness.accounts().clone();
+    let saved = Saved {
+        mysql_ports: (0..SITES.len()).map(|i| harness.port(i)).collect(),
+        failover: (
+            a.failover.user.clone(),
+            a.failover.password.expose().to_string(),
+        ),
+        replication: (
+            a.replication.user.clone(),
+            a.replication.password.expose().to_string(),
+        ),
+        app: (a.app.user.clone(), a.app.password.expose().to_string()),
+    };
+    write_private(
+        &w.saved_path,
+        &serde_json::to_string_pretty(&saved).unwrap_or_default(),
+    )?;
+    Ok((harness, saved))
+}
+
+/// A fresh set of servers: replication iad → pdx, reader, the accounts and the counter
+/// table; then iad back to read-only, so the operator chooses and promotes the first primary.
+async fn wire_fresh(
+    harness: &mut Launcher,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<(), PlaygroundError> {
+    progress("wiring GTID replication iad → pdx, reader; creating accounts and the counter table");
+    harness.wire(0).await?;
+    let admin = harness.admin(0)?;
+    for stmt in COUNTER_DDL {
+        admin.execute(stmt).await?;
+    }
+    harness
+        .wait_replicas_caught_up(0, Duration::from_secs(30))
+        .await?;
+    // Back to read-only: the operator chooses and promotes the first primary (every site
+    // read-only, no active site yet: the most advanced candidate, iad).
+    let outcome = harness.admin(0)?.fence(Duration::from_secs(5)).await;
+    if outcome != bloodraven_mysql::FenceOutcome::Fenced {
+        return Err(PlaygroundError::Other(format!(
+            "could not set iad read-only before the operator's bootstrap: {outcome:?}"
+        )));
+    }
+    progress("every site is read-only; the operator promotes the first primary");
+    Ok(())
+}
+
+/// One loopback proxy per path that a scenario can cut: each site's MySQL, its sidecar, its
+/// way to the operator and to each peer's sidecar.
+async fn start_links(
+    harness: &Launcher,
+    operator_port: u16,
+    sidecar_ports: &[u16],
+) -> Result<Vec<SiteLinks>, PlaygroundError> {
+    let any = loopback(0);
+    let proxy = async |name: String, to: u16| {
+        LinkProxy::start(&name, any, loopback(to))
+            .await
+            .map_err(io("start a link proxy"))
+    };
+    let mut links = Vec::new();
+    for (i, name) in SITES.iter().enumerate() {
+        let mut to_peers = Vec::new();
+        for (j, peer) in SITES.iter().enumerate() {
+            if j != i {
+                to_peers.push((
+                    j,
+                    proxy(format!("{name}-to-{peer}-sidecar"), sidecar_ports[j]).await?,
+                ));
             }
-            harness
-                .wait_replicas_caught_up(0, Duration::from_secs(30))
-                .await?;
-            // Back to read-only: the operator chooses and promotes the first primary (every
-            // site read-only, no active site yet: the most advanced candidate, iad).
-            let outcome = harness.admin(0)?.fence(Duration::from_secs(5)).await;
-            if outcome != bloodraven_mysql::FenceOutcome::Fenced {
-                return Err(PlaygroundError::Other(format!(
-                    "could not set iad read-only before the operator's bootstrap: {outcome:?}"
-                )));
-            }
-            progress("every site is read-only; the operator promotes the first primary");
-        } else {
-            progress("reusing the servers' data from the previous run");
         }
-        let a = harness.accounts().clone();
-        let saved = Saved {
-            mysql_ports: (0..SITES.len()).map(|i| harness.port(i)).collect(),
-            failover: (
-                a.failover.user.clone(),
-                a.failover.password.expose().to_string(),
-            ),
-            replication: (
-                a.replication.user.clone(),
-                a.replication.password.expose().to_string(),
-            ),
-            app: (a.app.user.clone(), a.app.password.expose().to_string()),
-        };
-        write_private(
-            &saved_path,
-            &serde_json::to_string_pretty(&saved).unwrap_or_default(),
-        )?;
+        links.push(SiteLinks {
+            to_peers,
+            mysql: LinkProxy::start_mysql(&format!("{name}-mysql"), any, loopback(harness.port(i)))
+                .await
+                .map_err(io("start a link proxy"))?,
+            sidecar: proxy(format!("{name}-sidecar"), sidecar_ports[i]).await?,
+            to_operator: proxy(format!("{name}-operator"), operator_port).await?,
+        });
+    }
+    Ok(links)
+}
+
+/// The operator's options: the group on the links' ports, the playground's short timings.
+fn operator_options(
+    links: &[SiteLinks],
+    opts: &PlaygroundOptions,
+    operator_port: u16,
+    deploy_port: u16,
+) -> LocalOptions {
+    let mut lo = LocalOptions::new(GROUP, ROLES.to_vec());
+    lo.namespace = NAMESPACE.into();
+    lo.mysql_ports = Some(links.iter().map(|l| l.mysql.port()).collect());
+    lo.sidecar_urls = links
+        .iter()
+        .map(|l| format!("http://127.0.0.1:{}", l.sidecar.port()))
+        .collect();
+    lo.poll_interval = "1s".into();
+    lo.failure_threshold = 3;
+    lo.failover_cooldown = "5s".into();
+    lo.drain_timeout = "5s".into();
+    lo.max_lag_wait = "30s".into();
+    lo.lease_timeout = "6s".into();
+    lo.peer_check_interval = "2s".into();
+    lo.replication_mode = opts.replication;
+    lo.http_listen = loopback(operator_port);
+    lo.https_listen = loopback(deploy_port);
+    lo
+}
+
+/// The counter app, writing through the app account straight to each server.
+fn counter_app(harness: &Launcher, operator_port: u16) -> Arc<CounterApp> {
+    let a = harness.accounts();
+    let app_sites = (0..SITES.len())
+        .map(|i| AppSite {
+            name: SITES[i].to_string(),
+            host: "127.0.0.1".into(),
+            port: harness.port(i),
+            opts: mysql_async::OptsBuilder::default()
+                .ip_or_hostname("127.0.0.1")
+                .tcp_port(harness.port(i))
+                .prefer_socket(false)
+                .user(Some(a.app.user.clone()))
+                .pass(Some(a.app.password.expose().to_string()))
+                .db_name(Some("app"))
+                .into(),
+        })
+        .collect();
+    CounterApp::new(
+        app_sites,
+        &format!("http://127.0.0.1:{operator_port}"),
+        NAMESPACE,
+        GROUP,
+    )
+}
+
+/// `port`, or a free one when it is 0.
+fn port_or_free(port: u16) -> Result<u16, PlaygroundError> {
+    if port == 0 { free_port() } else { Ok(port) }
+}
+
+impl Playground {
+    /// Starts everything, reporting progress through `progress`: the servers, the links, the
+    /// operator (which bootstraps the group), the sidecars, then the counter app once the
+    /// deploy API calls the group stable.
+    pub async fn start(
+        opts: PlaygroundOptions,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Arc<Playground>, PlaygroundError> {
+        for (port, what, flag) in [
+            (opts.app_port, "counter app", "--app-port"),
+            (opts.dashboard_port, "dashboard", "--dashboard-port"),
+            (opts.operator_port, "operator", "--operator-port"),
+            (opts.deploy_port, "deploy API", "--deploy-port"),
+        ] {
+            check_port(port, what, flag)?;
+        }
+        let w = Workdir::prepare(&opts)?;
+        let (harness, saved) = start_servers(&w, &opts, progress).await?;
 
         progress("starting the network links (loopback proxies that can be cut)");
-        let operator_port = if opts.operator_port == 0 {
-            free_port()?
-        } else {
-            opts.operator_port
-        };
-        let deploy_port = if opts.deploy_port == 0 {
-            free_port()?
-        } else {
-            opts.deploy_port
-        };
+        let operator_port = port_or_free(opts.operator_port)?;
+        let deploy_port = port_or_free(opts.deploy_port)?;
         let sidecar_ports: Vec<u16> = (0..SITES.len())
             .map(|_| free_port())
             .collect::<Result<_, _>>()?;
-        let mut links = Vec::new();
-        for (i, name) in SITES.iter().enumerate() {
-            let any = loopback(0);
-            let mut to_peers = Vec::new();
-            for (j, peer) in SITES.iter().enumerate() {
-                if j != i {
-                    let l = LinkProxy::start(
-                        &format!("{name}-to-{peer}-sidecar"),
-                        any,
-                        loopback(sidecar_ports[j]),
-                    )
-                    .await
-                    .map_err(io("start a link proxy"))?;
-                    to_peers.push((j, l));
-                }
-            }
-            links.push(SiteLinks {
-                to_peers,
-                mysql: LinkProxy::start_mysql(
-                    &format!("{name}-mysql"),
-                    any,
-                    loopback(harness.port(i)),
-                )
-                .await
-                .map_err(io("start a link proxy"))?,
-                sidecar: LinkProxy::start(
-                    &format!("{name}-sidecar"),
-                    any,
-                    loopback(sidecar_ports[i]),
-                )
-                .await
-                .map_err(io("start a link proxy"))?,
-                to_operator: LinkProxy::start(
-                    &format!("{name}-operator"),
-                    any,
-                    loopback(operator_port),
-                )
-                .await
-                .map_err(io("start a link proxy"))?,
-            });
-        }
+        let links = start_links(&harness, operator_port, &sidecar_ports).await?;
 
         progress("writing the operator's configuration, TLS certificates and token key");
-        let mut lo = LocalOptions::new(GROUP, ROLES.to_vec());
-        lo.namespace = NAMESPACE.into();
-        lo.mysql_ports = Some(links.iter().map(|l| l.mysql.port()).collect());
-        lo.sidecar_urls = links
-            .iter()
-            .map(|l| format!("http://127.0.0.1:{}", l.sidecar.port()))
-            .collect();
-        lo.poll_interval = "1s".into();
-        lo.failure_threshold = 3;
-        lo.failover_cooldown = "5s".into();
-        lo.drain_timeout = "5s".into();
-        lo.max_lag_wait = "30s".into();
-        lo.lease_timeout = "6s".into();
-        lo.peer_check_interval = "2s".into();
-        lo.replication_mode = opts.replication;
-        lo.http_listen = loopback(operator_port);
-        lo.https_listen = loopback(deploy_port);
-        let files = write_files(&dir.join("operator"), &harness, &lo)?;
+        let lo = operator_options(&links, &opts, operator_port, deploy_port);
+        let files = write_files(&w.dir.join("operator"), &harness, &lo)?;
         let key = SigningKey::load(&files.token_key)
             .map_err(|e| PlaygroundError::Other(e.to_string()))?;
         let store = SqliteStore::open(
@@ -360,32 +432,11 @@ impl Playground {
             Durability::Full,
         )
         .map_err(|e| PlaygroundError::Other(e.to_string()))?;
-
-        let app_sites = (0..SITES.len())
-            .map(|i| AppSite {
-                name: SITES[i].to_string(),
-                host: "127.0.0.1".into(),
-                port: harness.port(i),
-                opts: mysql_async::OptsBuilder::default()
-                    .ip_or_hostname("127.0.0.1")
-                    .tcp_port(harness.port(i))
-                    .prefer_socket(false)
-                    .user(Some(a.app.user.clone()))
-                    .pass(Some(a.app.password.expose().to_string()))
-                    .db_name(Some("app"))
-                    .into(),
-            })
-            .collect();
-        let counter = CounterApp::new(
-            app_sites,
-            &format!("http://127.0.0.1:{operator_port}"),
-            NAMESPACE,
-            GROUP,
-        );
+        let counter = counter_app(&harness, operator_port);
 
         let pg = Arc::new(Playground {
-            dir: dir.clone(),
-            keep,
+            dir: w.dir.clone(),
+            keep: w.keep,
             files,
             harness: Mutex::new(harness),
             links,
@@ -406,22 +457,30 @@ impl Playground {
                 ..opts
             },
         });
+        pg.bring_up(progress).await?;
+        Ok(pg)
+    }
 
+    /// The operator, then the sidecars, then the counter app (once the group is stable).
+    async fn bring_up(
+        self: &Arc<Self>,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<(), PlaygroundError> {
         progress("starting the operator");
-        pg.start_operator().await?;
+        self.start_operator().await?;
         progress("waiting for the operator to confirm the active site");
-        let active = pg.wait_active(Duration::from_secs(60)).await?;
+        let active = self.wait_active(Duration::from_secs(60)).await?;
         progress("waiting for the replicas to replicate through the links");
-        pg.wait_linked(&active, Duration::from_secs(30)).await?;
+        self.wait_linked(&active, Duration::from_secs(30)).await?;
         progress("starting one sidecar per site");
         for i in 0..SITES.len() {
-            pg.start_sidecar(i).await?;
+            self.start_sidecar(i).await?;
         }
         progress("waiting for the deploy API to call the group stable");
-        pg.wait_stable(Duration::from_secs(60)).await?;
-        tokio::spawn(pg.counter.clone().follow());
-        tokio::spawn(pg.counter.clone().write_continuously());
-        Ok(pg)
+        self.wait_stable(Duration::from_secs(60)).await?;
+        tokio::spawn(self.counter.clone().follow());
+        tokio::spawn(self.counter.clone().write_continuously());
+        Ok(())
     }
 
     /// Waits until the deploy API's observation of the group says `stable` (what a

@@ -41,8 +41,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod interpose;
 pub mod sqlite;
 
+pub use interpose::{Interposed, Interposer};
 pub use sqlite::{Durability, SqliteStore};
 
 /// Identifies an object.

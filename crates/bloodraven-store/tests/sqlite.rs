@@ -6,6 +6,7 @@ use bloodraven_core::resources::ObjectMeta;
 use bloodraven_store::{
     Durability, ObjectKey, RawObject, SqliteStore, Store, StoreError, StoreExt, WatchEvent, WriteOp,
 };
+use bloodraven_testkit::faults::{Fault, Faults, When};
 use serde_json::json;
 
 fn obj(name: &str, value: i64) -> RawObject {
@@ -185,76 +186,30 @@ async fn invalid_objects_are_refused() {
     ));
 }
 
-/// A store whose every write first loses a race: before it applies, another writer bumps the
-/// same object (as the operator's status writes do), for the first `races` writes.
-#[derive(Debug)]
-struct Racing {
-    inner: SqliteStore,
-    races: std::sync::atomic::AtomicU32,
-}
-
-impl Store for Racing {
-    fn get<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-    ) -> bloodraven_store::StoreFuture<'a, Option<RawObject>> {
-        self.inner.get(key)
-    }
-
-    fn list<'a>(
-        &'a self,
-        kind: &'a str,
-        namespace: Option<&'a str>,
-    ) -> bloodraven_store::StoreFuture<'a, Vec<RawObject>> {
-        self.inner.list(kind, namespace)
-    }
-
-    fn apply(
-        &self,
-        ops: Vec<WriteOp>,
-    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<RawObject>>> {
-        Box::pin(async move {
-            let replace = match ops.first() {
-                Some(WriteOp::Replace(o)) => Some(o),
-                _ => None,
-            };
-            let racing = replace.is_some()
-                && self
-                    .races
-                    .fetch_update(
-                        std::sync::atomic::Ordering::SeqCst,
-                        std::sync::atomic::Ordering::SeqCst,
-                        |n| n.checked_sub(1),
-                    )
-                    .is_ok();
-            if racing && let Some(o) = replace {
-                let key = ObjectKey::new(&o.kind, &o.metadata.namespace, &o.metadata.name);
-                let mut theirs = self.inner.get(&key).await?.unwrap();
-                let seen = theirs.body["status"]["seen"].as_i64().unwrap();
-                theirs
-                    .body
-                    .insert("status".into(), json!({"seen": seen + 1}));
-                self.inner.replace(theirs).await?;
-            }
-            self.inner.apply(ops).await
-        })
-    }
-
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
-        self.inner.watch()
-    }
+/// `inner`, whose first `races` replaces each lose a race: before it applies, another writer
+/// bumps the same object (as the operator's status writes do).
+fn racing(inner: SqliteStore, races: usize) -> std::sync::Arc<dyn Store> {
+    let faults = Faults::new();
+    faults.first(
+        races,
+        When::write(|op| matches!(op, WriteOp::Replace(_))),
+        Fault::RaceFirst(std::sync::Arc::new(|theirs: &mut RawObject| {
+            let seen = theirs.body["status"]["seen"].as_i64().unwrap();
+            theirs
+                .body
+                .insert("status".into(), json!({"seen": seen + 1}));
+        })),
+    );
+    faults.over(std::sync::Arc::new(inner))
 }
 
 #[tokio::test]
 async fn set_annotation_retries_lost_races_and_keeps_the_other_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Racing {
-        inner: open(&dir),
-        races: 3.into(),
-    };
+    let s = racing(open(&dir), 3);
     s.create(obj("g", 1)).await.unwrap();
     let key = ObjectKey::new("Thing", "default", "g");
-    let written = bloodraven_store::set_annotation(&s, &key, "example.io/request", "now")
+    let written = bloodraven_store::set_annotation(&*s, &key, "example.io/request", "now")
         .await
         .unwrap();
     assert_eq!(written.metadata.annotations["example.io/request"], "now");
@@ -269,13 +224,10 @@ async fn set_annotation_retries_lost_races_and_keeps_the_other_writes() {
 #[tokio::test]
 async fn set_annotation_that_always_loses_writes_nothing_and_says_conflict() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Racing {
-        inner: open(&dir),
-        races: u32::MAX.into(),
-    };
+    let s = racing(open(&dir), usize::MAX);
     s.create(obj("g", 1)).await.unwrap();
     let key = ObjectKey::new("Thing", "default", "g");
-    let err = bloodraven_store::set_annotation(&s, &key, "example.io/request", "now")
+    let err = bloodraven_store::set_annotation(&*s, &key, "example.io/request", "now")
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
@@ -287,7 +239,7 @@ async fn set_annotation_that_always_loses_writes_nothing_and_says_conflict() {
     );
     let missing = ObjectKey::new("Thing", "default", "absent");
     assert!(matches!(
-        bloodraven_store::set_annotation(&s, &missing, "example.io/request", "now").await,
+        bloodraven_store::set_annotation(&*s, &missing, "example.io/request", "now").await,
         Err(StoreError::NotFound { .. })
     ));
 }

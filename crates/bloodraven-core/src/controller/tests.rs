@@ -1126,6 +1126,8 @@ fn a_poll_that_changes_the_active_site_never_reports_it_with_no_primary() {
     let ok = settle(&i, &d, &[true]);
     assert_eq!(ok.active_site, "pdx");
     assert_eq!(ok.conditions, d.conditions);
+    // The announcement (persisted before pdx takes writes) already says so.
+    assert_eq!(announced(&i, "pdx"), d.conditions);
     assert_eq!(
         ok.effects,
         vec![

@@ -7,15 +7,26 @@
 
 use std::time::Duration;
 
-use bloodraven_core::controller::{Action, CatchUpPlan, DrainPlan};
+use bloodraven_core::controller::{self, Action, CatchUpPlan, Conditions, DecideInput, DrainPlan};
 use bloodraven_core::reason::EventReason as E;
 use bloodraven_core::status::GroupStatus;
 use bloodraven_mysql::{CaughtUp, FenceOutcome, Site};
 use tokio::time::Instant;
 
+use super::status::set_conditions;
 use super::{Controller, ControllerError};
 use crate::events::EventType;
 use crate::metrics::FailoverLabels;
+
+/// An emergency promotion as decided: who, how, and what its announcement says.
+struct Emergency<'a> {
+    from: &'a str,
+    to: &'a str,
+    drain: DrainPlan,
+    catch_up: Option<&'a CatchUpPlan>,
+    repoint: &'a [String],
+    announced: &'a Conditions,
+}
 
 /// How long the controller's own fence of an intruder may wait.
 const INTRUDER_FENCE_BOUND: Duration = Duration::from_secs(5);
@@ -30,9 +41,13 @@ impl<S: Site> Controller<S> {
         &mut self,
         action: &Action,
         status: &GroupStatus,
+        input: &DecideInput<'_>,
     ) -> Result<(), ControllerError> {
         match action {
-            Action::Bootstrap { site, promote } => self.bootstrap(site, *promote).await,
+            Action::Bootstrap { site, promote } => {
+                let announced = controller::announced(input, site);
+                self.bootstrap(site, *promote, &announced).await
+            }
             Action::EmergencyFailover {
                 from,
                 to,
@@ -40,8 +55,16 @@ impl<S: Site> Controller<S> {
                 catch_up,
                 repoint,
             } => {
-                self.emergency(from, to, *drain, catch_up.as_ref(), repoint)
-                    .await
+                let announced = controller::announced(input, to);
+                let plan = Emergency {
+                    from,
+                    to,
+                    drain: *drain,
+                    catch_up: catch_up.as_ref(),
+                    repoint,
+                    announced: &announced,
+                };
+                self.emergency(&plan).await
             }
             Action::ConfigureSemiSync { site, settings } => {
                 let c = self.client(site)?;
@@ -102,7 +125,12 @@ impl<S: Site> Controller<S> {
         }
     }
 
-    async fn bootstrap(&mut self, site: &str, promote: bool) -> Result<(), ControllerError> {
+    async fn bootstrap(
+        &self,
+        site: &str,
+        promote: bool,
+        announced: &Conditions,
+    ) -> Result<(), ControllerError> {
         let how = if promote {
             // Every site booted read-only: prepare the chosen one (stop and reset replication),
             // announce it, then clear its fence.
@@ -125,9 +153,10 @@ impl<S: Site> Controller<S> {
         } else {
             "it was the one writable site".to_string()
         };
+        let now = self.rt.now();
         let generation = self
             .rt
-            .change_active_site(site, |_| {})
+            .change_active_site(site, |s| set_conditions(s, announced, now))
             .await
             .map_err(|e| ControllerError::Persist {
                 what: "topologyGeneration",
@@ -289,14 +318,8 @@ impl<S: Site> Controller<S> {
     }
 
     /// The emergency promotion sequence (SPEC §2.3).
-    async fn emergency(
-        &self,
-        from: &str,
-        to: &str,
-        drain: DrainPlan,
-        catch_up: Option<&CatchUpPlan>,
-        repoint: &[String],
-    ) -> Result<(), ControllerError> {
+    async fn emergency(&self, plan: &Emergency<'_>) -> Result<(), ControllerError> {
+        let (from, to) = (plan.from, plan.to);
         let started = Instant::now();
         let group = self.group().to_string();
         tracing::warn!(group = %group, from, to, "emergency failover: starting");
@@ -306,7 +329,7 @@ impl<S: Site> Controller<S> {
             &format!("active site {from} unreachable for the detection budget; promoting {to}"),
         )
         .await;
-        let result = self.promote_in_emergency(from, to, drain, catch_up).await;
+        let result = self.promote_in_emergency(plan).await;
         let label = |result: &str| FailoverLabels {
             group: group.clone(),
             kind: "emergency".into(),
@@ -314,7 +337,7 @@ impl<S: Site> Controller<S> {
         };
         match result {
             Ok(generation) => {
-                for site in repoint {
+                for site in plan.repoint {
                     if let Err(e) = self.repoint(site, to).await {
                         tracing::warn!(group = %group, site, step = e.step(), error = %e, "emergency failover: re-point failed; retried next poll");
                     }
@@ -351,13 +374,8 @@ impl<S: Site> Controller<S> {
     }
 
     /// Steps 1–5 of the emergency sequence; returns the new generation.
-    async fn promote_in_emergency(
-        &self,
-        from: &str,
-        to: &str,
-        drain: DrainPlan,
-        catch_up: Option<&CatchUpPlan>,
-    ) -> Result<u64, ControllerError> {
+    async fn promote_in_emergency(&self, plan: &Emergency<'_>) -> Result<u64, ControllerError> {
+        let (from, to, drain) = (plan.from, plan.to, plan.drain);
         let group = self.group().to_string();
         // 1. Best effort: fence the old primary (it is unreachable, so this rarely lands).
         if let Ok(old) = self.client(from) {
@@ -399,8 +417,8 @@ impl<S: Site> Controller<S> {
             }
         }
         // 2b. Catch up from a more advanced site (a reader, another candidate), bounded.
-        if let Some(plan) = catch_up {
-            self.catch_up_before_promotion(to, plan).await;
+        if let Some(catch_up) = plan.catch_up {
+            self.catch_up_before_promotion(to, catch_up).await;
         }
         // 3. Stop and reset replication, record the GTID set, give it the semi-synchronous
         //    settings of a primary. It stays fenced.
@@ -424,6 +442,7 @@ impl<S: Site> Controller<S> {
                 s.last_failover = Some(now);
                 s.last_failover_target.clone_from(&target);
                 s.promotion_gtid_executed.clone_from(&gtid);
+                set_conditions(s, plan.announced, now);
             })
             .await
             .map_err(|e| ControllerError::Persist {

@@ -41,7 +41,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_core::config::SiteConfig;
+use bloodraven_core::config::{GroupConfig, SiteConfig};
 use bloodraven_core::controller::{self, DecideInput, Effect};
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::status::{GroupStatus, SidecarTimings, SiteState};
@@ -374,29 +374,61 @@ impl<S: Site> Controller<S> {
         let snap = self.rt.snapshot();
         let status = snap.status().clone();
         let views = self.views(&status);
-        let promotion = GtidSet::parse(
-            self.sites
-                .iter()
-                .find_map(|s| s.probe.as_ref())
-                .map_or(bloodraven_core::gtid::GtidFlavor::MariaDb, |p| {
-                    p.flavor.gtid_flavor()
-                }),
-            &status.promotion_gtid_executed,
-        )
-        .ok()
-        .filter(|_| !status.promotion_gtid_executed.is_empty());
+        let promotion = self.promotion_gtid(&status);
+        let cfg = self.rt.config.clone();
+        let input = self.decide_input(&status, &views, promotion.as_ref(), &cfg);
+        let decision = controller::decide(&input);
+        self.alerts(&decision.alerts, &status).await;
+        let mut succeeded = Vec::with_capacity(decision.actions.len());
+        for action in &decision.actions {
+            match self.act(action, &status, &input).await {
+                Ok(()) => succeeded.push(true),
+                Err(e) => {
+                    tracing::warn!(group = %self.group(), ?action, step = e.step(), error = %e, "action failed");
+                    succeeded.push(false);
+                }
+            }
+        }
+        let settled = controller::settle(&input, &decision, &succeeded);
+        for effect in &settled.effects {
+            self.apply_effect(effect);
+        }
+        self.persist(&settled).await;
+    }
+
+    /// `status.promotionGtidExecuted`, parsed in the sites' flavour (`None` when empty).
+    fn promotion_gtid(&self, status: &GroupStatus) -> Option<GtidSet> {
+        let flavor = self
+            .sites
+            .iter()
+            .find_map(|s| s.probe.as_ref())
+            .map_or(bloodraven_core::gtid::GtidFlavor::MariaDb, |p| {
+                p.flavor.gtid_flavor()
+            });
+        GtidSet::parse(flavor, &status.promotion_gtid_executed)
+            .ok()
+            .filter(|_| !status.promotion_gtid_executed.is_empty())
+    }
+
+    /// What [`controller::decide`] is given this poll.
+    fn decide_input<'a>(
+        &self,
+        status: &'a GroupStatus,
+        views: &'a [SiteView],
+        promotion: Option<&'a GtidSet>,
+        cfg: &'a GroupConfig,
+    ) -> DecideInput<'a> {
         let held = status
             .planned_failover
             .as_ref()
             .is_some_and(|p| p.phase.is_executing())
             || self.rt.flags().automatic_failover_held;
-        let cfg = self.rt.config.clone();
-        let input = DecideInput {
-            sites: &views,
+        DecideInput {
+            sites: views,
             active_site: &status.active_site,
             last_failover_target: &status.last_failover_target,
             last_failover: status.last_failover,
-            promotion_gtid: promotion.as_ref(),
+            promotion_gtid: promotion,
             now: self.rt.now(),
             cooldown: cfg.failover_cooldown,
             automatic_failover_held: held,
@@ -411,24 +443,7 @@ impl<S: Site> Controller<S> {
             lease_timeout: cfg.lease_timeout,
             peer_check_interval: cfg.peer_check_interval,
             repoint_settle: (cfg.poll_interval * 3).max(Duration::from_secs(3)),
-        };
-        let decision = controller::decide(&input);
-        self.alerts(&decision.alerts, &status).await;
-        let mut succeeded = Vec::with_capacity(decision.actions.len());
-        for action in &decision.actions {
-            match self.act(action, &status).await {
-                Ok(()) => succeeded.push(true),
-                Err(e) => {
-                    tracing::warn!(group = %self.group(), ?action, step = e.step(), error = %e, "action failed");
-                    succeeded.push(false);
-                }
-            }
         }
-        let settled = controller::settle(&input, &decision, &succeeded);
-        for effect in &settled.effects {
-            self.apply_effect(effect);
-        }
-        self.persist(&settled).await;
     }
 
     async fn event(

@@ -5,7 +5,7 @@
 //! transition per write, so a restarted operator resumes from an observable phase.
 
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
-use bloodraven_core::controller::Effect;
+use bloodraven_core::controller::{Conditions, Effect};
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::planned::{
     Count, Done, Facts, FenceVerdict, Note, PlannedFailoverStatus, Request, Severity, Step,
@@ -124,7 +124,7 @@ impl<S: Site> Controller<S> {
                 count,
                 again,
             } => {
-                self.persist_phase(&pf, next, None).await?;
+                self.persist_phase(&pf, next, None, None).await?;
                 drop(leases);
                 if let Some(n) = note {
                     self.note(n).await;
@@ -151,7 +151,16 @@ impl<S: Site> Controller<S> {
             Step::Resume { target, sites } => self.resume(&target, &sites).await,
         };
         let transition = finish(&pf, done, self.rt.now());
-        self.apply(&pf, transition).await
+        // A transition that announces the target carries the conditions of the group once the
+        // target takes writes, judged on the sites as they are now (the source fenced).
+        let announced = transition.new_active_site.as_ref().map(|na| {
+            let status = self.rt.snapshot().status().clone();
+            let views = self.views(&status);
+            let promotion = self.promotion_gtid(&status);
+            let input = self.decide_input(&status, &views, promotion.as_ref(), &cfg);
+            bloodraven_core::controller::announced(&input, &na.site)
+        });
+        self.apply(&pf, transition, announced.as_ref()).await
     }
 
     async fn drain(&mut self, source: &str, budget: std::time::Duration) -> Done {
@@ -316,6 +325,7 @@ impl<S: Site> Controller<S> {
         &mut self,
         pf: &PlannedFailoverStatus,
         tr: Transition,
+        announced: Option<&Conditions>,
     ) -> Result<bool, ControllerError> {
         if let Undo::Unfence { site } | Undo::ReadBackThenUnfence { site } = &tr.undo {
             let outcome = match self.client(site) {
@@ -337,7 +347,8 @@ impl<S: Site> Controller<S> {
         let Some(next) = tr.next else {
             return Ok(tr.again);
         };
-        self.persist_phase(pf, next, tr.new_active_site).await?;
+        self.persist_phase(pf, next, tr.new_active_site, announced)
+            .await?;
         if let Some(n) = tr.note {
             self.note(n).await;
         }
@@ -354,6 +365,7 @@ impl<S: Site> Controller<S> {
         before: &PlannedFailoverStatus,
         next: PlannedFailoverStatus,
         new_active: Option<bloodraven_core::planned::NewActiveSite>,
+        announced: Option<&Conditions>,
     ) -> Result<(), ControllerError> {
         let phase = next.phase;
         let persist_err = |e| ControllerError::Persist {
@@ -370,6 +382,9 @@ impl<S: Site> Controller<S> {
                     s.last_failover_target.clone_from(&target);
                     s.promotion_gtid_executed.clone_from(&gtid);
                     s.planned_failover = Some(next.clone());
+                    if let Some(c) = announced {
+                        super::status::set_conditions(s, c, now);
+                    }
                 })
                 .await
                 .map_err(persist_err)?;

@@ -232,7 +232,7 @@ impl<S: Site> Controller<S> {
 }
 
 /// The conditions, as the settled decision says them.
-fn set_conditions(st: &mut GroupStatus, c: &controller::Conditions, now: Timestamp) {
+pub(super) fn set_conditions(st: &mut GroupStatus, c: &controller::Conditions, now: Timestamp) {
     st.set_condition(
         C::Ready,
         c.ready,

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod kube;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +20,7 @@ use bloodraven_operator::group::GroupRuntime;
 use bloodraven_operator::operator::{self, OperatorHandle};
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_store::{Durability, SqliteStore, Store};
+use bloodraven_testkit::faults::{Fault, Faults, When};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -99,19 +102,18 @@ impl Env {
         h
     }
 
-    /// Starts the operator on a [`GatedStore`] over the real store and bootstraps the group:
-    /// opening the gate's valve (`gate.send_replace(true)`) holds the group's writes in flight.
-    pub async fn start_gated(&self) -> (OperatorHandle, Arc<GatedStore>, Arc<GroupRuntime>) {
-        let sqlite: Arc<dyn Store> = Arc::new(self.open_store());
-        let (gate, _) = tokio::sync::watch::channel(false);
-        let store = Arc::new(GatedStore {
-            inner: sqlite,
-            gate,
-        });
-        let op = self.start_with_store(store.clone()).await;
+    /// Starts the operator on the real store behind a gate and bootstraps the group: closing
+    /// the gate (`gate.send_replace(true)`) holds the group's writes in flight.
+    pub async fn start_gated(&self) -> (OperatorHandle, Gated, Arc<GroupRuntime>) {
+        let (gate, fault) = Fault::gate();
+        let faults = Faults::new();
+        faults.on(When::group_write(), fault);
+        let op = self
+            .start_with_store(faults.over(Arc::new(self.open_store())))
+            .await;
         let rt = op.group(GROUP).await.unwrap();
         bootstrap(&rt, self.clock.now()).await;
-        (op, store, rt)
+        (op, Gated { gate, faults }, rt)
     }
 
     pub fn open_store(&self) -> SqliteStore {
@@ -569,47 +571,9 @@ pub async fn wait_status(
     }
 }
 
-/// A store that holds writes of the group object while its gate is `true` (to observe the
-/// window in which a topology change is being persisted).
+/// The group's writes, held while `gate` says `true` (see [`Env::start_gated`]).
 #[derive(Debug)]
-pub struct GatedStore {
-    pub inner: Arc<dyn Store>,
+pub struct Gated {
     pub gate: tokio::sync::watch::Sender<bool>,
-}
-
-impl Store for GatedStore {
-    fn get<'a>(
-        &'a self,
-        key: &'a bloodraven_store::ObjectKey,
-    ) -> bloodraven_store::StoreFuture<'a, Option<bloodraven_store::RawObject>> {
-        self.inner.get(key)
-    }
-    fn list<'a>(
-        &'a self,
-        kind: &'a str,
-        ns: Option<&'a str>,
-    ) -> bloodraven_store::StoreFuture<'a, Vec<bloodraven_store::RawObject>> {
-        self.inner.list(kind, ns)
-    }
-    fn apply(
-        &self,
-        ops: Vec<bloodraven_store::WriteOp>,
-    ) -> bloodraven_store::StoreFuture<'_, Vec<Option<bloodraven_store::RawObject>>> {
-        let touches_group = ops.iter().any(|o| {
-            matches!(o, bloodraven_store::WriteOp::Replace(obj) | bloodraven_store::WriteOp::ReplaceStatus(obj)
-                if obj.kind == bloodraven_core::resources::KIND_GROUP)
-        });
-        let mut rx = self.gate.subscribe();
-        Box::pin(async move {
-            if touches_group {
-                while *rx.borrow_and_update() {
-                    let _ = rx.changed().await;
-                }
-            }
-            self.inner.apply(ops).await
-        })
-    }
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<bloodraven_store::WatchEvent> {
-        self.inner.watch()
-    }
+    pub faults: Arc<Faults>,
 }
