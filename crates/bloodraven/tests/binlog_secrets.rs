@@ -20,12 +20,10 @@ fn binlogs(datadir: &Path, site: &str) -> Vec<std::path::PathBuf> {
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| {
-                    n.strip_prefix(&prefix)
-                        .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
-                })
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.strip_prefix(&prefix)
+                    .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+            })
         })
         .collect();
     out.sort();
