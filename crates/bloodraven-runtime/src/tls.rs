@@ -79,9 +79,7 @@ pub fn http_client_with(
     if let Some(t) = timeout {
         builder = builder.timeout(t);
     }
-    builder
-        .build()
-        .map_err(|e| TlsError::Client(e.to_string()))
+    builder.build().map_err(|e| TlsError::Client(e.to_string()))
 }
 
 /// A client configuration that trusts only the CA certificates in `ca_pem_file` (or nothing,
@@ -274,7 +272,10 @@ mod tests {
         assert!(matches!(err, TlsError::ReadIdentity { .. }), "{err:?}");
         let key_text = std::fs::read_to_string(&id.key_file).unwrap();
         let body = key_text.lines().nth(1).unwrap();
-        assert!(!format!("{err} {err:?}").contains(body), "no key material in errors");
+        assert!(
+            !format!("{err} {err:?}").contains(body),
+            "no key material in errors"
+        );
         assert!(
             http_client_with(
                 Some(&pki.ca_cert),
