@@ -272,7 +272,12 @@ enum Answer {
     Error { status: u16, body: Vec<u8> },
 }
 
-/// The reason a transport error carries, with its causes.
+/// A transport error's reason with its causes (the endpoint is named by the caller).
+fn transport(e: reqwest::Error) -> String {
+    chain(&e.without_url())
+}
+
+/// The reason an error carries, with its causes.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut cur = e.source();
@@ -803,7 +808,7 @@ impl WatchStream {
                 Ok(None) => return Ok(None),
                 Err(e) => {
                     return Err(EtcdError::Watch(Failure::Unreachable {
-                        detail: format!("{}: the watch broke: {}", self.endpoint, chain(&e)),
+                        detail: format!("{}: the watch broke: {}", self.endpoint, transport(e)),
                     }));
                 }
             }
@@ -1043,7 +1048,7 @@ impl EtcdClient {
                     })))
                 }
             }
-            Err(e) => Err(Attempt::Next(format!("authenticate: {}", chain(&e)))),
+            Err(e) => Err(Attempt::Next(format!("authenticate: {}", transport(e)))),
         }
     }
 
@@ -1079,13 +1084,13 @@ impl EtcdClient {
                     }
                     return Err(classify(op, code, message));
                 }
-                Err(e) if e.is_connect() => return Err(Attempt::Next(chain(&e))),
+                Err(e) if e.is_connect() => return Err(Attempt::Next(transport(e))),
                 Err(e) if op.writes() => {
                     return Err(Attempt::Done(op.error(Failure::Unconfirmed {
-                        detail: format!("{endpoint}: {}", chain(&e)),
+                        detail: format!("{endpoint}: {}", transport(e)),
                     })));
                 }
-                Err(e) => return Err(Attempt::Next(chain(&e))),
+                Err(e) => return Err(Attempt::Next(transport(e))),
             }
         }
     }
@@ -1342,7 +1347,7 @@ impl EtcdClient {
                 .send();
             let response = match tokio::time::timeout(self.inner.timeout, send).await {
                 Err(_) => return Err(Attempt::Next("no answer within the request timeout".into())),
-                Ok(Err(e)) => return Err(Attempt::Next(chain(&e))),
+                Ok(Err(e)) => return Err(Attempt::Next(transport(e))),
                 Ok(Ok(r)) => r,
             };
             let status = response.status();
@@ -1439,7 +1444,7 @@ impl WatchStream {
             match self.response.chunk().await {
                 Ok(Some(bytes)) => self.buffer.extend_from_slice(&bytes),
                 Ok(None) => return Err(FirstMessage::Broken("the watch ended at once".into())),
-                Err(e) => return Err(FirstMessage::Broken(chain(&e))),
+                Err(e) => return Err(FirstMessage::Broken(transport(e))),
             }
         }
     }
