@@ -17,6 +17,9 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::time::Instant;
 
+/// A free loopback port, drawn as the MariaDB launcher draws them.
+pub use bloodraven_mysql::launcher::free_port;
+
 /// How long a cluster (or a restarted member) may take to answer.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 /// How long a member may take to exit after `SIGTERM` before it is killed.
@@ -69,6 +72,7 @@ pub struct EtcdCluster {
     binary: PathBuf,
     token: String,
     tls: Option<EtcdTls>,
+    extra_args: Vec<String>,
     members: Vec<Member>,
     http: reqwest::Client,
 }
@@ -135,12 +139,21 @@ impl EtcdCluster {
 
     /// Starts `n` members, with TLS on their client ports when given.
     pub async fn start_with(n: usize, tls: Option<EtcdTls>) -> Result<EtcdCluster, EtcdSetupError> {
+        Self::start_with_args(n, tls, &[]).await
+    }
+
+    /// Starts `n` members with more of etcd's flags (`--auth-token-ttl 1`), on every start.
+    pub async fn start_with_args(
+        n: usize,
+        tls: Option<EtcdTls>,
+        extra_args: &[&str],
+    ) -> Result<EtcdCluster, EtcdSetupError> {
         assert!(n > 0, "a cluster has members");
         let binary = etcd_binary()?;
         let dir = std::env::temp_dir().join(format!(
             "bloodraven-etcd-{}-{}",
             std::process::id(),
-            bloodraven_mysql::launcher::free_port().map_err(|e| err(e.to_string()))?
+            free_port().map_err(|e| err(e.to_string()))?
         ));
         fs::create_dir_all(&dir)
             .map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
@@ -152,8 +165,7 @@ impl EtcdCluster {
         let mut ports = std::collections::BTreeSet::new();
         let mut port = || -> Result<u16, EtcdSetupError> {
             loop {
-                let p = bloodraven_mysql::launcher::free_port()
-                    .map_err(|e| err(format!("no free port: {e}")))?;
+                let p = free_port().map_err(|e| err(format!("no free port: {e}")))?;
                 if ports.insert(p) {
                     return Ok(p);
                 }
@@ -183,6 +195,7 @@ impl EtcdCluster {
             binary,
             token,
             tls,
+            extra_args: extra_args.iter().map(|a| (*a).to_string()).collect(),
             members,
             http,
         };
@@ -262,6 +275,7 @@ impl EtcdCluster {
                     .arg(&tls.ca_file);
             }
         }
+        cmd.args(&self.extra_args);
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
         let child = cmd
             .spawn()
