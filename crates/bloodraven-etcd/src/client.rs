@@ -226,15 +226,16 @@ struct Inner {
     /// The endpoint that answered last.
     current: AtomicUsize,
     http: reqwest::Client,
-    timeout: Duration,
     credentials: Option<Credentials>,
     token: Mutex<Option<Secret>>,
 }
 
-/// An etcd client. Cheap to clone.
+/// An etcd client. Cheap to clone; clones share connections, the endpoint in use and the
+/// token.
 #[derive(Clone)]
 pub struct EtcdClient {
     inner: Arc<Inner>,
+    timeout: Duration,
 }
 
 impl fmt::Debug for EtcdClient {
@@ -253,7 +254,7 @@ impl fmt::Debug for EtcdClient {
                 &self.inner.credentials.as_ref().map(|c| &c.username),
             )
             .field("authenticated", &authenticated)
-            .field("timeout", &self.inner.timeout)
+            .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -922,10 +923,10 @@ impl EtcdClient {
                 endpoints,
                 current: AtomicUsize::new(0),
                 http,
-                timeout: options.request_timeout,
                 credentials,
                 token: Mutex::new(None),
             }),
+            timeout: options.request_timeout,
         })
     }
 
@@ -940,7 +941,21 @@ impl EtcdClient {
     }
 
     pub fn request_timeout(&self) -> Duration {
-        self.inner.timeout
+        self.timeout
+    }
+
+    /// The same client (connections, endpoint in use, token) with another bound on each
+    /// request, for calls that must give up sooner (keep-alives).
+    #[must_use]
+    pub fn with_request_timeout(&self, timeout: Duration) -> EtcdClient {
+        EtcdClient {
+            inner: self.inner.clone(),
+            timeout: if timeout.is_zero() {
+                self.timeout
+            } else {
+                timeout
+            },
+        }
     }
 
     fn request(
@@ -973,7 +988,7 @@ impl EtcdClient {
     ) -> Result<Answer, reqwest::Error> {
         let resp = self
             .request(endpoint, path, token, require_leader)
-            .timeout(self.inner.timeout)
+            .timeout(self.timeout)
             .json(body)
             .send()
             .await?;
@@ -1113,8 +1128,14 @@ impl EtcdClient {
                     tried.push(format!("{endpoint}: {why}"));
                 }
                 Err(Attempt::Done(e)) => {
-                    // The member answered: stick to it.
-                    self.inner.current.store(idx, Ordering::Relaxed);
+                    // A member that answered is kept; after a lost answer (a paused or
+                    // cut-off member, say) the next call starts with the next one.
+                    let next = if e.is_unconfirmed() {
+                        (idx + 1) % n
+                    } else {
+                        idx
+                    };
+                    self.inner.current.store(next, Ordering::Relaxed);
                     return Err(e);
                 }
             }
@@ -1345,7 +1366,7 @@ impl EtcdClient {
                 .request(endpoint, "/v3/watch", token.as_ref(), true)
                 .json(body)
                 .send();
-            let response = match tokio::time::timeout(self.inner.timeout, send).await {
+            let response = match tokio::time::timeout(self.timeout, send).await {
                 Err(_) => return Err(Attempt::Next("no answer within the request timeout".into())),
                 Ok(Err(e)) => return Err(Attempt::Next(transport(e))),
                 Ok(Ok(r)) => r,
@@ -1367,7 +1388,7 @@ impl EtcdClient {
                 start_revision,
             };
             // The first message confirms the watch (or says why not).
-            let first = tokio::time::timeout(self.inner.timeout, stream.first()).await;
+            let first = tokio::time::timeout(self.timeout, stream.first()).await;
             match first {
                 Err(_) => {
                     return Err(Attempt::Next(

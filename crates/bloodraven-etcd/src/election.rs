@@ -359,7 +359,12 @@ impl Election {
 
     async fn keep_alive(&self, term: &Term) -> KeepAlive {
         let sent = Instant::now();
-        match self.client.lease_keep_alive(term.lease_id).await {
+        // Bounded by a margin per member: one that does not answer (paused) leaves time to
+        // ask the next before leadership runs out.
+        let client = self
+            .client
+            .with_request_timeout(self.client.request_timeout().min(self.timings.margin));
+        match client.lease_keep_alive(term.lease_id).await {
             Ok(Some(_)) => KeepAlive::Renewed { sent },
             Ok(None) => KeepAlive::LeaseGone,
             Err(e) => {

@@ -495,3 +495,48 @@ async fn authentication_renews_its_token_and_neither_password_nor_token_ever_sho
         "{err:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_member_is_left_for_the_others_after_one_unconfirmed_write() {
+    let mut cluster = EtcdCluster::start(3).await.expect("an etcd cluster");
+    let leader = cluster.wait_for_leader().await.expect("a leader");
+    // A follower first in the list: pausing it leaves the quorum and its leader alone.
+    let paused = (leader + 1) % 3;
+    let mut endpoints = vec![cluster.endpoint(paused)];
+    endpoints.extend((0..3).filter(|i| *i != paused).map(|i| cluster.endpoint(i)));
+    let mut opts = ClientOptions::new(endpoints);
+    opts.request_timeout = Duration::from_secs(1);
+    let s = EtcdStore::connect(EtcdClient::new(&opts).unwrap(), PREFIX)
+        .await
+        .unwrap();
+    let mut rx = s.watch();
+    s.create(lease("ns", "before", "x")).await.unwrap();
+    assert!(
+        next_of(&mut rx, "before", Duration::from_secs(10))
+            .await
+            .is_some()
+    );
+
+    cluster.pause(paused);
+    // Sent to a member that takes the bytes and says nothing: the outcome is unknown.
+    let first = s.create(lease("ns", "w1", "x")).await;
+    assert!(
+        matches!(first, Err(StoreError::Unconfirmed { .. })),
+        "{first:?}"
+    );
+    // The next write goes to the next member.
+    let second = s.create(lease("ns", "w2", "x")).await.unwrap();
+    assert_ne!(s.client().current_endpoint(), cluster.endpoint(paused));
+    assert!(s.get(&key("w2")).await.unwrap().is_some());
+    // The watch, quiet on the paused member, asks it whether it serves, and moves on.
+    match next_of(&mut rx, "w2", Duration::from_secs(30)).await {
+        Some(WatchEvent::Put(o)) => {
+            assert_eq!(
+                o.metadata.resource_version,
+                second.metadata.resource_version
+            );
+        }
+        other => panic!("the watch left the paused member: {other:?}"),
+    }
+    cluster.resume(paused);
+}
