@@ -183,6 +183,9 @@ async fn main() {
         "etcd revisions written by the bench           {}",
         head.revision
     );
+    // Stopped before reporting: a report that cannot be written exits the process.
+    drop(store);
+    drop(cluster);
 
     bloodraven_testkit::report::splice_figures(
         BEGIN,
