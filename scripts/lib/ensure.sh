@@ -127,6 +127,6 @@ ensure_etcd() {
   if [ -n "${BLOODRAVEN_ETCD:-}" ] || command -v etcd >/dev/null 2>&1; then return 0; fi
   apt_install etcd-server || true
   command -v etcd >/dev/null 2>&1 || die \
-    "etcd is missing and could not be installed (the benchmark compares with it).
+    "etcd is missing and could not be installed (the etcd back-end's tests run it, the benchmark compares with it).
        Install it with: sudo apt-get install -y --no-install-recommends etcd-server"
 }

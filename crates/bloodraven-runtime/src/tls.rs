@@ -1,13 +1,14 @@
 //! TLS for Bloodraven's processes: one rustls crypto provider (ring, the only one compiled in),
-//! client configurations that trust exactly the CA they are given, and a small PKI generator
-//! for the playground and tests (a CA and a server certificate for local names).
+//! client configurations that trust exactly the CA they are given (optionally presenting a
+//! client certificate), and a small PKI generator for the playground and tests (a CA, a server
+//! certificate for local names, and optionally a client certificate).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Installs ring as the process-wide rustls provider (idempotent).
 pub fn install_crypto_provider() {
@@ -28,6 +29,22 @@ pub enum TlsError {
     Write { path: String, detail: String },
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    #[error("cannot read client certificate {path}: {detail}")]
+    ReadIdentity { path: String, detail: String },
+    #[error("client certificate {cert} and key {key} do not make an identity: {detail}")]
+    BadIdentity {
+        cert: String,
+        key: String,
+        detail: String,
+    },
+}
+
+/// A client certificate (PEM, the leaf first, then any intermediates) and its private key
+/// (PEM), presented to servers that authenticate their clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientIdentity {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 /// An HTTP client that trusts only the CA in `ca_pem_file` (or speaks plain HTTP only, with
@@ -36,18 +53,47 @@ pub fn http_client(
     ca_pem_file: Option<&Path>,
     timeout: std::time::Duration,
 ) -> Result<reqwest::Client, TlsError> {
-    let tls = client_config(ca_pem_file)?;
-    reqwest::Client::builder()
+    http_client_with(
+        ca_pem_file,
+        None,
+        Some(timeout),
+        timeout.min(std::time::Duration::from_secs(5)),
+    )
+}
+
+/// An HTTP client that trusts only the CA in `ca_pem_file` (plain HTTP only with `None`),
+/// presents `identity` when given, gives up on a connection after `connect_timeout`, and on a
+/// whole request after `timeout`. With `timeout: None` a request is unbounded, for streamed
+/// answers that last as long as they are read (watches); the caller then bounds each request
+/// itself (`RequestBuilder::timeout`).
+pub fn http_client_with(
+    ca_pem_file: Option<&Path>,
+    identity: Option<&ClientIdentity>,
+    timeout: Option<std::time::Duration>,
+    connect_timeout: std::time::Duration,
+) -> Result<reqwest::Client, TlsError> {
+    let tls = client_config_with_identity(ca_pem_file, identity)?;
+    let mut builder = reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
-        .timeout(timeout)
-        .connect_timeout(timeout.min(std::time::Duration::from_secs(5)))
-        .build()
-        .map_err(|e| TlsError::Client(e.to_string()))
+        .connect_timeout(connect_timeout);
+    if let Some(t) = timeout {
+        builder = builder.timeout(t);
+    }
+    builder.build().map_err(|e| TlsError::Client(e.to_string()))
 }
 
 /// A client configuration that trusts only the CA certificates in `ca_pem_file` (or nothing,
 /// for plain-HTTP-only clients).
 pub fn client_config(ca_pem_file: Option<&Path>) -> Result<rustls::ClientConfig, TlsError> {
+    client_config_with_identity(ca_pem_file, None)
+}
+
+/// Like [`client_config`], presenting `identity` (a client certificate and its key) to
+/// servers that ask for one.
+pub fn client_config_with_identity(
+    ca_pem_file: Option<&Path>,
+    identity: Option<&ClientIdentity>,
+) -> Result<rustls::ClientConfig, TlsError> {
     install_crypto_provider();
     let mut roots = RootCertStore::empty();
     if let Some(path) = ca_pem_file {
@@ -66,9 +112,31 @@ pub fn client_config(ca_pem_file: Option<&Path>) -> Result<rustls::ClientConfig,
             });
         }
     }
-    Ok(rustls::ClientConfig::builder()
-        .with_root_certificates(Arc::new(roots))
-        .with_no_client_auth())
+    let builder = rustls::ClientConfig::builder().with_root_certificates(Arc::new(roots));
+    let Some(id) = identity else {
+        return Ok(builder.with_no_client_auth());
+    };
+    let read_err = |path: &Path, detail: String| TlsError::ReadIdentity {
+        path: path.display().to_string(),
+        detail,
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&id.cert_file)
+        .map_err(|e| read_err(&id.cert_file, e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| read_err(&id.cert_file, e.to_string()))?;
+    if chain.is_empty() {
+        return Err(read_err(&id.cert_file, "no certificate in the file".into()));
+    }
+    // The key's text is never part of an error: only the file's name and what went wrong.
+    let key = PrivateKeyDer::from_pem_file(&id.key_file)
+        .map_err(|e| read_err(&id.key_file, e.to_string()))?;
+    builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| TlsError::BadIdentity {
+            cert: id.cert_file.display().to_string(),
+            key: id.key_file.display().to_string(),
+            detail: e.to_string(),
+        })
 }
 
 /// Paths of a generated PKI.
@@ -83,6 +151,27 @@ pub struct Pki {
 /// (`ca.crt`, `server.crt`, `server.key`; the key is written with mode 0600). Existing files
 /// are replaced.
 pub fn generate_pki(dir: &Path, names: &[&str]) -> Result<Pki, TlsError> {
+    generate(dir, names, None).map(|(pki, _)| pki)
+}
+
+/// Like [`generate_pki`], and also a client certificate for `client_name` (its common name)
+/// signed by the same CA (`client.crt`, `client.key`, mode 0600), for servers that
+/// authenticate their clients by certificate.
+pub fn generate_pki_with_client(
+    dir: &Path,
+    names: &[&str],
+    client_name: &str,
+) -> Result<(Pki, ClientIdentity), TlsError> {
+    let (pki, client) = generate(dir, names, Some(client_name))?;
+    let client = client.ok_or_else(|| TlsError::Generate("no client certificate".into()))?;
+    Ok((pki, client))
+}
+
+fn generate(
+    dir: &Path,
+    names: &[&str],
+    client_name: Option<&str>,
+) -> Result<(Pki, Option<ClientIdentity>), TlsError> {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
     let g = |e: rcgen::Error| TlsError::Generate(e.to_string());
     let ca_key = KeyPair::generate().map_err(g)?;
@@ -117,14 +206,32 @@ pub fn generate_pki(dir: &Path, names: &[&str]) -> Result<Pki, TlsError> {
             detail: e.to_string(),
         })
     };
+    let private = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600));
+    };
     write(&pki.ca_cert, ca.pem())?;
     write(&pki.server_cert, cert.pem())?;
     write(&pki.server_key, key.serialize_pem())?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&pki.server_key, std::fs::Permissions::from_mode(0o600));
-    }
-    Ok(pki)
+    private(&pki.server_key);
+    let Some(client_name) = client_name else {
+        return Ok((pki, None));
+    };
+    let client_key = KeyPair::generate().map_err(g)?;
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).map_err(g)?;
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, client_name);
+    client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let client_cert = client_params.signed_by(&client_key, &issuer).map_err(g)?;
+    let identity = ClientIdentity {
+        cert_file: dir.join("client.crt"),
+        key_file: dir.join("client.key"),
+    };
+    write(&identity.cert_file, client_cert.pem())?;
+    write(&identity.key_file, client_key.serialize_pem())?;
+    private(&identity.key_file);
+    Ok((pki, Some(identity)))
 }
 
 #[cfg(test)]
@@ -141,5 +248,42 @@ mod tests {
             Err(TlsError::EmptyCa { .. } | TlsError::ReadCa { .. })
         ));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_generated_client_identity_loads_and_a_mismatched_one_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pki, id) =
+            generate_pki_with_client(dir.path(), &["127.0.0.1"], "bloodraven-client").unwrap();
+        assert!(client_config_with_identity(Some(&pki.ca_cert), Some(&id)).is_ok());
+        let swapped = ClientIdentity {
+            cert_file: id.cert_file.clone(),
+            key_file: pki.server_key.clone(),
+        };
+        assert!(matches!(
+            client_config_with_identity(Some(&pki.ca_cert), Some(&swapped)),
+            Err(TlsError::BadIdentity { .. })
+        ));
+        let no_cert = ClientIdentity {
+            cert_file: id.key_file.clone(),
+            key_file: id.key_file.clone(),
+        };
+        let err = client_config_with_identity(Some(&pki.ca_cert), Some(&no_cert)).unwrap_err();
+        assert!(matches!(err, TlsError::ReadIdentity { .. }), "{err:?}");
+        let key_text = std::fs::read_to_string(&id.key_file).unwrap();
+        let body = key_text.lines().nth(1).unwrap();
+        assert!(
+            !format!("{err} {err:?}").contains(body),
+            "no key material in errors"
+        );
+        assert!(
+            http_client_with(
+                Some(&pki.ca_cert),
+                Some(&id),
+                None,
+                std::time::Duration::from_secs(1)
+            )
+            .is_ok()
+        );
     }
 }

@@ -5,6 +5,8 @@
 //! | [`ledger`] | the application's-eye ledger: a writer that records every answer, a probe that tries a write on every site, a checker of what the final primary holds |
 //! | [`fake_k8s`] | a stateful fake Kubernetes API server over real HTTP |
 //! | [`faults`] | one fault-injecting store: delays, stalls, gates and lost races by rule, and a record of every write |
+//! | [`etcd`] | a real etcd cluster of `n` members on loopback ports: stop, kill, pause, resume, restart by pid |
+//! | [`link`] | a TCP link a test can cut and heal |
 //! | [`matrix`] | the fault matrix's promises, judging, results table and plots, shared by the benches that inject faults |
 //! | [`report`] | benchmark figures written into the generated part of a Markdown page |
 //! | [`store_conformance`] | the store contract as cases every back-end runs ([`conformance_tests!`]) |
@@ -12,9 +14,11 @@
 // Test tooling panics on a broken setup, by design: the test that used it fails there.
 #![allow(clippy::missing_panics_doc)]
 
+pub mod etcd;
 pub mod fake_k8s;
 pub mod faults;
 pub mod ledger;
+pub mod link;
 pub mod matrix;
 pub mod report;
 pub mod store_conformance;

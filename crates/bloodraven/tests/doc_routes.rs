@@ -64,8 +64,10 @@ fn not_ours(path: &str) -> bool {
         "/data",
         "/work",
     ];
-    // etcd's JSON gateway (`/v3/kv/put`), the anchor the deploy API is measured against.
+    // etcd's JSON gateway (`/v3/kv/put`), the anchor the deploy API is measured against; and
+    // keys in etcd under the default prefix (`/bloodraven/MysqlFailoverGroup/…`).
     path.starts_with("/v3/")
+        || path.starts_with("/bloodraven/")
         || FILES
             .iter()
             .any(|f| path == *f || path.starts_with(&format!("{f}/")))
