@@ -27,13 +27,19 @@ find_mariadbd() {
   return 1
 }
 
+# The server, and the client tools a reclone copies with (mariadb-dump, mariadb).
+mariadb_present() {
+  find_mariadbd >/dev/null && command -v mariadb-install-db >/dev/null 2>&1 \
+    && command -v mariadb-dump >/dev/null 2>&1 && command -v mariadb >/dev/null 2>&1
+}
+
 ensure_mariadb() {
-  if find_mariadbd >/dev/null && command -v mariadb-install-db >/dev/null 2>&1; then return 0; fi
+  if mariadb_present; then return 0; fi
   apt_install mariadb-server mariadb-client || true
-  find_mariadbd >/dev/null && command -v mariadb-install-db >/dev/null 2>&1 || die \
-    "mariadbd and mariadb-install-db are missing and could not be installed.
+  mariadb_present || die \
+    "mariadbd, mariadb-install-db, mariadb-dump or mariadb is missing and could not be installed.
        Install them with: sudo apt-get install -y mariadb-server mariadb-client
-       (or point BLOODRAVEN_MARIADBD at a mariadbd binary)."
+       (or point BLOODRAVEN_MARIADBD at a mariadbd binary and put the client tools on PATH)."
 }
 
 # Headless Chromium and its WebDriver, for the test that drives the playground's dashboard.

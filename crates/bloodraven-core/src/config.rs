@@ -145,6 +145,26 @@ pub struct SiteSpec {
     /// Higher wins among equally advanced candidates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
+    /// How the ordered update updates this site (embedded mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update: Option<SiteUpdateSpec>,
+}
+
+/// `spec.sites[].update`: the command that updates a site in embedded mode (restarts its
+/// server with a new version or setting). It must be idempotent: an operator that restarts
+/// mid-update runs the command in progress again.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SiteUpdateSpec {
+    /// The program and its arguments (no shell), run with `BLOODRAVEN_GROUP`,
+    /// `BLOODRAVEN_SITE`, `BLOODRAVEN_MYSQL_HOST` and `BLOODRAVEN_MYSQL_PORT` in its
+    /// environment.
+    pub command: Vec<String>,
+    /// Bounds the command, and then the site's coming back as a caught-up replica (default
+    /// `10m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
 
 /// `async` (the default) or `semi-sync`: the primary acknowledges a commit only once a replica
@@ -191,6 +211,18 @@ pub struct ReplicationSpec {
     pub max_lag_seconds: Option<u64>,
     /// The account replicas use to connect to their source (`REPLICATION SLAVE`), needed to
     /// re-point replicas after a failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsRef>,
+}
+
+/// `spec.clone`: how a site is rebuilt from the group (`bloodraven site reclone`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct CloneSpec {
+    /// The account that takes the copy on the donor and loads it into the target, on every
+    /// site: the dump's and the load's rights (docs/reclone.md), never the application's or
+    /// the failover account's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialsRef>,
 }
@@ -262,6 +294,8 @@ pub struct FailoverGroupSpec {
     pub sidecar: Option<SidecarSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_brain_policy: Option<SplitBrainPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone: Option<CloneSpec>,
     /// The first primary of a group whose sites all boot read-only. Without it the operator
     /// promotes the most advanced candidate once every site answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -279,6 +313,16 @@ pub struct SiteConfig {
     pub credentials: CredentialsRef,
     pub sidecar_url: String,
     pub priority: i32,
+    /// `spec.sites[].update`, validated.
+    pub update: Option<SiteUpdate>,
+}
+
+/// A validated `spec.sites[].update`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteUpdate {
+    pub command: Vec<String>,
+    pub timeout: Duration,
 }
 
 /// A validated failover group: every value effective (defaults applied) and checked.
@@ -302,6 +346,9 @@ pub struct GroupConfig {
     pub bootstrap_site: Option<String>,
     /// Where the replication account's credentials come from, if configured.
     pub replication_credentials: Option<CredentialsRef>,
+    /// Where the clone account's credentials come from (`spec.clone.credentials`), if
+    /// configured.
+    pub clone_credentials: Option<CredentialsRef>,
     /// `spec.replication.mode`.
     pub replication_mode: ReplicationMode,
 }
@@ -457,6 +504,24 @@ pub fn validate_group(
             }
         }
         check_url(&mut e, &f("sidecar.url"), &s.sidecar.url);
+        let update = s.update.as_ref().map(|u| {
+            if u.command.first().is_none_or(|p| p.trim().is_empty()) {
+                e.push(
+                    f("update.command"),
+                    "must name a program (its first element) and may add arguments",
+                );
+            }
+            SiteUpdate {
+                command: u.command.clone(),
+                timeout: duration_field(
+                    &mut e,
+                    &f("update.timeout"),
+                    u.timeout.as_ref(),
+                    crate::defaults::UPDATE_TIMEOUT,
+                    Duration::from_secs(1),
+                ),
+            }
+        });
         sites.push(SiteConfig {
             name: s.name.clone(),
             role: s.role,
@@ -465,6 +530,7 @@ pub fn validate_group(
             credentials: s.mysql.credentials.clone(),
             sidecar_url: s.sidecar.url.trim_end_matches('/').to_string(),
             priority: s.priority.unwrap_or(0),
+            update,
         });
     }
     if !spec.sites.is_empty()
@@ -520,6 +586,15 @@ pub fn validate_group(
     {
         e.push(
             "spec.replication.credentials",
+            "must set exactly one of secretName and file",
+        );
+    }
+    let clone_credentials = spec.clone.as_ref().and_then(|c| c.credentials.clone());
+    if let Some(c) = &clone_credentials
+        && c.secret_name.is_some() == c.file.is_some()
+    {
+        e.push(
+            "spec.clone.credentials",
             "must set exactly one of secretName and file",
         );
     }
@@ -621,6 +696,7 @@ pub fn validate_group(
         site_priorities,
         bootstrap_site: spec.bootstrap_site.clone(),
         replication_credentials,
+        clone_credentials,
         replication_mode: spec
             .replication
             .as_ref()
@@ -649,6 +725,7 @@ mod tests {
                 url: format!("http://127.0.0.1:8080/{name}"),
             },
             priority: None,
+            update: None,
         }
     }
 
@@ -687,6 +764,83 @@ mod tests {
         assert_eq!(c.peer_check_interval, Duration::from_secs(5));
         assert_eq!(c.detection_budget(), Duration::from_secs(6));
         assert_eq!(c.site("reader").unwrap().role, SiteRole::ReadOnly);
+    }
+
+    #[test]
+    fn the_clone_account_names_one_source() {
+        let both = FailoverGroupSpec {
+            clone: Some(CloneSpec {
+                credentials: Some(CredentialsRef {
+                    secret_name: Some("clone".into()),
+                    file: Some("/etc/bloodraven/clone".into()),
+                }),
+            }),
+            ..spec()
+        };
+        let err = validate_group("g", "default", &both).unwrap_err();
+        assert!(err.has("spec.clone.credentials"), "{err}");
+        let one = FailoverGroupSpec {
+            clone: Some(CloneSpec {
+                credentials: Some(CredentialsRef {
+                    secret_name: Some("clone".into()),
+                    file: None,
+                }),
+            }),
+            ..spec()
+        };
+        let c = validate_group("g", "default", &one).unwrap();
+        assert_eq!(
+            c.clone_credentials.and_then(|c| c.secret_name).as_deref(),
+            Some("clone")
+        );
+        assert_eq!(
+            validate_group("g", "default", &spec())
+                .unwrap()
+                .clone_credentials,
+            None
+        );
+    }
+
+    #[test]
+    fn a_site_update_names_a_program_and_a_bounded_timeout() {
+        let with = |command: Vec<&str>, timeout: Option<&str>| {
+            let mut s = spec();
+            s.sites[1].update = Some(SiteUpdateSpec {
+                command: command.into_iter().map(String::from).collect(),
+                timeout: timeout.map(String::from),
+            });
+            validate_group("g", "default", &s)
+        };
+        let c = with(vec!["/usr/local/bin/update-site", "--fast"], None).unwrap();
+        let u = c.site("pdx").unwrap().update.clone().unwrap();
+        assert_eq!(u.command, ["/usr/local/bin/update-site", "--fast"]);
+        assert_eq!(u.timeout, Duration::from_secs(600));
+        assert_eq!(c.site("iad").unwrap().update, None);
+        for (command, timeout, field, rule) in [
+            (
+                vec![],
+                None,
+                "spec.sites[1].update.command",
+                "must name a program",
+            ),
+            (
+                vec![" "],
+                None,
+                "spec.sites[1].update.command",
+                "must name a program",
+            ),
+            (
+                vec!["x"],
+                Some("500ms"),
+                "spec.sites[1].update.timeout",
+                "at least 1s",
+            ),
+            (vec!["x"], Some("soon"), "spec.sites[1].update.timeout", ""),
+        ] {
+            let err = with(command, timeout).unwrap_err();
+            assert!(err.has(field), "{err}");
+            assert!(err.to_string().contains(rule), "{err}");
+        }
     }
 
     #[test]

@@ -16,6 +16,12 @@ pub mod annotations {
     pub const REVOKE_DEPLOYMENT_LEASES: &str = "bloodraven.shipstream.io/revoke-deployment-leases";
     /// On a deploy-lease object: the lease record (JSON, token hashes only).
     pub const LEASE_RECORD: &str = "bloodraven.shipstream.io/lease-record";
+    /// Requests a reclone: `<site>:<confirmation>` (`bloodraven site reclone`); removed by the
+    /// operator once taken.
+    pub const RECLONE_SITE: &str = "bloodraven.shipstream.io/reclone-site";
+    /// On the group: request an ordered update; the value is the request's id (an id runs
+    /// once).
+    pub const ORDERED_UPDATE: &str = "bloodraven.shipstream.io/ordered-update";
 }
 
 /// Label keys.
@@ -84,6 +90,13 @@ pub mod metrics {
     /// Operator: deploy API latency by `handler`, a histogram.
     pub const DEPLOY_API_REQUEST_DURATION_SECONDS: &str =
         "bloodraven_deploy_api_request_duration_seconds";
+    /// Operator: reclones that ended, by `group`, `site` and `result` (`succeeded`, `failed`).
+    pub const RECLONES_TOTAL: &str = "bloodraven_reclones_total";
+    /// Operator: ordered updates that ended, by `group` and `result` (`succeeded`, `failed`).
+    pub const ORDERED_UPDATES_TOTAL: &str = "bloodraven_ordered_updates_total";
+    /// Operator: 1 for the ordered update's current phase, by `group` and `phase`; every
+    /// phase 0 when none ran since the operator started.
+    pub const ORDERED_UPDATE_PHASE: &str = "bloodraven_ordered_update_phase";
     /// Operator: the group's `topologyGeneration`.
     pub const TOPOLOGY_GENERATION: &str = "bloodraven_topology_generation";
     /// Operator: 1 for the group's active site, 0 for its other sites.
@@ -138,6 +151,9 @@ pub mod metrics {
         PLANNED_FAILOVER_DURATION_SECONDS,
         FENCES_TOTAL,
         SEMISYNC_ACTIVE,
+        RECLONES_TOTAL,
+        ORDERED_UPDATES_TOTAL,
+        ORDERED_UPDATE_PHASE,
     ];
     /// Every sidecar metric.
     pub const SIDECAR: &[&str] = &[

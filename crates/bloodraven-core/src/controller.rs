@@ -107,8 +107,9 @@ pub enum Action {
         to: String,
         drain: DrainPlan,
         catch_up: Option<CatchUpPlan>,
-        /// Re-pointed to `to` once it is promoted: every other site not known unreachable
-        /// (a failure is retried by the next polls' re-pointing).
+        /// Re-pointed to `to` once it is promoted: every other site not known unreachable and
+        /// not blocked (a failure is retried by the next polls' re-pointing; a blocked site,
+        /// or one being recloned, is never re-pointed).
         repoint: Vec<String>,
     },
     /// Give `site` these semi-synchronous settings (`spec.replication.mode`; see
@@ -375,7 +376,7 @@ fn emergency_failover(input: &DecideInput<'_>, from: &SiteView, to: &SiteView) -
             .sites
             .iter()
             .filter(|s| s.name != from.name && s.name != to.name)
-            .filter(|s| s.state != SiteState::Unreachable)
+            .filter(|s| s.state != SiteState::Unreachable && !s.recovery_blocked)
             .map(|s| s.name.clone())
             .collect(),
     }
@@ -568,7 +569,8 @@ fn decide_topology(input: &DecideInput<'_>) -> Decision {
     if let Some(a) = active.filter(|a| a.state == SiteState::Writable && a.answered) {
         for s in sites
             .iter()
-            .filter(|s| s.recovery_blocked && s.state == SiteState::ReadOnly && s.answered)
+            .filter(|s| s.recovery_blocked && !s.recloning && !s.reclone_failed)
+            .filter(|s| s.state == SiteState::ReadOnly && s.answered)
         {
             if !diverged(s, input, a) {
                 d.actions.push(Action::ClearRecoveryBlock {
@@ -895,7 +897,17 @@ fn conditions(
     };
     let blocked: Vec<&str> = sites
         .iter()
-        .filter(|s| s.recovery_blocked)
+        .filter(|s| s.recovery_blocked && !s.recloning && !s.reclone_failed)
+        .map(|s| s.name.as_str())
+        .collect();
+    let failed: Vec<&str> = sites
+        .iter()
+        .filter(|s| s.reclone_failed)
+        .map(|s| s.name.as_str())
+        .collect();
+    let recloning: Vec<&str> = sites
+        .iter()
+        .filter(|s| s.recloning)
         .map(|s| s.name.as_str())
         .collect();
     let ready_reason = if ready {
@@ -912,13 +924,51 @@ fn conditions(
         ready,
         ready_reason,
         degraded,
-        recovery_pending: (!blocked.is_empty()).then(|| {
-            format!(
-                "recovery blocked (divergent transactions): {}",
-                blocked.join(", ")
-            )
-        }),
+        recovery_pending: recovery_pending(&blocked, &recloning, &failed),
         sidecar_timings_mismatch: timings_mismatch(input),
+    }
+}
+
+/// `RecoveryPending`'s message: the sites blocked for divergent transactions, those being
+/// recloned, and those whose reclone failed part-way.
+fn recovery_pending(blocked: &[&str], recloning: &[&str], failed: &[&str]) -> Option<String> {
+    let mut parts = Vec::new();
+    if !blocked.is_empty() {
+        parts.push(format!(
+            "recovery blocked (divergent transactions): {}",
+            blocked.join(", ")
+        ));
+    }
+    if !recloning.is_empty() {
+        parts.push(format!("being recloned: {}", recloning.join(", ")));
+    }
+    if !failed.is_empty() {
+        parts.push(format!(
+            "reclone failed part-way (reclone again): {}",
+            failed.join(", ")
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// What `site` holds that the group does not, and how many transactions that is (see
+/// [`GtidSet::divergence`]), judged as [`decide`] judges divergence: with failover history
+/// against the promotion point and the active site, without it against the active site.
+/// `None` when its position, or the active site's, is unknown.
+pub fn divergence(site: &SiteView, input: &DecideInput<'_>) -> Option<(GtidSet, u64)> {
+    let s = site.gtid.as_ref()?;
+    let active = input
+        .sites
+        .iter()
+        .find(|a| a.name == input.active_site)
+        .filter(|a| a.answered)
+        .and_then(|a| a.gtid.as_ref());
+    let history = !input.last_failover_target.is_empty();
+    match (input.promotion_gtid, active) {
+        (Some(p), Some(a)) if history => Some(s.divergence(p, a)),
+        (Some(p), None) if history => Some(s.divergence(p, p)),
+        (_, Some(a)) => Some(s.divergence(a, a)),
+        _ => None,
     }
 }
 

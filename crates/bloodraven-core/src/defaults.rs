@@ -10,5 +10,7 @@ pub const FAILOVER_COOLDOWN: Duration = Duration::from_secs(300);
 pub const MAX_LAG_SECONDS: u64 = 300;
 pub const MAX_LAG_WAIT: Duration = Duration::from_secs(300);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// `spec.sites[].update.timeout`: a site's update and its coming back as a caught-up replica.
+pub const UPDATE_TIMEOUT: Duration = Duration::from_secs(600);
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(20);
 pub const PEER_CHECK_INTERVAL: Duration = Duration::from_secs(5);

@@ -194,6 +194,47 @@ impl GtidSet {
         }
     }
 
+    /// What [`GtidSet::diverged_since_promotion`] finds divergent, and how many transactions
+    /// it stands for: the part a reclone discards.
+    ///
+    /// - MySQL: the transactions `active` lacks, exactly.
+    /// - MariaDB: `self`'s entry in each domain that diverges; its count is its sequence
+    ///   number less the highest one the group is known to hold below it in that domain (the
+    ///   promotion point's or the active site's). Exact when the divergent transactions are the
+    ///   last ones of their domain, which is how a returning primary or a stray write diverges.
+    pub fn divergence(&self, promotion: &GtidSet, active: &GtidSet) -> (GtidSet, u64) {
+        match (self, promotion, active) {
+            (GtidSet::MariaDb(site), GtidSet::MariaDb(p), GtidSet::MariaDb(a)) => {
+                let mut set = BTreeMap::new();
+                let mut count = 0u64;
+                for (d, (server, seq)) in site {
+                    let known = |m: &BTreeMap<u32, (u32, u64)>| {
+                        m.get(d).is_some_and(|(srv, s)| srv == server && seq <= s)
+                    };
+                    if known(p) || known(a) {
+                        continue;
+                    }
+                    let below = [p.get(d), a.get(d)]
+                        .into_iter()
+                        .flatten()
+                        .map(|(_, s)| *s)
+                        .filter(|s| s < seq)
+                        .max()
+                        .unwrap_or(0);
+                    set.insert(*d, (*server, *seq));
+                    count = count.saturating_add(seq - below);
+                }
+                (GtidSet::MariaDb(set), count)
+            }
+            (GtidSet::MySql(_), _, GtidSet::MySql(_)) => {
+                let rest = self.subtract(active);
+                let n = rest.transaction_count();
+                (rest, n)
+            }
+            _ => (self.clone(), self.transaction_count()),
+        }
+    }
+
     /// The transactions of `self` that are not in `other`. For MariaDB the result holds, per
     /// domain where `self` is ahead, `self`'s entry (meaning "everything after `other` up to
     /// here"); see [`GtidSet::count_missing_from`] for a count.
@@ -343,6 +384,29 @@ impl fmt::Display for GtidSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_divergent_part_is_what_the_group_does_not_hold() {
+        let m = |x: &str| GtidSet::parse(GtidFlavor::MariaDb, x).unwrap();
+        // A returning old primary: five transactions past the promotion point, while the new
+        // primary (another server) went on in the same domain.
+        let (set, n) = m("0-1-105").divergence(&m("0-1-100"), &m("0-2-130"));
+        assert_eq!((set.to_string(), n), ("0-1-105".to_string(), 5));
+        assert!(m("0-1-105").diverged_since_promotion(&m("0-1-100"), &m("0-2-130")));
+        // A stray write on a replica, one past the active site.
+        let (set, n) = m("0-3-51,1-1-7").divergence(&m("0-1-40"), &m("0-1-50,1-1-9"));
+        assert_eq!((set.to_string(), n), ("0-3-51".to_string(), 1));
+        // Nothing divergent: what the group holds.
+        let (set, n) = m("0-1-100").divergence(&m("0-1-100"), &m("0-2-130"));
+        assert!(set.is_empty());
+        assert_eq!(n, 0);
+        // MySQL: exact.
+        let y = |x: &str| GtidSet::parse(GtidFlavor::MySql, x).unwrap();
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let v = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let (set, n) = y(&format!("{u}:1-10,{v}:1-3")).divergence(&y(""), &y(&format!("{u}:1-12")));
+        assert_eq!((set.to_string(), n), (format!("{v}:1-3"), 3));
+    }
     use proptest::prelude::*;
 
     const U1: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";

@@ -44,7 +44,11 @@ pub fn health_inputs(status: &GroupStatus, flags: PendingFlags) -> HealthInputs 
             .map(|p| p.phase)
             .filter(|p| !p.is_terminal()),
         automatic_failover_held: flags.automatic_failover_held,
-        ordered_update_in_progress: false,
+        ordered_update_in_progress: status
+            .update_phase
+            .as_ref()
+            .is_some_and(crate::status::UpdateStatus::in_flight),
+        update_switchover: status.update_switchover(),
         restore_in_place_in_progress: false,
         topology_change_pending: flags.topology_change_pending,
         revocation_pending: flags.revocation_pending,
@@ -103,6 +107,10 @@ pub struct HealthInputs {
     /// while an operator drains a group by hand). Executing phases hold it implicitly.
     pub automatic_failover_held: bool,
     pub ordered_update_in_progress: bool,
+    /// The phase of the ordered update's own switchover, while it runs: its executing phases
+    /// hold renewals as a planned failover's do, and the group reports `OrderedUpdate`.
+    #[serde(default)]
+    pub update_switchover: Option<PlannedFailoverPhase>,
     pub restore_in_place_in_progress: bool,
     /// A new `topologyGeneration` is being persisted.
     pub topology_change_pending: bool,
@@ -197,7 +205,12 @@ pub fn assess(h: &HealthInputs) -> Assessment {
             h.topology_change_pending,
             UnstableReason::TopologyChangePending,
         ),
-        (executing, UnstableReason::AutomaticFailoverHeld),
+        (
+            executing
+                || h.update_switchover
+                    .is_some_and(PlannedFailoverPhase::is_executing),
+            UnstableReason::AutomaticFailoverHeld,
+        ),
         (
             h.revocation_pending,
             UnstableReason::DeploymentRevocationPending,

@@ -39,6 +39,7 @@ pub mod lease;
 pub mod names;
 pub mod planned;
 pub mod reason;
+pub mod reclone;
 pub mod release;
 pub mod resources;
 #[cfg(feature = "schema")]
@@ -47,5 +48,6 @@ pub mod semisync;
 pub mod status;
 pub mod time;
 pub mod token;
+pub mod update;
 pub mod view;
 pub mod wire;

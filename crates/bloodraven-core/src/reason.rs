@@ -196,17 +196,78 @@ names! {
         SemiSyncFallback = "SemiSyncFallback",
         /// An emergency failover's candidate first caught up from a more advanced site.
         CaughtUpBeforePromotion = "CaughtUpBeforePromotion",
+        /// A reclone (`bloodraven site reclone`) started copying, succeeded, failed; or its
+        /// request was refused and changed nothing.
+        RecloneStarted = "RecloneStarted",
+        RecloneSucceeded = "RecloneSucceeded",
+        RecloneFailed = "RecloneFailed",
+        RecloneRefused = "RecloneRefused",
+        /// An ordered update began, naming the order.
+        OrderedUpdateStarted = "OrderedUpdateStarted",
+        /// A site of an ordered update is updated and caught up.
+        SiteUpdated = "SiteUpdated",
+        /// Every other site is updated: the update's switchover begins.
+        OrderedUpdateFailingOver = "OrderedUpdateFailingOver",
+        OrderedUpdateSucceeded = "OrderedUpdateSucceeded",
+        OrderedUpdateFailed = "OrderedUpdateFailed",
+        /// A request for an ordered update was dropped (another operation runs, nothing to
+        /// update).
+        OrderedUpdateRejected = "OrderedUpdateRejected",
     }
 }
 
-/// A site's `recoveryState`: nothing to recover, or blocked (it holds transactions the active
-/// site never received; `DataLossDetected`).
+names! {
+    /// Why an ordered update stopped as `Failed` (`status.updatePhase.reason`).
+    pub enum UpdateFailure {
+        /// The active site changed while it ran, not by its own switchover.
+        EmergencyFailover = "EmergencyFailover",
+        /// A site was not a caught-up replica before its update, within its timeout.
+        SiteNotCaughtUp = "SiteNotCaughtUp",
+        /// A site's update (its command) failed or ran past its timeout.
+        UpdateFailed = "UpdateFailed",
+        /// A site did not come back as a caught-up replica within its timeout.
+        SiteUnhealthy = "SiteUnhealthy",
+        /// No updated primary candidate was caught up to take the primary.
+        NoCandidate = "NoCandidate",
+        /// The update's switchover failed (its reason in the message).
+        SwitchoverFailed = "SwitchoverFailed",
+    }
+}
+
+names! {
+    /// Why a reclone stopped as `Failed` (`status.sites[].reclone.reason`).
+    pub enum RecloneFailure {
+        /// The active site changed while it ran (an emergency or a planned failover): the copy
+        /// is of a primary that no longer is one.
+        ActiveSiteChanged = "ActiveSiteChanged",
+        /// The target became the active site meanwhile; it is not touched.
+        TargetPromoted = "TargetPromoted",
+        /// Taking or loading the copy failed.
+        CopyFailed = "CopyFailed",
+        /// The target's replication from the active site did not start or broke while it
+        /// caught up.
+        ReplicationFailed = "ReplicationFailed",
+        /// The group has no site to copy from (the active site does not answer).
+        NoDonor = "NoDonor",
+        /// The group's `spec.clone.credentials` are missing or unreadable.
+        NoCredentials = "NoCredentials",
+    }
+}
+
+/// A site's `recoveryState`: nothing to recover, blocked (it holds transactions the active
+/// site never received; `DataLossDetected`), or being rebuilt from the group (a reclone).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RecoveryState {
     /// Written as the empty string (and left out of the status).
     #[default]
     None,
     RecoveryBlocked,
+    /// A reclone is replacing its data: the controller leaves it alone (no re-point, no
+    /// promotion, no unblocking) until the reclone ends.
+    Recloning,
+    /// A reclone failed after it had begun replacing the data: what the site holds is not
+    /// to be trusted, whatever its position says. Only another reclone ends it.
+    RecloneFailed,
     /// A state this version does not know (written by another version).
     Other(String),
 }
@@ -216,6 +277,8 @@ impl RecoveryState {
         match self {
             RecoveryState::None => "",
             RecoveryState::RecoveryBlocked => "RecoveryBlocked",
+            RecoveryState::Recloning => "Recloning",
+            RecoveryState::RecloneFailed => "RecloneFailed",
             RecoveryState::Other(s) => s,
         }
     }
@@ -224,6 +287,8 @@ impl RecoveryState {
         match s {
             "" => RecoveryState::None,
             "RecoveryBlocked" => RecoveryState::RecoveryBlocked,
+            "Recloning" => RecoveryState::Recloning,
+            "RecloneFailed" => RecoveryState::RecloneFailed,
             other => RecoveryState::Other(other.to_string()),
         }
     }
@@ -236,6 +301,15 @@ impl RecoveryState {
     /// The site needs a human (or a reclone) before it rejoins.
     pub fn is_blocked(&self) -> bool {
         !self.is_none()
+    }
+
+    /// A reclone holds the site (running, or failed after it began replacing the data): the
+    /// controller never unblocks it because of its position.
+    pub fn is_held_by_reclone(&self) -> bool {
+        matches!(
+            self,
+            RecoveryState::Recloning | RecoveryState::RecloneFailed
+        )
     }
 }
 
@@ -301,6 +375,8 @@ mod tests {
             RecoveryState::None
         );
         assert!(RecoveryState::parse("Recloning").is_blocked());
+        assert_eq!(RecoveryState::parse("Recloning"), RecoveryState::Recloning);
+        assert!(RecoveryState::parse("FromTheFuture").is_blocked());
     }
 
     #[test]
@@ -316,5 +392,7 @@ mod tests {
         assert!(unique(ConditionType::ALL));
         assert!(unique(FailureReason::ALL));
         assert!(unique(DeferReason::ALL));
+        assert!(unique(RecloneFailure::ALL));
+        assert!(unique(UpdateFailure::ALL));
     }
 }

@@ -325,7 +325,7 @@ fn gtid_strings(schema: &mut Schema, names: &[&str]) {
 
 /// `status.sites[]`.
 pub fn site_status(schema: &mut Schema) {
-    gtid_strings(schema, &["gtidExecuted"]);
+    gtid_strings(schema, &["gtidExecuted", "divergentGtidSet"]);
 }
 
 /// `status`.

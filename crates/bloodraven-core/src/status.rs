@@ -72,6 +72,200 @@ pub struct SiteStatus {
     /// The timings the sidecar last reported running with, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar_timings: Option<SidecarTimings>,
+    /// A blocked site's transactions that the group does not hold, as its GTID set renders
+    /// them (what a reclone discards; its confirmation names a prefix of it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub divergent_gtid_set: String,
+    /// How many transactions `divergentGtidSet` stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergent_transaction_count: Option<u64>,
+    /// The site's last (or running) reclone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclone: Option<RecloneStatus>,
+}
+
+/// Phases of a reclone: accepted, copying from the donor into the target, the target
+/// catching up from the active site, and the two ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum ReclonePhase {
+    Pending,
+    Copying,
+    CatchingUp,
+    Succeeded,
+    Failed,
+}
+
+impl ReclonePhase {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Copying => "Copying",
+            Self::CatchingUp => "CatchingUp",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+/// Phases of an ordered update (`status.updatePhase.phase`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum UpdatePhase {
+    Pending,
+    /// The update's switchover waits for admission (`admission` says why, until when).
+    Deferred,
+    /// A site other than the active one is being updated (`site`).
+    UpdatingReplicas,
+    /// `site` is updated; waiting for it to be a caught-up replica again.
+    WaitingForReplica,
+    /// The switchover to an updated candidate runs (`switchover`).
+    FailingOver,
+    /// The old primary, now a replica, is being updated and waited for.
+    UpdatingOldPrimary,
+    Succeeded,
+    Failed,
+}
+
+impl UpdatePhase {
+    pub const ALL: [UpdatePhase; 8] = [
+        Self::Pending,
+        Self::Deferred,
+        Self::UpdatingReplicas,
+        Self::WaitingForReplica,
+        Self::FailingOver,
+        Self::UpdatingOldPrimary,
+        Self::Succeeded,
+        Self::Failed,
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Deferred => "Deferred",
+            Self::UpdatingReplicas => "UpdatingReplicas",
+            Self::WaitingForReplica => "WaitingForReplica",
+            Self::FailingOver => "FailingOver",
+            Self::UpdatingOldPrimary => "UpdatingOldPrimary",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+/// `status.updatePhase`: the ordered update, persisted step by step so a restarted operator
+/// resumes where it stopped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct UpdateStatus {
+    pub phase: UpdatePhase,
+    /// The request's id (the annotation's value): an id runs once.
+    pub request_id: String,
+    /// The site in progress (the switchover's target while failing over).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub site: String,
+    #[serde(default)]
+    pub sites_done: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
+    pub reason: Option<crate::reason::UpdateFailure>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The switchover's admission while it is deferred.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
+    /// The active site when the update began.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub old_primary: String,
+    /// The `topologyGeneration` it expects: set at its start and by its own switchover; any
+    /// other change (an emergency failover) ends it.
+    #[serde(default)]
+    pub topology_generation: u64,
+    /// `site`'s update ran; what is left is waiting for it to catch up.
+    #[serde(default)]
+    pub site_updated: bool,
+    /// When the current site's step began (its timeout counts from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_start: Option<Timestamp>,
+    /// The update's own switchover, run by the planned failover's machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<PlannedFailoverStatus>,
+}
+
+impl UpdateStatus {
+    /// A new request.
+    pub fn requested(id: &str, now: Timestamp) -> Self {
+        UpdateStatus {
+            phase: UpdatePhase::Pending,
+            request_id: id.to_string(),
+            site: String::new(),
+            sites_done: Vec::new(),
+            start_time: Some(now),
+            completion_time: None,
+            reason: None,
+            message: String::new(),
+            admission: None,
+            old_primary: String::new(),
+            topology_generation: 0,
+            site_updated: false,
+            site_start: None,
+            switchover: None,
+        }
+    }
+
+    pub fn in_flight(&self) -> bool {
+        !self.phase.is_terminal()
+    }
+}
+
+/// `status.sites[].reclone`: rebuilding a site from the group (`bloodraven site reclone`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct RecloneStatus {
+    pub phase: ReclonePhase,
+    /// The site the copy is taken from (empty until it is chosen).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub donor: String,
+    #[serde(default)]
+    pub bytes_copied: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
+    pub reason: Option<crate::reason::RecloneFailure>,
+    /// The `topologyGeneration` it was accepted under: a change of active site stops it.
+    #[serde(default)]
+    pub topology_generation: u64,
+    /// What the request confirmed: the divergent set's prefix, or the site's name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub confirmed: String,
+    /// How many times the copy was started (an operator that restarts mid-copy starts it
+    /// again from the beginning).
+    #[serde(default)]
+    pub attempts: u32,
+    /// `CatchingUp`: the active site's GTID set when the copy was loaded; the target has
+    /// caught up once it holds it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub catch_up_to: String,
 }
 
 /// A sidecar's effective timings, as its `/status` reports them.
@@ -143,6 +337,9 @@ pub struct GroupStatus {
     pub promotion_gtid_executed: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_failover: Option<PlannedFailoverStatus>,
+    /// The ordered update (`bloodraven update`), in flight or the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_phase: Option<UpdateStatus>,
     #[serde(default)]
     pub observed_generation: i64,
     /// When the operator last confirmed this status (its clock); `None` before the first poll.
@@ -161,6 +358,27 @@ impl GroupStatus {
     pub fn condition_true_with(&self, type_: &ConditionType, reason: &ConditionReason) -> bool {
         self.condition(type_)
             .is_some_and(|c| c.is_true() && &c.reason == reason)
+    }
+
+    /// The ordered update's switchover phase, while the update and its switchover run.
+    pub fn update_switchover(&self) -> Option<PlannedFailoverPhase> {
+        self.update_phase
+            .as_ref()
+            .filter(|u| u.in_flight())
+            .and_then(|u| u.switchover.as_ref())
+            .map(|sw| sw.phase)
+            .filter(|p| !p.is_terminal())
+    }
+
+    /// A planned failover executes (its own, or an ordered update's switchover): the topology
+    /// is reserved.
+    pub fn switchover_executing(&self) -> bool {
+        self.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase.is_executing())
+            || self
+                .update_switchover()
+                .is_some_and(PlannedFailoverPhase::is_executing)
     }
 
     pub fn site(&self, name: &str) -> Option<&SiteStatus> {

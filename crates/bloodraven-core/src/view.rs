@@ -113,8 +113,14 @@ pub struct SiteView {
     pub writable_now: bool,
     /// `Some` when the server is configured as a replica.
     pub replica: Option<ReplicaView>,
-    /// The site holds transactions the active site never received; a human must resolve it.
+    /// The site holds transactions the active site never received; a human must resolve it
+    /// (or a reclone). True while it is being recloned too.
     pub recovery_blocked: bool,
+    /// A reclone is replacing its data: the controller leaves it alone.
+    pub recloning: bool,
+    /// Its last reclone failed after it began replacing the data: blocked until another
+    /// reclone succeeds, whatever its position says.
+    pub reclone_failed: bool,
     /// What it has received: as a replica, its IO thread's position (MariaDB `Gtid_IO_Pos`)
     /// when that is ahead of `gtid`, the part of its relay log not applied yet included;
     /// `None` means `gtid`.
@@ -164,6 +170,8 @@ impl SiteView {
             answered: true,
             writable_now: state == SiteState::Writable,
             recovery_blocked: false,
+            recloning: false,
+            reclone_failed: false,
             received: None,
             semi_sync: None,
             sidecar_timings: None,

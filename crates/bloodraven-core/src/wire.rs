@@ -236,6 +236,22 @@ pub mod deploy {
     pub struct Operations {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub planned_failover: Option<PlannedFailoverView>,
+        /// The ordered update in flight; its own switchover shows here, not as
+        /// `plannedFailover`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub ordered_update: Option<OrderedUpdateView>,
+    }
+
+    /// `operations.orderedUpdate`.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct OrderedUpdateView {
+        pub phase: String,
+        /// The site in progress (the switchover's target while failing over).
+        #[serde(default)]
+        pub site: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub admission: Option<crate::planned::Admission>,
     }
 
     #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

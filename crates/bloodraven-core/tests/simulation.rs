@@ -306,6 +306,8 @@ impl World {
                 answered: self.answered[i],
                 writable_now: self.answered[i] && self.probed_writable[i],
                 recovery_blocked: self.status.blocked.contains(&s.name),
+                recloning: false,
+                reclone_failed: false,
                 received: None,
                 semi_sync: None,
                 sidecar_timings: None,

@@ -27,6 +27,7 @@ fn site(name: &str, role: SiteRole) -> SiteSpec {
             url: format!("http://mysql-{name}.db.svc:8080"),
         },
         priority: None,
+        update: None,
     }
 }
 

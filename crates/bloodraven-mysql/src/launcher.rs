@@ -134,6 +134,8 @@ pub struct Accounts {
     pub replication: Credentials,
     /// The application: `SELECT, INSERT, UPDATE, DELETE` on `app.*` only.
     pub app: Credentials,
+    /// A reclone takes its copy and loads it with it: [`CLONE_GRANTS`] on `*.*`.
+    pub clone: Credentials,
 }
 
 /// The grants of the least-privilege control-plane account (documented for users).
@@ -142,6 +144,15 @@ pub const FAILOVER_GRANTS: &str = "READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, REP
 pub const REPLICATION_GRANTS: &str = "REPLICATION SLAVE";
 /// The grants of the application account (on its schema only).
 pub const APP_GRANTS: &str = "SELECT, INSERT, UPDATE, DELETE";
+
+/// The grants of the clone account, on `*.*`: what `mariadb-dump --single-transaction
+/// --master-data|--dump-slave --gtid --routines --events --triggers` needs on a donor (read
+/// everything, the brief global read lock, the binary-log position, the replica's applier
+/// stopped and started), and what loading it needs on a fenced target with binary logging off
+/// for the session (create and fill every object under `read_only`, definers kept). Documented
+/// in docs/reclone.md; it can write on a fenced server, so keep its credentials to the
+/// operator.
+pub const CLONE_GRANTS: &str = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, TRIGGER, REFERENCES, RELOAD, PROCESS, SHOW DATABASES, READ_ONLY ADMIN, BINLOG ADMIN, BINLOG MONITOR, REPLICATION SLAVE ADMIN, SLAVE MONITOR, SET USER";
 
 /// One `mariadbd` process of the launcher.
 pub struct Server {
@@ -152,6 +163,9 @@ pub struct Server {
     pub dir: PathBuf,
     pub socket: PathBuf,
     child: Option<Child>,
+    /// Options added to its command line from its next start on (a changed setting, as an
+    /// update would bring).
+    extra_args: Vec<String>,
 }
 
 impl fmt::Debug for Server {
@@ -215,7 +229,7 @@ impl fmt::Debug for Launcher {
     }
 }
 
-fn random_password() -> String {
+pub fn random_password() -> String {
     let mut h = RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     let a = h.finish();
@@ -444,6 +458,7 @@ impl Launcher {
             failover: Credentials::new("bloodraven", random_password()),
             replication: Credentials::new("repl", random_password()),
             app: Credentials::new("app", random_password()),
+            clone: Credentials::new("clone", random_password()),
         });
         let mut h = Launcher {
             dir: dir.clone(),
@@ -475,6 +490,7 @@ impl Launcher {
                 socket: sdir.join("mysqld.sock"),
                 dir: sdir,
                 child: None,
+                extra_args: Vec::new(),
             });
         }
         for i in 0..h.servers.len() {
@@ -564,6 +580,7 @@ impl Launcher {
             .arg(format!("--innodb-buffer-pool-size={buffer_pool}"))
             .arg("--innodb-log-file-size=8M")
             .args(read_only.then_some("--read-only=ON"))
+            .args(&s.extra_args)
             .args(
                 semi_sync_recovery
                     .then_some(["--init-rpl-role=SLAVE", "--rpl-semi-sync-slave-enabled=ON"])
@@ -618,6 +635,14 @@ impl Launcher {
     /// ([`SiteClient::execute_unlogged`]): a password in `CREATE USER … IDENTIFIED BY` would
     /// otherwise sit in plain text in every site's binary log, replicated and kept.
     pub async fn wire(&mut self, primary: usize) -> Result<(), LaunchError> {
+        self.create_accounts().await?;
+        self.wire_replication(primary).await
+    }
+
+    /// Creates the accounts on every server that lacks them (binary logging off for those
+    /// statements), keeping the ones that exist: a kept set of servers gains an account a
+    /// newer version needs.
+    pub async fn create_accounts(&self) -> Result<(), LaunchError> {
         let a = &self.accounts;
         let accounts = vec![
             format!(
@@ -635,6 +660,11 @@ impl Launcher {
                 crate::sql::quote(a.app.password.expose())
             ),
             format!("GRANT {APP_GRANTS} ON app.* TO 'app'@'127.0.0.1'"),
+            format!(
+                "CREATE USER IF NOT EXISTS 'clone'@'127.0.0.1' IDENTIFIED BY {}",
+                crate::sql::quote(a.clone.password.expose())
+            ),
+            format!("GRANT {CLONE_GRANTS} ON *.* TO 'clone'@'127.0.0.1'"),
         ];
         for i in 0..self.servers.len() {
             let c = self.admin(i)?;
@@ -646,6 +676,12 @@ impl Launcher {
                     source,
                 })?;
         }
+        Ok(())
+    }
+
+    /// Creates the `app` schema on `primary` and makes every other server a read-only GTID
+    /// replica of it, waiting until each has caught up.
+    async fn wire_replication(&mut self, primary: usize) -> Result<(), LaunchError> {
         let p = self.admin(primary)?;
         let pname = self.server(primary)?.name.clone();
         p.execute("CREATE DATABASE IF NOT EXISTS app")
@@ -797,6 +833,26 @@ impl Launcher {
         )
     }
 
+    /// The clone account over TCP (what a reclone's copy lists databases with).
+    pub fn clone_client(&self, i: usize) -> SiteClient {
+        SiteClient::new(
+            self.name(i).to_string(),
+            self.endpoint(i),
+            self.accounts.clone.clone(),
+            Timeouts::default(),
+        )
+    }
+
+    /// Where a reclone's tools reach server `i`, as the clone account.
+    pub fn clone_endpoint(&self, i: usize) -> crate::clone::Endpoint {
+        crate::clone::Endpoint {
+            site: self.name(i).to_string(),
+            host: "127.0.0.1".into(),
+            port: self.port(i),
+            credentials: self.accounts.clone.clone(),
+        }
+    }
+
     /// Connection options for the application account on server `i` (database `app`).
     pub fn app_opts(&self, i: usize) -> mysql_async::Opts {
         mysql_async::OptsBuilder::default()
@@ -899,6 +955,12 @@ impl Launcher {
         }
         let s = self.server_mut(i)?;
         let _ = fs::remove_file(s.dir.join("started.pid"));
+        Ok(())
+    }
+
+    /// Server `i` starts with `args` added to its command line from its next start on.
+    pub fn set_extra_args(&mut self, i: usize, args: Vec<String>) -> Result<(), LaunchError> {
+        self.server_mut(i)?.extra_args = args;
         Ok(())
     }
 

@@ -12,6 +12,7 @@
 //! Nothing here decides anything: callers (operator, sidecar) decide in `bloodraven-core` and
 //! use this crate to act.
 
+pub mod clone;
 pub mod creds;
 pub mod error;
 pub mod launcher;
@@ -19,6 +20,7 @@ pub mod ops;
 pub mod site;
 pub mod sql;
 pub mod switchover;
+pub mod update_desk;
 
 pub use creds::{Credentials, Password};
 pub use error::{Cause, MysqlError};

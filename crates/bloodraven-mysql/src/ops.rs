@@ -59,6 +59,24 @@ pub trait Site: Clone + Send + Sync + 'static {
         &self,
         settings: Settings,
     ) -> impl Future<Output = Result<(), MysqlError>> + Send;
+    /// Kills every connection of account `user`.
+    fn kill_sessions_of(
+        &self,
+        user: &str,
+    ) -> impl Future<Output = Result<KillReport, MysqlError>> + Send;
+    /// The databases other than the system ones.
+    fn application_databases(&self)
+    -> impl Future<Output = Result<Vec<String>, MysqlError>> + Send;
+    /// Readies a reclone's target: fenced, replication forgotten, binary logs and GTID
+    /// positions reset.
+    fn prepare_clone_target(&self) -> impl Future<Output = Result<(), MysqlError>> + Send;
+    /// Makes `position` the server's own GTID position (its binary log empty).
+    fn seed_gtid_position(
+        &self,
+        position: &GtidSet,
+    ) -> impl Future<Output = Result<(), MysqlError>> + Send;
+    /// Starts replication's threads (running ones stay).
+    fn start_replication(&self) -> impl Future<Output = Result<(), MysqlError>> + Send;
 }
 
 impl Site for SiteClient {
@@ -131,5 +149,25 @@ impl Site for SiteClient {
 
     async fn configure_semi_sync(&self, settings: Settings) -> Result<(), MysqlError> {
         SiteClient::configure_semi_sync(self, settings).await
+    }
+
+    async fn kill_sessions_of(&self, user: &str) -> Result<KillReport, MysqlError> {
+        SiteClient::kill_sessions_of(self, user).await
+    }
+
+    async fn application_databases(&self) -> Result<Vec<String>, MysqlError> {
+        SiteClient::application_databases(self).await
+    }
+
+    async fn prepare_clone_target(&self) -> Result<(), MysqlError> {
+        SiteClient::prepare_clone_target(self).await
+    }
+
+    async fn seed_gtid_position(&self, position: &GtidSet) -> Result<(), MysqlError> {
+        SiteClient::seed_gtid_position(self, position).await
+    }
+
+    async fn start_replication(&self) -> Result<(), MysqlError> {
+        SiteClient::start_replication(self).await
     }
 }

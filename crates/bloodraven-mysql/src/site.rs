@@ -1013,6 +1013,86 @@ impl SiteClient {
         }
     }
 
+    /// The connections of account `user` (any host), other than this client's own.
+    pub async fn sessions_of(&self, user: &str) -> Result<Vec<u64>, MysqlError> {
+        let (own, sessions) = self.sessions().await?;
+        Ok(sessions
+            .into_iter()
+            .filter(|s| s.user == user && s.id != own)
+            .map(|s| s.id)
+            .collect())
+    }
+
+    /// Kills every connection of account `user` (a copy's dump or load left behind by an
+    /// operator that died mid-copy).
+    pub async fn kill_sessions_of(&self, user: &str) -> Result<KillReport, MysqlError> {
+        let ids = self.sessions_of(user).await?;
+        self.kill_sessions(ids).await
+    }
+
+    /// The server's databases other than the system ones (`mysql`, `information_schema`,
+    /// `performance_schema`, `sys`): what a reclone copies (or drops).
+    pub async fn application_databases(&self) -> Result<Vec<String>, MysqlError> {
+        self.run(Op::Admin, self.inner.timeouts.statement, false, move |c| {
+            Box::pin(async move {
+                c.query(
+                    "SELECT schema_name FROM information_schema.schemata WHERE schema_name NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') ORDER BY schema_name",
+                )
+                .await
+            })
+        })
+        .await
+    }
+
+    /// Readies a reclone's target for its load (MariaDB): fenced (the caller fences first;
+    /// this sets it again), replication stopped and forgotten, its binary logs and GTID
+    /// positions reset — the divergent transactions it held are gone from them from here on.
+    pub async fn prepare_clone_target(&self) -> Result<(), MysqlError> {
+        let flavor = self.flavor().await?;
+        if !flavor.is_mariadb() {
+            return Err(Op::Admin.error(
+                &self.inner.label,
+                Cause::Unexpected(format!("a reclone needs MariaDB; the server is {flavor}")),
+            ));
+        }
+        self.run(Op::Admin, self.inner.timeouts.statement, false, move |c| {
+            Box::pin(async move {
+                c.query_drop("SET SESSION lock_wait_timeout = 5").await?;
+                c.query_drop(flavor.fence_statement()).await?;
+                c.query_drop(flavor.stop_replica()).await?;
+                c.query_drop("RESET SLAVE ALL").await?;
+                c.query_drop("RESET MASTER").await?;
+                c.query_drop("SET GLOBAL gtid_slave_pos = ''").await
+            })
+        })
+        .await
+    }
+
+    /// After a reclone's load (MariaDB, binary log empty): makes `position` — the copy's — the
+    /// server's own GTID position, so re-pointing it (which starts from its binary-log
+    /// position) resumes right after the copy, in every domain.
+    pub async fn seed_gtid_position(&self, position: &GtidSet) -> Result<(), MysqlError> {
+        let sql = format!(
+            "SET GLOBAL gtid_binlog_state = {}",
+            crate::sql::quote(&position.to_string())
+        );
+        self.run(Op::Admin, self.inner.timeouts.statement, false, move |c| {
+            Box::pin(c.query_drop(sql))
+        })
+        .await
+    }
+
+    /// Starts replication's threads (a donor replica whose applier a dump stopped, when the
+    /// dump died before it could start it again). Threads already running stay as they are.
+    pub async fn start_replication(&self) -> Result<(), MysqlError> {
+        let flavor = self.flavor().await?;
+        let start = flavor.start_replica();
+        self.run(Op::Admin, self.inner.timeouts.statement, false, move |c| {
+            Box::pin(c.query_drop(start))
+        })
+        .await
+    }
+
     /// Runs an administrative statement (harness setup, tests). The statement is not logged.
     pub async fn execute(&self, sql: impl Into<String>) -> Result<(), MysqlError> {
         let sql = sql.into();

@@ -43,6 +43,7 @@ mod contract_docs {
     fn the_operator_page_lists_every_reason() {
         use bloodraven_core::reason::{
             ConditionReason, ConditionType, DeferReason, EventReason, FailureReason,
+            RecloneFailure, RecoveryState, UpdateFailure,
         };
         let page = include_str!("../../../docs/operator.md");
         let names = EventReason::ALL
@@ -51,7 +52,18 @@ mod contract_docs {
             .chain(ConditionType::ALL.iter().map(ConditionType::as_str))
             .chain(ConditionReason::ALL.iter().map(ConditionReason::as_str))
             .chain(DeferReason::ALL.iter().map(DeferReason::as_str))
-            .chain(FailureReason::ALL.iter().map(FailureReason::as_str));
+            .chain(FailureReason::ALL.iter().map(FailureReason::as_str))
+            .chain(RecloneFailure::ALL.iter().map(RecloneFailure::as_str))
+            .chain(UpdateFailure::ALL.iter().map(UpdateFailure::as_str))
+            .chain(
+                [
+                    RecoveryState::RecoveryBlocked,
+                    RecoveryState::Recloning,
+                    RecoveryState::RecloneFailed,
+                ]
+                .iter()
+                .map(RecoveryState::as_str),
+            );
         for reason in names {
             assert!(
                 page.contains(&format!("`{reason}`")),

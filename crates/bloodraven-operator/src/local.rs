@@ -47,6 +47,8 @@ pub struct LocalOptions {
     pub bootstrap_site: Option<String>,
     /// `spec.replication.mode`.
     pub replication_mode: bloodraven_core::config::ReplicationMode,
+    /// `spec.sites[].update` of every site: its command and timeout.
+    pub update: Option<(Vec<String>, String)>,
 }
 
 impl LocalOptions {
@@ -74,6 +76,7 @@ impl LocalOptions {
             extra_groups: Vec::new(),
             bootstrap_site: None,
             replication_mode: bloodraven_core::config::ReplicationMode::Async,
+            update: None,
         }
     }
 }
@@ -165,6 +168,15 @@ pub fn write_files(
             a.replication.password.expose()
         ),
     )?;
+    let clone_credentials = dir.join("clone.cred");
+    write(
+        &clone_credentials,
+        &format!(
+            "username={}\npassword={}\n",
+            a.clone.user,
+            a.clone.password.expose()
+        ),
+    )?;
     let mut sites = String::new();
     for (i, role) in o.roles.iter().enumerate() {
         let port = o
@@ -184,6 +196,14 @@ pub fn write_files(
             role.as_str(),
             site_credentials.display()
         );
+        if let Some((command, timeout)) = &o.update {
+            // JSON strings are YAML flow scalars: the command's quoting survives.
+            let command = serde_json::to_string(command).unwrap_or_default();
+            let _ = writeln!(
+                sites,
+                "      update: {{command: {command}, timeout: {timeout}}}"
+            );
+        }
     }
     let data_dir = dir.join("data");
     let mut text = format!(
@@ -204,13 +224,14 @@ pub fn write_files(
     }
     let group_doc = |name: &str| {
         format!(
-            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{mode: {mode}, credentials: {{file: {repl}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  sites:\n{sites}",
+            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{mode: {mode}, credentials: {{file: {repl}}}}}\n  clone: {{credentials: {{file: {clone}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  sites:\n{sites}",
             ns = o.namespace,
             poll = o.poll_interval,
             ft = o.failure_threshold,
             rt = o.recovery_threshold,
             cd = o.failover_cooldown,
             repl = replication_credentials.display(),
+            clone = clone_credentials.display(),
             mode = o.replication_mode.as_str(),
             drain = o.drain_timeout,
             lag = o.max_lag_wait,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bloodraven_core::contract::metrics as names;
 use bloodraven_core::lease::{LeaseKind, RevocationReason};
 use bloodraven_core::planned::DeferReason;
-use bloodraven_core::status::SiteState;
+use bloodraven_core::status::{SiteState, UpdatePhase};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,6 +21,18 @@ use prometheus_client::registry::Registry;
 pub struct GroupKind {
     pub group: String,
     pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupResult {
+    pub group: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupPhase {
+    pub group: String,
+    pub phase: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -63,6 +75,13 @@ pub struct GroupSiteReason {
     pub group: String,
     pub site: String,
     pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupSiteResult {
+    pub group: String,
+    pub site: String,
+    pub result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -117,6 +136,9 @@ pub struct Metrics {
     pub active_site: Family<GroupSite, Gauge>,
     pub fences: Family<GroupSiteReason, Counter>,
     pub semisync_active: Family<GroupSite, Gauge>,
+    pub reclones: Family<GroupSiteResult, Counter>,
+    pub ordered_updates: Family<GroupResult, Counter>,
+    pub ordered_update_phase: Family<GroupPhase, Gauge>,
 }
 
 impl Default for Metrics {
@@ -148,6 +170,9 @@ impl Metrics {
             planned_failover_duration: Family::new_with_constructor(duration_buckets),
             active_site: Family::default(),
             fences: Family::default(),
+            reclones: Family::default(),
+            ordered_updates: Family::default(),
+            ordered_update_phase: Family::default(),
             semisync_active: Family::default(),
         };
         m.register_all(&mut r);
@@ -264,6 +289,21 @@ impl Metrics {
             "Fences the operator confirmed, by site and reason (intruder, planned, emergency)",
             self.fences.clone(),
         );
+        r.register(
+            counter(names::RECLONES_TOTAL),
+            "Reclones that ended, by site and result (succeeded, failed)",
+            self.reclones.clone(),
+        );
+        r.register(
+            counter(names::ORDERED_UPDATES_TOTAL),
+            "Ordered updates that ended, by result (succeeded, failed)",
+            self.ordered_updates.clone(),
+        );
+        r.register(
+            names::ORDERED_UPDATE_PHASE,
+            "1 for the ordered update's current phase, 0 for the others",
+            self.ordered_update_phase.clone(),
+        );
     }
 
     /// Creates every series of `group` (sites `sites`, active site `active`): counters and
@@ -303,6 +343,13 @@ impl Metrics {
                 });
             }
         }
+        for result in ["succeeded", "failed"] {
+            let _ = self.ordered_updates.get_or_create(&GroupResult {
+                group: group.to_string(),
+                result: result.to_string(),
+            });
+        }
+        self.set_update_phase(group, None);
         let _ = self.failovers_blocked_by_cooldown.get_or_create(&g());
         let _ = self.poll_duration.get_or_create(&g());
         let _ = self.planned_failover_duration.get_or_create(&g());
@@ -318,6 +365,13 @@ impl Metrics {
                 .get_or_create(&gs)
                 .set(i64::from(site == active));
             let _ = self.semisync_active.get_or_create(&gs);
+            for result in ["succeeded", "failed"] {
+                let _ = self.reclones.get_or_create(&GroupSiteResult {
+                    group: group.to_string(),
+                    site: site.clone(),
+                    result: result.to_string(),
+                });
+            }
             for reason in [
                 names::FENCE_INTRUDER,
                 names::FENCE_PLANNED,
@@ -351,6 +405,39 @@ impl Metrics {
                 })
                 .set(i64::from(site == active));
         }
+    }
+
+    /// Sets the ordered-update phase gauge: 1 for `phase`, 0 for every other.
+    pub fn set_update_phase(&self, group: &str, phase: Option<UpdatePhase>) {
+        for p in UpdatePhase::ALL {
+            self.ordered_update_phase
+                .get_or_create(&GroupPhase {
+                    group: group.to_string(),
+                    phase: p.as_str().to_string(),
+                })
+                .set(i64::from(Some(p) == phase));
+        }
+    }
+
+    /// An ordered update ended with `result` (`succeeded`, `failed`).
+    pub fn ordered_update_ended(&self, group: &str, result: &str) {
+        self.ordered_updates
+            .get_or_create(&GroupResult {
+                group: group.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// A reclone of `site` ended with `result` (`succeeded`, `failed`).
+    pub fn reclone_ended(&self, group: &str, site: &str, result: &str) {
+        self.reclones
+            .get_or_create(&GroupSiteResult {
+                group: group.to_string(),
+                site: site.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a confirmed fence of `site`.

@@ -91,6 +91,9 @@ pub async fn snapshot(pg: &Playground) -> Value {
                 "replicating": s["replicating"],
                 "lag": s["secondsBehindSource"],
                 "recoveryState": s["recoveryState"],
+                "divergentGtidSet": s["divergentGtidSet"],
+                "divergentTransactionCount": s["divergentTransactionCount"],
+                "reclone": s["reclone"],
                 "readOnly": sc["mysql"]["read_only"],
                 "sidecar": {
                     "up": !sc.is_null(),

@@ -98,6 +98,9 @@ struct Saved {
     failover: (String, String),
     replication: (String, String),
     app: (String, String),
+    /// Absent in a directory saved before reclones: a new account is made then.
+    #[serde(default)]
+    clone: Option<(String, String)>,
 }
 
 /// The links of one site.
@@ -226,6 +229,10 @@ async fn start_servers(
             failover: Credentials::new(s.failover.0.clone(), s.failover.1.clone()),
             replication: Credentials::new(s.replication.0.clone(), s.replication.1.clone()),
             app: Credentials::new(s.app.0.clone(), s.app.1.clone()),
+            clone: s.clone.clone().map_or_else(
+                || Credentials::new("clone", bloodraven_mysql::launcher::random_password()),
+                |(u, p)| Credentials::new(u, p),
+            ),
         });
     }
     // A kept playground restarts its servers read-only, then restores the site the stored
@@ -251,6 +258,7 @@ async fn start_servers(
         wire_fresh(&mut harness, progress).await?;
     } else {
         progress("reusing the servers' data from the previous run");
+        harness.create_accounts().await?;
     }
     let a = harness.accounts().clone();
     let saved = Saved {
@@ -264,6 +272,7 @@ async fn start_servers(
             a.replication.password.expose().to_string(),
         ),
         app: (a.app.user.clone(), a.app.password.expose().to_string()),
+        clone: Some((a.clone.user.clone(), a.clone.password.expose().to_string())),
     };
     write_private(
         &w.saved_path,
@@ -853,6 +862,44 @@ impl Playground {
         Ok(format!("requested a planned failover to {to}"))
     }
 
+    /// Requests a reclone of `name` (as `bloodraven site reclone` does), confirmed with what
+    /// the stored status shows it would discard (the dashboard's button on a blocked site).
+    pub async fn reclone_site(&self, name: &str) -> Result<String, PlaygroundError> {
+        Self::site_index(name)?;
+        let k = ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP);
+        let status = match self.store.get(&k).await {
+            Ok(Some(o)) => {
+                o.decode::<bloodraven_core::resources::FailoverGroupBody>()
+                    .map_err(|e| PlaygroundError::Other(e.to_string()))?
+                    .status
+            }
+            Ok(None) => {
+                return Err(PlaygroundError::Other(
+                    "the group is not in the store yet".into(),
+                ));
+            }
+            Err(e) => return Err(PlaygroundError::Other(e.to_string())),
+        };
+        let shown = status.site(name).cloned().unwrap_or_default();
+        let confirm = bloodraven_core::reclone::Confirmation::of(&shown).shortest();
+        let confirm = if confirm.is_empty() {
+            name.to_string()
+        } else {
+            confirm
+        };
+        let sites: Vec<String> = SITES.iter().map(|s| (*s).to_string()).collect();
+        bloodraven_core::reclone::admit(name, &confirm, &status, &sites)
+            .map_err(|r| PlaygroundError::Other(format!("refused: {r}")))?;
+        self.annotate(
+            bloodraven_core::contract::annotations::RECLONE_SITE,
+            &bloodraven_core::reclone::request_value(name, &confirm),
+        )
+        .await?;
+        Ok(format!(
+            "requested a reclone of {name} (confirmed with {confirm:?})"
+        ))
+    }
+
     /// Revokes every deploy lease (as `bloodraven deploy revoke-all` does).
     pub async fn revoke_all(&self) -> Result<String, PlaygroundError> {
         self.annotate(REVOKE_DEPLOYMENT_LEASES, &SystemClock.now().to_rfc3339())
@@ -987,8 +1034,9 @@ impl Playground {
             "take-lease" => self.take_lease().await,
             "release-lease" => self.release_lease().await,
             "revoke-all" => self.revoke_all().await,
+            "reclone-site" => self.reclone_site(site.ok_or_else(missing)?).await,
             other => Err(PlaygroundError::Other(format!(
-                "unknown action {other:?} (increment, start-writing, stop-writing, failover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, isolate-operator, heal-operator, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
+                "unknown action {other:?} (increment, start-writing, stop-writing, failover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, isolate-operator, heal-operator, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
             ))),
         }
     }

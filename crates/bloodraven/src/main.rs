@@ -13,7 +13,9 @@ mod operator_cmd;
 mod playground_cmd;
 mod release_cmd;
 mod sidecar_cmd;
+mod site_cmd;
 mod status_cmd;
+mod update_cmd;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,6 +38,11 @@ enum Command {
     Topology(operator_cmd::TopologyArgs),
     /// Request a planned failover of a group to a site and follow its phases.
     Failover(failover_cmd::FailoverArgs),
+    /// Operations on one site of a group: rebuild it from the group (`site reclone`).
+    Site(site_cmd::SiteArgs),
+    /// Update every site one at a time (replicas first, one switchover to an updated site,
+    /// the old primary last) and follow the phases.
+    Update(update_cmd::UpdateArgs),
     /// Show the groups: sites, states, lag, active site, generation, operations, leases.
     Status(status_cmd::StatusArgs),
     /// The deploy lease API: run a migration under the leases, observe, drive a lease, revoke all.
@@ -74,6 +81,8 @@ fn main() {
         Command::Topology(args) => std::process::exit(operator_cmd::run_topology(args)),
         Command::Failover(args) => std::process::exit(failover_cmd::run(&args)),
         Command::Status(args) => std::process::exit(status_cmd::run(&args)),
+        Command::Site(args) => std::process::exit(site_cmd::run(&args)),
+        Command::Update(args) => std::process::exit(update_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
         Command::MoveToKubernetes(args) => std::process::exit(move_cmd::run(&args)),
         Command::Crds(args) => std::process::exit(crds_cmd::run(&args)),

@@ -1242,3 +1242,72 @@ fn sidecars_with_other_timings_are_named() {
         "{m}"
     );
 }
+
+/// A blocked site (divergent, or being recloned) is never re-pointed: not by the emergency
+/// promotion's re-points, not by a poll's; a recloning one is not unblocked either, whatever
+/// its position says mid-copy.
+#[test]
+fn blocked_and_recloning_sites_are_left_alone() {
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    sites[0].answered = false;
+    sites[2].recovery_blocked = true;
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(d.actions, vec![emergency("iad", "pdx", &[])]);
+    // Mid-copy the target's position is empty: it diverges from nothing, yet stays blocked.
+    let iad = site("iad", 0, SiteState::Writable, "0-1-100");
+    let mut pdx = site("pdx", 1, SiteState::ReadOnly, "");
+    pdx.gtid = Some(g(""));
+    pdx.recovery_blocked = true;
+    pdx.recloning = true;
+    let sites = vec![iad, pdx.clone()];
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(
+        d.conditions.recovery_pending.as_deref(),
+        Some("being recloned: pdx")
+    );
+    // Not recloning: the same position unblocks it.
+    pdx.recloning = false;
+    let sites = vec![sites[0].clone(), pdx];
+    let d = decide(&input(&sites, "iad", ""));
+    assert_eq!(
+        d.actions,
+        vec![Action::ClearRecoveryBlock { site: "pdx".into() }]
+    );
+}
+
+/// The divergent part a status shows for a blocked site: against the promotion point with
+/// failover history, against the active site without.
+#[test]
+fn a_blocked_sites_divergence_is_reported() {
+    let iad = site("iad", 0, SiteState::ReadOnly, "0-1-105");
+    let pdx = site("pdx", 1, SiteState::Writable, "0-2-130");
+    let sites = vec![iad, pdx];
+    let promo = g("0-1-100");
+    let i = promoted(input(&sites, "pdx", "pdx"), &promo);
+    let (set, n) = divergence(&sites[0], &i).unwrap();
+    assert_eq!((set.to_string(), n), ("0-1-105".to_string(), 5));
+    let (set, n) = divergence(&sites[1], &i).unwrap();
+    assert!(set.is_empty() && n == 0);
+    let mut blind = sites.clone();
+    blind[0].gtid = None;
+    assert_eq!(divergence(&blind[0], &i), None);
+}
+
+/// A site whose reclone failed part-way stays blocked whatever its position says: only
+/// another reclone clears it.
+#[test]
+fn a_site_whose_reclone_failed_is_not_unblocked_by_its_position() {
+    let iad = site("iad", 0, SiteState::Writable, "0-1-100");
+    let mut pdx = site("pdx", 1, SiteState::ReadOnly, "0-1-40");
+    pdx.recovery_blocked = true;
+    pdx.reclone_failed = true;
+    let sites = vec![iad, pdx];
+    let d = decide(&input(&sites, "iad", ""));
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(
+        d.conditions.recovery_pending.as_deref(),
+        Some("reclone failed part-way (reclone again): pdx")
+    );
+}

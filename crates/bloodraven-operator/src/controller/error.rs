@@ -8,7 +8,7 @@ use bloodraven_store::StoreError;
 pub enum CredentialsUnavailable {
     #[error("credentials not read yet")]
     NotReadYet,
-    #[error("spec.replication.credentials is not configured")]
+    #[error("not configured")]
     NotConfigured,
     #[error("{0}")]
     Read(crate::secrets::SecretError),
@@ -29,6 +29,8 @@ pub enum ControllerError {
     UnknownSite(String),
     #[error("the replication account is not usable: {0}")]
     ReplicationCredentials(CredentialsUnavailable),
+    #[error("the clone account (spec.clone.credentials) is not usable: {0}")]
+    CloneCredentials(CredentialsUnavailable),
     #[error("persisting {what} failed: {source}")]
     Persist {
         what: &'static str,
@@ -96,6 +98,7 @@ impl ControllerError {
             ControllerError::NotLeader => "leadership",
             ControllerError::NoClient { .. } | ControllerError::UnknownSite(_) => "client",
             ControllerError::ReplicationCredentials(_) => "replication-credentials",
+            ControllerError::CloneCredentials(_) => "clone-credentials",
             ControllerError::Persist { .. } => "persist",
             ControllerError::Fence { .. } => "fence",
             ControllerError::KillSessions { .. } => "kill-sessions",

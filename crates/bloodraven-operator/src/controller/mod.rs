@@ -18,6 +18,8 @@
 //! | [`gather`] | probing every site and asking each sidecar for its state, into [`SiteFacts`] |
 //! | [`act`] | executing [`bloodraven_core::controller::decide`]'s actions: bootstrap, emergency failover, fencing intruders, reassertion, re-pointing, blocking |
 //! | [`planned`] | executing the planned failover's steps, as [`bloodraven_core::planned`] decides them |
+//! | [`update`] | taking an ordered-update request, running each site's update beside the poll, the update's switchover through [`planned`]'s machine, as [`bloodraven_core::update`] decides |
+//! | [`reclone`] | taking a reclone request, running its copy beside the poll, its steps as [`bloodraven_core::reclone`] decides them |
 //! | [`status`] | building the status, writing it when it changed, alerts, site metrics |
 //! | [`error`] | why a step failed |
 //!
@@ -35,7 +37,9 @@ mod act;
 mod error;
 mod gather;
 mod planned;
+mod reclone;
 mod status;
+mod update;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -44,6 +48,7 @@ use std::time::Duration;
 use bloodraven_core::config::{GroupConfig, SiteConfig};
 use bloodraven_core::controller::{self, DecideInput, Effect};
 use bloodraven_core::gtid::GtidSet;
+use bloodraven_core::reason::RecoveryState;
 use bloodraven_core::status::{GroupStatus, SidecarTimings, SiteState};
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::view::{ReplicaView, Repointed, SiteTracker, SiteView};
@@ -137,6 +142,12 @@ pub struct Controller<S: Site = SiteClient> {
     sites: Vec<SiteFacts<S>>,
     connect: Connect<S>,
     replication: Result<Credentials, CredentialsUnavailable>,
+    /// The clone account (`spec.clone.credentials`), for reclones.
+    clone_credentials: Result<Credentials, CredentialsUnavailable>,
+    /// The reclone copy in flight.
+    reclone_run: Option<reclone::RecloneRun<S>>,
+    /// The ordered update's site update in flight.
+    update_run: Option<update::UpdateRun>,
     last_reassertion: Option<Timestamp>,
     /// Alerts raised and not yet cleared (each is evented once when it starts).
     raised: BTreeSet<String>,
@@ -188,6 +199,9 @@ impl<S: Site> Controller<S> {
             sites,
             connect,
             replication,
+            clone_credentials: Err(CredentialsUnavailable::NotReadYet),
+            reclone_run: None,
+            update_run: None,
             last_reassertion: None,
             raised: BTreeSet::new(),
             http,
@@ -238,6 +252,15 @@ impl<S: Site> Controller<S> {
         };
         if replication.is_ok() || self.replication.is_err() {
             self.replication = replication;
+        }
+        let clone_credentials = match &self.rt.config.clone_credentials {
+            None => Err(CredentialsUnavailable::NotConfigured),
+            Some(r) => crate::secrets::credentials(r, &namespace, &*secrets)
+                .await
+                .map_err(CredentialsUnavailable::Read),
+        };
+        if clone_credentials.is_ok() || self.clone_credentials.is_err() {
+            self.clone_credentials = clone_credentials;
         }
     }
 
@@ -327,6 +350,7 @@ impl<S: Site> Controller<S> {
             .enumerate()
             .map(|(i, s)| {
                 let p = s.probe.as_ref();
+                let recovery = status.site(&s.cfg.name).map(|st| &st.recovery_state);
                 SiteView {
                     name: s.cfg.name.clone(),
                     role: s.cfg.role,
@@ -345,9 +369,9 @@ impl<S: Site> Controller<S> {
                         source_port: r.source_port,
                         seconds_behind: r.seconds_behind,
                     }),
-                    recovery_blocked: status
-                        .site(&s.cfg.name)
-                        .is_some_and(|st| st.recovery_state.is_blocked()),
+                    recovery_blocked: recovery.is_some_and(RecoveryState::is_blocked),
+                    recloning: recovery == Some(&RecoveryState::Recloning),
+                    reclone_failed: recovery == Some(&RecoveryState::RecloneFailed),
                     received: p.and_then(received),
                     semi_sync: p.filter(|_| s.answered).and_then(|p| p.semi_sync.clone()),
                     sidecar_timings: s.sidecar.timings.clone(),
@@ -370,6 +394,8 @@ impl<S: Site> Controller<S> {
             .observe(started.elapsed().as_secs_f64());
 
         self.planned_step().await;
+        self.update_step().await;
+        self.reclone_step().await;
 
         let snap = self.rt.snapshot();
         let status = snap.status().clone();
@@ -393,7 +419,7 @@ impl<S: Site> Controller<S> {
         for effect in &settled.effects {
             self.apply_effect(effect);
         }
-        self.persist(&settled).await;
+        self.persist(&settled, &input).await;
     }
 
     /// `status.promotionGtidExecuted`, parsed in the sites' flavour (`None` when empty).
@@ -418,11 +444,7 @@ impl<S: Site> Controller<S> {
         promotion: Option<&'a GtidSet>,
         cfg: &'a GroupConfig,
     ) -> DecideInput<'a> {
-        let held = status
-            .planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase.is_executing())
-            || self.rt.flags().automatic_failover_held;
+        let held = status.switchover_executing() || self.rt.flags().automatic_failover_held;
         DecideInput {
             sites: views,
             active_site: &status.active_site,

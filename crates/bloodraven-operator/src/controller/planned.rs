@@ -12,6 +12,7 @@ use bloodraven_core::planned::{
     Transition, Undo, finish, request, step,
 };
 use bloodraven_core::reason::FailureReason;
+use bloodraven_core::status::GroupStatus;
 use bloodraven_mysql::switchover::{self, CatchUp, Undone};
 use bloodraven_mysql::{FenceOutcome, Site};
 
@@ -20,7 +21,45 @@ use crate::events::EventType;
 use crate::metrics::{FailoverLabels, GroupLabel, Metrics};
 
 /// At most this many transitions per poll (a failover that can run straight through does).
-const MAX_STEPS_PER_POLL: usize = 12;
+pub(super) const MAX_STEPS_PER_POLL: usize = 12;
+
+/// Where a planned failover's status is kept: `status.plannedFailover`, or an ordered
+/// update's own switchover (`status.updatePhase.switchover`). The machine is the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Slot {
+    Planned,
+    Update,
+}
+
+impl Slot {
+    fn get(self, s: &GroupStatus) -> Option<PlannedFailoverStatus> {
+        match self {
+            Slot::Planned => s.planned_failover.clone(),
+            Slot::Update => s
+                .update_phase
+                .as_ref()
+                .filter(|u| u.in_flight())
+                .and_then(|u| u.switchover.clone()),
+        }
+    }
+
+    /// Stores `pf`; `announced` when this write also bumped `topologyGeneration` (the
+    /// update then expects the new generation: only its own switchover may move it).
+    fn set(self, s: &mut GroupStatus, pf: PlannedFailoverStatus, announced: bool) {
+        match self {
+            Slot::Planned => s.planned_failover = Some(pf),
+            Slot::Update => {
+                let generation = s.topology_generation;
+                if let Some(u) = s.update_phase.as_mut() {
+                    u.switchover = Some(pf);
+                    if announced {
+                        u.topology_generation = generation;
+                    }
+                }
+            }
+        }
+    }
+}
 
 impl<S: Site> Controller<S> {
     /// Takes a request (the annotation), then advances the planned failover as far as it can
@@ -31,7 +70,7 @@ impl<S: Site> Controller<S> {
             return;
         }
         for _ in 0..MAX_STEPS_PER_POLL {
-            match self.advance().await {
+            match self.advance(Slot::Planned).await {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(e) => {
@@ -53,12 +92,15 @@ impl<S: Site> Controller<S> {
         let Some(target) = snap.annotations.get(PLANNED_FAILOVER).cloned() else {
             return Ok(());
         };
-        let decision = request(
-            &target,
-            snap.status().planned_failover.as_ref(),
-            &snap.status().active_site,
-            self.rt.now(),
-        );
+        let decision = match bloodraven_core::update::blocks_planned(snap.status(), &target) {
+            Some(note) => Request::Reject(note),
+            None => request(
+                &target,
+                snap.status().planned_failover.as_ref(),
+                &snap.status().active_site,
+                self.rt.now(),
+            ),
+        };
         if let Request::Accept(pf) = &decision {
             self.rt
                 .update_status(|s| s.planned_failover = Some(pf.clone()))
@@ -87,11 +129,12 @@ impl<S: Site> Controller<S> {
         Ok(())
     }
 
-    /// One step of the machine; `Ok(true)` when the next can run at once.
-    async fn advance(&mut self) -> Result<bool, ControllerError> {
+    /// One step of the machine whose status is in `slot`; `Ok(true)` when the next can run
+    /// at once.
+    pub(super) async fn advance(&mut self, slot: Slot) -> Result<bool, ControllerError> {
         let snap = self.rt.snapshot();
         let status = snap.status().clone();
-        let Some(pf) = status.planned_failover.clone() else {
+        let Some(pf) = slot.get(&status) else {
             return Ok(false);
         };
         let views = self.views(&status);
@@ -124,7 +167,7 @@ impl<S: Site> Controller<S> {
                 count,
                 again,
             } => {
-                self.persist_phase(&pf, next, None, None).await?;
+                self.persist_phase(slot, &pf, next, None, None).await?;
                 drop(leases);
                 if let Some(n) = note {
                     self.note(n).await;
@@ -160,7 +203,7 @@ impl<S: Site> Controller<S> {
             let input = self.decide_input(&status, &views, promotion.as_ref(), &cfg);
             bloodraven_core::controller::announced(&input, &na.site)
         });
-        self.apply(&pf, transition, announced.as_ref()).await
+        self.apply(slot, &pf, transition, announced.as_ref()).await
     }
 
     async fn drain(&mut self, source: &str, budget: std::time::Duration) -> Done {
@@ -323,6 +366,7 @@ impl<S: Site> Controller<S> {
     /// Undoes by the transition's rule, persists it, records its event and metrics.
     async fn apply(
         &mut self,
+        slot: Slot,
         pf: &PlannedFailoverStatus,
         tr: Transition,
         announced: Option<&Conditions>,
@@ -347,7 +391,7 @@ impl<S: Site> Controller<S> {
         let Some(next) = tr.next else {
             return Ok(tr.again);
         };
-        self.persist_phase(pf, next, tr.new_active_site, announced)
+        self.persist_phase(slot, pf, next, tr.new_active_site, announced)
             .await?;
         if let Some(n) = tr.note {
             self.note(n).await;
@@ -362,6 +406,7 @@ impl<S: Site> Controller<S> {
     /// write that bumps `topologyGeneration` (and revokes every deploy lease afterwards).
     async fn persist_phase(
         &self,
+        slot: Slot,
         before: &PlannedFailoverStatus,
         next: PlannedFailoverStatus,
         new_active: Option<bloodraven_core::planned::NewActiveSite>,
@@ -381,7 +426,7 @@ impl<S: Site> Controller<S> {
                     s.last_failover = Some(now);
                     s.last_failover_target.clone_from(&target);
                     s.promotion_gtid_executed.clone_from(&gtid);
-                    s.planned_failover = Some(next.clone());
+                    slot.set(s, next.clone(), true);
                     if let Some(c) = announced {
                         super::status::set_conditions(s, c, now);
                     }
@@ -394,7 +439,7 @@ impl<S: Site> Controller<S> {
         let failed = (phase == bloodraven_core::planned::PlannedFailoverPhase::Failed)
             .then(|| (next.reason.clone(), next.message.clone()));
         self.rt
-            .update_status(|s| s.planned_failover = Some(next.clone()))
+            .update_status(|s| slot.set(s, next.clone(), false))
             .await
             .map_err(persist_err)?;
         match failed {

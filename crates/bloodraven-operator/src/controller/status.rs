@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use bloodraven_core::controller::{self, Alert, Effect, Settled};
+use bloodraven_core::controller::{self, Alert, DecideInput, Effect, Settled};
 use bloodraven_core::reason::EventReason as E;
 use bloodraven_core::reason::{ConditionReason as R, ConditionType as C, RecoveryState};
 use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus};
@@ -32,11 +32,11 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(30);
 impl<S: Site> Controller<S> {
     /// Persists the status `settled` describes, when it changed (or its moving fields are
     /// [`REFRESH_EVERY`] old), and hands the whole of it to the served view.
-    pub(super) async fn persist(&mut self, settled: &Settled) {
+    pub(super) async fn persist(&mut self, settled: &Settled, input: &DecideInput<'_>) {
         let now = self.rt.now();
         let snap = self.rt.snapshot();
         let previous = snap.status();
-        let sites = self.site_statuses(previous, &settled.effects);
+        let sites = self.site_statuses(previous, &settled.effects, input);
         self.site_metrics(&sites, previous);
         let mut next = previous.clone();
         next.sites.clone_from(&sites);
@@ -67,26 +67,56 @@ impl<S: Site> Controller<S> {
 
     /// Every site's status after this poll: what was gathered, with the effects of the
     /// actions that succeeded (a block raised or cleared counts at once).
-    fn site_statuses(&self, previous: &GroupStatus, effects: &[Effect]) -> Vec<SiteStatus> {
+    ///
+    /// A site a reclone holds keeps its state (only the reclone changes it) and the divergent
+    /// set it was recloned for; a blocked site's divergent set is what it holds now that the
+    /// group does not; any other site has none.
+    fn site_statuses(
+        &self,
+        previous: &GroupStatus,
+        effects: &[Effect],
+        input: &DecideInput<'_>,
+    ) -> Vec<SiteStatus> {
         self.sites
             .iter()
             .map(|s| {
                 let p = s.probe.as_ref();
-                let mut recovery_state = previous
-                    .site(s.name())
-                    .map(|b| b.recovery_state.clone())
-                    .unwrap_or_default();
+                let before = previous.site(s.name());
+                let mut recovery_state =
+                    before.map(|b| b.recovery_state.clone()).unwrap_or_default();
+                let held = recovery_state.is_held_by_reclone();
                 for e in effects {
                     match e {
-                        Effect::Blocked(site) if site == s.name() => {
+                        Effect::Blocked(site) if site == s.name() && !held => {
                             recovery_state = RecoveryState::RecoveryBlocked;
                         }
-                        Effect::Unblocked(site) if site == s.name() => {
+                        Effect::Unblocked(site) if site == s.name() && !held => {
                             recovery_state = RecoveryState::None;
                         }
                         _ => {}
                     }
                 }
+                let (divergent_gtid_set, divergent_transaction_count) = if held {
+                    before.map_or((String::new(), None), |b| {
+                        (b.divergent_gtid_set.clone(), b.divergent_transaction_count)
+                    })
+                } else if recovery_state.is_blocked() {
+                    input
+                        .sites
+                        .iter()
+                        .find(|v| v.name == s.name())
+                        .and_then(|v| controller::divergence(v, input))
+                        .map_or_else(
+                            || {
+                                before.map_or((String::new(), None), |b| {
+                                    (b.divergent_gtid_set.clone(), b.divergent_transaction_count)
+                                })
+                            },
+                            |(set, n)| (set.to_string(), Some(n)),
+                        )
+                } else {
+                    (String::new(), None)
+                };
                 let reachable =
                     matches!(s.tracker.state, SiteState::Writable | SiteState::ReadOnly);
                 SiteStatus {
@@ -104,6 +134,9 @@ impl<S: Site> Controller<S> {
                     recovery_state,
                     sidecar_self_fenced: s.sidecar.self_fenced,
                     sidecar_timings: s.sidecar.timings.clone(),
+                    divergent_gtid_set,
+                    divergent_transaction_count,
+                    reclone: before.and_then(|b| b.reclone.clone()),
                 }
             })
             .collect()

@@ -8,7 +8,9 @@ use bloodraven_core::health::{Assessment, assess, health_inputs};
 use bloodraven_core::lease::LeaseGate;
 use bloodraven_core::reason::ConditionType;
 use bloodraven_core::status::GroupStatus;
-use bloodraven_core::wire::deploy::{HealthView, Observation, Operations, PlannedFailoverView};
+use bloodraven_core::wire::deploy::{
+    HealthView, Observation, Operations, OrderedUpdateView, PlannedFailoverView,
+};
 
 use super::{GroupRuntime, GroupSnapshot, RETRY_AFTER_SECONDS};
 
@@ -80,6 +82,15 @@ impl GroupRuntime {
                         phase: p.phase.as_str().to_string(),
                         target: p.target.clone(),
                         admission: p.admission.clone(),
+                    }),
+                ordered_update: status
+                    .update_phase
+                    .as_ref()
+                    .filter(|u| u.in_flight())
+                    .map(|u| OrderedUpdateView {
+                        phase: u.phase.as_str().to_string(),
+                        site: u.site.clone(),
+                        admission: u.admission.clone(),
                     }),
             },
             stable: a.stable,

@@ -1,0 +1,361 @@
+//! Decision tables for the ordered update: requests, the order, the waits, the switchover's
+//! mirror, and the emergency that ends it.
+
+use super::*;
+use crate::reason::DeferReason;
+use crate::status::Admission;
+use crate::view::ReplicaView;
+
+fn t(s: i64) -> Timestamp {
+    Timestamp::from_unix_seconds(1_800_000_000 + s)
+}
+
+/// `iad` writable, `pdx` and `reader` caught-up replicas of it.
+fn sites(active: &str) -> Vec<SiteView> {
+    let names = ["iad", "pdx", "reader"];
+    let a = names.iter().position(|n| *n == active).unwrap();
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut v = SiteView::answered(
+                n,
+                i,
+                if i == a {
+                    SiteState::Writable
+                } else {
+                    SiteState::ReadOnly
+                },
+                "0-1-10",
+            );
+            if *n == "reader" {
+                v.role = SiteRole::ReadOnly;
+            }
+            if i != a {
+                v.replica = Some(ReplicaView {
+                    io_running: true,
+                    sql_running: true,
+                    source_host: "127.0.0.1".into(),
+                    source_port: 3300 + u16::try_from(a).unwrap(),
+                    seconds_behind: Some(0),
+                });
+            }
+            v
+        })
+        .collect()
+}
+
+fn all() -> Vec<Updatable> {
+    ["iad", "pdx", "reader"]
+        .map(|s| Updatable {
+            site: s.into(),
+            timeout: Duration::from_secs(60),
+        })
+        .to_vec()
+}
+
+fn facts<'a>(sites: &'a [SiteView], active: &'a str, gen_: u64, up: &'a [Updatable]) -> Facts<'a> {
+    Facts {
+        sites,
+        active_site: active,
+        topology_generation: gen_,
+        updatable: up,
+    }
+}
+
+/// The persisted status, the last note recorded with it, and the count.
+fn persisted(s: Step) -> (UpdateStatus, Option<Note>, Option<Count>) {
+    match s {
+        Step::Persist {
+            next, notes, count, ..
+        } => (next, notes.last().cloned(), count),
+        other => panic!("expected a persist, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_request_runs_once_and_never_beside_another_operation() {
+    let up = all();
+    let running = UpdateStatus {
+        phase: UpdatePhase::UpdatingReplicas,
+        ..UpdateStatus::requested("r1", t(0))
+    };
+    let done = UpdateStatus {
+        phase: UpdatePhase::Succeeded,
+        ..UpdateStatus::requested("r1", t(0))
+    };
+    assert!(matches!(
+        request("r1", None, Busy::Free, &up, t(1)),
+        Request::Accept(u) if u.phase == UpdatePhase::Pending && u.request_id == "r1"
+    ));
+    // The same id: the update in flight, or one that ran (a request id runs once).
+    assert_eq!(
+        request("r1", Some(&running), Busy::Free, &up, t(1)),
+        Request::Taken
+    );
+    assert_eq!(
+        request("r1", Some(&done), Busy::Free, &up, t(1)),
+        Request::Taken
+    );
+    // Another id while one runs, or beside another operation, or with nothing to update.
+    for (cur, busy, up, why) in [
+        (Some(&running), Busy::Free, &up[..], "already in progress"),
+        (None, Busy::PlannedFailover, &up[..], "planned failover"),
+        (None, Busy::Reclone, &up[..], "reclone"),
+        (None, Busy::Free, &[][..], "no site has an update"),
+    ] {
+        match request("r2", cur, busy, up, t(1)) {
+            Request::Reject(n) => {
+                assert_eq!(n.reason, EventReason::OrderedUpdateRejected);
+                assert!(n.message.contains(why), "{why}: {}", n.message);
+            }
+            other => panic!("{why}: {other:?}"),
+        }
+    }
+    // A finished update with another id does not stop a new one.
+    assert!(matches!(
+        request("r2", Some(&done), Busy::Free, &up, t(1)),
+        Request::Accept(_)
+    ));
+}
+
+#[test]
+fn the_replicas_go_first_one_at_a_time_then_one_switchover_then_the_old_primary() {
+    let up = all();
+    let v = sites("iad");
+    let f = facts(&v, "iad", 3, &up);
+    assert_eq!(order(&f), ["pdx", "reader", "iad"]);
+    // Pending: the first replica, the old primary and the generation recorded.
+    let (u, note, _) = persisted(step(Some(&UpdateStatus::requested("r", t(0))), &f, t(1)));
+    assert_eq!(
+        (
+            u.phase,
+            u.site.as_str(),
+            u.old_primary.as_str(),
+            u.topology_generation
+        ),
+        (UpdatePhase::UpdatingReplicas, "pdx", "iad", 3)
+    );
+    assert_eq!(note.unwrap().reason, EventReason::OrderedUpdateStarted);
+    // Caught up before its update: run it, within what is left of its timeout.
+    assert_eq!(
+        step(Some(&u), &f, t(11)),
+        Step::Update {
+            site: "pdx".into(),
+            timeout: Duration::from_secs(50)
+        }
+    );
+    // Updated: wait for it to come back.
+    let (u, _, _) = persisted(finish(&u, Done::Updated, t(20)));
+    assert_eq!(
+        (u.phase, u.site_updated),
+        (UpdatePhase::WaitingForReplica, true)
+    );
+    let mut down = v.clone();
+    down[1].state = SiteState::Unreachable;
+    down[1].answered = false;
+    assert_eq!(
+        step(Some(&u), &facts(&down, "iad", 3, &up), t(30)),
+        Step::Wait
+    );
+    // Back and caught up: the next replica (the reader is updated, never promoted).
+    let (u, note, _) = persisted(step(Some(&u), &f, t(31)));
+    assert_eq!(
+        (u.phase, u.site.as_str()),
+        (UpdatePhase::UpdatingReplicas, "reader")
+    );
+    assert_eq!(u.sites_done, ["pdx"]);
+    assert_eq!(note.unwrap().reason, EventReason::SiteUpdated);
+    let (u, _, _) = persisted(finish(&u, Done::Updated, t(40)));
+    // Every replica done: one switchover, to an updated primary candidate (not the reader).
+    let (u, note, _) = persisted(step(Some(&u), &f, t(41)));
+    assert_eq!(
+        (u.phase, u.site.as_str()),
+        (UpdatePhase::FailingOver, "pdx")
+    );
+    let sw = u.switchover.clone().unwrap();
+    assert_eq!((sw.target.as_str(), sw.source.as_str()), ("pdx", "iad"));
+    assert_eq!(note.unwrap().reason, EventReason::OrderedUpdateFailingOver);
+    assert_eq!(step(Some(&u), &f, t(42)), Step::Switchover);
+    // The switchover succeeded (its own generation bump recorded with it): the old primary.
+    let mut u = u;
+    u.switchover = Some(sw.ended(PlannedFailoverPhase::Succeeded, t(50)));
+    u.topology_generation = 4;
+    let v2 = sites("pdx");
+    let f2 = facts(&v2, "pdx", 4, &up);
+    let (u, _, _) = persisted(step(Some(&u), &f2, t(51)));
+    assert_eq!(
+        (u.phase, u.site.as_str()),
+        (UpdatePhase::UpdatingOldPrimary, "iad")
+    );
+    assert!(matches!(step(Some(&u), &f2, t(52)), Step::Update { site, .. } if site == "iad"));
+    let (u, _, _) = persisted(finish(&u, Done::Updated, t(60)));
+    assert_eq!(u.phase, UpdatePhase::UpdatingOldPrimary);
+    let (u, note, count) = persisted(step(Some(&u), &f2, t(61)));
+    assert_eq!(u.phase, UpdatePhase::Succeeded);
+    assert_eq!(u.sites_done, ["pdx", "reader", "iad"]);
+    assert_eq!(u.completion_time, Some(t(61)));
+    assert_eq!(note.unwrap().reason, EventReason::OrderedUpdateSucceeded);
+    assert_eq!(count, Some(Count::Succeeded));
+    assert_eq!(step(Some(&u), &f2, t(62)), Step::Idle);
+}
+
+#[test]
+fn a_site_that_is_not_caught_up_or_does_not_come_back_stops_the_update() {
+    let up = all();
+    let mut v = sites("iad");
+    v[1].replica.as_mut().unwrap().seconds_behind = Some(30);
+    let f = facts(&v, "iad", 3, &up);
+    let u = UpdateStatus {
+        phase: UpdatePhase::UpdatingReplicas,
+        site: "pdx".into(),
+        old_primary: "iad".into(),
+        topology_generation: 3,
+        site_start: Some(t(0)),
+        ..UpdateStatus::requested("r", t(0))
+    };
+    // Lagging before its update: wait, then fail without updating it.
+    assert_eq!(step(Some(&u), &f, t(59)), Step::Wait);
+    let (n, _, count) = persisted(step(Some(&u), &f, t(60)));
+    assert_eq!(
+        (n.phase, n.reason),
+        (UpdatePhase::Failed, Some(UpdateFailure::SiteNotCaughtUp))
+    );
+    assert_eq!(count, Some(Count::Failed));
+    // Updated, never back within its timeout.
+    let waiting = UpdateStatus {
+        phase: UpdatePhase::WaitingForReplica,
+        site_updated: true,
+        ..u.clone()
+    };
+    let (n, _, _) = persisted(step(Some(&waiting), &f, t(60)));
+    assert_eq!(n.reason, Some(UpdateFailure::SiteUnhealthy));
+    assert!(n.message.contains("pdx"), "{}", n.message);
+    // The update itself failed (a command that exited non-zero, or ran past its timeout).
+    let (n, _, _) = persisted(finish(
+        &u,
+        Done::Failed {
+            error: "exit status 3".into(),
+        },
+        t(5),
+    ));
+    assert_eq!(n.reason, Some(UpdateFailure::UpdateFailed));
+    assert!(n.message.contains("exit status 3"));
+}
+
+#[test]
+fn the_primary_never_moves_onto_a_site_that_is_not_updated_and_caught_up() {
+    let up = all();
+    let mut v = sites("iad");
+    v[1].replica.as_mut().unwrap().io_running = false; // pdx broke after its update
+    let f = facts(&v, "iad", 3, &up);
+    let u = UpdateStatus {
+        phase: UpdatePhase::WaitingForReplica,
+        site: "reader".into(),
+        site_updated: true,
+        sites_done: vec!["pdx".into()],
+        old_primary: "iad".into(),
+        topology_generation: 3,
+        site_start: Some(t(0)),
+        ..UpdateStatus::requested("r", t(0))
+    };
+    let (n, _, _) = persisted(step(Some(&u), &f, t(1)));
+    assert_eq!(
+        (n.phase, n.reason),
+        (UpdatePhase::Failed, Some(UpdateFailure::NoCandidate))
+    );
+    assert!(n.switchover.is_none());
+    // A group whose only updatable site is the active one fails before touching anything.
+    let only = vec![Updatable {
+        site: "iad".into(),
+        timeout: Duration::from_secs(60),
+    }];
+    let (n, _, _) = persisted(step(
+        Some(&UpdateStatus::requested("r", t(0))),
+        &facts(&sites("iad"), "iad", 3, &only),
+        t(1),
+    ));
+    assert_eq!(n.reason, Some(UpdateFailure::NoCandidate));
+}
+
+#[test]
+fn a_deferred_switchover_shows_on_the_update_and_the_update_goes_on_after_it() {
+    let up = all();
+    let v = sites("iad");
+    let f = facts(&v, "iad", 3, &up);
+    let mut sw = PlannedFailoverStatus::requested("pdx", "iad", t(0));
+    sw.phase = PlannedFailoverPhase::Deferred;
+    sw.admission = Admission {
+        defer_reason: Some(DeferReason::DeploymentHold),
+        retry_time: Some(t(90)),
+        message: "held by deploy-7".into(),
+    };
+    let u = UpdateStatus {
+        phase: UpdatePhase::FailingOver,
+        site: "pdx".into(),
+        sites_done: vec!["pdx".into(), "reader".into()],
+        old_primary: "iad".into(),
+        topology_generation: 3,
+        switchover: Some(sw.clone()),
+        ..UpdateStatus::requested("r", t(0))
+    };
+    let (d, _, _) = persisted(step(Some(&u), &f, t(1)));
+    assert_eq!(d.phase, UpdatePhase::Deferred);
+    assert_eq!(d.admission.as_ref().unwrap().retry_time, Some(t(90)));
+    // Still deferred, same block: drive the switchover (its admission looks again).
+    assert_eq!(step(Some(&d), &f, t(2)), Step::Switchover);
+    // The retry time moved with a renewal: shown.
+    let mut d2 = d.clone();
+    let mut sw2 = sw.clone();
+    sw2.admission.retry_time = Some(t(120));
+    d2.switchover = Some(sw2);
+    let (d3, _, _) = persisted(step(Some(&d2), &f, t(3)));
+    assert_eq!(d3.admission.unwrap().retry_time, Some(t(120)));
+    // The hold lapsed: the switchover drains, the update shows FailingOver again.
+    let mut going = d.clone();
+    going.switchover = Some(sw.in_phase(PlannedFailoverPhase::Draining));
+    let (g, _, _) = persisted(step(Some(&going), &f, t(4)));
+    assert_eq!(
+        (g.phase, g.admission.clone()),
+        (UpdatePhase::FailingOver, None)
+    );
+    // A switchover that failed fails the update, saying why.
+    let mut bad = g.clone();
+    let mut swf = sw.ended(PlannedFailoverPhase::Failed, t(5));
+    swf.reason = Some(crate::reason::FailureReason::LagTimeout);
+    bad.switchover = Some(swf);
+    let (b, _, _) = persisted(step(Some(&bad), &f, t(5)));
+    assert_eq!(b.reason, Some(UpdateFailure::SwitchoverFailed));
+    assert!(b.message.contains("LagTimeout"), "{}", b.message);
+}
+
+#[test]
+fn an_emergency_failover_ends_the_update_wherever_it_is() {
+    let up = all();
+    let v = sites("pdx");
+    let f = facts(&v, "pdx", 4, &up);
+    for phase in [
+        UpdatePhase::UpdatingReplicas,
+        UpdatePhase::WaitingForReplica,
+        UpdatePhase::FailingOver,
+        UpdatePhase::Deferred,
+        UpdatePhase::UpdatingOldPrimary,
+    ] {
+        let u = UpdateStatus {
+            phase,
+            site: "reader".into(),
+            old_primary: "iad".into(),
+            topology_generation: 3,
+            switchover: Some(PlannedFailoverStatus::requested("pdx", "iad", t(0))),
+            ..UpdateStatus::requested("r", t(0))
+        };
+        let (n, note, _) = persisted(step(Some(&u), &f, t(1)));
+        assert_eq!(
+            (n.phase, n.reason),
+            (UpdatePhase::Failed, Some(UpdateFailure::EmergencyFailover)),
+            "{phase:?}"
+        );
+        assert_eq!(note.unwrap().reason, EventReason::OrderedUpdateFailed);
+        assert!(n.message.contains("pdx"), "{}", n.message);
+    }
+}

@@ -1,0 +1,235 @@
+//! `bloodraven update --group G [--wait D]`: requests an ordered update (the
+//! `bloodraven.shipstream.io/ordered-update` annotation on the stored group, whose value is a
+//! new request id, through the store of the platform the configuration names) and follows it,
+//! printing each phase.
+//!
+//! The request is checked here first by the rules the operator applies when it takes it
+//! ([`bloodraven_core::update::request`]): another operation in progress, or no site with an
+//! update, is refused with the rule, and nothing is written.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bloodraven_core::config::validate_group;
+use bloodraven_core::contract::annotations::ORDERED_UPDATE;
+use bloodraven_core::duration::parse_duration;
+use bloodraven_core::resources::FailoverGroupBody;
+use bloodraven_core::status::{UpdatePhase, UpdateStatus};
+use bloodraven_core::time::Clock as _;
+use bloodraven_core::update::{self, Request, Updatable};
+use bloodraven_operator::config;
+use bloodraven_runtime::clock::SystemClock;
+use clap::Args;
+
+/// Exit codes of `bloodraven update`.
+pub mod exit {
+    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, USAGE};
+    /// The update ended in `Failed`.
+    pub const FAILED: i32 = 3;
+    /// `--wait` passed before it finished (it goes on without this command).
+    pub const NOT_FINISHED: i32 = 4;
+    /// The request was refused (the rule it breaks is printed).
+    pub const REFUSED: i32 = 5;
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The group.
+    #[arg(long)]
+    group: String,
+    /// The operator's configuration file (for its store).
+    #[arg(long, env = "BLOODRAVEN_CONFIG")]
+    config: PathBuf,
+    /// How long to follow the update; 0s requests it and returns at once.
+    #[arg(long, default_value = "1h")]
+    wait: String,
+    /// The request's id (default: `update-<unix seconds>`). An id runs once: asking again
+    /// with the id of an update that ran changes nothing.
+    #[arg(long)]
+    id: Option<String>,
+}
+
+pub fn run(args: &UpdateArgs) -> i32 {
+    let wait = match parse_duration(&args.wait) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: --wait: {e}");
+            return exit::USAGE;
+        }
+    };
+    if let Some(id) = &args.id
+        && (id.is_empty()
+            || id.len() > 63
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        eprintln!(
+            "error: --id: must be 1 to 63 characters of letters, digits, '-', '_' and '.', got {id:?}"
+        );
+        return exit::USAGE;
+    }
+    let cfg = match config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    crate::cli::run(
+        crate::cli::Flavor::CurrentThread,
+        request_and_follow(&cfg, args, wait),
+    )
+}
+
+async fn request_and_follow(cfg: &config::LoadedConfig, args: &UpdateArgs, wait: Duration) -> i32 {
+    let store = match crate::cli::platform_store(cfg).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let (key, spec) = match crate::cli::stored_group(&*store, &args.group).await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    let status = match store.get(&key).await {
+        Ok(Some(obj)) => match obj.decode::<FailoverGroupBody>() {
+            Ok(b) => b.status,
+            Err(e) => {
+                eprintln!("error: the stored group {} cannot be read: {e}", args.group);
+                return exit::ERROR;
+            }
+        },
+        Ok(None) => {
+            eprintln!("error: group {} is not in the store", args.group);
+            return exit::ERROR;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::ERROR;
+        }
+    };
+    let updatable: Vec<Updatable> = match validate_group(&key.name, &key.namespace, &spec) {
+        Ok(g) => g
+            .sites
+            .iter()
+            .filter_map(|s| {
+                s.update.as_ref().map(|u| Updatable {
+                    site: s.name.clone(),
+                    timeout: u.timeout,
+                })
+            })
+            .collect(),
+        Err(e) => {
+            eprintln!("error: the stored group {} is not valid: {e}", args.group);
+            return exit::ERROR;
+        }
+    };
+    let now = SystemClock.now();
+    let id = args
+        .id
+        .clone()
+        .unwrap_or_else(|| format!("update-{}", now.unix_seconds()));
+    match update::request(
+        &id,
+        status.update_phase.as_ref(),
+        update::busy(&status),
+        &updatable,
+        now,
+    ) {
+        Request::Reject(note) => {
+            eprintln!("error: refused, nothing was written: {}", note.message);
+            return exit::REFUSED;
+        }
+        Request::Taken => {
+            eprintln!("request {id} is the ordered update in flight or one that ran; following it");
+        }
+        Request::Accept(_) => {
+            if let Err(e) =
+                bloodraven_store::set_annotation(&*store, &key, ORDERED_UPDATE, &id).await
+            {
+                eprintln!("error: {e}");
+                return exit::ERROR;
+            }
+            eprintln!("requested ordered update {id} of {}", args.group);
+        }
+    }
+    if wait.is_zero() {
+        return exit::SUCCEEDED;
+    }
+    follow(&*store, &key, &id, wait).await
+}
+
+/// Prints each change of the update until it ends or `wait` passes.
+async fn follow(
+    store: &dyn bloodraven_store::Store,
+    key: &bloodraven_store::ObjectKey,
+    id: &str,
+    wait: Duration,
+) -> i32 {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut last = String::new();
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Some(obj)) = store.get(key).await
+            && let Ok(body) = obj.decode::<FailoverGroupBody>()
+        {
+            let pending = obj.metadata.annotations.contains_key(ORDERED_UPDATE);
+            match body.status.update_phase.filter(|u| u.request_id == id) {
+                Some(u) => {
+                    let line = progress_line(&u);
+                    if line != last {
+                        eprintln!("{line}");
+                        last = line;
+                    }
+                    match u.phase {
+                        UpdatePhase::Succeeded => {
+                            println!("ordered update {id} succeeded: {}", u.message);
+                            return exit::SUCCEEDED;
+                        }
+                        UpdatePhase::Failed => {
+                            println!(
+                                "ordered update {id} failed: {}: {}",
+                                u.reason.as_ref().map_or("unknown", |r| r.as_str()),
+                                u.message
+                            );
+                            return exit::FAILED;
+                        }
+                        _ => {}
+                    }
+                }
+                None if !pending => {
+                    println!(
+                        "the operator refused the request (see the group's OrderedUpdateRejected event)"
+                    );
+                    return exit::REFUSED;
+                }
+                None => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
+        wait.as_secs()
+    );
+    exit::NOT_FINISHED
+}
+
+fn progress_line(u: &UpdateStatus) -> String {
+    let mut line = format!("phase {}", u.phase.as_str());
+    if !u.site.is_empty() {
+        let _ = write!(line, " ({})", u.site);
+    }
+    if !u.sites_done.is_empty() {
+        let _ = write!(line, ", done: {}", u.sites_done.join(", "));
+    }
+    if let Some(a) = &u.admission
+        && let Some(r) = &a.retry_time
+    {
+        let _ = write!(line, ", retry at {r}");
+    }
+    if !u.message.is_empty() {
+        let _ = write!(line, ": {}", u.message);
+    }
+    line
+}

@@ -1,0 +1,139 @@
+//! `kill -9` of the operator mid-reclone, then a restart: the playground's whole group (the
+//! operator a process of this binary, real MariaDB servers). The copy into `reader` waits
+//! behind a table lock on `reader` when the operator dies; the restarted operator finds the
+//! reclone `Copying`, ends what the dead one left behind, starts the copy again (attempt 2),
+//! and finishes it once the lock goes: never half-done and silent.
+
+use std::time::Duration;
+
+use bloodraven_core::config::ReplicationMode;
+use bloodraven_core::resources::KIND_GROUP;
+use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
+use bloodraven_store::{ObjectKey, Store};
+use mysql_async::prelude::Queryable;
+use serde_json::Value;
+use tokio::time::Instant;
+
+async fn status(pg: &Playground) -> Value {
+    pg.store
+        .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|o| o.body.get("status").cloned())
+        .unwrap_or(Value::Null)
+}
+
+async fn until(
+    pg: &Playground,
+    limit: Duration,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = status(pg).await;
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting for {what}; status {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn reader(s: &Value) -> &Value {
+    s["sites"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == "reader"))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_killed_mid_reclone_restarts_the_copy_and_finishes_it() {
+    let opts = PlaygroundOptions {
+        dir: None,
+        reset: true,
+        app_port: 0,
+        dashboard_port: 0,
+        operator_port: 0,
+        deploy_port: 0,
+        exe: env!("CARGO_BIN_EXE_bloodraven").into(),
+        replication: ReplicationMode::Async,
+    };
+    let pg = Playground::start(opts, &|_| {})
+        .await
+        .expect("the playground starts");
+    let socket = pg.harness.lock().await.servers()[2]
+        .socket
+        .display()
+        .to_string();
+    let mut lock = mysql_async::Conn::new(
+        mysql_async::OptsBuilder::default()
+            .socket(Some(socket))
+            .user(Some("root"))
+            .pass(Some("")),
+    )
+    .await
+    .unwrap();
+    lock.query_drop("LOCK TABLES app.counter READ")
+        .await
+        .unwrap();
+
+    pg.reclone_site("reader").await.expect("the request");
+    until(&pg, Duration::from_secs(30), "copying into reader", |s| {
+        reader(s)["reclone"]["phase"] == "Copying" && reader(s)["recoveryState"] == "Recloning"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = pg.operator_pid().await.expect("the operator runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pg.operator_running().await {
+        assert!(Instant::now() < deadline, "the operator did not die");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Dead mid-copy: the status says where it stopped.
+    let s = status(&pg).await;
+    assert_eq!(reader(&s)["reclone"]["phase"], "Copying", "{s}");
+    assert_eq!(reader(&s)["reclone"]["attempts"], 1, "{s}");
+
+    pg.start_operator().await.expect("the operator restarts");
+    until(
+        &pg,
+        Duration::from_secs(30),
+        "the copy started again",
+        |s| reader(s)["reclone"]["attempts"] == 2,
+    )
+    .await;
+    lock.query_drop("UNLOCK TABLES").await.unwrap();
+    drop(lock);
+    let s = until(&pg, Duration::from_secs(60), "the reclone succeeded", |s| {
+        reader(s)["reclone"]["phase"] == "Succeeded" || reader(s)["reclone"]["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(reader(&s)["reclone"]["phase"], "Succeeded", "{s}");
+    until(
+        &pg,
+        Duration::from_secs(30),
+        "reader replicating again",
+        |s| reader(s)["replicating"] == true && reader(s)["recoveryState"].is_null(),
+    )
+    .await;
+    // Its data is the primary's: the counter row is there.
+    let h = pg.harness.lock().await;
+    let c = h.admin(2).unwrap();
+    let n = c
+        .query_string("SELECT COUNT(*) FROM app.counter")
+        .await
+        .unwrap();
+    assert_eq!(n.as_deref(), Some("1"));
+    drop(h);
+    pg.shutdown().await;
+}
