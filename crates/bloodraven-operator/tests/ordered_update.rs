@@ -164,8 +164,8 @@ async fn the_group_is_updated_one_site_at_a_time_with_one_switchover_and_nothing
     assert!(report.lost.is_empty(), "{}", report.summary());
     assert_eq!(report.two_writable_rounds, 0, "{}", report.summary());
     // Every server runs with the new setting.
-    for i in 0..3 {
-        assert_eq!(max_connections(&live, i).await, 222, "{}", SITES[i]);
+    for (i, site) in SITES.iter().enumerate() {
+        assert_eq!(max_connections(&live, i).await, 222, "{site}");
     }
     // Events name each step; the metric counted it.
     assert_eq!(

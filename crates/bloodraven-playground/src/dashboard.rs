@@ -118,6 +118,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
         "observedAt": st["observedAt"],
         "conditions": st["conditions"],
         "plannedFailover": st["plannedFailover"],
+        "updatePhase": st["updatePhase"],
         "lastFailoverTarget": st["lastFailoverTarget"],
         "deploy": group.as_ref().map(|g| g["deploy"].clone()),
         "events": group.as_ref().map(|g| g["events"].clone()),

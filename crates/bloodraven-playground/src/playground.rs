@@ -21,6 +21,7 @@ use bloodraven_core::time::Clock as _;
 use bloodraven_deploy::lease::{HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig};
 use bloodraven_mysql::Credentials;
 use bloodraven_mysql::launcher::{Accounts, Launcher, LauncherOptions};
+use bloodraven_mysql::update_desk::UpdateDesk;
 use bloodraven_operator::auth::{self, SigningKey};
 use bloodraven_operator::local::{LocalFiles, LocalOptions, write_files};
 use bloodraven_runtime::clock::SystemClock;
@@ -146,7 +147,15 @@ pub struct Playground {
     pub opts: PlaygroundOptions,
     pub app_addr: SocketAddr,
     pub dashboard_addr: SocketAddr,
+    /// Where the sites' update command asks this process to restart a server.
+    pub desk: UpdateDesk,
+    /// Updates served so far: each brings the next setting (`--max-connections`).
+    updates_served: std::sync::atomic::AtomicU32,
 }
+
+/// `max_connections` before any update; each update served raises it by one, so each
+/// restart visibly changes a setting.
+pub const FIRST_MAX_CONNECTIONS: u32 = 151;
 
 impl std::fmt::Debug for Playground {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -350,8 +359,10 @@ fn operator_options(
     opts: &PlaygroundOptions,
     operator_port: u16,
     deploy_port: u16,
+    desk: &UpdateDesk,
 ) -> LocalOptions {
     let mut lo = LocalOptions::new(GROUP, ROLES.to_vec());
+    lo.update = Some((desk.command(), "2m".into()));
     lo.namespace = NAMESPACE.into();
     lo.mysql_ports = Some(links.iter().map(|l| l.mysql.port()).collect());
     lo.sidecar_urls = links
@@ -430,7 +441,9 @@ impl Playground {
         let links = start_links(&harness, operator_port, &sidecar_ports).await?;
 
         progress("writing the operator's configuration, TLS certificates and token key");
-        let lo = operator_options(&links, &opts, operator_port, deploy_port);
+        let desk =
+            UpdateDesk::new(&w.dir.join("update-desk")).map_err(io("create the update desk"))?;
+        let lo = operator_options(&links, &opts, operator_port, deploy_port, &desk);
         let files = write_files(&w.dir.join("operator"), &harness, &lo)?;
         let key = SigningKey::load(&files.token_key)
             .map_err(|e| PlaygroundError::Other(e.to_string()))?;
@@ -448,6 +461,8 @@ impl Playground {
             keep: w.keep,
             files,
             harness: Mutex::new(harness),
+            desk,
+            updates_served: std::sync::atomic::AtomicU32::new(0),
             links,
             sidecar_ports,
             failover_user: saved.failover.0.clone(),
@@ -489,7 +504,78 @@ impl Playground {
         self.wait_stable(Duration::from_secs(60)).await?;
         tokio::spawn(self.counter.clone().follow());
         tokio::spawn(self.counter.clone().write_continuously());
+        tokio::spawn(Self::serve_updates(Arc::downgrade(self)));
         Ok(())
+    }
+
+    /// Answers the sites' update command (an ordered update's): restarts the server asked
+    /// for with the next setting, until the playground is gone.
+    async fn serve_updates(pg: std::sync::Weak<Playground>) {
+        loop {
+            let Some(p) = pg.upgrade() else { return };
+            if !p.desk.pending().is_empty() {
+                let mut h = p.harness.lock().await;
+                let served = p
+                    .desk
+                    .serve(&mut h, |_| {
+                        let n = p
+                            .updates_served
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        vec![format!(
+                            "--max-connections={}",
+                            FIRST_MAX_CONNECTIONS + n + 1
+                        )]
+                    })
+                    .await;
+                drop(h);
+                for site in served {
+                    tracing::info!(site = %site, "playground: restarted for its update");
+                }
+            }
+            drop(p);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Requests an ordered update of the group (as `bloodraven update` does), refused here
+    /// by the operator's own rules when another operation runs.
+    pub async fn ordered_update(&self) -> Result<String, PlaygroundError> {
+        let status = self.stored_status().await?;
+        let id = format!("playground-{}", SystemClock.now().unix_millis());
+        let updatable: Vec<bloodraven_core::update::Updatable> = SITES
+            .iter()
+            .map(|s| bloodraven_core::update::Updatable {
+                site: (*s).to_string(),
+                timeout: Duration::from_secs(120),
+            })
+            .collect();
+        if let bloodraven_core::update::Request::Reject(n) = bloodraven_core::update::request(
+            &id,
+            status.update_phase.as_ref(),
+            bloodraven_core::update::busy(&status),
+            &updatable,
+            SystemClock.now(),
+        ) {
+            return Err(PlaygroundError::Other(format!("refused: {}", n.message)));
+        }
+        self.annotate(bloodraven_core::contract::annotations::ORDERED_UPDATE, &id)
+            .await?;
+        Ok(format!("requested ordered update {id}"))
+    }
+
+    /// The group's stored status.
+    async fn stored_status(&self) -> Result<bloodraven_core::status::GroupStatus, PlaygroundError> {
+        let k = ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP);
+        match self.store.get(&k).await {
+            Ok(Some(o)) => Ok(o
+                .decode::<bloodraven_core::resources::FailoverGroupBody>()
+                .map_err(|e| PlaygroundError::Other(e.to_string()))?
+                .status),
+            Ok(None) => Err(PlaygroundError::Other(
+                "the group is not in the store yet".into(),
+            )),
+            Err(e) => Err(PlaygroundError::Other(e.to_string())),
+        }
     }
 
     /// Waits until the deploy API's observation of the group says `stable` (what a
@@ -866,20 +952,7 @@ impl Playground {
     /// the stored status shows it would discard (the dashboard's button on a blocked site).
     pub async fn reclone_site(&self, name: &str) -> Result<String, PlaygroundError> {
         Self::site_index(name)?;
-        let k = ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP);
-        let status = match self.store.get(&k).await {
-            Ok(Some(o)) => {
-                o.decode::<bloodraven_core::resources::FailoverGroupBody>()
-                    .map_err(|e| PlaygroundError::Other(e.to_string()))?
-                    .status
-            }
-            Ok(None) => {
-                return Err(PlaygroundError::Other(
-                    "the group is not in the store yet".into(),
-                ));
-            }
-            Err(e) => return Err(PlaygroundError::Other(e.to_string())),
-        };
+        let status = self.stored_status().await?;
         let shown = status.site(name).cloned().unwrap_or_default();
         let confirm = bloodraven_core::reclone::Confirmation::of(&shown).shortest();
         let confirm = if confirm.is_empty() {
@@ -1035,8 +1108,9 @@ impl Playground {
             "release-lease" => self.release_lease().await,
             "revoke-all" => self.revoke_all().await,
             "reclone-site" => self.reclone_site(site.ok_or_else(missing)?).await,
+            "update" => self.ordered_update().await,
             other => Err(PlaygroundError::Other(format!(
-                "unknown action {other:?} (increment, start-writing, stop-writing, failover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, isolate-operator, heal-operator, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
+                "unknown action {other:?} (increment, start-writing, stop-writing, failover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator, heal-operator, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
             ))),
         }
     }

@@ -51,7 +51,7 @@ enum PlaygroundCommand {
     /// Run one chaos action against a running playground (the dashboard's buttons).
     Chaos {
         /// increment, failover, kill-site, restart-site, isolate-site,
-        /// isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, isolate-operator,
+        /// isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator,
         /// heal-operator, stop-operator, start-operator, start-writing, stop-writing, take-lease, release-lease,
         /// revoke-all.
         action: String,

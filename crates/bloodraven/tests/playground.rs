@@ -516,7 +516,12 @@ impl Browser {
     }
 
     async fn wait_until(&self, css: &str, want: &str, ok: impl Fn(&str) -> bool) {
-        for _ in 0..200 {
+        self.wait_until_for(css, want, 200, ok).await;
+    }
+
+    /// [`Self::wait_until`] over `tries` looks 100 ms apart.
+    async fn wait_until_for(&self, css: &str, want: &str, tries: u32, ok: impl Fn(&str) -> bool) {
+        for _ in 0..tries {
             if ok(&self.text(css).await) {
                 return;
             }
@@ -613,6 +618,18 @@ async fn dashboard_in_headless_chromium_increments_and_fails_over() {
     b.wait_text("#timeline-summary", "1 change(s) of primary")
         .await;
     // Once the replicas follow pdx the group is whole again.
+    b.wait_exact("#stable", "stable").await;
+    // The Update button runs an ordered update: every site restarted, the primary moved once
+    // (back to iad, the updated candidate), the panel showing the phases.
+    b.click("#btn-update").await;
+    // Three restarts and the cooldown since the failover above: a minute is generous.
+    b.wait_until_for("#update-phase", "Succeeded", 600, |t| {
+        t.contains("Succeeded")
+    })
+    .await;
+    b.wait_text("#update-done", "iad, reader, pdx").await;
+    b.wait_text("#active", "iad").await;
+    b.wait_text("#generation", "3").await;
     b.wait_exact("#stable", "stable").await;
     let shot = artifacts().join("dashboard.png");
     b.screenshot(&shot).await;
