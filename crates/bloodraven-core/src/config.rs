@@ -300,6 +300,24 @@ pub struct FailoverGroupSpec {
     /// promotes the most advanced candidate once every site answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_site: Option<String>,
+    /// A restore-in-place request: load a dump into the live group (docs/restore-in-place.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_in_place: Option<RestoreInPlaceSpec>,
+}
+
+/// `spec.restoreInPlace`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct RestoreInPlaceSpec {
+    /// An RFC 3339 timestamp, strictly later than `status.restoreInPlace.confirmTokenUsed`:
+    /// a stale or replayed request never runs again.
+    pub confirm: String,
+    /// The `mariadb-dump` file, a path the operator reads.
+    pub source: String,
+    /// The site that becomes the primary (default: the active site).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 /// A validated site.
@@ -597,6 +615,25 @@ pub fn validate_group(
             "spec.clone.credentials",
             "must set exactly one of secretName and file",
         );
+    }
+    if let Some(r) = &spec.restore_in_place {
+        if crate::time::Timestamp::parse_rfc3339(&r.confirm).is_err() {
+            e.push(
+                "spec.restoreInPlace.confirm",
+                format!("must be an RFC 3339 timestamp, got {:?}", r.confirm),
+            );
+        }
+        if r.source.trim().is_empty() {
+            e.push("spec.restoreInPlace.source", "must name the dump's file");
+        }
+        if let Some(t) = &r.target
+            && !spec.sites.iter().any(|s| &s.name == t)
+        {
+            e.push(
+                "spec.restoreInPlace.target",
+                format!("{t:?} is not a site of the group"),
+            );
+        }
     }
     let pf = spec.planned_failover.clone().unwrap_or_default();
     let max_lag_wait = duration_field(

@@ -33,6 +33,9 @@ pub mod labels {
 
 /// Log messages that are part of the contract (the `msg` field of a log line).
 pub mod logs {
+    /// The operator held back a cross-site action (reassertion) because a restore-in-place
+    /// keeps writes fenced.
+    pub const RESTORE_DEFERRED: &str = "cross-site action deferred: in-place restore in progress";
     /// Prefix of the line the sidecar logs when it starts fencing (then the rule and why).
     pub const SELF_FENCING: &str = "SELF-FENCING:";
     /// Prefix of the line the sidecar logs once the fence is confirmed.
@@ -97,6 +100,8 @@ pub mod metrics {
     /// Operator: 1 for the ordered update's current phase, by `group` and `phase`; every
     /// phase 0 when none ran since the operator started.
     pub const ORDERED_UPDATE_PHASE: &str = "bloodraven_ordered_update_phase";
+    /// Operator: restores-in-place that ended, by `group` and `result` (`succeeded`, `failed`).
+    pub const RESTORES_TOTAL: &str = "bloodraven_restores_total";
     /// Operator: the group's `topologyGeneration`.
     pub const TOPOLOGY_GENERATION: &str = "bloodraven_topology_generation";
     /// Operator: 1 for the group's active site, 0 for its other sites.
@@ -154,6 +159,7 @@ pub mod metrics {
         RECLONES_TOTAL,
         ORDERED_UPDATES_TOTAL,
         ORDERED_UPDATE_PHASE,
+        RESTORES_TOTAL,
     ];
     /// Every sidecar metric.
     pub const SIDECAR: &[&str] = &[

@@ -40,6 +40,9 @@ pub struct DecideInput<'a> {
     pub cooldown: Duration,
     /// A planned failover is executing (or automation is held by hand).
     pub automatic_failover_held: bool,
+    /// A restore-in-place keeps every site's writes fenced (it loads, or its load failed):
+    /// reassertion is held.
+    pub restore_holds_writes: bool,
     pub site_priorities: &'a [String],
     pub last_reassertion: Option<Timestamp>,
     pub reassert_interval: Duration,
@@ -207,6 +210,8 @@ pub struct Decision {
     pub actions: Vec<Action>,
     pub alerts: Vec<Alert>,
     pub conditions: Conditions,
+    /// A reassertion was held back by a restore-in-place (the operator logs it).
+    pub deferred_by_restore: bool,
 }
 
 fn site<'a>(sites: &'a [SiteView], name: &str) -> Option<&'a SiteView> {
@@ -722,7 +727,9 @@ fn decide_topology(input: &DecideInput<'_>) -> Decision {
                 let rate_ok = input
                     .last_reassertion
                     .is_none_or(|t| input.now >= t.plus(input.reassert_interval));
-                if contains_all && rate_ok {
+                if input.restore_holds_writes {
+                    d.deferred_by_restore = true;
+                } else if contains_all && rate_ok {
                     d.actions.push(Action::Reassert {
                         site: active.name.clone(),
                     });

@@ -49,7 +49,10 @@ pub fn health_inputs(status: &GroupStatus, flags: PendingFlags) -> HealthInputs 
             .as_ref()
             .is_some_and(crate::status::UpdateStatus::in_flight),
         update_switchover: status.update_switchover(),
-        restore_in_place_in_progress: false,
+        restore_in_place_in_progress: status
+            .restore_in_place
+            .as_ref()
+            .is_some_and(crate::status::RestoreStatus::in_flight),
         topology_change_pending: flags.topology_change_pending,
         revocation_pending: flags.revocation_pending,
         split_brain,

@@ -42,6 +42,7 @@ pub mod reason;
 pub mod reclone;
 pub mod release;
 pub mod resources;
+pub mod restore;
 #[cfg(feature = "schema")]
 pub mod schema;
 pub mod semisync;

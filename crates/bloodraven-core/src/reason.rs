@@ -213,6 +213,14 @@ names! {
         /// A request for an ordered update was dropped (another operation runs, nothing to
         /// update).
         OrderedUpdateRejected = "OrderedUpdateRejected",
+        /// A restore-in-place was accepted (its target and source named).
+        RestoreStarted = "RestoreStarted",
+        /// The dump is loaded on the target; the target is announced.
+        RestoreLoaded = "RestoreLoaded",
+        RestoreSucceeded = "RestoreSucceeded",
+        RestoreFailed = "RestoreFailed",
+        /// A restore request was not run (a stale `confirm`, another operation, a bad target).
+        RestoreRefused = "RestoreRefused",
     }
 }
 
@@ -231,6 +239,24 @@ names! {
         NoCandidate = "NoCandidate",
         /// The update's switchover failed (its reason in the message).
         SwitchoverFailed = "SwitchoverFailed",
+    }
+}
+
+names! {
+    /// Why a restore-in-place stopped as `Failed` (`status.restoreInPlace.reason`).
+    pub enum RestoreFailure {
+        /// Writes could not be fenced on the active site.
+        FenceFailed = "FenceFailed",
+        /// The dump is not a complete `mariadb-dump` file (header, end marker).
+        DumpInvalid = "DumpInvalid",
+        /// Loading the dump failed (the message names the line).
+        LoadFailed = "LoadFailed",
+        /// The active site changed while it ran (the target died: an emergency failover).
+        ActiveSiteChanged = "ActiveSiteChanged",
+        /// A reclone of another site from the target failed.
+        RecloneFailed = "RecloneFailed",
+        /// The group's clone account is missing or unreadable.
+        NoCredentials = "NoCredentials",
     }
 }
 
@@ -394,5 +420,6 @@ mod tests {
         assert!(unique(DeferReason::ALL));
         assert!(unique(RecloneFailure::ALL));
         assert!(unique(UpdateFailure::ALL));
+        assert!(unique(RestoreFailure::ALL));
     }
 }

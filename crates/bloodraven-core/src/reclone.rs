@@ -29,7 +29,7 @@
 use std::fmt;
 
 use crate::reason::RecloneFailure;
-use crate::status::{GroupStatus, RecloneStatus, SiteStatus};
+use crate::status::{GroupStatus, RecloneStatus, RestoreStatus as RestoreStatusExt, SiteStatus};
 use crate::view::SiteView;
 
 /// A confirmation names at least this many characters of the divergent set.
@@ -156,6 +156,13 @@ pub fn operation_in_progress(status: &GroupStatus) -> Option<String> {
     if let Some(u) = status.update_phase.as_ref().filter(|u| u.in_flight()) {
         return Some(format!("an ordered update ({})", u.request_id));
     }
+    if status
+        .restore_in_place
+        .as_ref()
+        .is_some_and(RestoreStatusExt::in_flight)
+    {
+        return Some("a restore-in-place".into());
+    }
     status
         .sites
         .iter()
@@ -213,6 +220,7 @@ pub fn accepted(status: &GroupStatus, confirm: &str) -> RecloneStatus {
         confirmed: confirm.to_string(),
         attempts: 0,
         catch_up_to: String::new(),
+        from_primary: false,
     }
 }
 
@@ -227,13 +235,21 @@ pub struct Donor {
 /// The donor for a reclone of `target`: a reachable, read-only, unblocked site other than the
 /// target that replicates from the active site with both threads and no lag (the first such
 /// in spec order); else the active site itself, when it answered writable.
-pub fn choose_donor(sites: &[SiteView], active_site: &str, target: &str) -> Option<Donor> {
+/// With `primary_only`, the active site itself (a restore-in-place's reclones: its replicas
+/// hold the data from before the restore).
+pub fn choose_donor(
+    sites: &[SiteView],
+    active_site: &str,
+    target: &str,
+    primary_only: bool,
+) -> Option<Donor> {
     let active = sites
         .iter()
         .find(|s| s.name == active_site)
         .filter(|a| a.answered && a.state == crate::status::SiteState::Writable)?;
     let replica = sites.iter().find(|s| {
-        s.name != target
+        !primary_only
+            && s.name != target
             && s.name != active_site
             && s.answered
             && s.state == crate::status::SiteState::ReadOnly
@@ -331,7 +347,7 @@ pub fn step(r: &RecloneStatus, target: &str, facts: &Facts<'_>) -> Step {
         };
     }
     match r.phase {
-        P::Pending => match choose_donor(facts.sites, facts.active_site, target) {
+        P::Pending => match choose_donor(facts.sites, facts.active_site, target, r.from_primary) {
             Some(donor) => Step::StartCopy { donor, attempt: 1 },
             None => Step::Wait,
         },
@@ -343,7 +359,7 @@ pub fn step(r: &RecloneStatus, target: &str, facts: &Facts<'_>) -> Step {
                     .sites
                     .iter()
                     .any(|s| s.name == r.donor)
-                    .then(|| choose_donor(facts.sites, facts.active_site, target))
+                    .then(|| choose_donor(facts.sites, facts.active_site, target, r.from_primary))
                     .flatten();
                 match same {
                     Some(donor) => Step::StartCopy {

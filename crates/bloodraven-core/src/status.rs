@@ -231,6 +231,116 @@ impl UpdateStatus {
     }
 }
 
+/// Phases of a restore-in-place (`status.restoreInPlace.phase`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum RestorePhase {
+    Pending,
+    /// Admission waits (`admission` says why, until when).
+    Deferred,
+    /// Writes are being fenced on every site.
+    Fencing,
+    /// The dump streams into the target, binary logging off.
+    Loading,
+    /// The target is announced (one `topologyGeneration` bump) and its writes lifted.
+    Promoting,
+    /// Every other site is being recloned from the target.
+    Recloning,
+    Succeeded,
+    Failed,
+}
+
+impl RestorePhase {
+    pub const ALL: [RestorePhase; 8] = [
+        Self::Pending,
+        Self::Deferred,
+        Self::Fencing,
+        Self::Loading,
+        Self::Promoting,
+        Self::Recloning,
+        Self::Succeeded,
+        Self::Failed,
+    ];
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Deferred => "Deferred",
+            Self::Fencing => "Fencing",
+            Self::Loading => "Loading",
+            Self::Promoting => "Promoting",
+            Self::Recloning => "Recloning",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+/// `status.restoreInPlace`: a dump loaded into the live group, persisted step by step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct RestoreStatus {
+    pub phase: RestorePhase,
+    /// The site that holds the restored data and becomes (or stays) the primary.
+    pub target_site: String,
+    /// The request's `confirm` (RFC 3339): a request runs only with a later one.
+    pub confirm_token_used: String,
+    /// The dump's path, as the request named it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+    #[serde(default)]
+    pub bytes_loaded: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
+    pub reason: Option<crate::reason::RestoreFailure>,
+    /// Admission's block while deferred.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
+    /// The active site when it began.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub old_active_site: String,
+    /// The `topologyGeneration` it expects (its start's, then its own announcement's).
+    #[serde(default)]
+    pub topology_generation: u64,
+    /// The target was announced (the one generation bump is done).
+    #[serde(default)]
+    pub announced: bool,
+    /// The load began: a failed restore leaves the target fenced (its data is half-loaded).
+    #[serde(default)]
+    pub target_fenced: bool,
+    /// The other sites recloned from the target so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recloned: Vec<String>,
+}
+
+impl RestoreStatus {
+    pub fn in_flight(&self) -> bool {
+        !self.phase.is_terminal()
+    }
+
+    /// Writes stay fenced by it: while it runs up to the target's promotion, and after a
+    /// failure that left the target half-loaded.
+    pub fn holds_writes(&self) -> bool {
+        match self.phase {
+            RestorePhase::Failed => self.target_fenced && !self.announced,
+            RestorePhase::Fencing | RestorePhase::Loading => true,
+            RestorePhase::Promoting => !self.announced,
+            _ => false,
+        }
+    }
+}
+
 /// `status.sites[].reclone`: rebuilding a site from the group (`bloodraven site reclone`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -266,6 +376,10 @@ pub struct RecloneStatus {
     /// caught up once it holds it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub catch_up_to: String,
+    /// The copy comes from the active site, never from a replica (a restore-in-place's
+    /// reclones: the replicas hold the data from before the restore).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_primary: bool,
 }
 
 /// A sidecar's effective timings, as its `/status` reports them.
@@ -340,6 +454,9 @@ pub struct GroupStatus {
     /// The ordered update (`bloodraven update`), in flight or the last one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_phase: Option<UpdateStatus>,
+    /// The restore-in-place (`spec.restoreInPlace`), in flight or the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_in_place: Option<RestoreStatus>,
     #[serde(default)]
     pub observed_generation: i64,
     /// When the operator last confirmed this status (its clock); `None` before the first poll.

@@ -59,6 +59,7 @@ pub enum Busy {
     Free,
     PlannedFailover,
     Reclone,
+    Restore,
 }
 
 /// What else runs in a group whose status is `status`.
@@ -75,6 +76,12 @@ pub fn busy(status: &crate::status::GroupStatus) -> Busy {
         .any(|s| s.reclone.as_ref().is_some_and(|r| !r.phase.is_terminal()))
     {
         Busy::Reclone
+    } else if status
+        .restore_in_place
+        .as_ref()
+        .is_some_and(crate::status::RestoreStatus::in_flight)
+    {
+        Busy::Restore
     } else {
         Busy::Free
     }
@@ -83,6 +90,17 @@ pub fn busy(status: &crate::status::GroupStatus) -> Busy {
 /// A planned failover requested while an ordered update runs is dropped: the update moves
 /// the primary itself, once, onto an updated site.
 pub fn blocks_planned(status: &crate::status::GroupStatus, target: &str) -> Option<Note> {
+    if let Some(r) = status.restore_in_place.as_ref().filter(|r| r.in_flight()) {
+        return Some(Note {
+            severity: Severity::Warning,
+            reason: EventReason::PlannedFailoverRejected,
+            message: format!(
+                "a restore-in-place ({}) is in progress ({}); the planned failover to {target} was dropped",
+                r.confirm_token_used,
+                r.phase.as_str()
+            ),
+        });
+    }
     let u = status.update_phase.as_ref().filter(|u| u.in_flight())?;
     Some(Note {
         severity: Severity::Warning,
@@ -130,6 +148,11 @@ pub fn request(
         Busy::Reclone => {
             return reject(format!(
                 "a reclone is in progress; ordered update {id} was dropped (request it again once it has ended)"
+            ));
+        }
+        Busy::Restore => {
+            return reject(format!(
+                "a restore-in-place is in progress; ordered update {id} was dropped (request it again once it has ended)"
             ));
         }
         Busy::Free => {}

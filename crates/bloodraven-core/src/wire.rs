@@ -240,6 +240,19 @@ pub mod deploy {
         /// `plannedFailover`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub ordered_update: Option<OrderedUpdateView>,
+        /// The restore-in-place in flight.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub restore_in_place: Option<RestoreInPlaceView>,
+    }
+
+    /// `operations.restoreInPlace`.
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct RestoreInPlaceView {
+        pub phase: String,
+        pub target_site: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub admission: Option<crate::planned::Admission>,
     }
 
     /// `operations.orderedUpdate`.

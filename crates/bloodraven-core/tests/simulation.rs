@@ -381,6 +381,7 @@ impl World {
             now: self.now,
             cooldown: Duration::from_secs(20),
             automatic_failover_held: false,
+            restore_holds_writes: false,
             site_priorities: &[],
             last_reassertion: self.last_reassertion,
             reassert_interval: Duration::from_secs(10),

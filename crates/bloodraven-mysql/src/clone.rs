@@ -68,7 +68,7 @@ impl Progress {
         self.0.load(Ordering::Relaxed)
     }
 
-    fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 }
@@ -129,13 +129,13 @@ pub fn find_tool(name: &'static str) -> Result<PathBuf, CloneError> {
 
 /// A `[client]` options file with the account and the address, readable by this process's
 /// user only. Removed on drop.
-struct OptionsFile {
+pub(crate) struct OptionsFile {
     dir: PathBuf,
-    path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl OptionsFile {
-    fn write(dir: &Path, name: &str, e: &Endpoint) -> Result<OptionsFile, CloneError> {
+    pub(crate) fn write(dir: &Path, name: &str, e: &Endpoint) -> Result<OptionsFile, CloneError> {
         use std::io::Write as _;
         use std::os::unix::fs::OpenOptionsExt;
         let path = dir.join(name);
@@ -172,7 +172,7 @@ impl Drop for OptionsFile {
 
 /// A private directory for the options files (a new one per copy: this process's pid and a
 /// counter; one left by an earlier process of the same pid is never reused).
-fn private_dir() -> Result<PathBuf, CloneError> {
+pub(crate) fn private_dir() -> Result<PathBuf, CloneError> {
     use std::os::unix::fs::DirBuilderExt;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     loop {
@@ -235,7 +235,7 @@ pub fn position_in(tail: &str) -> Option<GtidSet> {
         .find_map(|g| GtidSet::parse(GtidFlavor::MariaDb, g).ok())
 }
 
-fn spawn(tool: &'static str, args: &[String], stdin: bool) -> Result<Child, CloneError> {
+pub(crate) fn spawn(tool: &'static str, args: &[String], stdin: bool) -> Result<Child, CloneError> {
     let path = find_tool(tool)?;
     Command::new(path)
         .args(args)
@@ -249,7 +249,7 @@ fn spawn(tool: &'static str, args: &[String], stdin: bool) -> Result<Child, Clon
 
 /// Reads a tool's standard error as it comes (a tool that fills the pipe would otherwise
 /// stop), keeping its last [`STDERR_TAIL`] bytes.
-fn stderr_tail(child: &mut Child) -> tokio::task::JoinHandle<String> {
+pub(crate) fn stderr_tail(child: &mut Child) -> tokio::task::JoinHandle<String> {
     let err = child.stderr.take();
     tokio::spawn(async move {
         let Some(mut e) = err else {

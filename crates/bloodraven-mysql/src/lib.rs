@@ -17,6 +17,7 @@ pub mod creds;
 pub mod error;
 pub mod launcher;
 pub mod ops;
+pub mod restore;
 pub mod site;
 pub mod sql;
 pub mod switchover;

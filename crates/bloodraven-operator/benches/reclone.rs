@@ -4,7 +4,9 @@
 //! reclone does it (target prepared, dump streamed into the load, position seeded, re-pointed,
 //! caught up). Reported per donor: MB/s and rows/s of the copy, and the p99 latency of a writer
 //! inserting on the primary every millisecond during the copy, against the same writer's p99
-//! before it.
+//! before it. Then restore-in-place's load: the same data dumped to a file and loaded into a
+//! fenced server (MB/s, rows/s), and a three-site restore's total (the load and two reclones
+//! from the primary, from the parts measured here).
 //!
 //! Run: `cargo bench -p bloodraven-operator --bench reclone -- [MB]` (default 1024).
 
@@ -81,6 +83,7 @@ async fn main() {
         "{:<44} p99 {idle:>6.1} ms",
         "writer on the primary, no copy running"
     );
+    let mut primary_copy = 0.0;
     for (label, donor) in [("replica donor (reader)", 2), ("primary donor (iad)", 0)] {
         let target = h.failover_client(1);
         target.prepare_clone_target().await.unwrap();
@@ -111,6 +114,9 @@ async fn main() {
                 .unwrap()
         );
         let secs = copied.took.as_secs_f64();
+        if donor == 0 {
+            primary_copy = secs + caught_up.elapsed().as_secs_f64();
+        }
         #[allow(clippy::cast_precision_loss)] // figures, far below 2^52
         let (total, rows) = (copied.bytes as f64 / 1e6, rows as f64);
         let (mb, rps) = (total / secs, rows / secs);
@@ -120,4 +126,49 @@ async fn main() {
             caught_up.elapsed().as_secs_f64()
         );
     }
+
+    // Restore-in-place's load: the same data as a mariadb-dump file, loaded into a fenced
+    // server with binary logging off, as a restore does.
+    let file = h.dir().join("bench-restore.sql");
+    let socket = h.servers()[0].socket.display().to_string();
+    let dumped = Instant::now();
+    let out = std::fs::File::create(&file).unwrap();
+    let status = std::process::Command::new(
+        bloodraven_mysql::clone::find_tool("mariadb-dump").expect("mariadb-dump"),
+    )
+    .args([
+        format!("--socket={socket}"),
+        "--user=root".into(),
+        "--single-transaction".into(),
+        "--add-drop-database".into(),
+        "--databases".into(),
+        "bench".into(),
+    ])
+    .stdout(out)
+    .status()
+    .unwrap();
+    assert!(status.success());
+    let dump_secs = dumped.elapsed().as_secs_f64();
+    let target = h.failover_client(1);
+    target.prepare_clone_target().await.unwrap();
+    let summary = bloodraven_mysql::restore::inspect(&file).await.unwrap();
+    let loaded = Instant::now();
+    let bytes = bloodraven_mysql::restore::load(&file, &h.clone_endpoint(1), &Progress::default())
+        .await
+        .expect("the load");
+    let secs = loaded.elapsed().as_secs_f64();
+    #[allow(clippy::cast_precision_loss)] // figures, far below 2^52
+    let (mb, rps) = (bytes as f64 / 1e6, rows as f64 / secs);
+    bloodraven_testkit::figure!(
+        "{:<24} {mb:>7.0} MB in {secs:>6.1} s: {:>6.1} MB/s, {rps:>8.0} rows/s (dump file written in {dump_secs:.1} s, {} lines)",
+        "restore-in-place load",
+        mb / secs,
+        summary.lines
+    );
+    bloodraven_testkit::figure!(
+        "{:<24} {:>7.1} s: the load, then two reclones from the primary ({primary_copy:.1} s each, measured above)",
+        "restore of a 3-site group",
+        secs + 2.0 * primary_copy
+    );
+    let _ = std::fs::remove_file(&file);
 }

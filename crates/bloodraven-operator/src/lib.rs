@@ -43,7 +43,7 @@ mod contract_docs {
     fn the_operator_page_lists_every_reason() {
         use bloodraven_core::reason::{
             ConditionReason, ConditionType, DeferReason, EventReason, FailureReason,
-            RecloneFailure, RecoveryState, UpdateFailure,
+            RecloneFailure, RecoveryState, RestoreFailure, UpdateFailure,
         };
         let page = include_str!("../../../docs/operator.md");
         let names = EventReason::ALL
@@ -55,6 +55,7 @@ mod contract_docs {
             .chain(FailureReason::ALL.iter().map(FailureReason::as_str))
             .chain(RecloneFailure::ALL.iter().map(RecloneFailure::as_str))
             .chain(UpdateFailure::ALL.iter().map(UpdateFailure::as_str))
+            .chain(RestoreFailure::ALL.iter().map(RestoreFailure::as_str))
             .chain(
                 [
                     RecoveryState::RecoveryBlocked,

@@ -139,6 +139,7 @@ pub struct Metrics {
     pub reclones: Family<GroupSiteResult, Counter>,
     pub ordered_updates: Family<GroupResult, Counter>,
     pub ordered_update_phase: Family<GroupPhase, Gauge>,
+    pub restores: Family<GroupResult, Counter>,
 }
 
 impl Default for Metrics {
@@ -173,6 +174,7 @@ impl Metrics {
             reclones: Family::default(),
             ordered_updates: Family::default(),
             ordered_update_phase: Family::default(),
+            restores: Family::default(),
             semisync_active: Family::default(),
         };
         m.register_all(&mut r);
@@ -300,6 +302,11 @@ impl Metrics {
             self.ordered_updates.clone(),
         );
         r.register(
+            counter(names::RESTORES_TOTAL),
+            "Restores-in-place that ended, by result (succeeded, failed)",
+            self.restores.clone(),
+        );
+        r.register(
             names::ORDERED_UPDATE_PHASE,
             "1 for the ordered update's current phase, 0 for the others",
             self.ordered_update_phase.clone(),
@@ -350,6 +357,12 @@ impl Metrics {
             });
         }
         self.set_update_phase(group, None);
+        for result in ["succeeded", "failed"] {
+            let _ = self.restores.get_or_create(&GroupResult {
+                group: group.to_string(),
+                result: result.to_string(),
+            });
+        }
         let _ = self.failovers_blocked_by_cooldown.get_or_create(&g());
         let _ = self.poll_duration.get_or_create(&g());
         let _ = self.planned_failover_duration.get_or_create(&g());
@@ -422,6 +435,16 @@ impl Metrics {
     /// An ordered update ended with `result` (`succeeded`, `failed`).
     pub fn ordered_update_ended(&self, group: &str, result: &str) {
         self.ordered_updates
+            .get_or_create(&GroupResult {
+                group: group.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// A restore-in-place ended with `result` (`succeeded`, `failed`).
+    pub fn restore_ended(&self, group: &str, result: &str) {
+        self.restores
             .get_or_create(&GroupResult {
                 group: group.to_string(),
                 result: result.to_string(),

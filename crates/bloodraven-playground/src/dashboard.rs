@@ -119,6 +119,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
         "conditions": st["conditions"],
         "plannedFailover": st["plannedFailover"],
         "updatePhase": st["updatePhase"],
+        "restoreInPlace": st["restoreInPlace"],
         "lastFailoverTarget": st["lastFailoverTarget"],
         "deploy": group.as_ref().map(|g| g["deploy"].clone()),
         "events": group.as_ref().map(|g| g["events"].clone()),

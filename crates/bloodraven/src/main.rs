@@ -12,6 +12,7 @@ mod move_cmd;
 mod operator_cmd;
 mod playground_cmd;
 mod release_cmd;
+mod restore_cmd;
 mod sidecar_cmd;
 mod site_cmd;
 mod status_cmd;
@@ -43,6 +44,9 @@ enum Command {
     /// Update every site one at a time (replicas first, one switchover to an updated site,
     /// the old primary last) and follow the phases.
     Update(update_cmd::UpdateArgs),
+    /// Load a mariadb-dump file into the live group (fenced, loaded on the target, one
+    /// generation bump, the other sites recloned from it) and follow the phases.
+    RestoreInPlace(restore_cmd::RestoreArgs),
     /// Show the groups: sites, states, lag, active site, generation, operations, leases.
     Status(status_cmd::StatusArgs),
     /// The deploy lease API: run a migration under the leases, observe, drive a lease, revoke all.
@@ -83,6 +87,7 @@ fn main() {
         Command::Status(args) => std::process::exit(status_cmd::run(&args)),
         Command::Site(args) => std::process::exit(site_cmd::run(&args)),
         Command::Update(args) => std::process::exit(update_cmd::run(&args)),
+        Command::RestoreInPlace(args) => std::process::exit(restore_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
         Command::MoveToKubernetes(args) => std::process::exit(move_cmd::run(&args)),
         Command::Crds(args) => std::process::exit(crds_cmd::run(&args)),

@@ -38,6 +38,7 @@ fn input<'a>(sites: &'a [SiteView], active: &'a str, last_target: &'a str) -> De
         now: t(1000),
         cooldown: Duration::from_secs(300),
         automatic_failover_held: false,
+        restore_holds_writes: false,
         site_priorities: &[],
         last_reassertion: None,
         reassert_interval: Duration::from_secs(30),

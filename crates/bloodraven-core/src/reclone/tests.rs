@@ -173,38 +173,47 @@ fn the_donor_is_a_caught_up_replica_when_there_is_one() {
         replica: false,
     };
     assert_eq!(
-        choose_donor(&trio(Some(0)), "iad", "pdx"),
+        choose_donor(&trio(Some(0)), "iad", "pdx", false),
         Some(replica("reader"))
     );
     assert_eq!(
-        choose_donor(&trio(Some(3)), "iad", "pdx"),
+        choose_donor(&trio(Some(3)), "iad", "pdx", false),
         Some(primary.clone()),
         "lagging"
     );
     assert_eq!(
-        choose_donor(&trio(None), "iad", "pdx"),
+        choose_donor(&trio(None), "iad", "pdx", false),
         Some(primary.clone()),
         "lag unknown"
     );
     let mut blocked = trio(Some(0));
     blocked[2].recovery_blocked = true;
-    assert_eq!(choose_donor(&blocked, "iad", "pdx"), Some(primary.clone()));
+    assert_eq!(
+        choose_donor(&blocked, "iad", "pdx", false),
+        Some(primary.clone())
+    );
     // The target is never its own donor.
     assert_eq!(
-        choose_donor(&trio(Some(0)), "iad", "reader"),
+        choose_donor(&trio(Some(0)), "iad", "reader", false),
+        Some(primary.clone())
+    );
+    // A restore-in-place's reclone copies from the primary even beside a caught-up replica
+    // (the replicas hold the data from before the restore).
+    assert_eq!(
+        choose_donor(&trio(Some(0)), "iad", "pdx", true),
         Some(primary.clone())
     );
     let mut down = trio(Some(0));
     down[0].answered = false;
     assert_eq!(
-        choose_donor(&down, "iad", "pdx"),
+        choose_donor(&down, "iad", "pdx", false),
         None,
         "the active site does not answer"
     );
     down[0].answered = true;
     down[0].state = SiteState::ReadOnly;
     assert_eq!(
-        choose_donor(&down, "iad", "pdx"),
+        choose_donor(&down, "iad", "pdx", false),
         None,
         "no writable active site"
     );

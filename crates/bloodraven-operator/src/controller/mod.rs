@@ -19,6 +19,7 @@
 //! | [`act`] | executing [`bloodraven_core::controller::decide`]'s actions: bootstrap, emergency failover, fencing intruders, reassertion, re-pointing, blocking |
 //! | [`planned`] | executing the planned failover's steps, as [`bloodraven_core::planned`] decides them |
 //! | [`update`] | taking an ordered-update request, running each site's update beside the poll, the update's switchover through [`planned`]'s machine, as [`bloodraven_core::update`] decides |
+//! | [`restore`] | taking a restore-in-place request from the spec, fencing, loading the dump beside the poll, announcing the target, its reclones, as [`bloodraven_core::restore`] decides |
 //! | [`reclone`] | taking a reclone request, running its copy beside the poll, its steps as [`bloodraven_core::reclone`] decides them |
 //! | [`status`] | building the status, writing it when it changed, alerts, site metrics |
 //! | [`error`] | why a step failed |
@@ -38,6 +39,7 @@ mod error;
 mod gather;
 mod planned;
 mod reclone;
+mod restore;
 mod status;
 mod update;
 
@@ -148,6 +150,12 @@ pub struct Controller<S: Site = SiteClient> {
     reclone_run: Option<reclone::RecloneRun<S>>,
     /// The ordered update's site update in flight.
     update_run: Option<update::UpdateRun>,
+    /// The restore-in-place's load in flight.
+    restore_run: Option<restore::LoadRun>,
+    /// The last refused restore request (told once).
+    restore_refused: Option<String>,
+    /// When the held reassertion was last logged.
+    restore_deferred_logged: Option<Instant>,
     last_reassertion: Option<Timestamp>,
     /// Alerts raised and not yet cleared (each is evented once when it starts).
     raised: BTreeSet<String>,
@@ -202,6 +210,9 @@ impl<S: Site> Controller<S> {
             clone_credentials: Err(CredentialsUnavailable::NotReadYet),
             reclone_run: None,
             update_run: None,
+            restore_run: None,
+            restore_refused: None,
+            restore_deferred_logged: None,
             last_reassertion: None,
             raised: BTreeSet::new(),
             http,
@@ -345,12 +356,27 @@ impl<S: Site> Controller<S> {
     }
 
     fn views(&self, status: &GroupStatus) -> Vec<SiteView> {
+        // A restore-in-place's target that is not the active site is being replaced while
+        // the restore fences and loads: never a candidate, left alone.
+        let restoring = status
+            .restore_in_place
+            .as_ref()
+            .filter(|r| {
+                matches!(
+                    r.phase,
+                    bloodraven_core::status::RestorePhase::Fencing
+                        | bloodraven_core::status::RestorePhase::Loading
+                ) || (r.phase == bloodraven_core::status::RestorePhase::Failed && r.holds_writes())
+            })
+            .map(|r| r.target_site.clone())
+            .filter(|t| *t != status.active_site);
         self.sites
             .iter()
             .enumerate()
             .map(|(i, s)| {
                 let p = s.probe.as_ref();
                 let recovery = status.site(&s.cfg.name).map(|st| &st.recovery_state);
+                let restoring = restoring.as_deref() == Some(s.cfg.name.as_str());
                 SiteView {
                     name: s.cfg.name.clone(),
                     role: s.cfg.role,
@@ -369,8 +395,8 @@ impl<S: Site> Controller<S> {
                         source_port: r.source_port,
                         seconds_behind: r.seconds_behind,
                     }),
-                    recovery_blocked: recovery.is_some_and(RecoveryState::is_blocked),
-                    recloning: recovery == Some(&RecoveryState::Recloning),
+                    recovery_blocked: restoring || recovery.is_some_and(RecoveryState::is_blocked),
+                    recloning: restoring || recovery == Some(&RecoveryState::Recloning),
                     reclone_failed: recovery == Some(&RecoveryState::RecloneFailed),
                     received: p.and_then(received),
                     semi_sync: p.filter(|_| s.answered).and_then(|p| p.semi_sync.clone()),
@@ -395,6 +421,7 @@ impl<S: Site> Controller<S> {
 
         self.planned_step().await;
         self.update_step().await;
+        self.restore_step().await;
         self.reclone_step().await;
 
         let snap = self.rt.snapshot();
@@ -404,6 +431,14 @@ impl<S: Site> Controller<S> {
         let cfg = self.rt.config.clone();
         let input = self.decide_input(&status, &views, promotion.as_ref(), &cfg);
         let decision = controller::decide(&input);
+        if decision.deferred_by_restore
+            && self
+                .restore_deferred_logged
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(30))
+        {
+            tracing::info!(group = %self.group(), action = "reassert", "{}", bloodraven_core::contract::logs::RESTORE_DEFERRED);
+            self.restore_deferred_logged = Some(Instant::now());
+        }
         self.alerts(&decision.alerts, &status).await;
         let mut succeeded = Vec::with_capacity(decision.actions.len());
         for action in &decision.actions {
@@ -454,6 +489,10 @@ impl<S: Site> Controller<S> {
             now: self.rt.now(),
             cooldown: cfg.failover_cooldown,
             automatic_failover_held: held,
+            restore_holds_writes: status
+                .restore_in_place
+                .as_ref()
+                .is_some_and(bloodraven_core::status::RestoreStatus::holds_writes),
             site_priorities: &cfg.site_priorities,
             last_reassertion: self.last_reassertion,
             reassert_interval: (cfg.poll_interval * 5).max(Duration::from_secs(10)),

@@ -9,7 +9,7 @@ use bloodraven_core::lease::LeaseGate;
 use bloodraven_core::reason::ConditionType;
 use bloodraven_core::status::GroupStatus;
 use bloodraven_core::wire::deploy::{
-    HealthView, Observation, Operations, OrderedUpdateView, PlannedFailoverView,
+    HealthView, Observation, Operations, OrderedUpdateView, PlannedFailoverView, RestoreInPlaceView,
 };
 
 use super::{GroupRuntime, GroupSnapshot, RETRY_AFTER_SECONDS};
@@ -91,6 +91,15 @@ impl GroupRuntime {
                         phase: u.phase.as_str().to_string(),
                         site: u.site.clone(),
                         admission: u.admission.clone(),
+                    }),
+                restore_in_place: status
+                    .restore_in_place
+                    .as_ref()
+                    .filter(|r| r.in_flight())
+                    .map(|r| RestoreInPlaceView {
+                        phase: r.phase.as_str().to_string(),
+                        target_site: r.target_site.clone(),
+                        admission: r.admission.clone(),
                     }),
             },
             stable: a.stable,

@@ -1,0 +1,506 @@
+//! Restore-in-place (`spec.restoreInPlace`): the decisions.
+//!
+//! A logical dump is loaded into the live group as a planned disruption: admission defers
+//! behind a live failover-hold (as a planned failover's does); then writes are fenced on every
+//! site (application sessions killed), the dump is loaded on the target with binary logging off
+//! (so nothing replicates and the other sites keep their old data, whole), the target is
+//! announced as the active site — one `topologyGeneration` bump, even when it already was the
+//! active site, which revokes every deploy lease — and only then are its writes lifted. Every
+//! other site is then recloned from the target, one at a time. This module decides; the
+//! operator executes (`controller/restore.rs`) and the MySQL adapter loads
+//! (`bloodraven_mysql::restore`).
+//!
+//! # Invariants
+//! - A request runs once: its `confirm` must be strictly later than
+//!   `status.restoreInPlace.confirmTokenUsed`.
+//! - Nothing is promoted onto a half-loaded site: writes are lifted on the target only after
+//!   the load finished without error; a failed load leaves the target fenced
+//!   ([`RestoreStatus::holds_writes`]), and reassertion stays held.
+//! - Never on the emergency path: a change of `topologyGeneration` that is not its own (the
+//!   target died: an emergency failover) ends it as `Failed` (`ActiveSiteChanged`); the site
+//!   promoted then holds the data from before the restore, and the failure says so.
+//! - While it runs no planned failover, ordered update or reclone starts.
+//!
+//! # States
+//! `Pending` (↔ `Deferred`) → `Fencing` → `Loading` → `Promoting` → `Recloning` →
+//! `Succeeded`; any but `Succeeded` → `Failed`.
+
+use crate::config::{RestoreInPlaceSpec, SiteRole};
+use crate::lease::LeaseView;
+use crate::planned::{Note, Severity};
+use crate::reason::{DeferReason, EventReason, RestoreFailure};
+use crate::status::{Admission, GroupStatus, ReclonePhase, RestorePhase, RestoreStatus};
+use crate::time::Timestamp;
+use crate::view::SiteView;
+
+/// What to do with the spec's request.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // one value per poll, never stored
+pub enum Request {
+    /// No request, or the one that ran (or runs): nothing to do.
+    None,
+    /// Start it: persist this status.
+    Accept(RestoreStatus),
+    /// Not run (say so once).
+    Refuse(String),
+}
+
+/// Decides the spec's request against the status.
+pub fn request(
+    spec: Option<&RestoreInPlaceSpec>,
+    status: &GroupStatus,
+    sites: &[SiteView],
+    now: Timestamp,
+) -> Request {
+    let Some(req) = spec else {
+        return Request::None;
+    };
+    match admit_confirm(req, status) {
+        Ok(true) => {}
+        Ok(false) => return Request::None,
+        Err(why) => return Request::Refuse(why),
+    }
+    let target = req
+        .target
+        .clone()
+        .unwrap_or_else(|| status.active_site.clone());
+    match sites.iter().find(|s| s.name == target) {
+        None => {
+            return Request::Refuse(format!("target {target:?} is not a site of the group"));
+        }
+        Some(t) if t.role != SiteRole::PrimaryCandidate => {
+            return Request::Refuse(format!(
+                "target {target} has role {} (only a primary-candidate site becomes the primary)",
+                t.role.as_str()
+            ));
+        }
+        Some(t) if t.recloning || t.reclone_failed => {
+            return Request::Refuse(format!("target {target} is being rebuilt"));
+        }
+        Some(_) => {}
+    }
+    Request::Accept(RestoreStatus {
+        phase: RestorePhase::Pending,
+        target_site: target,
+        confirm_token_used: req.confirm.clone(),
+        source: req.source.clone(),
+        start_time: Some(now),
+        completion_time: None,
+        bytes_loaded: 0,
+        message: "accepted".into(),
+        reason: None,
+        admission: None,
+        old_active_site: status.active_site.clone(),
+        topology_generation: status.topology_generation,
+        announced: false,
+        target_fenced: false,
+        recloned: Vec::new(),
+    })
+}
+
+/// The rules of a request that need no view of the sites (the CLI checks them before it
+/// writes): `Ok(false)` for the request in flight or the one that ran, `Err` with why it is
+/// not run.
+pub fn admit_confirm(req: &RestoreInPlaceSpec, status: &GroupStatus) -> Result<bool, String> {
+    let Ok(confirm) = Timestamp::parse_rfc3339(&req.confirm) else {
+        return Err(format!(
+            "spec.restoreInPlace.confirm {:?} is not an RFC 3339 timestamp",
+            req.confirm
+        ));
+    };
+    let current = status.restore_in_place.as_ref();
+    if let Some(c) = current {
+        if c.confirm_token_used == req.confirm {
+            let target = req.target.as_deref().unwrap_or(&c.target_site);
+            if c.source == req.source && target == c.target_site {
+                // The request in flight, or the one that ran.
+                return Ok(false);
+            }
+            return Err(format!(
+                "spec.restoreInPlace.confirm {} was used already (by the restore of {} into {}): a restore runs once per confirm (set a new one to run it)",
+                req.confirm, c.source, c.target_site
+            ));
+        }
+        let used = Timestamp::parse_rfc3339(&c.confirm_token_used).ok();
+        if used.is_some_and(|u| confirm <= u) {
+            return Err(format!(
+                "spec.restoreInPlace.confirm {} is not later than the confirmTokenUsed {}: a restore runs once per confirm (set a new one to run it again)",
+                req.confirm, c.confirm_token_used
+            ));
+        }
+        if c.in_flight() {
+            return Err(format!(
+                "a restore-in-place (confirm {}) is in progress ({})",
+                c.confirm_token_used,
+                c.phase.as_str()
+            ));
+        }
+    }
+    if let Some(what) = other_operation(status) {
+        return Err(format!(
+            "{what} is in progress; the restore waits for a new confirm once it has ended"
+        ));
+    }
+    if status.active_site.is_empty() {
+        return Err("the group has no active site yet".into());
+    }
+    Ok(true)
+}
+
+/// Another operation that keeps a restore from starting.
+fn other_operation(status: &GroupStatus) -> Option<String> {
+    if let Some(p) = status
+        .planned_failover
+        .as_ref()
+        .filter(|p| !p.phase.is_terminal())
+    {
+        return Some(format!("a planned failover to {}", p.target));
+    }
+    if let Some(u) = status.update_phase.as_ref().filter(|u| u.in_flight()) {
+        return Some(format!("an ordered update ({})", u.request_id));
+    }
+    status
+        .sites
+        .iter()
+        .find(|s| s.reclone.as_ref().is_some_and(|r| !r.phase.is_terminal()))
+        .map(|s| format!("a reclone of {}", s.name))
+}
+
+/// What [`step`] looks at besides the status.
+#[derive(Clone, Debug)]
+pub struct Facts<'a> {
+    pub status: &'a GroupStatus,
+    /// The spec's site names, in order.
+    pub site_names: &'a [String],
+    /// The group's live failover-hold, read under the lease lock.
+    pub live_hold: Option<&'a LeaseView>,
+}
+
+/// The next thing to do.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // one value per step, never stored
+pub enum Step {
+    Idle,
+    /// Nothing to do until a later poll (a load or a reclone running).
+    Wait,
+    /// Persist `next`, then record `notes`; step again at once when `again`.
+    Persist {
+        next: RestoreStatus,
+        notes: Vec<Note>,
+        count: Option<bool>,
+        again: bool,
+    },
+    /// Fence writes on every site (application sessions killed); report [`Done`].
+    Fence {
+        active: String,
+    },
+    /// Load the dump into the target (its replication stopped first); report [`Done`].
+    Load {
+        target: String,
+        source: String,
+    },
+    /// Announce the target (its one generation bump) unless `announced`, then lift its
+    /// writes; report [`Done`].
+    Promote {
+        target: String,
+        announced: bool,
+    },
+    /// Start a reclone of `site` from the target (`fromPrimary`).
+    Reclone {
+        site: String,
+    },
+}
+
+/// What an executed step came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Done {
+    Fenced,
+    FenceFailed { error: String },
+    DumpInvalid { error: String },
+    Loaded { bytes: u64 },
+    LoadFailed { error: String, bytes: u64 },
+    Promoted,
+    LiftFailed { error: String },
+}
+
+fn persist(next: RestoreStatus, notes: Vec<Note>, again: bool) -> Step {
+    Step::Persist {
+        next,
+        notes,
+        count: None,
+        again,
+    }
+}
+
+#[allow(clippy::needless_pass_by_value)] // every caller formats its message
+fn failed(r: &RestoreStatus, reason: RestoreFailure, message: String, now: Timestamp) -> Step {
+    let mut next = r.clone();
+    next.phase = RestorePhase::Failed;
+    next.reason = Some(reason);
+    next.admission = None;
+    next.completion_time = Some(now);
+    next.message.clone_from(&message);
+    Step::Persist {
+        next,
+        notes: vec![Note {
+            severity: Severity::Warning,
+            reason: EventReason::RestoreFailed,
+            message: format!(
+                "restore-in-place ({}) failed: {message}",
+                r.confirm_token_used
+            ),
+        }],
+        count: Some(false),
+        again: false,
+    }
+}
+
+fn in_phase(r: &RestoreStatus, phase: RestorePhase, message: String) -> RestoreStatus {
+    RestoreStatus {
+        phase,
+        message,
+        admission: None,
+        ..r.clone()
+    }
+}
+
+/// Says what the restore asks for now.
+pub fn step(f: &Facts<'_>, now: Timestamp) -> Step {
+    let Some(r) = f.status.restore_in_place.as_ref() else {
+        return Step::Idle;
+    };
+    if r.phase.is_terminal() {
+        return Step::Idle;
+    }
+    if f.status.topology_generation != r.topology_generation {
+        let promoted = &f.status.active_site;
+        let data = if r.announced && promoted == &r.target_site {
+            "it holds the restored data".to_string()
+        } else {
+            format!("{promoted} holds the data from before the restore")
+        };
+        return failed(
+            r,
+            RestoreFailure::ActiveSiteChanged,
+            format!(
+                "the active site changed to {promoted} (topologyGeneration {}) during {}: {data}",
+                f.status.topology_generation,
+                r.phase.as_str()
+            ),
+            now,
+        );
+    }
+    match r.phase {
+        RestorePhase::Pending | RestorePhase::Deferred => {
+            if let Some(hold) = f.live_hold {
+                let admission = Admission {
+                    defer_reason: Some(DeferReason::DeploymentHold),
+                    retry_time: Some(hold.expires_at),
+                    message: format!(
+                        "deferred by failover-hold {} (instance {})",
+                        hold.operation_id, hold.instance
+                    ),
+                };
+                if r.phase == RestorePhase::Deferred && r.admission.as_ref() == Some(&admission) {
+                    return Step::Idle;
+                }
+                let mut next = in_phase(r, RestorePhase::Deferred, admission.message.clone());
+                next.admission = Some(admission);
+                return persist(next, Vec::new(), false);
+            }
+            let notes = vec![Note {
+                severity: Severity::Normal,
+                reason: EventReason::RestoreStarted,
+                message: format!(
+                    "restore-in-place ({}) of {} into {}: fencing writes on every site",
+                    r.confirm_token_used, r.source, r.target_site
+                ),
+            }];
+            persist(
+                in_phase(
+                    r,
+                    RestorePhase::Fencing,
+                    "fencing writes on every site".into(),
+                ),
+                notes,
+                true,
+            )
+        }
+        RestorePhase::Fencing => Step::Fence {
+            active: f.status.active_site.clone(),
+        },
+        RestorePhase::Loading => Step::Load {
+            target: r.target_site.clone(),
+            source: r.source.clone(),
+        },
+        RestorePhase::Promoting => Step::Promote {
+            target: r.target_site.clone(),
+            announced: r.announced,
+        },
+        RestorePhase::Recloning => recloning(r, f, now),
+        RestorePhase::Succeeded | RestorePhase::Failed => Step::Idle,
+    }
+}
+
+fn recloning(r: &RestoreStatus, f: &Facts<'_>, now: Timestamp) -> Step {
+    for site in f.site_names.iter().filter(|s| **s != r.target_site) {
+        if r.recloned.contains(site) {
+            continue;
+        }
+        let current = f
+            .status
+            .site(site)
+            .and_then(|s| s.reclone.as_ref())
+            .filter(|c| c.from_primary && c.confirmed == reclone_confirmation(r));
+        return match current.map(|c| c.phase) {
+            None => Step::Reclone { site: site.clone() },
+            Some(ReclonePhase::Succeeded) => {
+                let mut next = r.clone();
+                next.recloned.push(site.clone());
+                next.message = format!("{site} recloned from {}", r.target_site);
+                persist(next, Vec::new(), true)
+            }
+            Some(ReclonePhase::Failed) => failed(
+                r,
+                RestoreFailure::RecloneFailed,
+                format!(
+                    "the restored data is on {} (writable); recloning {site} from it failed: {} (reclone it again with `bloodraven site reclone`)",
+                    r.target_site,
+                    current.map(|c| c.message.clone()).unwrap_or_default()
+                ),
+                now,
+            ),
+            Some(_) => Step::Wait,
+        };
+    }
+    let mut next = in_phase(
+        r,
+        RestorePhase::Succeeded,
+        format!(
+            "{} restored on {}; recloned: {}",
+            r.source,
+            r.target_site,
+            if r.recloned.is_empty() {
+                "none".to_string()
+            } else {
+                r.recloned.join(", ")
+            }
+        ),
+    );
+    next.completion_time = Some(now);
+    Step::Persist {
+        notes: vec![Note {
+            severity: Severity::Normal,
+            reason: EventReason::RestoreSucceeded,
+            message: format!(
+                "restore-in-place ({}) succeeded: {}",
+                r.confirm_token_used, next.message
+            ),
+        }],
+        next,
+        count: Some(true),
+        again: false,
+    }
+}
+
+/// What a restore's reclones confirm with (recorded on them, so they are told apart from
+/// a reclone a person requested).
+pub fn reclone_confirmation(r: &RestoreStatus) -> String {
+    format!("restore-in-place {}", r.confirm_token_used)
+}
+
+/// Turns what an executed step came to into the next status.
+pub fn finish(r: &RestoreStatus, done: Done, now: Timestamp) -> Step {
+    match done {
+        Done::Fenced => {
+            let mut next = in_phase(
+                r,
+                RestorePhase::Loading,
+                format!("loading {} into {}", r.source, r.target_site),
+            );
+            next.target_fenced = true;
+            persist(next, Vec::new(), true)
+        }
+        Done::FenceFailed { error } => failed(
+            r,
+            RestoreFailure::FenceFailed,
+            format!("writes could not be fenced: {error}; nothing was loaded"),
+            now,
+        ),
+        Done::DumpInvalid { error } => failed(
+            r,
+            RestoreFailure::DumpInvalid,
+            format!(
+                "{error}; nothing was loaded, and every site stays fenced until a restore with a new confirm succeeds or a person lifts the active site"
+            ),
+            now,
+        ),
+        Done::Loaded { bytes } => {
+            let mut next = in_phase(
+                r,
+                RestorePhase::Promoting,
+                format!("loaded {bytes} bytes; announcing {}", r.target_site),
+            );
+            next.bytes_loaded = bytes;
+            persist(
+                next,
+                vec![Note {
+                    severity: Severity::Normal,
+                    reason: EventReason::RestoreLoaded,
+                    message: format!(
+                        "restore-in-place ({}): {bytes} bytes of {} loaded into {}",
+                        r.confirm_token_used, r.source, r.target_site
+                    ),
+                }],
+                true,
+            )
+        }
+        Done::LoadFailed { error, bytes } => {
+            let mut s = failed(
+                r,
+                RestoreFailure::LoadFailed,
+                format!(
+                    "loading into {} failed: {error}; {} stays fenced (its data is half-loaded) and the other sites hold the data from before the restore; retry with a new confirm",
+                    r.target_site, r.target_site
+                ),
+                now,
+            );
+            if let Step::Persist { next, .. } = &mut s {
+                next.bytes_loaded = bytes;
+            }
+            s
+        }
+        Done::Promoted => persist(
+            in_phase(
+                r,
+                RestorePhase::Recloning,
+                format!("{} takes writes; recloning the other sites", r.target_site),
+            ),
+            Vec::new(),
+            true,
+        ),
+        Done::LiftFailed { error } => {
+            // Announced: retried by the next poll.
+            let mut next = r.clone();
+            next.message = format!(
+                "lifting {}'s writes failed: {error}; retried",
+                r.target_site
+            );
+            persist(next, Vec::new(), false)
+        }
+    }
+}
+
+/// The reclone of `site` a restore starts (from the target, the active site by then).
+pub fn reclone_of(r: &RestoreStatus, status: &GroupStatus) -> crate::status::RecloneStatus {
+    let mut c = crate::reclone::accepted(status, &reclone_confirmation(r));
+    c.from_primary = true;
+    c.message = format!(
+        "part of the restore-in-place; copying from {}",
+        r.target_site
+    );
+    c
+}
+
+#[cfg(test)]
+mod tests;

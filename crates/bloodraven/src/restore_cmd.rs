@@ -1,0 +1,273 @@
+//! `bloodraven restore-in-place --group G --from FILE --confirm now|TIMESTAMP [--target S]
+//! [--check] [--wait D]`: checks a `mariadb-dump` file and requests a restore-in-place of it
+//! (`spec.restoreInPlace` on the stored group, through the store of the platform the
+//! configuration names), then follows `status.restoreInPlace`.
+//!
+//! `--check` reads the dump only (its header, the databases it replaces, its size) and
+//! touches nothing. Without it the dump is checked first too: an incomplete file is refused
+//! before anything is written.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bloodraven_core::duration::parse_duration;
+use bloodraven_core::resources::FailoverGroupBody;
+use bloodraven_core::status::{RestorePhase, RestoreStatus};
+use bloodraven_core::time::{Clock as _, Timestamp};
+use bloodraven_operator::config;
+use bloodraven_runtime::clock::SystemClock;
+use bloodraven_store::{StoreError, StoreExt as _};
+use clap::Args;
+
+/// Exit codes of `bloodraven restore-in-place`.
+pub mod exit {
+    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, USAGE};
+    /// The restore ended in `Failed`.
+    pub const FAILED: i32 = 3;
+    /// `--wait` passed before it finished (it goes on without this command).
+    pub const NOT_FINISHED: i32 = 4;
+    /// Refused (the dump is incomplete, the confirm is not new, another operation runs):
+    /// nothing was written.
+    pub const REFUSED: i32 = 5;
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The group.
+    #[arg(long)]
+    group: String,
+    /// The `mariadb-dump` file (a path the operator reads).
+    #[arg(long = "from")]
+    from: PathBuf,
+    /// `now`, or an RFC 3339 timestamp later than the group's `confirmTokenUsed`.
+    #[arg(long)]
+    confirm: Option<String>,
+    /// The site that becomes the primary (default: the active site).
+    #[arg(long)]
+    target: Option<String>,
+    /// Read the dump and say what it would replace; change nothing.
+    #[arg(long)]
+    check: bool,
+    /// The operator's configuration file (for its store).
+    #[arg(long, env = "BLOODRAVEN_CONFIG")]
+    config: Option<PathBuf>,
+    /// How long to follow the restore; 0s requests it and returns at once.
+    #[arg(long, default_value = "1h")]
+    wait: String,
+}
+
+pub fn run(args: &RestoreArgs) -> i32 {
+    let wait = match parse_duration(&args.wait) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: --wait: {e}");
+            return exit::USAGE;
+        }
+    };
+    crate::cli::run(crate::cli::Flavor::CurrentThread, go(args, wait))
+}
+
+async fn go(args: &RestoreArgs, wait: Duration) -> i32 {
+    let from = match std::fs::canonicalize(&args.from) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: --from {}: {e}", args.from.display());
+            return exit::USAGE;
+        }
+    };
+    let summary = match bloodraven_mysql::restore::inspect(&from).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: refused, nothing was written: {e}");
+            return exit::REFUSED;
+        }
+    };
+    println!(
+        "{}: {} ({} bytes, {} lines); replaces the databases: {}",
+        from.display(),
+        summary.header,
+        summary.bytes,
+        summary.lines,
+        if summary.databases.is_empty() {
+            "none named".to_string()
+        } else {
+            summary.databases.join(", ")
+        }
+    );
+    if args.check {
+        return exit::SUCCEEDED;
+    }
+    let Some(confirm) = &args.confirm else {
+        eprintln!("error: --confirm: required (now, or an RFC 3339 timestamp) unless --check");
+        return exit::USAGE;
+    };
+    let confirm = if confirm == "now" {
+        SystemClock.now().to_rfc3339()
+    } else {
+        match Timestamp::parse_rfc3339(confirm) {
+            Ok(t) => t.to_rfc3339(),
+            Err(e) => {
+                eprintln!("error: --confirm: must be `now` or an RFC 3339 timestamp: {e}");
+                return exit::USAGE;
+            }
+        }
+    };
+    let Some(config_path) = &args.config else {
+        eprintln!(
+            "error: --config: required to request the restore (the operator's configuration file)"
+        );
+        return exit::USAGE;
+    };
+    let cfg = match config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let store = match crate::cli::platform_store(&cfg).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let (key, _) = match crate::cli::stored_group(&*store, &args.group).await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    let request = bloodraven_core::config::RestoreInPlaceSpec {
+        confirm: confirm.clone(),
+        source: from.display().to_string(),
+        target: args.target.clone(),
+    };
+    // Written with the stored object's version: a concurrent change is read again.
+    for attempt in 1..=5 {
+        let obj = match store.get(&key).await {
+            Ok(Some(o)) => o,
+            Ok(None) => {
+                eprintln!("error: group {} is not in the store", args.group);
+                return exit::ERROR;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::ERROR;
+            }
+        };
+        let body = match obj.decode::<FailoverGroupBody>() {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("error: the stored group {} cannot be read: {e}", args.group);
+                return exit::ERROR;
+            }
+        };
+        // The operator's own rules, before anything is written.
+        let mut spec = body.spec.clone();
+        spec.restore_in_place = Some(request.clone());
+        match bloodraven_core::restore::admit_confirm(&request, &body.status) {
+            Ok(true) => {}
+            Ok(false) => {
+                eprintln!(
+                    "confirm {confirm} is the restore in flight (or the one that ran); following it"
+                );
+                break;
+            }
+            Err(why) => {
+                eprintln!("error: refused, nothing was written: {why}");
+                return exit::REFUSED;
+            }
+        }
+        if let Some(t) = &request.target
+            && !body.spec.sites.iter().any(|s| &s.name == t)
+        {
+            eprintln!(
+                "error: --target: {t:?} is not a site of group {}",
+                args.group
+            );
+            return exit::USAGE;
+        }
+        let mut next = obj.clone();
+        let value = match serde_json::to_value(&spec) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::ERROR;
+            }
+        };
+        next.body.insert("spec".into(), value);
+        match store.replace(next).await {
+            Ok(_) => break,
+            Err(StoreError::Conflict { .. }) if attempt < 5 => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::ERROR;
+            }
+        }
+    }
+    eprintln!(
+        "requested a restore-in-place of {} into {} (confirm {confirm})",
+        from.display(),
+        args.group
+    );
+    if wait.is_zero() {
+        return exit::SUCCEEDED;
+    }
+    follow(&*store, &key, &confirm, wait).await
+}
+
+async fn follow(
+    store: &dyn bloodraven_store::Store,
+    key: &bloodraven_store::ObjectKey,
+    confirm: &str,
+    wait: Duration,
+) -> i32 {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut last = String::new();
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Some(obj)) = store.get(key).await
+            && let Ok(body) = obj.decode::<FailoverGroupBody>()
+            && let Some(r) = body
+                .status
+                .restore_in_place
+                .filter(|r| r.confirm_token_used == confirm)
+        {
+            let line = progress_line(&r);
+            if line != last {
+                eprintln!("{line}");
+                last = line;
+            }
+            match r.phase {
+                RestorePhase::Succeeded => {
+                    println!("restore-in-place succeeded: {}", r.message);
+                    return exit::SUCCEEDED;
+                }
+                RestorePhase::Failed => {
+                    println!(
+                        "restore-in-place failed: {}: {}",
+                        r.reason.as_ref().map_or("unknown", |x| x.as_str()),
+                        r.message
+                    );
+                    return exit::FAILED;
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
+        wait.as_secs()
+    );
+    exit::NOT_FINISHED
+}
+
+fn progress_line(r: &RestoreStatus) -> String {
+    let mut line = format!("phase {} (target {})", r.phase.as_str(), r.target_site);
+    if r.bytes_loaded > 0 {
+        let _ = write!(line, ", {} bytes loaded", r.bytes_loaded);
+    }
+    if !r.message.is_empty() {
+        let _ = write!(line, ": {}", r.message);
+    }
+    line
+}

@@ -1,0 +1,87 @@
+//! `bloodraven restore-in-place` before it writes anything: `--check` reads a dump and says
+//! what it replaces; a truncated or foreign file is refused (exit 5); a missing `--confirm`,
+//! a bad timestamp or a missing file is a usage error (exit 2) naming the flag.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bloodraven"))
+        .arg("restore-in-place")
+        .args(args)
+        .env_remove("BLOODRAVEN_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const WHOLE: &str = "/*M!999999\\- enable the sandbox mode */ \n-- MariaDB dump 10.19-10.11.14-MariaDB, for debian-linux-gnu (x86_64)\n--\nCREATE DATABASE /*!32312 IF NOT EXISTS*/ `orders` /*!40100 DEFAULT CHARACTER SET latin1 */;\nUSE `orders`;\nINSERT INTO `t` VALUES (1),(2);\n-- Dump completed on 2027-01-15 10:00:00\n";
+
+#[test]
+fn the_dump_is_checked_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole.sql");
+    std::fs::write(&whole, WHOLE).unwrap();
+    let w = whole.to_str().unwrap();
+    let (code, out, err) = run(&["--group", "orders", "--from", w, "--check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("replaces the databases: orders"), "{out}");
+    assert!(out.contains("-- MariaDB dump 10.19"), "{out}");
+
+    let cut = dir.path().join("cut.sql");
+    std::fs::write(&cut, &WHOLE[..WHOLE.len() - 45]).unwrap();
+    let (code, _, err) = run(&[
+        "--group",
+        "orders",
+        "--from",
+        cut.to_str().unwrap(),
+        "--confirm",
+        "now",
+    ]);
+    assert_eq!(code, 5, "{err}");
+    assert!(
+        err.contains("Dump completed") && err.contains("nothing was written"),
+        "{err}"
+    );
+
+    let foreign = dir.path().join("notes.txt");
+    std::fs::write(&foreign, "hello\n-- Dump completed\n").unwrap();
+    let (code, _, err) = run(&[
+        "--group",
+        "orders",
+        "--from",
+        foreign.to_str().unwrap(),
+        "--check",
+    ]);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("not a `-- MariaDB dump` header"), "{err}");
+
+    for (args, flag) in [
+        (vec!["--group", "orders", "--from", w], "--confirm"),
+        (
+            vec!["--group", "orders", "--from", w, "--confirm", "tomorrow"],
+            "--confirm",
+        ),
+        (
+            vec!["--group", "orders", "--from", w, "--confirm", "now"],
+            "--config",
+        ),
+        (
+            vec![
+                "--group",
+                "orders",
+                "--from",
+                "/nonexistent/dump.sql",
+                "--check",
+            ],
+            "--from",
+        ),
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}
