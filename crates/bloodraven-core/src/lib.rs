@@ -43,6 +43,7 @@ pub mod reclone;
 pub mod release;
 pub mod resources;
 pub mod restore;
+pub mod routing;
 #[cfg(feature = "schema")]
 pub mod schema;
 pub mod semisync;

@@ -65,7 +65,7 @@ async fn main() {
     while next <= rows {
         let last = (next + CHUNK - 1).min(rows);
         iad.execute(format!(
-            "INSERT INTO bench.big SELECT seq, REPEAT(CHAR(65 + seq % 26), 1000) FROM seq_{next}_to_{last}"
+            "INSERT INTO bench.big SELECT seq, REPEAT(CHAR(65 + seq % 26), 1000) FROM bench.seq_{next}_to_{last}"
         ))
         .await
         .unwrap();

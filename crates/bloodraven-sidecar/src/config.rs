@@ -33,6 +33,7 @@ pub mod flags {
     pub const LISTEN: &str = "--listen";
     pub const OPERATOR_PUBLIC_KEY: &str = "--operator-public-key";
     pub const PIN_TIMINGS: &str = "--pin-timings";
+    pub const REPLICA_MAX_LAG: &str = "--replica-max-lag";
 }
 
 /// Bounds derived from `peerCheckInterval`, in one place.
@@ -48,6 +49,8 @@ pub mod limits {
     pub const MAX_BODY_BYTES: usize = 64 * 1024;
     /// The default listen address.
     pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+    /// `GET /replica`'s lag bound when the request names none (`--replica-max-lag`).
+    pub const DEFAULT_REPLICA_MAX_LAG: Duration = Duration::from_secs(10);
 }
 
 /// Flag values as given (command line or environment), before validation.
@@ -67,6 +70,8 @@ pub struct RawSettings {
     /// The operator's topology public key files (several during a rotation).
     pub operator_public_keys: Vec<PathBuf>,
     pub pin_timings: bool,
+    /// `--replica-max-lag` (default 10s).
+    pub replica_max_lag: Option<String>,
 }
 
 /// A validated configuration.
@@ -84,6 +89,8 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Which views to trust, and whether the flags' timings win over the group's spec.
     pub trust: crate::trust::Trust,
+    /// `GET /replica`'s default lag bound.
+    pub replica_max_lag: Duration,
 }
 
 impl Settings {
@@ -295,6 +302,12 @@ pub fn validate(raw: &RawSettings) -> Result<Settings, ValidationErrors> {
             e.push(flag, fe.rule);
         }
     }
+    let replica_max_lag = duration(
+        &mut e,
+        flags::REPLICA_MAX_LAG,
+        raw.replica_max_lag.as_ref(),
+        limits::DEFAULT_REPLICA_MAX_LAG,
+    );
     let listen_raw = raw
         .listen
         .as_deref()
@@ -334,6 +347,7 @@ pub fn validate(raw: &RawSettings) -> Result<Settings, ValidationErrors> {
                 verifier,
                 pin_timings: raw.pin_timings,
             },
+            replica_max_lag,
         }),
         _ => Err(ValidationErrors(e.0)),
     }
@@ -370,6 +384,7 @@ mod tests {
             listen: None,
             operator_public_keys: Vec::new(),
             pin_timings: false,
+            replica_max_lag: None,
         }
     }
 
@@ -465,6 +480,27 @@ mod tests {
             assert!(err.has(flag), "{flag}: {err}");
             assert!(!err.to_string().contains("hunter2"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_replica_lag_bound_defaults_and_a_bad_one_is_named() {
+        let f = creds_file("username=u\npassword=p\n");
+        assert_eq!(
+            validate(&good(&f)).unwrap().replica_max_lag,
+            Duration::from_secs(10)
+        );
+        let s = validate(&RawSettings {
+            replica_max_lag: Some("30s".into()),
+            ..good(&f)
+        })
+        .unwrap();
+        assert_eq!(s.replica_max_lag, Duration::from_secs(30));
+        let err = validate(&RawSettings {
+            replica_max_lag: Some("soon".into()),
+            ..good(&f)
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("--replica-max-lag"), "{err}");
     }
 
     #[test]

@@ -83,6 +83,14 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 }
 
 impl Sidecar {
+    /// `GET /replica`'s default lag bound (`--replica-max-lag`).
+    pub fn set_replica_max_lag(&self, lag: std::time::Duration) {
+        self.shared.replica_max_lag_ms.store(
+            u64::try_from(lag.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
     /// Runs the safety net, then binds `listen` and starts the HTTP server and the monitor.
     /// Drop the future to give up during the safety net.
     #[allow(clippy::too_many_arguments)] // the sidecar's parts, each named at the call site
@@ -225,7 +233,11 @@ pub async fn run(
         clock,
     );
     let sidecar = tokio::select! {
-        s = start => s?,
+        s = start => {
+            let s = s?;
+            s.set_replica_max_lag(settings.replica_max_lag);
+            s
+        }
         () = &mut shutdown => {
             info!("stopped before the startup safety net completed; nothing was unfenced");
             return Ok(());

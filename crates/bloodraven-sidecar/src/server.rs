@@ -1,5 +1,6 @@
-//! The sidecar's plain-HTTP server (`:8080`): `/health`, `/status`, `/peer/ping`,
-//! `/peer/active-site`, `/metrics`.
+//! The sidecar's plain-HTTP server (`:8080`): `/health`, `/status`, the routers' checks
+//! (`/primary`, `/replica`, `/read-only`: `200` or `503`, as [`bloodraven_core::routing`]
+//! decides), `/peer/ping`, `/peer/active-site`, `/metrics`.
 //!
 //! Peers call `/peer/ping` and `/peer/active-site` with `namespace` and `group` query
 //! parameters; a sidecar of another group answers `404`, so a misconfigured peer list cannot
@@ -40,6 +41,9 @@ pub fn router<D: Database>(app: Arc<App<D>>) -> Router {
     Router::new()
         .route("/health", get(health::<D>))
         .route("/status", get(status::<D>))
+        .route("/primary", get(check_primary::<D>))
+        .route("/replica", get(check_replica::<D>))
+        .route("/read-only", get(check_read_only::<D>))
         .route("/peer/ping", get(peer_ping::<D>))
         .route("/peer/active-site", get(peer_active_site::<D>))
         .route("/metrics", get(metrics::<D>))
@@ -93,6 +97,124 @@ async fn health<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
         )
             .into_response(),
     }
+}
+
+#[derive(Debug, Deserialize)]
+struct LagQuery {
+    /// Seconds.
+    lag: Option<String>,
+}
+
+/// Which check.
+#[derive(Clone, Copy)]
+enum Check {
+    Primary,
+    Replica,
+    ReadOnly,
+}
+
+async fn check_primary<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
+    routing_check(&app, Check::Primary, None).await
+}
+
+async fn check_replica<D: Database>(
+    State(app): State<Arc<App<D>>>,
+    q: Result<Query<LagQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    match lag_of(q) {
+        Some(lag) => routing_check(&app, Check::Replica, lag).await,
+        None => bad_lag(),
+    }
+}
+
+async fn check_read_only<D: Database>(
+    State(app): State<Arc<App<D>>>,
+    q: Result<Query<LagQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    match lag_of(q) {
+        Some(lag) => routing_check(&app, Check::ReadOnly, lag).await,
+        None => bad_lag(),
+    }
+}
+
+fn bad_lag() -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({
+            "error": "invalid_request",
+            "message": "query parameter lag: whole seconds from 0 to 86400",
+        })),
+    )
+        .into_response()
+}
+
+/// `?lag=S`: whole seconds, 0 to 86400 (`Some(None)`: not given; `None`: malformed).
+#[allow(clippy::option_option)] // absent and malformed are different answers
+fn lag_of(
+    q: Result<Query<LagQuery>, axum::extract::rejection::QueryRejection>,
+) -> Option<Option<u64>> {
+    let Ok(Query(q)) = q else { return None };
+    match q.lag {
+        None => Some(None),
+        Some(l) => match l.parse::<u64>() {
+            Ok(n) if n <= 86_400 => Some(Some(n)),
+            _ => None,
+        },
+    }
+}
+
+async fn routing_check<D: Database>(app: &App<D>, check: Check, lag: Option<u64>) -> Response {
+    use bloodraven_core::routing::{self, Facts, Replication};
+    let limit = app.shared.timing().mysql_timeouts().statement;
+    let probe = timeout(limit, app.db.probe())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let max_lag = lag.unwrap_or_else(|| {
+        app.shared
+            .replica_max_lag_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+            / 1000
+    });
+    let g = app.shared.lock();
+    let view = g.monitor.cache().get().cloned();
+    let self_fenced = g.monitor.self_fenced();
+    drop(g);
+    let facts = Facts {
+        site: &app.shared.identity.site,
+        view: view.as_ref(),
+        reachable: probe.is_some(),
+        writable: probe.as_ref().is_some_and(|p| !p.fenced()),
+        replication: probe
+            .as_ref()
+            .and_then(|p| p.replica.as_ref())
+            .map(|r| Replication {
+                running: r.io_running && r.sql_running,
+                seconds_behind: r.seconds_behind,
+            }),
+        self_fenced,
+    };
+    let v = match check {
+        Check::Primary => routing::primary(&facts),
+        Check::Replica => routing::replica(&facts, max_lag),
+        Check::ReadOnly => routing::read_only(&facts, max_lag),
+    };
+    let code = if v.ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        axum::Json(json!({
+            "site": app.shared.identity.site,
+            "role": v.role,
+            "reason": v.reason,
+            "activeSite": view.as_ref().map(|v| v.active_site.clone()),
+            "topologyGeneration": view.as_ref().map(|v| v.topology_generation),
+        })),
+    )
+        .into_response()
 }
 
 async fn peer_ping<D: Database>(

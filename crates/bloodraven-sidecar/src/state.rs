@@ -48,6 +48,8 @@ pub struct Shared {
     /// The timings the flags gave.
     pub flag_timing: Timing,
     pub trust: Trust,
+    /// `GET /replica`'s default lag bound, in milliseconds (`--replica-max-lag`).
+    pub replica_max_lag_ms: std::sync::atomic::AtomicU64,
     origin: Instant,
     inner: Mutex<Inner>,
 }
@@ -78,6 +80,10 @@ impl Shared {
             peers,
             flag_timing: timing,
             trust,
+            replica_max_lag_ms: std::sync::atomic::AtomicU64::new(
+                u64::try_from(crate::config::limits::DEFAULT_REPLICA_MAX_LAG.as_millis())
+                    .unwrap_or(u64::MAX),
+            ),
             origin: Instant::now(),
             inner: Mutex::new(Inner {
                 monitor,

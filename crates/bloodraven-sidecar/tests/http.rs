@@ -156,3 +156,71 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
     assert!(!body.contains(&password), "{body}");
     sidecar.stop().await;
 }
+
+/// The routers' checks on a real primary and a real replica: `/primary` only on the site the
+/// view names that takes writes, `/replica` on the replicating one within the lag, `/read-only`
+/// on both; once the operator names the other site, the old primary answers `503` at once.
+#[tokio::test]
+async fn the_routing_checks_follow_the_view_and_the_servers() {
+    let (a, b) = ("route-iad", "route-pdx");
+    let h = Launcher::start_group(&[a, b]).await.unwrap();
+    h.wait_replicas_caught_up(0, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let op = FakeParty::start(Some(view(a, 3, at(0)))).await;
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let primary = start_sidecar(&h, 0, a, &op.url, &[], listen).await;
+    let replica = start_sidecar(&h, 1, b, &op.url, &[], listen).await;
+    for s in [&primary, &replica] {
+        wait_until(Duration::from_secs(10), || async {
+            s.shared().lock().ticks >= 1
+        })
+        .await
+        .expect("the monitor ticks");
+    }
+    let json = |body: &str| -> Value { serde_json::from_str(body).unwrap() };
+    let (code, body) = get(primary.addr, "/primary").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(json(&body)["role"], "primary");
+    assert_eq!(json(&body)["topologyGeneration"], 3);
+    let (code, body) = get(replica.addr, "/primary").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        json(&body)["reason"].as_str().unwrap().contains(a),
+        "{body}"
+    );
+    let (code, body) = get(replica.addr, "/replica").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let (code, _) = get(primary.addr, "/replica").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    for s in [&primary, &replica] {
+        let (code, body) = get(s.addr, "/read-only").await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+    }
+    for bad in [
+        "/replica?lag=soon",
+        "/replica?lag=-1",
+        "/read-only?lag=99999999",
+    ] {
+        let (code, body) = get(replica.addr, bad).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert!(body.contains("lag"), "{body}");
+    }
+    // Replication stopped: not a healthy replica any more, whatever the lag says.
+    h.admin(1).unwrap().execute("STOP SLAVE").await.unwrap();
+    let (code, body) = get(replica.addr, "/replica").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("stopped"), "{body}");
+    // The operator names the other site: the old primary stops answering 200 as soon as
+    // its sidecar adopted the view (and then fences it).
+    op.set_view(Some(view(b, 4, at(10))));
+    let took = wait_until(Duration::from_secs(10), || async {
+        get(primary.addr, "/primary").await.0 == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
+    assert!(took.is_some(), "the old primary kept answering 200");
+    let (_, body) = get(primary.addr, "/primary").await;
+    assert_eq!(json(&body)["activeSite"], b, "{body}");
+    assert_ne!(json(&body)["role"], "primary", "{body}");
+    drop(h);
+}

@@ -92,7 +92,16 @@ pub struct SidecarArgs {
     /// carries the group's spec.sidecar timings.
     #[arg(long, env = "BLOODRAVEN_PIN_TIMINGS")]
     pin_timings: bool,
-    /// Where the HTTP server listens (/health, /status, /peer/*, /metrics).
+    /// `GET /replica` answers 200 only within this lag, unless the request says `?lag=S`.
+    #[arg(
+        long,
+        env = "BLOODRAVEN_REPLICA_MAX_LAG",
+        value_name = "DURATION",
+        default_value = "10s"
+    )]
+    replica_max_lag: String,
+    /// Where the HTTP server listens (/health, /status, /primary, /replica, /read-only,
+    /// /peer/*, /metrics).
     #[arg(long, env = "BLOODRAVEN_LISTEN", value_name = "ADDRESS:PORT", default_value = limits::DEFAULT_LISTEN)]
     listen: String,
     /// Log format on stderr.
@@ -121,6 +130,7 @@ pub fn run(args: SidecarArgs) -> i32 {
         listen: Some(args.listen),
         operator_public_keys: args.operator_public_keys,
         pin_timings: args.pin_timings,
+        replica_max_lag: Some(args.replica_max_lag),
     };
     let settings = match validate(&raw) {
         Ok(s) => s,

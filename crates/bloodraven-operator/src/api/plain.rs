@@ -51,7 +51,19 @@ struct GroupQuery {
     namespace: Option<String>,
     #[serde(default)]
     group: Option<String>,
+    /// `/active-site?watch=true`: server-sent events, one per new view.
+    #[serde(default)]
+    watch: Option<bool>,
+    /// `/active-site?after=N`: answers once the generation is past `N` (long poll).
+    #[serde(default)]
+    after: Option<u64>,
 }
+
+/// How long `?after=` waits before answering `204` (the client asks again).
+const LONG_POLL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often a watch sends a keep-alive comment.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn active_site(
     State(state): State<AppState>,
@@ -61,7 +73,7 @@ async fn active_site(
         return error_response(
             StatusCode::BAD_REQUEST,
             "invalid_request",
-            "query parameters: namespace and group",
+            "query parameters: namespace, group, watch (true or false), after (a topologyGeneration, a whole number)",
         );
     };
     let Some(group) = q.group.filter(|g| !g.is_empty()) else {
@@ -81,7 +93,7 @@ async fn active_site(
     if !state.is_loaded() {
         return super::loading_response();
     }
-    let namespace = q.namespace.unwrap_or_else(|| "default".into());
+    let namespace = q.namespace.clone().unwrap_or_else(|| "default".into());
     let Some(rt) = state
         .group(&group)
         .await
@@ -89,15 +101,35 @@ async fn active_site(
     else {
         return error_response(StatusCode::NOT_FOUND, "not_found", "no such group");
     };
-    let snap = rt.snapshot();
-    let s = rt.served_status(&snap);
-    let Some(observed_at) = s.observed_at else {
-        return error_response(
+    if q.watch == Some(true) {
+        return watch_views(state, rt);
+    }
+    if let Some(after) = q.after {
+        let mut rx = rt.watch_views();
+        let newer = tokio::time::timeout(LONG_POLL, rx.wait_for(|g| *g > after)).await;
+        if !matches!(newer, Ok(Ok(_))) {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+    }
+    match signed_view(&state, &rt) {
+        Some(view) => json_response(StatusCode::OK, &view),
+        None => error_response(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_observed",
             "the group has not been observed yet",
-        );
-    };
+        ),
+    }
+}
+
+/// The group's current view, signed when the operator has a topology key; `None` before the
+/// group was first observed.
+fn signed_view(
+    state: &AppState,
+    rt: &std::sync::Arc<crate::group::GroupRuntime>,
+) -> Option<ActiveSite> {
+    let snap = rt.snapshot();
+    let s = rt.served_status(&snap);
+    let observed_at = s.observed_at?;
     let mut view = ActiveSite::new(s.active_site.clone(), s.topology_generation, observed_at);
     view.group.clone_from(&rt.name);
     view.namespace.clone_from(&rt.namespace);
@@ -106,7 +138,40 @@ async fn active_site(
     if let Some(k) = state.topology_key.get() {
         k.sign(&mut view);
     }
-    json_response(StatusCode::OK, &view)
+    Some(view)
+}
+
+/// `/active-site?watch=true`: the current view, then each new one as it is announced, as
+/// server-sent events (`data:` lines of the view's JSON); keep-alive comments between. The
+/// stream ends when this operator stops leading (the client reconnects, to the new leader).
+fn watch_views(state: AppState, rt: std::sync::Arc<crate::group::GroupRuntime>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let rx = rt.watch_views();
+    let stream = futures::stream::unfold(
+        (state, rt, rx, true),
+        |(state, rt, mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            if !state.is_leader() {
+                return None;
+            }
+            rx.borrow_and_update();
+            let event = match signed_view(&state, &rt) {
+                Some(v) => Event::default()
+                    .json_data(&v)
+                    .unwrap_or_else(|_| Event::default().comment("unencodable view")),
+                None => Event::default().comment("not observed yet"),
+            };
+            Some((
+                Ok::<_, std::convert::Infallible>(event),
+                (state, rt, rx, false),
+            ))
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response()
 }
 
 async fn status(

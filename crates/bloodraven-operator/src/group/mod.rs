@@ -142,6 +142,8 @@ pub struct GroupRuntime {
         crate::leader::Leadership,
         Arc<dyn crate::secrets::SecretStore>,
     )>,
+    /// The stored `topologyGeneration`, for watchers of the active site (`/active-site?watch`).
+    views: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for GroupRuntime {
@@ -198,6 +200,7 @@ impl GroupRuntime {
             .map_err(err)?
             .ok_or_else(|| LoadError::Missing(name.clone()))?;
         let snap = snapshot_of(&obj).map_err(err)?;
+        let generation = snap.body.status.topology_generation;
         let lease_objs: Vec<RawObject> = store
             .list(KIND_LEASE, Some(&ns))
             .await
@@ -231,6 +234,7 @@ impl GroupRuntime {
                 crate::leader::Leadership::always(),
                 Arc::new(crate::secrets::NoSecrets),
             )),
+            views: tokio::sync::watch::channel(generation).0,
         });
         {
             let snap = rt.snapshot();
@@ -244,6 +248,11 @@ impl GroupRuntime {
         }
         rt.sync_leases_to_status().await.map_err(err)?;
         Ok(rt)
+    }
+
+    /// Follows the stored `topologyGeneration`: changes with each announcement.
+    pub fn watch_views(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.views.subscribe()
     }
 
     pub fn snapshot(&self) -> Arc<GroupSnapshot> {

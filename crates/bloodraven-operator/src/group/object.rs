@@ -101,11 +101,18 @@ impl GroupRuntime {
         let sites = snap.site_names();
         self.metrics
             .set_active_site(&self.name, &sites, &snap.body.status.active_site);
+        let generation = snap.body.status.topology_generation;
         *self
             .snapshot
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(snap);
         *current = obj;
+        // After the snapshot: a watcher woken by this reads the new view, never the old one.
+        self.views.send_if_modified(|g| {
+            let changed = *g != generation;
+            *g = generation;
+            changed
+        });
         Ok(())
     }
 
