@@ -12,9 +12,9 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
     EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, LocalObjectReference,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Toleration,
-    Volume, VolumeMount,
+    ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -59,6 +59,7 @@ pub struct Values {
     pub leader_election: LeaderElection,
     pub topology_key: ExistingSecret,
     pub auxiliary: Auxiliary,
+    pub restore: RestoreValues,
     pub resources: Option<ResourceRequirements>,
     pub pod_annotations: BTreeMap<String, String>,
     pub pod_labels: BTreeMap<String, String>,
@@ -70,6 +71,15 @@ pub struct Values {
     pub service_monitor: ServiceMonitorValues,
     pub network_policy: NetworkPolicyValues,
     pub grafana_dashboard: DashboardValues,
+}
+
+/// `restore`: the claim holding restore-in-place's dumps, mounted read-only.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestoreValues {
+    #[serde(default)]
+    pub existing_claim: String,
+    pub mount_path: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -551,11 +561,19 @@ fn deployment(v: &Values, r: &Release) -> Deployment {
             }),
             ..SecurityContext::default()
         }),
-        volume_mounts: Some(vec![
-            mount("config", "/etc/bloodraven", true),
-            mount("data", "/var/lib/bloodraven", false),
-            mount("tmp", "/tmp", false),
-        ]),
+        volume_mounts: Some(
+            [
+                mount("config", "/etc/bloodraven", true),
+                mount("data", "/var/lib/bloodraven", false),
+                mount("tmp", "/tmp", false),
+            ]
+            .into_iter()
+            .chain(
+                (!v.restore.existing_claim.is_empty())
+                    .then(|| mount("restore", &v.restore.mount_path, true)),
+            )
+            .collect(),
+        ),
         ..Container::default()
     };
     Deployment {
@@ -589,18 +607,30 @@ fn deployment(v: &Values, r: &Release) -> Deployment {
                         ..PodSecurityContext::default()
                     }),
                     containers: vec![container],
-                    volumes: Some(vec![
-                        Volume {
-                            name: "config".into(),
-                            config_map: Some(ConfigMapVolumeSource {
-                                name: r.fullname(),
-                                ..ConfigMapVolumeSource::default()
+                    volumes: Some(
+                        vec![
+                            Volume {
+                                name: "config".into(),
+                                config_map: Some(ConfigMapVolumeSource {
+                                    name: r.fullname(),
+                                    ..ConfigMapVolumeSource::default()
+                                }),
+                                ..Volume::default()
+                            },
+                            empty("data"),
+                            empty("tmp"),
+                        ]
+                        .into_iter()
+                        .chain((!v.restore.existing_claim.is_empty()).then(|| Volume {
+                            name: "restore".into(),
+                            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                                claim_name: v.restore.existing_claim.clone(),
+                                read_only: Some(true),
                             }),
                             ..Volume::default()
-                        },
-                        empty("data"),
-                        empty("tmp"),
-                    ]),
+                        }))
+                        .collect::<Vec<_>>(),
+                    ),
                     node_selector: non_empty_map(&v.node_selector),
                     affinity: v.affinity.clone().filter(|a| a != &Affinity::default()),
                     tolerations: non_empty(v.tolerations.clone()),

@@ -212,6 +212,86 @@ pub fn render(v: &OperatorStatus) -> String {
                 }
             );
         }
+        for site in &st.sites {
+            if !site.divergent_gtid_set.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "{} diverges: {} ({} transaction(s) the active site lacks; `bloodraven site reclone` discards them)",
+                    site.name,
+                    site.divergent_gtid_set,
+                    or_dash(site.divergent_transaction_count.map(|n| n.to_string()))
+                );
+            }
+            if let Some(r) = &site.reclone {
+                let _ = writeln!(
+                    out,
+                    "reclone of {}: {}{}, {} bytes{}{}",
+                    site.name,
+                    r.phase.as_str(),
+                    if r.donor.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" from {}", r.donor)
+                    },
+                    r.bytes_copied,
+                    r.reason
+                        .as_ref()
+                        .map(|x| format!(" ({})", x.as_str()))
+                        .unwrap_or_default(),
+                    if r.message.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", r.message)
+                    }
+                );
+            }
+        }
+        if let Some(u) = &st.update_phase {
+            let _ = writeln!(
+                out,
+                "ordered update {}: {}{}; done: {}{}{}",
+                u.request_id,
+                u.phase.as_str(),
+                if u.site.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", u.site)
+                },
+                if u.sites_done.is_empty() {
+                    "none".to_string()
+                } else {
+                    u.sites_done.join(", ")
+                },
+                u.reason
+                    .as_ref()
+                    .map(|x| format!(" ({})", x.as_str()))
+                    .unwrap_or_default(),
+                if u.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", u.message)
+                }
+            );
+        }
+        if let Some(r) = &st.restore_in_place {
+            let _ = writeln!(
+                out,
+                "restore-in-place ({}): {} into {}, {} bytes loaded{}{}",
+                r.confirm_token_used,
+                r.phase.as_str(),
+                r.target_site,
+                r.bytes_loaded,
+                r.reason
+                    .as_ref()
+                    .map(|x| format!(" ({})", x.as_str()))
+                    .unwrap_or_default(),
+                if r.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", r.message)
+                }
+            );
+        }
         if g.deploy.leases.is_empty() {
             let _ = writeln!(out, "deploy leases: none");
         } else {
@@ -282,5 +362,41 @@ mod tests {
         ));
         assert!(text.contains("failover-hold  op (instance counter-app)"));
         assert!(text.contains("PlannedFailoverDeferred"));
+    }
+
+    #[test]
+    fn renders_the_divergence_a_reclone_an_update_and_a_restore() {
+        let v = json!({"groups": {"playground": {
+            "namespace": "default",
+            "spec": {"sites": []},
+            "status": {"activeSite": "pdx", "topologyGeneration": 4,
+                "sites": [{"name": "iad", "role": "primary-candidate", "state": "read-only", "replicating": false, "gtidExecuted": "0-1-9",
+                           "recoveryState": "Recloning", "divergentGtidSet": "0-1-8-9", "divergentTransactionCount": 2,
+                           "reclone": {"phase": "Copying", "donor": "reader", "bytesCopied": 1000, "topologyGeneration": 4}}],
+                "updatePhase": {"phase": "WaitingForReplica", "requestId": "update-1", "site": "reader", "sitesDone": ["pdx"]},
+                "restoreInPlace": {"phase": "Failed", "targetSite": "pdx", "confirmTokenUsed": "2027-01-15T10:00:00Z", "bytesLoaded": 99,
+                                   "reason": "LoadFailed", "message": "at line 57"}},
+            "deploy": {"group": "playground", "namespace": "default", "activeSite": "pdx", "topologyGeneration": 4,
+                "health": {"ready": true, "replicationRunning": true, "replicationLagSeconds": 0.0, "recoveryPending": true},
+                "stable": false, "unstableReason": "OrderedUpdate", "leases": []},
+            "events": []
+        }}});
+        let text = render(&serde_json::from_value(v).unwrap());
+        assert!(
+            text.contains("iad diverges: 0-1-8-9 (2 transaction(s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reclone of iad: Copying from reader, 1000 bytes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ordered update update-1: WaitingForReplica (reader); done: pdx"),
+            "{text}"
+        );
+        assert!(
+            text.contains("restore-in-place (2027-01-15T10:00:00Z): Failed into pdx, 99 bytes loaded (LoadFailed): at line 57"),
+            "{text}"
+        );
     }
 }

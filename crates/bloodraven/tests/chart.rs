@@ -31,7 +31,7 @@ fn run(cmd: &mut Command) -> Output {
 
 /// The representative values: defaults; the deploy API on (with its TLS, a topology key, one
 /// watched namespace); `ServiceMonitor` and `NetworkPolicy` on.
-const CASES: [(&str, &str); 3] = [
+const CASES: [(&str, &str); 4] = [
     ("defaults", ""),
     (
         "deploy-api",
@@ -41,6 +41,7 @@ const CASES: [(&str, &str); 3] = [
         "monitoring",
         "serviceMonitor: {enabled: true, labels: {release: prometheus}}\nnetworkPolicy:\n  enabled: true\n  httpFrom:\n    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: databases}}\n    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}\ngrafanaDashboard: {labels: {grafana_dashboard: \"1\", team: dba}}\nresources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}\ntolerations: [{key: dedicated, operator: Equal, value: ops, effect: NoSchedule}]\n",
     ),
+    ("restore", "restore: {existingClaim: mysql-dumps}\n"),
 ];
 
 fn values_file(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -435,6 +436,38 @@ fn the_dashboard_uses_only_contract_metrics() {
             used.iter().any(|u| u == name),
             "the dashboard does not show {name}"
         );
+    }
+}
+
+/// Restore-in-place's dumps: the claim is mounted read-only into the operator, only when named.
+#[test]
+fn the_restore_claim_is_mounted_read_only_only_when_named() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text, mounted) in [("restore", CASES[3].1, true), ("defaults", "", false)] {
+        let values = values_file(dir.path(), name, text);
+        let objs = template(&values);
+        let d = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let spec = &d["spec"]["template"]["spec"];
+        let mount = spec["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "restore")
+            .cloned();
+        let volume = spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "restore")
+            .cloned();
+        assert_eq!(mount.is_some(), mounted, "{name}");
+        assert_eq!(volume.is_some(), mounted, "{name}");
+        if let (Some(m), Some(v)) = (mount, volume) {
+            assert_eq!(m["mountPath"], "/var/lib/bloodraven/restore");
+            assert_eq!(m["readOnly"], true);
+            assert_eq!(v["persistentVolumeClaim"]["claimName"], "mysql-dumps");
+            assert_eq!(v["persistentVolumeClaim"]["readOnly"], true);
+        }
     }
 }
 

@@ -115,6 +115,9 @@ pub struct Seen {
     pub query: String,
     /// The bearer token the client sent (a client's identity, in tests that run several).
     pub bearer: Option<String>,
+    /// The body of a write (empty for reads), to tell what a write said (an Event's
+    /// `eventTime`: when its writer decided it).
+    pub body: Vec<u8>,
 }
 
 impl Seen {
@@ -896,11 +899,16 @@ async fn handle(
                 }),
             None => None,
         };
+        let written = matches!(
+            method,
+            Method::POST | Method::PUT | Method::DELETE | Method::PATCH
+        );
         st.seen.push(Seen {
             method: method.clone(),
             path: path.clone(),
             query: query.clone(),
             bearer,
+            body: if written { body.to_vec() } else { Vec::new() },
         });
         let reply = match denied {
             Some(r) => r,
