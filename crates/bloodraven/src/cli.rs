@@ -70,6 +70,14 @@ pub async fn stored_group(
     store: &dyn Store,
     name: &str,
 ) -> Result<(ObjectKey, FailoverGroupSpec), i32> {
+    stored_body(store, name).await.map(|(k, b)| (k, b.spec))
+}
+
+/// [`stored_group`] with its status too.
+pub async fn stored_body(
+    store: &dyn Store,
+    name: &str,
+) -> Result<(ObjectKey, FailoverGroupBody), i32> {
     let all = store.list(KIND_GROUP, None).await.map_err(|e| {
         eprintln!("error: cannot read the groups: {e}");
         exit::ERROR
@@ -87,8 +95,67 @@ pub async fn stored_group(
         return Err(exit::USAGE);
     };
     let body: FailoverGroupBody = obj.decode().map_err(|e| {
-        eprintln!("error: {e}");
+        eprintln!("error: the stored group {name} cannot be read: {e}");
         exit::ERROR
     })?;
-    Ok((obj.key(), body.spec))
+    Ok((obj.key(), body))
+}
+
+/// What a followed operation shows on one look at the stored group.
+pub enum Progress {
+    /// Nothing of it yet (the request is not taken).
+    Nothing,
+    /// In flight: this line, printed when it changed.
+    Line(String),
+    /// Ended: the last progress line, what to print, and the exit code.
+    Ended {
+        line: String,
+        outcome: String,
+        code: i32,
+    },
+}
+
+/// Follows an operation on the stored group `key` for up to `wait`, looking every 250 ms:
+/// prints each new progress line on stderr and the outcome on stdout, and returns its exit
+/// code, or `not_finished` when `wait` passes first.
+pub async fn follow(
+    store: &dyn Store,
+    key: &ObjectKey,
+    wait: std::time::Duration,
+    not_finished: i32,
+    mut look: impl FnMut(&bloodraven_store::RawObject, &FailoverGroupBody) -> Progress,
+) -> i32 {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut last = String::new();
+    let mut show = |line: String| {
+        if !line.is_empty() && line != last {
+            eprintln!("{line}");
+            last = line;
+        }
+    };
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Some(obj)) = store.get(key).await
+            && let Ok(body) = obj.decode::<FailoverGroupBody>()
+        {
+            match look(&obj, &body) {
+                Progress::Nothing => {}
+                Progress::Line(l) => show(l),
+                Progress::Ended {
+                    line,
+                    outcome,
+                    code,
+                } => {
+                    show(line);
+                    println!("{outcome}");
+                    return code;
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
+        wait.as_secs()
+    );
+    not_finished
 }

@@ -221,44 +221,36 @@ async fn follow(
     confirm: &str,
     wait: Duration,
 ) -> i32 {
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut last = String::new();
-    while tokio::time::Instant::now() < deadline {
-        if let Ok(Some(obj)) = store.get(key).await
-            && let Ok(body) = obj.decode::<FailoverGroupBody>()
-            && let Some(r) = body
-                .status
-                .restore_in_place
-                .filter(|r| r.confirm_token_used == confirm)
-        {
-            let line = progress_line(&r);
-            if line != last {
-                eprintln!("{line}");
-                last = line;
-            }
-            match r.phase {
-                RestorePhase::Succeeded => {
-                    println!("restore-in-place succeeded: {}", r.message);
-                    return exit::SUCCEEDED;
-                }
-                RestorePhase::Failed => {
-                    println!(
-                        "restore-in-place failed: {}: {}",
-                        r.reason.as_ref().map_or("unknown", |x| x.as_str()),
-                        r.message
-                    );
-                    return exit::FAILED;
-                }
-                _ => {}
-            }
+    use crate::cli::Progress;
+    crate::cli::follow(store, key, wait, exit::NOT_FINISHED, |_, body| {
+        let Some(r) = body
+            .status
+            .restore_in_place
+            .as_ref()
+            .filter(|r| r.confirm_token_used == confirm)
+        else {
+            return Progress::Nothing;
+        };
+        let line = progress_line(r);
+        match r.phase {
+            RestorePhase::Succeeded => Progress::Ended {
+                line,
+                outcome: format!("restore-in-place succeeded: {}", r.message),
+                code: exit::SUCCEEDED,
+            },
+            RestorePhase::Failed => Progress::Ended {
+                line,
+                outcome: format!(
+                    "restore-in-place failed: {}: {}",
+                    r.reason.as_ref().map_or("unknown", |x| x.as_str()),
+                    r.message
+                ),
+                code: exit::FAILED,
+            },
+            _ => Progress::Line(line),
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    eprintln!(
-        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
-        wait.as_secs()
-    );
-    exit::NOT_FINISHED
+    })
+    .await
 }
 
 fn progress_line(r: &RestoreStatus) -> String {

@@ -97,27 +97,11 @@ async fn request_and_follow(cfg: &config::LoadedConfig, args: &RecloneArgs, wait
         Ok(s) => s,
         Err(code) => return code,
     };
-    let (key, spec) = match crate::cli::stored_group(&*store, &args.group).await {
-        Ok(g) => g,
-        Err(code) => return code,
-    };
-    let status = match store.get(&key).await {
-        Ok(Some(obj)) => match obj.decode::<FailoverGroupBody>() {
-            Ok(b) => b.status,
-            Err(e) => {
-                eprintln!("error: the stored group {} cannot be read: {e}", args.group);
-                return exit::ERROR;
-            }
-        },
-        Ok(None) => {
-            eprintln!("error: group {} is not in the store", args.group);
-            return exit::ERROR;
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::ERROR;
-        }
-    };
+    let (key, FailoverGroupBody { spec, status }) =
+        match crate::cli::stored_body(&*store, &args.group).await {
+            Ok(g) => g,
+            Err(code) => return code,
+        };
     let names: Vec<String> = spec.sites.iter().map(|s| s.name.clone()).collect();
     if let Err(refusal) = reclone::admit(&args.site, &args.confirm, &status, &names) {
         eprintln!("error: refused, nothing was written: {refusal}");
@@ -144,57 +128,50 @@ async fn follow(
     before: Option<RecloneStatus>,
     wait: Duration,
 ) -> i32 {
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut last = String::new();
+    use crate::cli::Progress;
     // The request is taken on the operator's next poll: until then the reclone shown (if
     // any) is an earlier one; its start is recognised by the annotation's removal.
     let mut taken = false;
-    while tokio::time::Instant::now() < deadline {
-        if let Ok(Some(obj)) = store.get(key).await
-            && let Ok(body) = obj.decode::<FailoverGroupBody>()
-        {
-            let pending = obj.metadata.annotations.contains_key(RECLONE_SITE);
-            taken |= !pending;
-            // Once taken, a reclone that is still the one before means the request was refused.
-            if let Some(r) = body
-                .status
-                .site(site)
-                .and_then(|s| s.reclone.clone())
-                .filter(|r| taken && Some(r) != before.as_ref())
-            {
-                let line = progress_line(&r);
-                if line != last {
-                    eprintln!("{line}");
-                    last = line;
-                }
+    crate::cli::follow(store, key, wait, exit::NOT_FINISHED, |obj, body| {
+        taken |= !obj.metadata.annotations.contains_key(RECLONE_SITE);
+        // Once taken, a reclone that is still the one before means the request was refused.
+        let current = body
+            .status
+            .site(site)
+            .and_then(|s| s.reclone.as_ref())
+            .filter(|r| taken && Some(*r) != before.as_ref());
+        match current {
+            Some(r) => {
+                let line = progress_line(r);
                 match r.phase {
-                    ReclonePhase::Succeeded => {
-                        println!("reclone of {site} succeeded: {}", r.message);
-                        return exit::SUCCEEDED;
-                    }
-                    ReclonePhase::Failed => {
-                        println!(
+                    ReclonePhase::Succeeded => Progress::Ended {
+                        line,
+                        outcome: format!("reclone of {site} succeeded: {}", r.message),
+                        code: exit::SUCCEEDED,
+                    },
+                    ReclonePhase::Failed => Progress::Ended {
+                        line,
+                        outcome: format!(
                             "reclone of {site} failed: {}: {}",
                             r.reason.as_ref().map_or("unknown", |x| x.as_str()),
                             r.message
-                        );
-                        return exit::FAILED;
-                    }
-                    _ => {}
+                        ),
+                        code: exit::FAILED,
+                    },
+                    _ => Progress::Line(line),
                 }
-            } else if taken {
-                // Taken and refused (an event says why): the annotation is gone, no reclone.
-                println!("the operator refused the request (see the group's RecloneRefused event)");
-                return exit::REFUSED;
             }
+            // Taken and refused (an event says why): the annotation is gone, no reclone.
+            None if taken => Progress::Ended {
+                line: String::new(),
+                outcome: "the operator refused the request (see the group's RecloneRefused event)"
+                    .into(),
+                code: exit::REFUSED,
+            },
+            None => Progress::Nothing,
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    eprintln!(
-        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
-        wait.as_secs()
-    );
-    exit::NOT_FINISHED
+    })
+    .await
 }
 
 fn progress_line(r: &RecloneStatus) -> String {

@@ -88,27 +88,11 @@ async fn request_and_follow(cfg: &config::LoadedConfig, args: &UpdateArgs, wait:
         Ok(s) => s,
         Err(code) => return code,
     };
-    let (key, spec) = match crate::cli::stored_group(&*store, &args.group).await {
-        Ok(g) => g,
-        Err(code) => return code,
-    };
-    let status = match store.get(&key).await {
-        Ok(Some(obj)) => match obj.decode::<FailoverGroupBody>() {
-            Ok(b) => b.status,
-            Err(e) => {
-                eprintln!("error: the stored group {} cannot be read: {e}", args.group);
-                return exit::ERROR;
-            }
-        },
-        Ok(None) => {
-            eprintln!("error: group {} is not in the store", args.group);
-            return exit::ERROR;
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::ERROR;
-        }
-    };
+    let (key, FailoverGroupBody { spec, status }) =
+        match crate::cli::stored_body(&*store, &args.group).await {
+            Ok(g) => g,
+            Err(code) => return code,
+        };
     let updatable: Vec<Updatable> = match validate_group(&key.name, &key.namespace, &spec) {
         Ok(g) => g
             .sites
@@ -167,52 +151,46 @@ async fn follow(
     id: &str,
     wait: Duration,
 ) -> i32 {
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut last = String::new();
-    while tokio::time::Instant::now() < deadline {
-        if let Ok(Some(obj)) = store.get(key).await
-            && let Ok(body) = obj.decode::<FailoverGroupBody>()
+    use crate::cli::Progress;
+    crate::cli::follow(store, key, wait, exit::NOT_FINISHED, |obj, body| {
+        let pending = obj.metadata.annotations.contains_key(ORDERED_UPDATE);
+        match body
+            .status
+            .update_phase
+            .as_ref()
+            .filter(|u| u.request_id == id)
         {
-            let pending = obj.metadata.annotations.contains_key(ORDERED_UPDATE);
-            match body.status.update_phase.filter(|u| u.request_id == id) {
-                Some(u) => {
-                    let line = progress_line(&u);
-                    if line != last {
-                        eprintln!("{line}");
-                        last = line;
-                    }
-                    match u.phase {
-                        UpdatePhase::Succeeded => {
-                            println!("ordered update {id} succeeded: {}", u.message);
-                            return exit::SUCCEEDED;
-                        }
-                        UpdatePhase::Failed => {
-                            println!(
-                                "ordered update {id} failed: {}: {}",
-                                u.reason.as_ref().map_or("unknown", |r| r.as_str()),
-                                u.message
-                            );
-                            return exit::FAILED;
-                        }
-                        _ => {}
-                    }
+            Some(u) => {
+                let line = progress_line(u);
+                match u.phase {
+                    UpdatePhase::Succeeded => Progress::Ended {
+                        line,
+                        outcome: format!("ordered update {id} succeeded: {}", u.message),
+                        code: exit::SUCCEEDED,
+                    },
+                    UpdatePhase::Failed => Progress::Ended {
+                        line,
+                        outcome: format!(
+                            "ordered update {id} failed: {}: {}",
+                            u.reason.as_ref().map_or("unknown", |r| r.as_str()),
+                            u.message
+                        ),
+                        code: exit::FAILED,
+                    },
+                    _ => Progress::Line(line),
                 }
-                None if !pending => {
-                    println!(
-                        "the operator refused the request (see the group's OrderedUpdateRejected event)"
-                    );
-                    return exit::REFUSED;
-                }
-                None => {}
             }
+            None if !pending => Progress::Ended {
+                line: String::new(),
+                outcome:
+                    "the operator refused the request (see the group's OrderedUpdateRejected event)"
+                        .into(),
+                code: exit::REFUSED,
+            },
+            None => Progress::Nothing,
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    eprintln!(
-        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
-        wait.as_secs()
-    );
-    exit::NOT_FINISHED
+    })
+    .await
 }
 
 fn progress_line(u: &UpdateStatus) -> String {
