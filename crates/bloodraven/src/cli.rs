@@ -64,6 +64,25 @@ pub async fn platform_store(cfg: &LoadedConfig) -> Result<Arc<dyn Store>, i32> {
     }
 }
 
+/// `--wait`'s duration; `Err` carries the usage exit code, the message printed.
+pub fn wait_flag(raw: &str) -> Result<std::time::Duration, i32> {
+    bloodraven_core::duration::parse_duration(raw).map_err(|e| {
+        eprintln!("error: --wait: {e}");
+        exit::USAGE
+    })
+}
+
+/// The operator's configuration file; `Err` carries the usage exit code, the problems
+/// printed.
+pub fn load_config(
+    path: &std::path::Path,
+) -> Result<bloodraven_operator::config::LoadedConfig, i32> {
+    bloodraven_operator::config::load(path).map_err(|e| {
+        eprintln!("error: {e}");
+        exit::USAGE
+    })
+}
+
 /// The stored group named `name` (in whichever namespace holds it), with its spec. `Err`
 /// carries the exit code; the message is already printed.
 pub async fn stored_group(

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
-use bloodraven_core::duration::parse_duration;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_operator::config;
@@ -41,19 +40,13 @@ pub struct FailoverArgs {
 }
 
 pub fn run(args: &FailoverArgs) -> i32 {
-    let wait = match parse_duration(&args.wait) {
+    let wait = match crate::cli::wait_flag(&args.wait) {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: --wait: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
-    let cfg = match config::load(&args.config) {
+    let cfg = match crate::cli::load_config(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,

@@ -86,12 +86,9 @@ pub struct MigrateArgs {
 
 /// Validates and runs; returns the exit code.
 pub fn run(args: &MigrateArgs) -> i32 {
-    let wait = match parse_duration(&args.wait) {
+    let wait = match crate::cli::wait_flag(&args.wait) {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: --wait: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     let grace = match parse_duration(&args.grace) {
         Ok(d) => d,

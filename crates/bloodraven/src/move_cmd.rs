@@ -85,12 +85,9 @@ pub fn run(args: &MoveArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    let cfg = match config::load(&args.config) {
+    let cfg = match crate::cli::load_config(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     if !cfg.settings.store.groups_in_file() {
         eprintln!(

@@ -49,12 +49,9 @@ pub struct OperatorArgs {
 /// Runs the operator until SIGINT/SIGTERM.
 pub fn run_operator(args: &OperatorArgs) -> i32 {
     logging::init(args.log_format.into());
-    let cfg = match config::load(&args.config) {
+    let cfg = match crate::cli::load_config(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     crate::cli::run(crate::cli::Flavor::MultiThread, async move {
         let tasks = crate::controller_tasks();

@@ -11,7 +11,6 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bloodraven_core::duration::parse_duration;
 use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_core::status::{RestorePhase, RestoreStatus};
 use bloodraven_core::time::{Clock as _, Timestamp};
@@ -58,12 +57,9 @@ pub struct RestoreArgs {
 }
 
 pub fn run(args: &RestoreArgs) -> i32 {
-    let wait = match parse_duration(&args.wait) {
+    let wait = match crate::cli::wait_flag(&args.wait) {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: --wait: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     crate::cli::run(crate::cli::Flavor::CurrentThread, go(args, wait))
 }

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bloodraven_core::contract::annotations::RECLONE_SITE;
-use bloodraven_core::duration::parse_duration;
 use bloodraven_core::reclone;
 use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_core::status::{ReclonePhase, RecloneStatus};
@@ -21,7 +20,7 @@ use clap::{Args, Subcommand};
 
 /// Exit codes of `bloodraven site reclone`.
 pub mod exit {
-    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, USAGE};
+    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED};
     /// The reclone ended in `Failed`.
     pub const FAILED: i32 = 3;
     /// `--wait` passed before it finished (it goes on without this command).
@@ -72,19 +71,13 @@ pub fn run(args: &SiteArgs) -> i32 {
 }
 
 fn run_reclone(args: &RecloneArgs) -> i32 {
-    let wait = match parse_duration(&args.wait) {
+    let wait = match crate::cli::wait_flag(&args.wait) {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: --wait: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
-    let cfg = match config::load(&args.config) {
+    let cfg = match crate::cli::load_config(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use bloodraven_core::config::validate_group;
 use bloodraven_core::contract::annotations::ORDERED_UPDATE;
-use bloodraven_core::duration::parse_duration;
 use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_core::status::{UpdatePhase, UpdateStatus};
 use bloodraven_core::time::Clock as _;
@@ -51,12 +50,9 @@ pub struct UpdateArgs {
 }
 
 pub fn run(args: &UpdateArgs) -> i32 {
-    let wait = match parse_duration(&args.wait) {
+    let wait = match crate::cli::wait_flag(&args.wait) {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: --wait: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     if let Some(id) = &args.id
         && (id.is_empty()
@@ -70,12 +66,9 @@ pub fn run(args: &UpdateArgs) -> i32 {
         );
         return exit::USAGE;
     }
-    let cfg = match config::load(&args.config) {
+    let cfg = match crate::cli::load_config(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,
