@@ -97,6 +97,16 @@ pub fn run(args: &StatusArgs) -> i32 {
     }
 }
 
+/// An operation's tail: ` (Reason): message`, either part left out when empty.
+fn outcome(reason: Option<&str>, message: &str) -> String {
+    let mut t = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+    if !message.is_empty() {
+        t.push_str(": ");
+        t.push_str(message);
+    }
+    t
+}
+
 fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".to_string())
 }
@@ -225,7 +235,7 @@ pub fn render(v: &OperatorStatus) -> String {
             if let Some(r) = &site.reclone {
                 let _ = writeln!(
                     out,
-                    "reclone of {}: {}{}, {} bytes{}{}",
+                    "reclone of {}: {}{}, {} bytes{}",
                     site.name,
                     r.phase.as_str(),
                     if r.donor.is_empty() {
@@ -234,22 +244,19 @@ pub fn render(v: &OperatorStatus) -> String {
                         format!(" from {}", r.donor)
                     },
                     r.bytes_copied,
-                    r.reason
-                        .as_ref()
-                        .map(|x| format!(" ({})", x.as_str()))
-                        .unwrap_or_default(),
-                    if r.message.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {}", r.message)
-                    }
+                    outcome(
+                        r.reason
+                            .as_ref()
+                            .map(bloodraven_core::reason::RecloneFailure::as_str),
+                        &r.message
+                    )
                 );
             }
         }
         if let Some(u) = &st.update_phase {
             let _ = writeln!(
                 out,
-                "ordered update {}: {}{}; done: {}{}{}",
+                "ordered update {}: {}{}; done: {}{}",
                 u.request_id,
                 u.phase.as_str(),
                 if u.site.is_empty() {
@@ -262,34 +269,28 @@ pub fn render(v: &OperatorStatus) -> String {
                 } else {
                     u.sites_done.join(", ")
                 },
-                u.reason
-                    .as_ref()
-                    .map(|x| format!(" ({})", x.as_str()))
-                    .unwrap_or_default(),
-                if u.message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", u.message)
-                }
+                outcome(
+                    u.reason
+                        .as_ref()
+                        .map(bloodraven_core::reason::UpdateFailure::as_str),
+                    &u.message
+                )
             );
         }
         if let Some(r) = &st.restore_in_place {
             let _ = writeln!(
                 out,
-                "restore-in-place ({}): {} into {}, {} bytes loaded{}{}",
+                "restore-in-place ({}): {} into {}, {} bytes loaded{}",
                 r.confirm_token_used,
                 r.phase.as_str(),
                 r.target_site,
                 r.bytes_loaded,
-                r.reason
-                    .as_ref()
-                    .map(|x| format!(" ({})", x.as_str()))
-                    .unwrap_or_default(),
-                if r.message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", r.message)
-                }
+                outcome(
+                    r.reason
+                        .as_ref()
+                        .map(bloodraven_core::reason::RestoreFailure::as_str),
+                    &r.message
+                )
             );
         }
         if g.deploy.leases.is_empty() {
