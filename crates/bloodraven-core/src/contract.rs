@@ -135,6 +135,30 @@ pub mod metrics {
     /// `reason` of the old primary's best-effort fence in an emergency failover.
     pub const FENCE_EMERGENCY: &str = "emergency";
 
+    /// Operator: 1 when this site's last probe answered, 0 when it did not (undebounced: the
+    /// debounced verdict is [`SITE_STATE`]), by `group` and `site`.
+    pub const SITE_UP: &str = "bloodraven_site_up";
+    /// Operator: 1 for each site's current `recoveryState` (`none`, `RecoveryBlocked`,
+    /// `Recloning`, `RecloneFailed`, `other`), 0 for the rest; by `group`, `site` and `state`.
+    pub const SITE_RECOVERY_STATE: &str = "bloodraven_site_recovery_state";
+    /// Operator: 1 when the site's replication threads both run, 0 otherwise (the active site
+    /// included: it replicates from nobody), by `group` and `site`.
+    pub const REPLICATION_RUNNING: &str = "bloodraven_replication_running";
+    /// Operator: the group's `spec.replication.maxLagSeconds`, by `group`.
+    pub const REPLICATION_MAX_LAG_SECONDS: &str = "bloodraven_replication_max_lag_seconds";
+    /// Operator: 1 for each of the group's current conditions, by `group`, `type`, `status`
+    /// (`True`, `False`) and `reason`; a condition's earlier reason or status is removed.
+    pub const CONDITION: &str = "bloodraven_condition";
+    /// Operator: 1 while this process leads, 0 while it follows. Every operator process serves
+    /// it from its start, so `absent()` of it means no operator is scraped.
+    pub const OPERATOR_LEADER: &str = "bloodraven_operator_leader";
+    /// Operator: the times this process became the leader.
+    pub const LEADERSHIP_ACQUIRED_TOTAL: &str = "bloodraven_leadership_acquired_total";
+    /// Operator: store calls that failed for want of an answer (the backend or the API server
+    /// failed, or a write's answer was lost), by `operation` (`get`, `list`, `apply`). A
+    /// conflict, a missing object or a refused object is an answer, not counted.
+    pub const STORE_ERRORS_TOTAL: &str = "bloodraven_store_errors_total";
+
     /// Every operator metric, for checks that a dashboard or alert names only these.
     pub const OPERATOR: &[&str] = &[
         DEPLOY_LEASES_ACTIVE,
@@ -160,8 +184,17 @@ pub mod metrics {
         ORDERED_UPDATES_TOTAL,
         ORDERED_UPDATE_PHASE,
         RESTORES_TOTAL,
+        SITE_UP,
+        SITE_RECOVERY_STATE,
+        REPLICATION_RUNNING,
+        REPLICATION_MAX_LAG_SECONDS,
+        CONDITION,
+        OPERATOR_LEADER,
+        LEADERSHIP_ACQUIRED_TOTAL,
+        STORE_ERRORS_TOTAL,
     ];
-    /// Every sidecar metric.
+    /// Every sidecar metric. Each carries `group` and `site` (the sidecar's `--group` and
+    /// `--site`), so alerts join them with the operator's series.
     pub const SIDECAR: &[&str] = &[
         SIDECAR_FENCES_TOTAL,
         SIDECAR_TICK_DURATION_SECONDS,

@@ -25,8 +25,10 @@
 //! | [`names`] | DNS-1123 name rules |
 //! | [`contract`] | names that are interfaces: annotation keys, log messages, metrics |
 //! | [`reason`] | every reason, condition type and recovery state, as enums of their contract strings |
+//! | [`alerts`] | the packaged Prometheus alerts, their tuning, and the renderings of them |
 //! | [`wire`] | JSON bodies between Bloodraven's own processes (`/active-site`) |
 
+pub mod alerts;
 pub mod config;
 pub mod contract;
 pub mod controller;

@@ -69,6 +69,8 @@ pub struct Values {
     pub priority_class_name: String,
     pub service: ServiceValues,
     pub service_monitor: ServiceMonitorValues,
+    pub prometheus_rule: PrometheusRuleValues,
+    pub pod_monitor: PodMonitorValues,
     pub network_policy: NetworkPolicyValues,
     pub grafana_dashboard: DashboardValues,
 }
@@ -138,6 +140,56 @@ pub struct ServiceMonitorValues {
     pub enabled: bool,
     pub interval: String,
     pub labels: BTreeMap<String, String>,
+}
+
+/// `prometheusRule`: the alerts as a `PrometheusRule`, tuned per alert.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PrometheusRuleValues {
+    pub enabled: bool,
+    pub labels: BTreeMap<String, String>,
+    #[serde(rename = "runbookURL")]
+    pub runbook_url: String,
+    pub alerts: BTreeMap<String, AlertValues>,
+}
+
+/// `prometheusRule.alerts.<name>`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertValues {
+    #[serde(rename = "for")]
+    pub for_: Option<String>,
+    /// A number, or a string holding one (Helm renders either the same).
+    pub threshold: Option<Value>,
+    pub window: Option<String>,
+    #[serde(default)]
+    pub disabled: bool,
+}
+
+impl AlertValues {
+    fn tuning(&self) -> bloodraven_core::alerts::Tuning {
+        bloodraven_core::alerts::Tuning {
+            for_: self.for_.clone(),
+            threshold: self.threshold.as_ref().map(|t| match t {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+            window: self.window.clone(),
+            disabled: self.disabled,
+        }
+    }
+}
+
+/// `podMonitor`: the sidecars' `/metrics`, scraped in the MySQL Pods.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodMonitorValues {
+    pub enabled: bool,
+    pub interval: String,
+    pub labels: BTreeMap<String, String>,
+    pub selector: BTreeMap<String, String>,
+    pub namespaces: Vec<String>,
+    pub port: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -215,6 +267,18 @@ fn check(v: &Values) -> Result<(), ManifestsError> {
             "requires auxiliary.escrowTLS.existingSecret: the name of a kubernetes.io/tls Secret (tls.crt, tls.key) in the release's namespace",
         ));
     }
+    if v.pod_monitor.enabled && v.pod_monitor.selector.is_empty() {
+        return Err(invalid(
+            "podMonitor.enabled",
+            "requires podMonitor.selector: the labels of the MySQL Pods that run the sidecar container",
+        ));
+    }
+    bloodraven_core::alerts::check(&alert_tuning(v), "prometheusRule.alerts").map_err(|e| {
+        ManifestsError::Invalid {
+            field: e.field,
+            rule: e.rule,
+        }
+    })?;
     if !(1..=5).contains(&v.replica_count) {
         return Err(invalid("replicaCount", "must be between 1 and 5"));
     }
@@ -250,6 +314,14 @@ fn check(v: &Values) -> Result<(), ManifestsError> {
         ));
     }
     Ok(())
+}
+
+fn alert_tuning(v: &Values) -> BTreeMap<String, bloodraven_core::alerts::Tuning> {
+    v.prometheus_rule
+        .alerts
+        .iter()
+        .map(|(name, a)| (name.clone(), a.tuning()))
+        .collect()
 }
 
 /// The release: its name and namespace, as `helm install NAME -n NAMESPACE` gives them.
@@ -801,6 +873,37 @@ pub fn render(v: &Values, r: &Release, with_crds: bool) -> Result<Vec<Value>, Ma
             "spec": {
                 "selector": {"matchLabels": selector},
                 "endpoints": [{"port": "http", "path": "/metrics", "interval": v.service_monitor.interval}],
+            },
+        }));
+    }
+    if v.prometheus_rule.enabled {
+        let mut labels = r.labels();
+        labels.extend(v.prometheus_rule.labels.clone());
+        let rules =
+            bloodraven_core::alerts::rules(&alert_tuning(v), &v.prometheus_rule.runbook_url);
+        out.push(json!({
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PrometheusRule",
+            "metadata": {"name": full, "namespace": r.namespace, "labels": labels},
+            "spec": {"groups": [{"name": bloodraven_core::alerts::GROUP_NAME, "rules": rules}]},
+        }));
+    }
+    if v.pod_monitor.enabled {
+        let mut labels = r.labels();
+        labels.extend(v.pod_monitor.labels.clone());
+        let namespaces = if v.pod_monitor.namespaces.is_empty() {
+            vec![r.namespace.clone()]
+        } else {
+            v.pod_monitor.namespaces.clone()
+        };
+        out.push(json!({
+            "apiVersion": "monitoring.coreos.com/v1",
+            "kind": "PodMonitor",
+            "metadata": {"name": format!("{full}-sidecars"), "namespace": r.namespace, "labels": labels},
+            "spec": {
+                "selector": {"matchLabels": v.pod_monitor.selector},
+                "namespaceSelector": {"matchNames": namespaces},
+                "podMetricsEndpoints": [{"port": v.pod_monitor.port, "path": "/metrics", "interval": v.pod_monitor.interval}],
             },
         }));
     }

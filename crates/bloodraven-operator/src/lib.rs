@@ -27,6 +27,7 @@ pub mod group;
 pub mod leader;
 pub mod lease_objects;
 pub mod local;
+pub mod metered;
 pub mod metrics;
 pub mod operator;
 pub mod platform;

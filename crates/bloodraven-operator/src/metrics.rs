@@ -4,12 +4,14 @@
 //! group's start ([`Metrics::init_group`]): a counter at zero, so `rate()` and `increase()`
 //! work before its first event.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bloodraven_core::contract::metrics as names;
 use bloodraven_core::lease::{LeaseKind, RevocationReason};
 use bloodraven_core::planned::DeferReason;
-use bloodraven_core::status::{SiteState, UpdatePhase};
+use bloodraven_core::reason::RecoveryState;
+use bloodraven_core::status::{GroupStatus, SiteState, UpdatePhase};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -85,6 +87,26 @@ pub struct GroupSiteResult {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub group: String,
+    #[prometheus(flatten)]
+    pub condition: ConditionValue,
+}
+
+/// A condition's `type`, `status` and `reason`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionValue {
+    pub r#type: String,
+    pub status: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Operation {
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailoverLabels {
     pub group: String,
     pub kind: String,
@@ -140,7 +162,42 @@ pub struct Metrics {
     pub ordered_updates: Family<GroupResult, Counter>,
     pub ordered_update_phase: Family<GroupPhase, Gauge>,
     pub restores: Family<GroupResult, Counter>,
+    pub site_up: Family<GroupSite, Gauge>,
+    pub site_recovery_state: Family<GroupSiteState, Gauge>,
+    pub replication_running: Family<GroupSite, Gauge>,
+    pub replication_max_lag: Family<GroupLabel, Gauge>,
+    pub conditions: Family<ConditionLabels, Gauge>,
+    /// The condition series each group has now, per condition type (so a changed reason or
+    /// status removes the old series rather than leaving a stale 1 or a growing set of 0s).
+    current_conditions: Arc<Mutex<BTreeMap<(String, String), ConditionValue>>>,
+    pub operator_leader: Gauge,
+    pub leadership_acquired: Counter,
+    pub store_errors: Family<Operation, Counter>,
 }
+
+/// The `state` label of [`names::SITE_RECOVERY_STATE`] for a recovery state (a state another
+/// version wrote is `other`: the label set stays bounded).
+pub fn recovery_label(state: &RecoveryState) -> &'static str {
+    match state {
+        RecoveryState::None => "none",
+        RecoveryState::RecoveryBlocked => "RecoveryBlocked",
+        RecoveryState::Recloning => "Recloning",
+        RecoveryState::RecloneFailed => "RecloneFailed",
+        RecoveryState::Other(_) => "other",
+    }
+}
+
+/// Every value of the `state` label of [`names::SITE_RECOVERY_STATE`].
+pub const RECOVERY_LABELS: [&str; 5] = [
+    "none",
+    "RecoveryBlocked",
+    "Recloning",
+    "RecloneFailed",
+    "other",
+];
+
+/// The store operations [`names::STORE_ERRORS_TOTAL`] counts.
+pub const STORE_OPERATIONS: [&str; 3] = ["get", "list", "apply"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -176,8 +233,22 @@ impl Metrics {
             ordered_update_phase: Family::default(),
             restores: Family::default(),
             semisync_active: Family::default(),
+            site_up: Family::default(),
+            site_recovery_state: Family::default(),
+            replication_running: Family::default(),
+            replication_max_lag: Family::default(),
+            conditions: Family::default(),
+            current_conditions: Arc::default(),
+            operator_leader: Gauge::default(),
+            leadership_acquired: Counter::default(),
+            store_errors: Family::default(),
         };
         m.register_all(&mut r);
+        for operation in STORE_OPERATIONS {
+            let _ = m.store_errors.get_or_create(&Operation {
+                operation: operation.to_string(),
+            });
+        }
         for (handler, code) in API_HANDLERS {
             let _ = m.api_requests.get_or_create(&HandlerCode {
                 handler: handler.to_string(),
@@ -311,6 +382,117 @@ impl Metrics {
             "1 for the ordered update's current phase, 0 for the others",
             self.ordered_update_phase.clone(),
         );
+        r.register(
+            names::SITE_UP,
+            "1 when the site's last probe answered, 0 when it did not (undebounced)",
+            self.site_up.clone(),
+        );
+        r.register(
+            names::SITE_RECOVERY_STATE,
+            "1 for the site's current recoveryState (none, RecoveryBlocked, Recloning, RecloneFailed, other)",
+            self.site_recovery_state.clone(),
+        );
+        r.register(
+            names::REPLICATION_RUNNING,
+            "1 when both of the site's replication threads run",
+            self.replication_running.clone(),
+        );
+        r.register(
+            names::REPLICATION_MAX_LAG_SECONDS,
+            "The group's spec.replication.maxLagSeconds",
+            self.replication_max_lag.clone(),
+        );
+        r.register(
+            names::CONDITION,
+            "1 for each of the group's current conditions, by type, status and reason",
+            self.conditions.clone(),
+        );
+        r.register(
+            names::OPERATOR_LEADER,
+            "1 while this operator process leads, 0 while it follows",
+            self.operator_leader.clone(),
+        );
+        r.register(
+            counter(names::LEADERSHIP_ACQUIRED_TOTAL),
+            "Times this operator process became the leader",
+            self.leadership_acquired.clone(),
+        );
+        r.register(
+            counter(names::STORE_ERRORS_TOTAL),
+            "Store calls that got no answer (backend or API server failed, or a write's answer was lost), by operation",
+            self.store_errors.clone(),
+        );
+    }
+
+    /// Sets the series a group's status carries: its conditions, and per site its recovery
+    /// state and whether it replicates; and the group's `maxLagSeconds`.
+    pub fn observe_status(&self, group: &str, status: &GroupStatus, max_lag_seconds: u64) {
+        self.replication_max_lag
+            .get_or_create(&GroupLabel {
+                group: group.to_string(),
+            })
+            .set(i64::try_from(max_lag_seconds).unwrap_or(i64::MAX));
+        for site in &status.sites {
+            let now = recovery_label(&site.recovery_state);
+            for state in RECOVERY_LABELS {
+                self.site_recovery_state
+                    .get_or_create(&GroupSiteState {
+                        group: group.to_string(),
+                        site: site.name.clone(),
+                        state: state.to_string(),
+                    })
+                    .set(i64::from(state == now));
+            }
+            self.replication_running
+                .get_or_create(&GroupSite {
+                    group: group.to_string(),
+                    site: site.name.clone(),
+                })
+                .set(i64::from(site.replicating));
+        }
+        let mut current = self
+            .current_conditions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for c in &status.conditions {
+            let value = ConditionValue {
+                r#type: c.type_.as_str().to_string(),
+                status: c.status.clone(),
+                reason: c.reason.as_str().to_string(),
+            };
+            let key = (group.to_string(), value.r#type.clone());
+            if let Some(old) = current.insert(key, value.clone())
+                && old != value
+            {
+                self.conditions.remove(&ConditionLabels {
+                    group: group.to_string(),
+                    condition: old,
+                });
+            }
+            self.conditions
+                .get_or_create(&ConditionLabels {
+                    group: group.to_string(),
+                    condition: value,
+                })
+                .set(1);
+        }
+    }
+
+    /// Whether this process leads now; a `true` begins a term and is counted.
+    pub fn set_leader(&self, leads: bool) {
+        if leads {
+            self.leadership_acquired.inc();
+        }
+        self.operator_leader.set(i64::from(leads));
+    }
+
+    /// Counts a store call of `operation` that got no answer.
+    pub fn store_error(&self, operation: &'static str) {
+        self.store_errors
+            .get_or_create(&Operation {
+                operation: operation.to_string(),
+            })
+            .inc();
     }
 
     /// Creates every series of `group` (sites `sites`, active site `active`): counters and
@@ -378,6 +560,17 @@ impl Metrics {
                 .get_or_create(&gs)
                 .set(i64::from(site == active));
             let _ = self.semisync_active.get_or_create(&gs);
+            let _ = self.site_up.get_or_create(&gs);
+            let _ = self.replication_running.get_or_create(&gs);
+            for state in RECOVERY_LABELS {
+                self.site_recovery_state
+                    .get_or_create(&GroupSiteState {
+                        group: group.to_string(),
+                        site: site.clone(),
+                        state: state.to_string(),
+                    })
+                    .set(i64::from(state == "none"));
+            }
             for result in ["succeeded", "failed"] {
                 let _ = self.reclones.get_or_create(&GroupSiteResult {
                     group: group.to_string(),

@@ -164,11 +164,14 @@ pub async fn start_on(
     graceful.extend(platform.serve(&leadership, loaded.subscribe(), shutdown.clone()));
     tracing::info!(platform = platform.name(), "operator starting");
     // Every write goes through the leadership check: a stale leader writes nothing.
+    let metrics = Metrics::new();
     let store: Arc<dyn Store> = Arc::new(bloodraven_store::Interposed::new(
-        platform.store(),
+        Arc::new(crate::metered::Metered::new(
+            platform.store(),
+            metrics.clone(),
+        )),
         LeaderGate(leadership.clone()),
     ));
-    let metrics = Metrics::new();
     let mut reload_tls = None;
     let (authenticator, audience, acceptor): (Option<Arc<dyn Authenticator>>, String, _) =
         match &cfg.settings.deploy_api {
@@ -470,6 +473,7 @@ async fn lead(
                 _ = shutdown.changed() => if *shutdown.borrow() { return; },
             }
         }
+        state.metrics.set_leader(true);
         let lost = term(
             &source,
             &state,
@@ -480,6 +484,7 @@ async fn lead(
         )
         .await;
         state.loaded.send_replace(false);
+        state.metrics.set_leader(false);
         if !lost {
             return;
         }

@@ -131,7 +131,7 @@ impl Sidecar {
             );
         }
         let timing = shared.timing();
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::new(&shared.identity.group, &shared.identity.site));
         let monitor =
             FencingMonitor::new(contacts, db.clone(), shared.clone(), metrics.clone(), clock);
         let listener = TcpListener::bind(listen)

@@ -2,6 +2,7 @@
 //! [`bloodraven_core::contract::metrics`]; labels are bounded (two rules and the restart fence,
 //! two parties).
 
+use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -43,15 +44,17 @@ fn seconds_name(exposed: &'static str) -> &'static str {
     exposed.strip_suffix("_seconds").unwrap_or(exposed)
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics::new()
-    }
-}
-
 impl Metrics {
-    pub fn new() -> Self {
-        let mut registry = Registry::default();
+    /// The metrics of the sidecar of `site` in `group`: every series carries both, so alerts
+    /// join a sidecar's series with the operator's (`on(group, site)`).
+    pub fn new(group: &str, site: &str) -> Self {
+        let mut registry = Registry::with_labels(
+            [
+                (Cow::Borrowed("group"), Cow::Owned(group.to_string())),
+                (Cow::Borrowed("site"), Cow::Owned(site.to_string())),
+            ]
+            .into_iter(),
+        );
         let fences = Family::<RuleLabel, Counter>::default();
         let tick_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let last_contact_age = Family::<PartyLabel, Gauge<f64, AtomicU64>>::default();
@@ -137,20 +140,20 @@ mod tests {
 
     #[test]
     fn exposition_uses_the_contract_names() {
-        let m = Metrics::new();
+        let m = Metrics::new("shop", "iad");
         m.fenced(names::RULE_LEASE_EXPIRY);
         m.tick(Duration::from_millis(3));
         m.contact_ages(Duration::from_millis(1500), Duration::from_secs(4));
         m.set_self_fenced(true);
         let text = m.encode();
         for line in [
-            "bloodraven_sidecar_fences_total{rule=\"lease-expiry\"} 1",
-            "bloodraven_sidecar_fences_total{rule=\"topology-mismatch\"} 0",
-            "bloodraven_sidecar_fences_total{rule=\"server-restart\"} 0",
-            "bloodraven_sidecar_tick_duration_seconds_count 1",
-            "bloodraven_sidecar_last_contact_age_seconds{party=\"operator\"} 1.5",
-            "bloodraven_sidecar_last_contact_age_seconds{party=\"peers\"} 4.0",
-            "bloodraven_sidecar_self_fenced 1",
+            "bloodraven_sidecar_fences_total{group=\"shop\",site=\"iad\",rule=\"lease-expiry\"} 1",
+            "bloodraven_sidecar_fences_total{group=\"shop\",site=\"iad\",rule=\"topology-mismatch\"} 0",
+            "bloodraven_sidecar_fences_total{group=\"shop\",site=\"iad\",rule=\"server-restart\"} 0",
+            "bloodraven_sidecar_tick_duration_seconds_count{group=\"shop\",site=\"iad\"} 1",
+            "bloodraven_sidecar_last_contact_age_seconds{group=\"shop\",site=\"iad\",party=\"operator\"} 1.5",
+            "bloodraven_sidecar_last_contact_age_seconds{group=\"shop\",site=\"iad\",party=\"peers\"} 4.0",
+            "bloodraven_sidecar_self_fenced{group=\"shop\",site=\"iad\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

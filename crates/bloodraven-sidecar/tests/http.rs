@@ -111,8 +111,13 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
-    assert!(text.contains("bloodraven_sidecar_self_fenced 0"));
-    assert!(text.contains("bloodraven_sidecar_last_contact_age_seconds{party=\"operator\"}"));
+    // Every series names the sidecar's group and site, so alerts join it with the operator's.
+    assert!(text.contains(&format!(
+        "bloodraven_sidecar_self_fenced{{group=\"playground\",site=\"{site}\"}} 0"
+    )));
+    assert!(text.contains(&format!(
+        "bloodraven_sidecar_last_contact_age_seconds{{group=\"playground\",site=\"{site}\",party=\"operator\"}}"
+    )));
     assert!(!text.contains(&password));
 
     // The replica's sidecar reports its replication state.

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod alerts_cmd;
 mod cli;
 mod crds_cmd;
 mod deploy_cmd;
@@ -58,6 +59,9 @@ enum Command {
     Release(release_cmd::ReleaseArgs),
     /// The self-fencing sidecar of one MySQL server: safety net, fencing monitor, peer server.
     Sidecar(sidecar_cmd::SidecarArgs),
+    /// Print Bloodraven's alerting rules as a Prometheus rules file (docs/runbook.md says
+    /// what each alert means and what to do).
+    Alerts(alerts_cmd::AlertsArgs),
     /// Print the custom resource definitions (failover groups, databases) as YAML.
     Crds(crds_cmd::CrdsArgs),
     /// Print the Helm chart's install (CRDs, RBAC, Deployment, Services, …) as YAML, from the
@@ -90,6 +94,7 @@ fn main() {
         Command::RestoreInPlace(args) => std::process::exit(restore_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
         Command::MoveToKubernetes(args) => std::process::exit(move_cmd::run(&args)),
+        Command::Alerts(args) => std::process::exit(alerts_cmd::run(&args)),
         Command::Crds(args) => std::process::exit(crds_cmd::run(&args)),
         Command::Manifests(args) => std::process::exit(manifests_cmd::run(&args)),
         Command::Playground(args) => std::process::exit(playground_cmd::run(args)),

@@ -31,7 +31,7 @@ fn run(cmd: &mut Command) -> Output {
 
 /// The representative values: defaults; the deploy API on (with its TLS, a topology key, one
 /// watched namespace); `ServiceMonitor` and `NetworkPolicy` on.
-const CASES: [(&str, &str); 4] = [
+const CASES: [(&str, &str); 5] = [
     ("defaults", ""),
     (
         "deploy-api",
@@ -42,6 +42,10 @@ const CASES: [(&str, &str); 4] = [
         "serviceMonitor: {enabled: true, labels: {release: prometheus}}\nnetworkPolicy:\n  enabled: true\n  httpFrom:\n    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: databases}}\n    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}\ngrafanaDashboard: {labels: {grafana_dashboard: \"1\", team: dba}}\nresources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}\ntolerations: [{key: dedicated, operator: Equal, value: ops, effect: NoSchedule}]\n",
     ),
     ("restore", "restore: {existingClaim: mysql-dumps}\n"),
+    (
+        "alerts",
+        "prometheusRule:\n  enabled: true\n  labels: {release: prometheus}\n  runbookURL: https://wiki.example/bloodraven/runbook\n  alerts:\n    BloodravenRecoveryPending: {for: 1h}\n    BloodravenLeaderChanges: {threshold: 5, window: 30m}\n    BloodravenDeployAPISlow: {threshold: \"0.5\"}\n    BloodravenSidecarNotScraped: {disabled: true}\npodMonitor: {enabled: true, selector: {app: mysql}, namespaces: [databases], labels: {release: prometheus}}\n",
+    ),
 ];
 
 fn values_file(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -123,6 +127,36 @@ fn decode(o: &Value) {
             assert_eq!(o["spec"]["endpoints"][0]["port"], "http");
             assert_eq!(o["spec"]["endpoints"][0]["path"], "/metrics");
             assert!(o["spec"]["selector"]["matchLabels"].is_object());
+        }
+        "PodMonitor" => {
+            assert_eq!(o["apiVersion"], "monitoring.coreos.com/v1");
+            let e = &o["spec"]["podMetricsEndpoints"][0];
+            assert_eq!(e["port"], "sidecar");
+            assert_eq!(e["path"], "/metrics");
+            assert!(
+                !o["spec"]["selector"]["matchLabels"]
+                    .as_object()
+                    .unwrap()
+                    .is_empty()
+            );
+            assert!(o["spec"]["namespaceSelector"]["matchNames"].is_array());
+        }
+        // Every rule has what Prometheus needs and what a page needs; promtool checks the
+        // rules themselves (tests/alerts.rs).
+        "PrometheusRule" => {
+            assert_eq!(o["apiVersion"], "monitoring.coreos.com/v1");
+            let rules = o["spec"]["groups"][0]["rules"].as_array().unwrap();
+            assert!(!rules.is_empty());
+            for r in rules {
+                for field in ["alert", "expr", "for"] {
+                    assert!(r[field].is_string(), "{field} in {r}");
+                }
+                assert!(!r["expr"].as_str().unwrap().contains('$'), "{r}");
+                for a in ["summary", "description", "runbook_url"] {
+                    assert!(r["annotations"][a].is_string(), "{a} in {r}");
+                }
+                assert!(r["labels"]["severity"].is_string(), "{r}");
+            }
         }
         other => panic!("an unexpected kind was rendered: {other}"),
     }
@@ -545,4 +579,63 @@ fn the_snippets_users_paste_are_valid() {
         .find(|m| m.name == "bloodraven-token")
         .unwrap();
     assert!(args.contains(&format!("--token-file={}/{}", mount.mount_path, token.path)));
+}
+
+/// The chart's alert table is the one `bloodraven alerts` renders (regenerate it with
+/// `BLOODRAVEN_WRITE_CHART=1 cargo test -p bloodraven --test chart alert_table`), and the
+/// chart's tuning and refusals are the operator's: a tuned `PrometheusRule` renders as
+/// `bloodraven manifests` renders it (in the test above), an unknown alert is refused by both.
+#[test]
+fn the_charts_alert_table_is_bloodravens_and_bad_tuning_is_refused_by_both() {
+    let path = chart().join("files/bloodraven-alerts.json");
+    let want = serde_json::to_string_pretty(&bloodraven_core::alerts::chart_data()).unwrap() + "\n";
+    if std::env::var_os("BLOODRAVEN_WRITE_CHART").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "{} is not bloodraven_core::alerts::chart_data(); regenerate it with BLOODRAVEN_WRITE_CHART=1 cargo test -p bloodraven --test chart alert_table",
+        path.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text, says) in [
+        (
+            "unknown-alert",
+            "prometheusRule: {enabled: true, alerts: {BloodravenNope: {for: 1m}}}\n",
+            "prometheusRule.alerts.BloodravenNope: no such alert",
+        ),
+        (
+            "no-threshold",
+            "prometheusRule: {enabled: true, alerts: {BloodravenNoPrimary: {threshold: 2}}}\n",
+            "prometheusRule.alerts.BloodravenNoPrimary.threshold: BloodravenNoPrimary has no threshold",
+        ),
+        (
+            "pod-monitor-without-selector",
+            "podMonitor: {enabled: true}\n",
+            "podMonitor.enabled requires podMonitor.selector",
+        ),
+    ] {
+        let values = values_file(dir.path(), name, text);
+        let out = Command::new(helm())
+            .arg("template")
+            .arg("t")
+            .arg(chart())
+            .arg("-f")
+            .arg(&values)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "helm ({name}): {err}"
+        );
+        let text = std::fs::read_to_string(&values).unwrap();
+        let ours = bloodraven_kube::manifests::values(Some(&text))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+            .replacen(": requires", " requires", 1);
+        assert!(ours.contains(says), "bloodraven manifests ({name}): {ours}");
+    }
 }

@@ -24,8 +24,29 @@ async fn the_operator_serves_classic_text_that_promtool_accepts_with_every_serie
     let s = setup().await;
     let _op = spawn_operator(&s, "operator.log");
     wait_active(&s, "iad", 1).await;
-    let (ct, text) = scrape(s.http, None).await;
+    // The group's first poll has settled (its conditions are set) once Ready is exposed.
+    let settled = format!(
+        "{}{{group=\"playground\",type=\"Ready\",status=\"True\"",
+        m::CONDITION
+    );
+    let mut scraped = scrape(s.http, None).await;
+    for _ in 0..300 {
+        if scraped.1.contains(&settled) && scraped.1.contains(&format!("{} 1", m::OPERATOR_LEADER))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        scraped = scrape(s.http, None).await;
+    }
+    let (ct, text) = scraped;
     assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+    assert!(
+        text.contains(&format!(
+            "{}{{group=\"playground\"}} ",
+            m::REPLICATION_MAX_LAG_SECONDS
+        )),
+        "{text}"
+    );
     assert!(
         !text.contains("# EOF") && !text.contains("# UNIT"),
         "{text}"
@@ -76,6 +97,28 @@ async fn the_operator_serves_classic_text_that_promtool_accepts_with_every_serie
         format!("{}{{group=\"playground\",site=\"iad\"}} 1", m::ACTIVE_SITE),
         format!("{}{{group=\"playground\",site=\"pdx\"}} 0", m::ACTIVE_SITE),
         format!("{}{{group=\"playground\"}} 1", m::TOPOLOGY_GENERATION),
+        // What the packaged alerts read: leadership, the store, each site's probe and
+        // recovery state, replication, the group's conditions and its lag bound.
+        format!("{} 1", m::OPERATOR_LEADER),
+        format!("{} 1", m::LEADERSHIP_ACQUIRED_TOTAL),
+        format!("{}{{operation=\"apply\"}} 0", m::STORE_ERRORS_TOTAL),
+        format!("{}{{group=\"playground\",site=\"iad\"}} 1", m::SITE_UP),
+        format!(
+            "{}{{group=\"playground\",site=\"pdx\",state=\"none\"}} 1",
+            m::SITE_RECOVERY_STATE
+        ),
+        format!(
+            "{}{{group=\"playground\",site=\"pdx\",state=\"RecoveryBlocked\"}} 0",
+            m::SITE_RECOVERY_STATE
+        ),
+        format!(
+            "{}{{group=\"playground\",site=\"iad\"}} 0",
+            m::REPLICATION_RUNNING
+        ),
+        format!(
+            "{}{{group=\"playground\",type=\"Ready\",status=\"True\",reason=\"ActiveSiteWritable\"}} 1",
+            m::CONDITION
+        ),
     ] {
         assert!(text.contains(&series), "missing {series}:\n{text}");
     }

@@ -42,6 +42,8 @@ impl<S: Site> Controller<S> {
         next.sites.clone_from(&sites);
         next.observed_at = previous.observed_at.max(Some(now));
         set_conditions(&mut next, &settled.conditions, now);
+        self.metrics()
+            .observe_status(self.group(), &next, self.rt.config.max_lag_seconds);
         let changed = next.lasting() != previous.lasting();
         let due = self
             .persisted
@@ -160,6 +162,13 @@ impl<S: Site> Controller<S> {
                     self.rt.config.replication_mode,
                     previous.active_site == s.name,
                 )));
+            self.metrics()
+                .site_up
+                .get_or_create(&GroupSite {
+                    group: self.group().to_string(),
+                    site: s.name.clone(),
+                })
+                .set(i64::from(site.answered));
             for st in SiteState::ALL {
                 self.metrics()
                     .site_state

@@ -245,7 +245,9 @@ impl World {
     /// Asserts `bloodraven_sidecar_fences_total{rule}` reads `n`.
     fn assert_fences_counted(&self, rule: &str, n: u64) {
         let text = self.metrics.encode();
-        let line = format!("bloodraven_sidecar_fences_total{{rule=\"{rule}\"}} {n}");
+        let line = format!(
+            "bloodraven_sidecar_fences_total{{group=\"g\",site=\"site\",rule=\"{rule}\"}} {n}"
+        );
         assert!(text.contains(&line), "no {line:?} in {text}");
     }
 
@@ -267,7 +269,7 @@ impl World {
             crate::trust::Trust::default(),
             None,
         );
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::new("g", "site"));
         let monitor = FencingMonitor::new(
             contacts.clone(),
             db.clone(),
@@ -467,7 +469,7 @@ async fn a_promotion_announced_before_it_lifts_the_fence_is_not_refenced() {
     assert!(
         w.metrics
             .encode()
-            .contains("bloodraven_sidecar_self_fenced 0")
+            .contains("bloodraven_sidecar_self_fenced{group=\"g\",site=\"site\"} 0")
     );
     // The re-armed monitor still works: a newer view naming pdx fences again.
     w.contacts.operator(Answer::Refuse, None);
