@@ -130,6 +130,11 @@ pub async fn snapshot(pg: &Playground) -> Value {
             "app": format!("http://{}", pg.app_addr),
             "operator": format!("http://127.0.0.1:{}", pg.opts.operator_port),
             "deployApi": pg.deploy_url(),
+            // What a Prometheus scrapes (docs/runbook.md): the operator and every sidecar.
+            "metrics": {
+                "operator": format!("127.0.0.1:{}", pg.opts.operator_port),
+                "sidecars": pg.sidecar_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>(),
+            },
         },
     })
 }

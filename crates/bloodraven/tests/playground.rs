@@ -1,6 +1,7 @@
 //! The playground as users run it: `bloodraven playground` as a process, driven through its
 //! counter app, its chaos CLI, its scenarios and — in headless Chromium — its dashboard.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -639,5 +640,336 @@ async fn dashboard_in_headless_chromium_increments_and_fails_over() {
     );
     println!("dashboard screenshot: {}", shot.display());
     b.close().await;
+    stop(r);
+}
+
+/// A Prometheus server started by a test, killed when dropped.
+struct Prometheus {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    /// Starts `prometheus` scraping the playground's operator and sidecars every 500 ms and
+    /// evaluating `rules` as often.
+    async fn start(operator: &str, sidecars: &[String], rules: &str) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
+        let targets = |t: &[String]| {
+            t.iter()
+                .map(|t| format!("\"{t}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        std::fs::write(
+            dir.path().join("prometheus.yml"),
+            format!(
+                "global: {{scrape_interval: 500ms, scrape_timeout: 400ms, evaluation_interval: 500ms}}\nrule_files: [rules.yaml]\nscrape_configs:\n  - job_name: bloodraven-operator\n    static_configs: [{{targets: [{}]}}]\n  - job_name: bloodraven-sidecar\n    static_configs: [{{targets: [{}]}}]\n",
+                targets(&[operator.to_string()]),
+                targets(sidecars)
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let bin = std::env::var("BLOODRAVEN_PROMETHEUS").unwrap_or_else(|_| "prometheus".into());
+        let child = Command::new(&bin)
+            .current_dir(dir.path())
+            .arg("--config.file=prometheus.yml")
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {bin}: {e}; install it with: sudo apt-get install -y --no-install-recommends prometheus (scripts/test does)"));
+        let p = Prometheus {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        for _ in 0..600 {
+            if reqwest::get(format!("{}/-/ready", p.url))
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return p;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("prometheus did not become ready");
+    }
+
+    async fn api(&self, path: &str) -> Value {
+        get_json(&format!("{}/api/v1/{path}", self.url)).await["data"].clone()
+    }
+
+    /// Every target scraped, and up.
+    async fn all_up(&self, n: usize) -> bool {
+        let t = self.api("targets").await;
+        let active = t["activeTargets"].as_array().cloned().unwrap_or_default();
+        active.len() == n
+            && active.iter().all(|t| {
+                t["health"] == "up"
+                    && t["lastScrape"]
+                        .as_str()
+                        .is_some_and(|s| !s.starts_with("0001"))
+            })
+    }
+
+    /// The alerts firing now, as `name{group,site}`.
+    async fn firing(&self) -> BTreeSet<String> {
+        let a = self.api("alerts").await;
+        a["alerts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter(|a| a["state"] == "firing")
+            .map(|a| {
+                let l = &a["labels"];
+                let mut k = l["alertname"].as_str().unwrap_or_default().to_string();
+                let at: Vec<String> = ["group", "site"]
+                    .iter()
+                    .filter_map(|n| l[*n].as_str().map(|v| format!("{n}={v}")))
+                    .collect();
+                if !at.is_empty() {
+                    k.push_str(&format!("{{{}}}", at.join(",")));
+                }
+                k
+            })
+            .collect()
+    }
+}
+
+/// When each alert fired and resolved, in seconds from the story's start.
+#[derive(Default)]
+struct Timeline {
+    start: Option<std::time::Instant>,
+    /// alert → [(fired, resolved)]
+    spans: BTreeMap<String, Vec<(f64, Option<f64>)>>,
+    marks: Vec<(f64, String)>,
+}
+
+impl Timeline {
+    fn now(&mut self) -> f64 {
+        self.start
+            .get_or_insert_with(std::time::Instant::now)
+            .elapsed()
+            .as_secs_f64()
+    }
+
+    fn mark(&mut self, what: &str) {
+        let t = self.now();
+        self.marks.push((t, what.to_string()));
+    }
+
+    fn observe(&mut self, firing: &BTreeSet<String>) {
+        let t = self.now();
+        for (alert, spans) in &mut self.spans {
+            if let Some(last) = spans.last_mut()
+                && last.1.is_none()
+                && !firing.contains(alert)
+            {
+                last.1 = Some(t);
+            }
+        }
+        for alert in firing {
+            let spans = self.spans.entry(alert.clone()).or_default();
+            if spans.last().is_none_or(|s| s.1.is_some()) {
+                spans.push((t, None));
+            }
+        }
+    }
+
+    /// Whether `alert` fired (and, with `resolved`, resolved) after `since`.
+    fn fired_after(&self, alert: &str, since: f64, resolved: bool) -> bool {
+        self.spans.get(alert).is_some_and(|s| {
+            s.iter()
+                .any(|(f, r)| *f >= since && (!resolved || r.is_some()))
+        })
+    }
+
+    fn report(&self) -> String {
+        let mut out = String::from("story marks (s from start):\n");
+        for (t, m) in &self.marks {
+            out.push_str(&format!("  {t:7.1}  {m}\n"));
+        }
+        out.push_str("alerts: fired → resolved (s from start)\n");
+        for (a, spans) in &self.spans {
+            for (f, r) in spans {
+                let r = r.map_or("still firing".to_string(), |r| format!("{r:.1}"));
+                out.push_str(&format!("  {a:60} {f:7.1} → {r}\n"));
+            }
+        }
+        out
+    }
+}
+
+/// Polls Prometheus (every 250 ms, at most `secs`) into `tl` until `done` says so.
+async fn follow(
+    p: &Prometheus,
+    tl: &mut Timeline,
+    secs: u64,
+    what: &str,
+    mut done: impl FnMut(&Timeline, &BTreeSet<String>) -> bool,
+) {
+    for _ in 0..secs * 4 {
+        let f = p.firing().await;
+        tl.observe(&f);
+        if done(tl, &f) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("timed out waiting for {what}\n{}", tl.report());
+}
+
+/// The packaged alerts on the playground, evaluated by a real Prometheus that scrapes the real
+/// operator and sidecars: quiet on the healthy group (the `absent()` ones included), then the
+/// kill of the primary fires `BloodravenNoPrimary` and `BloodravenEmergencyFailover` and both
+/// resolve; then an isolation of the new primary does the same. Two writable sites never show.
+/// The timings are tuned for a story (`for: 0s`, a 20 s window), as the chart's values tune
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_packaged_alerts_fire_and_resolve_on_a_real_prometheus_through_a_kill_and_an_isolation()
+{
+    let r = start();
+    let s = wait(&r, "the group to run", |s| {
+        s["activeSite"] == "iad" && s["sites"][1]["replicating"] == true
+    })
+    .await;
+    let operator = s["urls"]["metrics"]["operator"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sidecars: Vec<String> = s["urls"]["metrics"]["sidecars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let mut args = vec!["alerts".to_string()];
+    for set in [
+        "BloodravenNoPrimary.for=0s",
+        "BloodravenEmergencyFailover.window=20s",
+        "BloodravenReplicationStopped.for=0s",
+        "BloodravenSidecarSelfFenced.for=0s",
+        "BloodravenOperatorAbsent.for=0s",
+        "BloodravenSidecarsAbsent.for=0s",
+        "BloodravenSidecarNotScraped.for=0s",
+    ] {
+        args.extend(["--set".to_string(), set.to_string()]);
+    }
+    let out = Command::new(BIN).args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = Prometheus::start(&operator, &sidecars, &String::from_utf8_lossy(&out.stdout)).await;
+    for _ in 0..600 {
+        if p.all_up(1 + sidecars.len()).await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        p.all_up(1 + sidecars.len()).await,
+        "targets: {}",
+        p.api("targets").await
+    );
+    // Rules evaluated before the first scrape saw nothing (an absent() with `for: 0s` fires
+    // then); two seconds is four evaluations on scraped data.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut tl = Timeline::default();
+    tl.mark("every target scraped: healthy baseline");
+    // Healthy: nothing fires for 5 s (ten evaluations), not even the absent() alerts.
+    for _ in 0..20 {
+        let f = p.firing().await;
+        assert!(f.is_empty(), "alerts on a healthy group: {f:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    tl.mark("kill-site iad (the primary)");
+    let killed = tl.now();
+    assert!(chaos(&r, &["kill-site", "iad"]).contains("killed iad"));
+    let no_primary = "BloodravenNoPrimary{group=playground,site=iad}";
+    let emergency = "BloodravenEmergencyFailover{group=playground}";
+    follow(
+        &p,
+        &mut tl,
+        120,
+        "no-primary to fire and resolve, and the failover alert",
+        |tl, _| {
+            tl.fired_after(no_primary, killed, true) && tl.fired_after(emergency, killed, false)
+        },
+    )
+    .await;
+    assert_eq!(r.state().await["activeSite"], "pdx");
+    tl.mark("restart-site iad");
+    chaos(&r, &["restart-site", "iad"]);
+    wait(&r, "iad to replicate again", |s| {
+        s["sites"][0]["replicating"] == true
+    })
+    .await;
+    follow(
+        &p,
+        &mut tl,
+        120,
+        "every alert to resolve after the kill",
+        |_, f| f.is_empty(),
+    )
+    .await;
+    tl.mark("all quiet");
+
+    tl.mark("isolate-site pdx (the new primary)");
+    let isolated = tl.now();
+    chaos(&r, &["isolate-site", "pdx"]);
+    let no_primary = "BloodravenNoPrimary{group=playground,site=pdx}";
+    follow(
+        &p,
+        &mut tl,
+        120,
+        "no-primary to fire and resolve, and the failover alert again",
+        |tl, _| {
+            tl.fired_after(no_primary, isolated, true) && tl.fired_after(emergency, isolated, false)
+        },
+    )
+    .await;
+    assert_eq!(r.state().await["activeSite"], "iad");
+    tl.mark("heal-site pdx");
+    chaos(&r, &["heal-site", "pdx"]);
+    wait(&r, "pdx to replicate again", |s| {
+        s["sites"][1]["replicating"] == true
+    })
+    .await;
+    follow(
+        &p,
+        &mut tl,
+        120,
+        "every alert to resolve after the isolation",
+        |_, f| f.is_empty(),
+    )
+    .await;
+    tl.mark("all quiet");
+
+    let report = tl.report();
+    eprintln!("{report}");
+    let dir = artifacts();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("alerts-story.txt"), &report).unwrap();
+    assert!(
+        !tl.spans
+            .keys()
+            .any(|a| a.starts_with("BloodravenTwoWritableSites")),
+        "{report}"
+    );
     stop(r);
 }
