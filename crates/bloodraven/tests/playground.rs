@@ -734,15 +734,16 @@ impl Prometheus {
             .filter(|a| a["state"] == "firing")
             .map(|a| {
                 let l = &a["labels"];
-                let mut k = l["alertname"].as_str().unwrap_or_default().to_string();
+                let k = l["alertname"].as_str().unwrap_or_default().to_string();
                 let at: Vec<String> = ["group", "site"]
                     .iter()
                     .filter_map(|n| l[*n].as_str().map(|v| format!("{n}={v}")))
                     .collect();
-                if !at.is_empty() {
-                    k.push_str(&format!("{{{}}}", at.join(",")));
+                if at.is_empty() {
+                    k
+                } else {
+                    format!("{k}{{{}}}", at.join(","))
                 }
-                k
             })
             .collect()
     }
@@ -751,7 +752,7 @@ impl Prometheus {
 /// When each alert fired and resolved, in seconds from the story's start.
 #[derive(Default)]
 struct Timeline {
-    start: Option<std::time::Instant>,
+    start: Option<tokio::time::Instant>,
     /// alert → [(fired, resolved)]
     spans: BTreeMap<String, Vec<(f64, Option<f64>)>>,
     marks: Vec<(f64, String)>,
@@ -760,7 +761,7 @@ struct Timeline {
 impl Timeline {
     fn now(&mut self) -> f64 {
         self.start
-            .get_or_insert_with(std::time::Instant::now)
+            .get_or_insert_with(tokio::time::Instant::now)
             .elapsed()
             .as_secs_f64()
     }
@@ -797,15 +798,16 @@ impl Timeline {
     }
 
     fn report(&self) -> String {
+        use std::fmt::Write as _;
         let mut out = String::from("story marks (s from start):\n");
         for (t, m) in &self.marks {
-            out.push_str(&format!("  {t:7.1}  {m}\n"));
+            let _ = writeln!(out, "  {t:7.1}  {m}");
         }
         out.push_str("alerts: fired → resolved (s from start)\n");
         for (a, spans) in &self.spans {
             for (f, r) in spans {
                 let r = r.map_or("still firing".to_string(), |r| format!("{r:.1}"));
-                out.push_str(&format!("  {a:60} {f:7.1} → {r}\n"));
+                let _ = writeln!(out, "  {a:60} {f:7.1} → {r}");
             }
         }
         out
