@@ -148,6 +148,11 @@ pub struct SiteSpec {
     /// How the ordered update updates this site (embedded mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update: Option<SiteUpdateSpec>,
+    /// Kubernetes mode: a label selector (`app=mysql,site=iad`) for the site's MySQL Pods in
+    /// the group's namespace. The operator labels them `bloodraven.shipstream.io/role:
+    /// primary | replica | reader`, so a `-primary` Service follows the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
 }
 
 /// `spec.sites[].update`: the command that updates a site in embedded mode (restarts its
@@ -333,6 +338,56 @@ pub struct SiteConfig {
     pub priority: i32,
     /// `spec.sites[].update`, validated.
     pub update: Option<SiteUpdate>,
+    /// `spec.sites[].selector`, validated.
+    pub selector: Option<String>,
+}
+
+/// Checks a label selector of equality terms (`key=value`, comma separated), as Kubernetes
+/// reads one: keys are an optional DNS subdomain prefix and `/`, then a name of at most 63
+/// characters; values at most 63 characters; names and values start and end alphanumeric and
+/// hold `-`, `_` and `.` between.
+pub fn check_label_selector(sel: &str) -> Result<(), String> {
+    fn name_ok(n: &str, may_be_empty: bool) -> bool {
+        if n.is_empty() {
+            return may_be_empty;
+        }
+        n.len() <= 63
+            && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && n.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    }
+    if sel.trim().is_empty() {
+        return Err("must not be empty (leave it out to label nothing)".into());
+    }
+    for term in sel.split(',') {
+        let Some((key, value)) = term.split_once('=') else {
+            return Err(format!(
+                "{term:?} is not key=value (only equality terms are supported)"
+            ));
+        };
+        let (key, value) = (key.trim(), value.trim().trim_start_matches('='));
+        let name = match key.rsplit_once('/') {
+            Some((prefix, name)) => {
+                if check_dns1123_subdomain(prefix).is_err() {
+                    return Err(format!("the prefix of {key:?} must be a DNS subdomain"));
+                }
+                name
+            }
+            None => key,
+        };
+        if !name_ok(name, false) {
+            return Err(format!(
+                "{key:?} is not a label key (at most 63 characters: alphanumeric first and last, - _ . between)"
+            ));
+        }
+        if !name_ok(value, true) || value.starts_with('!') {
+            return Err(format!(
+                "{value:?} is not a label value (at most 63 characters: alphanumeric first and last, - _ . between)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A validated `spec.sites[].update`.
@@ -549,6 +604,14 @@ pub fn validate_group(
             sidecar_url: s.sidecar.url.trim_end_matches('/').to_string(),
             priority: s.priority.unwrap_or(0),
             update,
+            selector: s.selector.clone().filter(|sel| {
+                if let Err(rule) = check_label_selector(sel) {
+                    e.push(f("selector"), &rule);
+                    false
+                } else {
+                    true
+                }
+            }),
         });
     }
     if !spec.sites.is_empty()
@@ -763,6 +826,7 @@ mod tests {
             },
             priority: None,
             update: None,
+            selector: None,
         }
     }
 
@@ -834,6 +898,42 @@ mod tests {
             validate_group("g", "default", &spec())
                 .unwrap()
                 .clone_credentials,
+            None
+        );
+    }
+
+    #[test]
+    fn a_site_selector_is_a_label_selector_of_equality_terms() {
+        let with = |sel: &str| {
+            let mut s = spec();
+            s.sites[0].selector = Some(sel.to_string());
+            validate_group("g", "default", &s)
+        };
+        for ok in [
+            "app=mysql",
+            "app=mysql,site=iad",
+            "app.kubernetes.io/name=mysql, site = iad",
+            "tier==db",
+            "empty=",
+        ] {
+            let c = with(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+            assert_eq!(c.sites[0].selector.as_deref(), Some(ok));
+        }
+        for (bad, says) in [
+            ("", "must not be empty"),
+            ("app", "is not key=value"),
+            ("app!=mysql", "is not a label key"),
+            ("app in (a,b)", "is not key=value"),
+            ("-app=x", "is not a label key"),
+            ("Not_A_Domain!/app=x", "must be a DNS subdomain"),
+            ("app=my sql", "is not a label value"),
+        ] {
+            let err = with(bad).unwrap_err();
+            assert!(err.has("spec.sites[0].selector"), "{bad}: {err}");
+            assert!(err.to_string().contains(says), "{bad}: {err}");
+        }
+        assert_eq!(
+            validate_group("g", "default", &spec()).unwrap().sites[0].selector,
             None
         );
     }

@@ -29,6 +29,10 @@ pub mod labels {
     /// On an operator Pod (Kubernetes mode): `"true"` while that replica leads, `"false"`
     /// otherwise. The chart's Services select `"true"`, so requests reach the leader.
     pub const LEADER: &str = "bloodraven.shipstream.io/leader";
+    /// On each site's MySQL Pods (found by `spec.sites[].selector`): `primary` on the active
+    /// site once it takes writes, `replica` on the others, `reader` on `read-only` sites
+    /// (`crate::routing::RoleLabel`). A `-primary` Service selects `primary`.
+    pub const ROLE: &str = "bloodraven.shipstream.io/role";
 }
 
 /// Log messages that are part of the contract (the `msg` field of a log line).

@@ -12,6 +12,16 @@
 //!   the lag bound, that the newest view does not name as the active site.
 //! - `/read-only` is `200` on any reachable site that serves reads: a healthy replica, or the
 //!   primary.
+//!
+//! It also plans the role labels of the sites' workloads (Kubernetes Pods,
+//! `bloodraven.shipstream.io/role`), which a `-primary` and a `-replica` Service select:
+//! [`relabel`].
+//!
+//! # Invariants of the role labels
+//! - Only the active site, and only once its server takes writes, is labelled `primary`.
+//! - Every step that takes `primary` away comes before any step that gives it: applied in order
+//!   and stopped at the first failure, no prefix of a plan labels two sites `primary` (unless
+//!   they were so labelled before it, and then it only removes).
 
 use crate::wire::ActiveSite;
 
@@ -129,6 +139,102 @@ pub fn read_only(f: &Facts<'_>, max_lag: u64) -> Verdict {
     replica(f, max_lag)
 }
 
+/// The role a site's workloads are labelled with (`bloodraven.shipstream.io/role`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RoleLabel {
+    /// The active site, writable: a `-primary` Service's only endpoint.
+    Primary,
+    /// Another site that could become the primary (or is the active site not yet writable).
+    Replica,
+    /// A site with role `read-only`: never promoted.
+    Reader,
+}
+
+impl RoleLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleLabel::Primary => "primary",
+            RoleLabel::Replica => "replica",
+            RoleLabel::Reader => "reader",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RoleLabel> {
+        [RoleLabel::Primary, RoleLabel::Replica, RoleLabel::Reader]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+/// What the labels are planned from, per site.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelledSite<'a> {
+    pub site: &'a str,
+    /// The site's spec role is `read-only` (never promoted).
+    pub reader: bool,
+    /// Its server takes writes, as the operator's last poll saw it.
+    pub writable: bool,
+}
+
+/// One workload of a site, with the role label it carries now (`None`: none, or one this
+/// version does not know).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    pub site: String,
+    pub name: String,
+    pub role: Option<RoleLabel>,
+}
+
+/// One label to set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Relabel {
+    pub site: String,
+    pub name: String,
+    pub role: RoleLabel,
+}
+
+/// The label a site's workloads must carry.
+fn wanted(site: &LabelledSite<'_>, active: &str) -> RoleLabel {
+    if site.reader {
+        RoleLabel::Reader
+    } else if site.site == active && site.writable {
+        RoleLabel::Primary
+    } else {
+        RoleLabel::Replica
+    }
+}
+
+/// The labels to change, in the order to change them: first every workload that loses
+/// `primary`, then the other changes, and last the ones that gain `primary`. A workload of a
+/// site not in `sites` is left alone. Apply in order and stop at the first failure.
+pub fn relabel(sites: &[LabelledSite<'_>], active: &str, workloads: &[Workload]) -> Vec<Relabel> {
+    let mut steps: Vec<(u8, Relabel)> = workloads
+        .iter()
+        .filter_map(|w| {
+            let site = sites.iter().find(|s| s.site == w.site)?;
+            let role = wanted(site, active);
+            if w.role == Some(role) {
+                return None;
+            }
+            let order = match (w.role, role) {
+                (Some(RoleLabel::Primary), _) => 0,
+                (_, RoleLabel::Primary) => 2,
+                _ => 1,
+            };
+            Some((
+                order,
+                Relabel {
+                    site: w.site.clone(),
+                    name: w.name.clone(),
+                    role,
+                },
+            ))
+        })
+        .collect();
+    steps.sort_by_key(|(order, _)| *order);
+    steps.into_iter().map(|(_, r)| r).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,5 +339,110 @@ mod tests {
                 .reason
                 .is_empty()
         );
+    }
+
+    fn w(site: &str, name: &str, role: Option<RoleLabel>) -> Workload {
+        Workload {
+            site: site.into(),
+            name: name.into(),
+            role,
+        }
+    }
+
+    fn sites(writable: &[&str]) -> Vec<LabelledSite<'static>> {
+        ["iad", "pdx", "reader"]
+            .into_iter()
+            .map(|s| LabelledSite {
+                site: s,
+                reader: s == "reader",
+                writable: writable.contains(&s),
+            })
+            .collect()
+    }
+
+    /// How many sites carry `primary` once `steps` are applied to `labels`.
+    fn primaries(labels: &[Workload]) -> usize {
+        let mut s: Vec<&str> = labels
+            .iter()
+            .filter(|w| w.role == Some(RoleLabel::Primary))
+            .map(|w| w.site.as_str())
+            .collect();
+        s.dedup();
+        s.len()
+    }
+
+    fn apply(labels: &mut [Workload], step: &Relabel) {
+        for l in labels.iter_mut().filter(|l| l.name == step.name) {
+            l.role = Some(step.role);
+        }
+    }
+
+    #[test]
+    fn a_switchover_takes_primary_away_first_and_gives_it_only_to_a_writable_active_site() {
+        use RoleLabel::{Primary, Reader, Replica};
+        let start = vec![
+            w("iad", "mysql-iad-0", Some(Primary)),
+            w("pdx", "mysql-pdx-0", Some(Replica)),
+            w("reader", "mysql-reader-0", None),
+        ];
+        // Announced, not yet writable: iad loses primary, nobody gains it.
+        let steps = relabel(&sites(&[]), "pdx", &start);
+        assert_eq!(
+            steps,
+            vec![
+                Relabel {
+                    site: "iad".into(),
+                    name: "mysql-iad-0".into(),
+                    role: Replica
+                },
+                Relabel {
+                    site: "reader".into(),
+                    name: "mysql-reader-0".into(),
+                    role: Reader
+                },
+            ]
+        );
+        // Promoted: pdx gains it, after iad lost it.
+        let steps = relabel(&sites(&["pdx"]), "pdx", &start);
+        assert_eq!(steps.first().unwrap().name, "mysql-iad-0");
+        assert_eq!(steps.last().unwrap().name, "mysql-pdx-0");
+        assert_eq!(steps.last().unwrap().role, Primary);
+        // Nothing to do once the labels are right; a workload of an unknown site is left alone.
+        let done = vec![
+            w("iad", "mysql-iad-0", Some(Replica)),
+            w("pdx", "mysql-pdx-0", Some(Primary)),
+            w("reader", "mysql-reader-0", Some(Reader)),
+            w("elsewhere", "x", Some(Primary)),
+        ];
+        assert!(relabel(&sites(&["pdx"]), "pdx", &done).is_empty());
+        // A reader is never primary, even if it is (wrongly) writable and named.
+        let steps = relabel(&sites(&["reader"]), "reader", &done[..3]);
+        assert!(steps.iter().all(|s| s.role != Primary));
+    }
+
+    /// Every prefix of every plan: never more sites labelled primary than before it, or one.
+    #[test]
+    fn no_prefix_of_a_plan_labels_two_sites_primary() {
+        use RoleLabel::{Primary, Reader, Replica};
+        let choices = [None, Some(Primary), Some(Replica), Some(Reader)];
+        for a in choices {
+            for b in choices {
+                for c in choices {
+                    for active in ["iad", "pdx", "reader", ""] {
+                        for writable in [&[][..], &["iad"], &["pdx"], &["iad", "pdx"]] {
+                            let mut labels =
+                                vec![w("iad", "i", a), w("pdx", "p", b), w("reader", "r", c)];
+                            let before = primaries(&labels).max(1);
+                            for step in relabel(&sites(writable), active, &labels) {
+                                apply(&mut labels, &step);
+                                assert!(primaries(&labels) <= before, "{labels:?}");
+                            }
+                            assert!(primaries(&labels) <= 1, "{labels:?}");
+                            assert!(relabel(&sites(writable), active, &labels).is_empty());
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -198,6 +198,8 @@ pub fn site_spec(schema: &mut Schema) {
     ];
     set(schema, "priority", &priority);
     set(schema, "role", &[("default", json!("primary-candidate"))]);
+    string(schema, "selector", 1024, None);
+    set(schema, "selector", &[("minLength", json!(1))]);
 }
 
 /// `spec.sites[].mysql`.

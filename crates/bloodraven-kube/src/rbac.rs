@@ -86,6 +86,14 @@ pub const RULES: &[Rule] = &[
         reason: "read the MySQL credentials a group names by Secret (username, password), again every 10 s so a rotation takes effect",
     },
     Rule {
+        api_group: "",
+        resource: "pods",
+        verbs: &["list", "patch"],
+        scope: Scope::Watched,
+        deploy_api_only: false,
+        reason: "find each site's MySQL Pods by spec.sites[].selector (list) and label them bloodraven.shipstream.io/role primary, replica or reader (patch), so a -primary Service follows the primary",
+    },
+    Rule {
         api_group: "coordination.k8s.io",
         resource: "leases",
         verbs: &["get", "create", "update"],

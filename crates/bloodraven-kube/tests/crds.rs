@@ -28,6 +28,7 @@ fn site(name: &str, role: SiteRole) -> SiteSpec {
         },
         priority: None,
         update: None,
+        selector: None,
     }
 }
 

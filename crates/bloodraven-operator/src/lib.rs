@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod operator;
 pub mod platform;
 pub mod relocate;
+pub mod roles;
 pub mod secrets;
 pub mod server;
 

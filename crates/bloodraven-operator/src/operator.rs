@@ -219,6 +219,7 @@ pub async fn start_on(
         audience,
         topology_key,
         secrets: secrets.clone(),
+        workloads: platform.workloads(),
     };
     let mut tasks = Vec::new();
     if reload_tls.is_some() || reload_topology.is_some() {
@@ -363,7 +364,11 @@ impl Groups {
         )
         .await
         .inspect(|rt| {
-            rt.attach(self.state.leadership.clone(), self.state.secrets.clone());
+            rt.attach(crate::group::Attached {
+                leadership: self.state.leadership.clone(),
+                secrets: self.state.secrets.clone(),
+                workloads: self.state.workloads.clone(),
+            });
         }) {
             Ok(rt) => rt,
             Err(e) => {

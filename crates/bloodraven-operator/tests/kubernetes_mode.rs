@@ -584,10 +584,13 @@ async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() 
     let group = bloodraven_core::config::validate_group("orders", NS, &spec).unwrap();
     let iad = group.site("iad").unwrap().clone();
     let pods = bloodraven_operator::platform::kubernetes::workloads::Pods::new(client);
+    let names = |w: Vec<bloodraven_operator::platform::Workload>| {
+        w.into_iter().map(|w| (w.name, w.role)).collect::<Vec<_>>()
+    };
     let found = pods.find(&group, &iad, "app=mysql-iad").await.unwrap();
     assert_eq!(
-        found,
-        ["mysql-iad-0"],
+        names(found),
+        [("mysql-iad-0".to_string(), None)],
         "only the group's namespace, only the selector's"
     );
     assert!(
@@ -600,6 +603,11 @@ async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() 
             .get("bloodraven.shipstream.io/role")
             .map(String::as_str),
         Some("primary")
+    );
+    assert_eq!(
+        names(pods.find(&group, &iad, "app=mysql-iad").await.unwrap()),
+        [("mysql-iad-0".to_string(), Some(RoleLabel::Primary))],
+        "found with the role it carries"
     );
     assert_eq!(
         fake.pod_labels(NS, "mysql-iad-0")["app"],
@@ -623,8 +631,8 @@ async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() 
     // Embedded: the endpoint, nothing to label.
     let endpoints = bloodraven_operator::platform::embedded::Endpoints;
     assert_eq!(
-        endpoints.find(&group, &iad, "").await.unwrap(),
-        ["mysql-iad:3306"]
+        names(endpoints.find(&group, &iad, "").await.unwrap()),
+        [("mysql-iad:3306".to_string(), None)]
     );
     assert!(
         !endpoints

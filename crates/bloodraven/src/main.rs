@@ -74,9 +74,10 @@ enum Command {
 
 /// Per-group tasks the operator runs once it leads.
 fn controller_tasks() -> Vec<std::sync::Arc<dyn bloodraven_operator::operator::GroupTask>> {
-    vec![std::sync::Arc::new(
-        bloodraven_operator::controller::ControllerTask,
-    )]
+    vec![
+        std::sync::Arc::new(bloodraven_operator::controller::ControllerTask),
+        std::sync::Arc::new(bloodraven_operator::roles::RoleLabelTask),
+    ]
 }
 
 fn main() {

@@ -542,6 +542,24 @@ fn the_snippets_users_paste_are_valid() {
         !args.iter().any(|a| a.contains("token")),
         "sidecars never carry a deploy token"
     );
+    // The Services that follow the roles select the label the operator sets, with a value
+    // it sets.
+    let services: Vec<k8s_openapi::api::core::v1::Service> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(dir.join("services.yaml")).unwrap())
+            .unwrap();
+    let mut roles: Vec<String> = services
+        .iter()
+        .map(|s| {
+            let sel = s.spec.as_ref().unwrap().selector.as_ref().unwrap();
+            assert!(sel.len() >= 2, "the role label and the Pods' own label");
+            sel["bloodraven.shipstream.io/role"].clone()
+        })
+        .collect();
+    roles.sort();
+    assert_eq!(roles, ["primary", "replica"]);
+    for r in &roles {
+        assert!(bloodraven_core::routing::RoleLabel::parse(r).is_some());
+    }
     let pod: Pod =
         serde_saphyr::from_str(&std::fs::read_to_string(dir.join("pipeline-pod.yaml")).unwrap())
             .unwrap();

@@ -265,7 +265,7 @@ async fn runs_the_safety_net_serves_fences_and_stops_on_sigterm() {
     common::promtool_check(&text);
     assert!(
         text.contains(&format!(
-            "{}{{rule=\"{}\"}} 1",
+            "{}{{group=\"playground\",site=\"cli-iad\",rule=\"{}\"}} 1",
             bloodraven_core::contract::metrics::SIDECAR_FENCES_TOTAL,
             bloodraven_core::contract::metrics::RULE_TOPOLOGY_MISMATCH
         )),

@@ -38,6 +38,8 @@ pub struct AppState {
     pub topology_key: crate::secrets::KeyCell,
     /// Where named secrets live (MySQL credentials): the platform's.
     pub secrets: Arc<dyn crate::secrets::SecretStore>,
+    /// The sites' workloads (Pods in Kubernetes mode): labelled with their role.
+    pub workloads: Arc<dyn crate::platform::SiteWorkloads>,
 }
 
 impl std::fmt::Debug for AppState {

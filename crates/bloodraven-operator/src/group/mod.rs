@@ -137,13 +137,29 @@ pub struct GroupRuntime {
     /// The last poll's status, with the fields that move every poll fresh (see
     /// [`GroupRuntime::served_status`]); `None` before this operator's first poll.
     live: RwLock<Option<GroupStatus>>,
-    /// The operator's leadership and Secret reader (see [`GroupRuntime::attach`]).
-    platform: RwLock<(
-        crate::leader::Leadership,
-        Arc<dyn crate::secrets::SecretStore>,
-    )>,
+    /// The operator's leadership, Secret reader and the sites' workloads (see
+    /// [`GroupRuntime::attach`]).
+    platform: RwLock<Attached>,
     /// The stored `topologyGeneration`, for watchers of the active site (`/active-site?watch`).
     views: tokio::sync::watch::Sender<u64>,
+}
+
+/// What the operator's platform gives a group: leadership (checked before every action), the
+/// source of secrets, and the sites' workloads.
+#[derive(Clone)]
+pub struct Attached {
+    pub leadership: crate::leader::Leadership,
+    pub secrets: Arc<dyn crate::secrets::SecretStore>,
+    pub workloads: Arc<dyn crate::platform::SiteWorkloads>,
+}
+
+impl std::fmt::Debug for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attached")
+            .field("leadership", &self.leadership)
+            .field("workloads", &self.workloads)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for GroupRuntime {
@@ -230,10 +246,11 @@ impl GroupRuntime {
             flags: Flags::default(),
             reacting: tokio::sync::Mutex::new(()),
             live: RwLock::new(None),
-            platform: RwLock::new((
-                crate::leader::Leadership::always(),
-                Arc::new(crate::secrets::NoSecrets),
-            )),
+            platform: RwLock::new(Attached {
+                leadership: crate::leader::Leadership::always(),
+                secrets: Arc::new(crate::secrets::NoSecrets),
+                workloads: Arc::new(crate::platform::embedded::Endpoints),
+            }),
             views: tokio::sync::watch::channel(generation).0,
         });
         {
@@ -270,17 +287,22 @@ impl GroupRuntime {
         &self.store
     }
 
-    /// Ties the group to the operator's leadership (checked before every MySQL side effect)
-    /// and, in Kubernetes mode, its Secret reader (MySQL credentials).
-    pub fn attach(
-        &self,
-        leadership: crate::leader::Leadership,
-        secrets: Arc<dyn crate::secrets::SecretStore>,
-    ) {
+    /// Ties the group to the operator's leadership (checked before every MySQL side effect),
+    /// its Secret reader (MySQL credentials) and the platform's site workloads.
+    pub fn attach(&self, platform: Attached) {
         *self
             .platform
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = (leadership, secrets);
+            .unwrap_or_else(PoisonError::into_inner) = platform;
+    }
+
+    /// The platform's site workloads (Pods in Kubernetes mode).
+    pub fn workloads(&self) -> Arc<dyn crate::platform::SiteWorkloads> {
+        self.platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .workloads
+            .clone()
     }
 
     /// Whether this operator may act on the group now (it leads, and its leadership is fresh).
@@ -288,7 +310,7 @@ impl GroupRuntime {
         self.platform
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .0
+            .leadership
             .confirm()
     }
 
@@ -297,7 +319,7 @@ impl GroupRuntime {
         self.platform
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .1
+            .secrets
             .clone()
     }
 

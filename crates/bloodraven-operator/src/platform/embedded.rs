@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use super::{
     GroupRefused, GroupSource, Platform, PlatformError, PlatformFuture, PrepareError, RoleLabel,
-    SiteWorkloads, WorkloadError,
+    SiteWorkloads, Workload, WorkloadError,
 };
 use crate::auth::{Authenticator, HmacTokens, SigningKey};
 use crate::config::{DatabaseDoc, DeployApiSettings, GroupDoc, LoadedConfig};
@@ -258,8 +258,12 @@ impl SiteWorkloads for Endpoints {
         _group: &'a GroupConfig,
         site: &'a SiteConfig,
         _selector: &'a str,
-    ) -> PlatformFuture<'a, Result<Vec<String>, WorkloadError>> {
-        let endpoint = format!("{}:{}", site.mysql_host, site.mysql_port);
+    ) -> PlatformFuture<'a, Result<Vec<Workload>, WorkloadError>> {
+        let endpoint = Workload {
+            site: site.name.clone(),
+            name: format!("{}:{}", site.mysql_host, site.mysql_port),
+            role: None,
+        };
         Box::pin(async move { Ok(vec![endpoint]) })
     }
 

@@ -136,22 +136,7 @@ pub trait GroupSource: Send + Sync + fmt::Debug {
 }
 
 /// A site's role as its workloads are labelled (`bloodraven.shipstream.io/role`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RoleLabel {
-    Primary,
-    Replica,
-    Reader,
-}
-
-impl RoleLabel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RoleLabel::Primary => "primary",
-            RoleLabel::Replica => "replica",
-            RoleLabel::Reader => "reader",
-        }
-    }
-}
+pub use bloodraven_core::routing::{RoleLabel, Workload};
 
 /// Something done to a site's workload failed.
 #[derive(Debug, thiserror::Error)]
@@ -174,14 +159,14 @@ pub enum WorkloadError {
 
 /// The sites' workloads: what runs each site, its role label, a restart.
 pub trait SiteWorkloads: Send + Sync + fmt::Debug {
-    /// What runs `site` of `group` (Pods matching `selector` in Kubernetes mode; the site's
-    /// MySQL endpoint in embedded mode).
+    /// What runs `site` of `group` (Pods matching `selector` in Kubernetes mode, with the role
+    /// label each carries; the site's MySQL endpoint in embedded mode), sorted by name.
     fn find<'a>(
         &'a self,
         group: &'a GroupConfig,
         site: &'a SiteConfig,
         selector: &'a str,
-    ) -> PlatformFuture<'a, Result<Vec<String>, WorkloadError>>;
+    ) -> PlatformFuture<'a, Result<Vec<Workload>, WorkloadError>>;
     /// Labels `what` (as [`SiteWorkloads::find`] named it) with `role`. Returns whether
     /// anything was labelled (embedded mode has nothing to label).
     fn label_role<'a>(

@@ -75,13 +75,25 @@ impl Drop for Cluster {
 impl Cluster {
     /// `kubectl apply` of the group and database the live group's configuration describes.
     pub async fn apply(&self, live: &Live, name: &str) {
+        self.apply_with(live, name, |_| {}).await;
+    }
+
+    /// [`Cluster::apply`] with the group's spec changed by `tweak` first.
+    pub async fn apply_with(
+        &self,
+        live: &Live,
+        name: &str,
+        tweak: impl FnOnce(&mut bloodraven_core::config::FailoverGroupSpec),
+    ) {
         let cfg = live.config();
         let g = &cfg.groups[0];
+        let mut spec = g.spec.clone();
+        tweak(&mut spec);
         let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(self.client.clone(), NS);
         groups
             .create(
                 &kube::api::PostParams::default(),
-                &MysqlFailoverGroup::new(NS, name, g.spec.clone()),
+                &MysqlFailoverGroup::new(NS, name, spec),
             )
             .await
             .unwrap();
@@ -159,12 +171,16 @@ pub fn kubernetes_config(live: &Live, c: &Cluster) -> bloodraven_operator::confi
     cfg
 }
 
-/// Starts an operator (with the failover controller) on `cfg` and waits until it leads.
+/// Starts an operator (with the failover controller and the role labels, as `bloodraven
+/// operator` runs them) on `cfg` and waits until it leads.
 pub async fn start(cfg: bloodraven_operator::config::LoadedConfig) -> OperatorHandle {
     let h = bloodraven_operator::start(
         cfg,
         bloodraven_runtime::clock::system(),
-        vec![std::sync::Arc::new(ControllerTask)],
+        vec![
+            std::sync::Arc::new(ControllerTask),
+            std::sync::Arc::new(bloodraven_operator::roles::RoleLabelTask),
+        ],
     )
     .await
     .unwrap();

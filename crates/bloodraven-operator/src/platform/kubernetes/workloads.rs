@@ -7,10 +7,10 @@ use bloodraven_core::config::{GroupConfig, SiteConfig};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
-use crate::platform::{PlatformFuture, RoleLabel, SiteWorkloads, WorkloadError};
+use crate::platform::{PlatformFuture, RoleLabel, SiteWorkloads, Workload, WorkloadError};
 
 /// The label a site's Pods carry with its role.
-pub const ROLE_LABEL: &str = "bloodraven.shipstream.io/role";
+pub use bloodraven_core::contract::labels::ROLE as ROLE_LABEL;
 
 /// The sites' Pods.
 #[derive(Clone)]
@@ -40,7 +40,7 @@ impl SiteWorkloads for Pods {
         group: &'a GroupConfig,
         site: &'a SiteConfig,
         selector: &'a str,
-    ) -> PlatformFuture<'a, Result<Vec<String>, WorkloadError>> {
+    ) -> PlatformFuture<'a, Result<Vec<Workload>, WorkloadError>> {
         Box::pin(async move {
             let pods = self
                 .api(group)
@@ -50,13 +50,25 @@ impl SiteWorkloads for Pods {
                     site: site.name.clone(),
                     detail: format!("Pods matching {selector:?}: {e}"),
                 })?;
-            let mut names: Vec<String> = pods
+            let mut found: Vec<Workload> = pods
                 .items
                 .into_iter()
-                .filter_map(|p| p.metadata.name)
+                .filter_map(|p| {
+                    let role = p
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(ROLE_LABEL))
+                        .and_then(|r| RoleLabel::parse(r));
+                    Some(Workload {
+                        site: site.name.clone(),
+                        name: p.metadata.name?,
+                        role,
+                    })
+                })
                 .collect();
-            names.sort();
-            Ok(names)
+            found.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(found)
         })
     }
 
