@@ -303,6 +303,8 @@ pub struct SidecarStatus {
     #[serde(rename = "signedTopology")]
     pub signed_topology: bool,
     pub last_tick: Option<Timestamp>,
+    /// Application sessions this sidecar killed after its fences, since it started.
+    pub sessions_killed: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }

@@ -940,3 +940,44 @@ async fn no_stored_status_names_a_new_active_site_with_no_primary() {
         }
     }
 }
+
+/// A planned switchover kills the demoted primary's application sessions: a pooled client
+/// connection to the old primary gets an error on its next statement — a read included —
+/// instead of silently reading from a server that no longer takes the group's writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_to_a_demoted_primary_errors_instead_of_reading_stale_data() {
+    let live = Live::start(Timings {
+        poll: "200ms",
+        ..Timings::default()
+    })
+    .await;
+    let op = bootstrapped(&live).await;
+    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    let mut pooled = mysql_async::Conn::new(live.harness.app_opts(0))
+        .await
+        .unwrap();
+    pooled.query_drop("SELECT 1").await.unwrap();
+    // A replica's pooled connection is not touched by the switchover.
+    let mut reader = mysql_async::Conn::new(live.harness.app_opts(2))
+        .await
+        .unwrap();
+    reader.query_drop("SELECT 1").await.unwrap();
+    request_failover(&op, "pdx").await;
+    let s = wait_status(&op, Duration::from_secs(30), "switchover done", |s| {
+        s.planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase.is_terminal())
+    })
+    .await;
+    assert_eq!(s.active_site, "pdx");
+    let stale: Result<Option<u64>, _> = pooled.query_first("SELECT COUNT(*) FROM app.writes").await;
+    assert!(
+        stale.is_err(),
+        "the old primary's pooled connection still reads: {stale:?}"
+    );
+    assert!(reader.query_drop("SELECT 1").await.is_ok());
+    op.stop().await;
+}

@@ -47,12 +47,28 @@ pub trait Contacts: Send + Sync + 'static {
         &self,
         peer: usize,
     ) -> impl Future<Output = Result<Option<ActiveSite>, ContactError>> + Send;
+    /// `GET /active-site?after=N` on the operator: waits until it serves a view newer than
+    /// generation `after` and returns it, or `None` when it answered `204` (nothing newer
+    /// within its wait). The default has no watch: it never answers.
+    fn operator_view_after(
+        &self,
+        after: u64,
+    ) -> impl Future<Output = Result<Option<ActiveSite>, ContactError>> + Send {
+        let _ = after;
+        std::future::pending()
+    }
 }
+
+/// How long a watch request may wait for the operator's answer: past the operator's own wait
+/// (30 s, then `204`).
+pub const WATCH_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// The real contacts, over HTTP.
 #[derive(Debug, Clone)]
 pub struct HttpContacts {
     client: reqwest::Client,
+    /// For the long-polled watch: its requests outlive `timeout` by design.
+    watch_client: reqwest::Client,
     timeout: Duration,
     operator_healthz: Url,
     operator_active_site: Url,
@@ -96,6 +112,14 @@ impl HttpContacts {
             .pool_max_idle_per_host(2)
             .build()
             .map_err(|e| ContactError::Request(format!("cannot build the HTTP client: {e}")))?;
+        let watch_client = reqwest::Client::builder()
+            .timeout(WATCH_TIMEOUT)
+            .connect_timeout(timeout)
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(1)
+            .build()
+            .map_err(|e| ContactError::Request(format!("cannot build the HTTP client: {e}")))?;
         let peers = peers
             .iter()
             .map(|p| {
@@ -108,6 +132,7 @@ impl HttpContacts {
             .collect::<Result<_, ContactError>>()?;
         Ok(HttpContacts {
             client,
+            watch_client,
             timeout,
             operator_healthz: endpoint(operator, "/healthz", None)?,
             operator_active_site: endpoint(operator, "/active-site", Some(identity))?,
@@ -116,15 +141,23 @@ impl HttpContacts {
     }
 
     async fn get(&self, url: &Url) -> Result<(StatusCode, Vec<u8>), ContactError> {
+        self.get_with(&self.client, self.timeout, url).await
+    }
+
+    async fn get_with(
+        &self,
+        client: &reqwest::Client,
+        timeout: Duration,
+        url: &Url,
+    ) -> Result<(StatusCode, Vec<u8>), ContactError> {
         let request_error = |e: reqwest::Error| {
             if e.is_timeout() {
-                ContactError::TimedOut(self.timeout)
+                ContactError::TimedOut(timeout)
             } else {
                 ContactError::Request(e.to_string())
             }
         };
-        let mut resp = self
-            .client
+        let mut resp = client
             .get(url.clone())
             .send()
             .await
@@ -191,6 +224,20 @@ impl Contacts for HttpContacts {
         let url = &self.peer(peer)?.ping;
         match self.get(url).await? {
             (StatusCode::OK, _) => Ok(()),
+            (s, _) => Err(ContactError::Status(s.as_u16())),
+        }
+    }
+
+    async fn operator_view_after(&self, after: u64) -> Result<Option<ActiveSite>, ContactError> {
+        let mut url = self.operator_active_site.clone();
+        url.query_pairs_mut()
+            .append_pair("after", &after.to_string());
+        match self
+            .get_with(&self.watch_client, WATCH_TIMEOUT, &url)
+            .await?
+        {
+            (StatusCode::OK, body) => parse_view(&body).map(Some),
+            (StatusCode::NO_CONTENT, _) => Ok(None),
             (s, _) => Err(ContactError::Status(s.as_u16())),
         }
     }

@@ -9,6 +9,7 @@
 //! | [`identity`] | who this sidecar is (site, group, namespace) |
 //! | [`safety_net`] | `RunSafetyNet`: fence first, ask the operator, clear only for this site |
 //! | [`monitor`] | the `FencingMonitor`: gather → decide → act every `peerCheckInterval` |
+//! | [`announcements`] | the operator's watch (`/active-site?after=`): a newer view wakes the monitor at once |
 //! | [`state`] | the monitor's memory, shared with the HTTP server |
 //! | [`server`] | `/health`, `/status`, `/peer/ping`, `/peer/active-site`, `/metrics` |
 //! | [`metrics`] | Prometheus metrics |
@@ -19,6 +20,7 @@
 //! startup. [`Sidecar::start`] enforces the order: the safety net completes before the monitor is
 //! constructed and before the listener binds.
 
+pub mod announcements;
 pub mod config;
 pub mod contacts;
 pub mod database;
@@ -74,6 +76,8 @@ pub struct Sidecar {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     monitor: JoinHandle<()>,
+    /// Follows the operator's announcements ([`announcements`]).
+    watcher: JoinHandle<()>,
     server: JoinHandle<()>,
 }
 
@@ -132,6 +136,7 @@ impl Sidecar {
         }
         let timing = shared.timing();
         let metrics = Arc::new(Metrics::new(&shared.identity.group, &shared.identity.site));
+        let announcer = contacts.clone();
         let monitor =
             FencingMonitor::new(contacts, db.clone(), shared.clone(), metrics.clone(), clock);
         let listener = TcpListener::bind(listen)
@@ -169,6 +174,11 @@ impl Sidecar {
             peer_check_interval = %bloodraven_core::duration::HumanDuration(timing.peer_check_interval),
             "sidecar listening; fencing monitor started"
         );
+        let watcher = tokio::spawn(announcements::follow(
+            announcer,
+            shared.clone(),
+            stopped(rx.clone()),
+        ));
         let monitor = tokio::spawn(monitor.run(stopped(rx)));
         Ok(Sidecar {
             addr,
@@ -176,6 +186,7 @@ impl Sidecar {
             shared,
             stop,
             monitor,
+            watcher,
             server,
         })
     }
@@ -189,6 +200,7 @@ impl Sidecar {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.monitor.await;
+        let _ = self.watcher.await;
         // Idle keep-alive connections from peers can hold a graceful shutdown open: give it a
         // moment, then close the rest.
         let mut server = self.server;

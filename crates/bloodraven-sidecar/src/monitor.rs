@@ -131,8 +131,9 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
     /// While the server cannot be reached, it is tried again every [`RECONNECT_EVERY`]; the
     /// moment it answers, a tick runs at once instead of at the next interval, so a restarted
     /// server that comes back writable while the cached view names another site is fenced by
-    /// rule #1 as soon as it accepts connections. When a verified view changes the timings,
-    /// the interval follows.
+    /// rule #1 as soon as it accepts connections. When the operator's watch announces a newer
+    /// view ([`crate::announcements`]), a tick runs at once too. When a verified view changes the
+    /// timings, the interval follows.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let mut period = self.shared.timing().peer_check_interval;
         let mut interval = tokio::time::interval(period);
@@ -148,6 +149,9 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
                 }
                 () = self.server_back(), if server_down => {
                     info!(site = %self.shared.identity.site, "the server answers again; evaluating at once");
+                    self.tick().await;
+                }
+                () = self.shared.announced.notified() => {
                     self.tick().await;
                 }
             }
@@ -473,6 +477,8 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
                 for (id, reason) in &report.failed {
                     warn!(connection = id, reason = %reason, "could not kill an application session; it may serve stale reads");
                 }
+                self.shared.lock().sessions_killed +=
+                    u64::try_from(report.killed.len()).unwrap_or(u64::MAX);
                 report.killed.len()
             }
             Err(e) => {

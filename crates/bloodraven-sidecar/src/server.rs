@@ -347,6 +347,7 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
         timings_source: g.timings_source.as_str().to_string(),
         signed_topology: shared.trust.signed(),
         last_tick: g.last_tick,
+        sessions_killed: g.sessions_killed,
         note: (self_fenced || role == "fenced").then(|| STALE_READS_NOTE.to_string()),
     };
     drop(g);

@@ -32,6 +32,9 @@ pub struct Inner {
     pub last_tick: Option<Timestamp>,
     /// How many ticks ran.
     pub ticks: u64,
+    /// Application sessions killed after this sidecar's fences (since it started), so pooled
+    /// clients of a demoted primary get an error instead of stale reads.
+    pub sessions_killed: u64,
     /// The timings in effect (the flags', or the group's spec from a verified view).
     pub timing: Timing,
     pub timings_source: TimingsSource,
@@ -50,6 +53,9 @@ pub struct Shared {
     pub trust: Trust,
     /// `GET /replica`'s default lag bound, in milliseconds (`--replica-max-lag`).
     pub replica_max_lag_ms: std::sync::atomic::AtomicU64,
+    /// Notified when the operator's watch announces a newer view: the monitor ticks at once,
+    /// so rule #1 does not wait for the next `peerCheckInterval`.
+    pub announced: tokio::sync::Notify,
     origin: Instant,
     inner: Mutex<Inner>,
 }
@@ -84,6 +90,7 @@ impl Shared {
                 u64::try_from(crate::config::limits::DEFAULT_REPLICA_MAX_LAG.as_millis())
                     .unwrap_or(u64::MAX),
             ),
+            announced: tokio::sync::Notify::new(),
             origin: Instant::now(),
             inner: Mutex::new(Inner {
                 monitor,
@@ -94,6 +101,7 @@ impl Shared {
                 mysql_up: None,
                 last_tick: None,
                 ticks: 0,
+                sessions_killed: 0,
                 timing,
                 timings_source,
                 refused: std::collections::BTreeMap::new(),

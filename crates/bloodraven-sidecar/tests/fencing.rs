@@ -398,3 +398,46 @@ async fn a_restarted_server_is_fenced_as_soon_as_it_accepts_connections() {
     );
     sidecar.stop().await;
 }
+
+/// The operator's watch (`/active-site?after=N`): with a 10 s tick, a newer view naming
+/// another site fences the primary within a moment of its announcement instead of at the next
+/// tick. The bound (3 s) is far below the tick, and far above what it takes.
+#[tokio::test]
+async fn an_announced_view_fences_the_old_primary_at_once_through_the_watch() {
+    let site = "fx-watch";
+    let h = group(&[site]).await;
+    let op = FakeParty::start(Some(view(site, 1, at(0)))).await;
+    let pdx = FakeParty::start(Some(view(site, 1, at(0)))).await;
+    let tick = Duration::from_secs(10);
+    let timing = bloodraven_sidecar::config::Timing::new(tick * 3, tick);
+    let sidecar = support::start_sidecar_with(
+        &h,
+        0,
+        site,
+        &op.url,
+        std::slice::from_ref(&pdx.url),
+        local(free_port()),
+        timing,
+    )
+    .await;
+    // Past the first tick (and the watch's first answer), well before the second.
+    sleep(Duration::from_secs(1)).await;
+    assert!(!fenced(&h, 0).await);
+    // An application's pooled connection to this primary.
+    let mut pooled = Conn::new(h.app_opts(0)).await.unwrap();
+    pooled.query_drop("SELECT 1").await.unwrap();
+    op.set_view(Some(view("pdx", 2, at(10))));
+    let took = wait_until(Duration::from_secs(3), || fenced(&h, 0))
+        .await
+        .expect("fenced through the watch, not at the next tick 10 s later");
+    println!(
+        "rule #1 through the watch: read-only {} ms after the announcement",
+        took.as_millis()
+    );
+    let s = status(sidecar.addr).await;
+    assert_eq!(s["self_fenced"], Value::Bool(true), "{s}");
+    // Its sessions were killed with the fence, and /status says how many.
+    assert!(s["sessions_killed"].as_u64().is_some_and(|n| n >= 1), "{s}");
+    assert!(pooled.query_drop("SELECT 1").await.is_err());
+    sidecar.stop().await;
+}

@@ -391,6 +391,21 @@ impl<S: Site> Controller<S> {
                     from,
                     bloodraven_core::contract::metrics::FENCE_EMERGENCY,
                 );
+                // Its pooled clients get an error now rather than stale reads from a server
+                // that is no longer the primary (bounded: the promotion does not wait long).
+                match tokio::time::timeout(Duration::from_secs(1), old.kill_application_sessions())
+                    .await
+                {
+                    Ok(Ok(k)) => {
+                        tracing::info!(group = %group, site = from, killed = k.killed.len(), "emergency failover: the old primary's application sessions killed");
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(group = %group, site = from, error = %e, "emergency failover: killing the old primary's application sessions failed (its fence blocks their writes)");
+                    }
+                    Err(_) => {
+                        tracing::warn!(group = %group, site = from, "emergency failover: killing the old primary's application sessions took more than 1 s; going on");
+                    }
+                }
             }
         }
         let c = self.client(to)?;

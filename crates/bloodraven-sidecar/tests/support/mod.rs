@@ -58,6 +58,8 @@ struct PartyState {
     last_answer: Option<Instant>,
     /// When `/active-site` or `/peer/active-site` first served each view (site, observedAt).
     served: Vec<(ActiveSite, Instant)>,
+    /// Notified when the view changes: `/active-site?after=N` waits on it.
+    changed: Arc<Notify>,
 }
 
 /// A stand-in for the operator or a peer sidecar.
@@ -105,7 +107,16 @@ async fn healthz(State(s): State<Shared>) -> Response {
     "ok".into_response()
 }
 
-async fn active_site(State(s): State<Shared>) -> Response {
+/// How long `/active-site?after=N` waits for a newer view before `204`, as the operator does.
+const WATCH_WAIT: Duration = Duration::from_secs(30);
+
+async fn active_site(
+    State(s): State<Shared>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    if let Some(after) = q.get("after").and_then(|a| a.parse::<u64>().ok()) {
+        return watch(&s, after).await;
+    }
     let hold = {
         let mut g = lock(&s);
         g.active_site_requests += 1;
@@ -118,6 +129,29 @@ async fn active_site(State(s): State<Shared>) -> Response {
         return r;
     }
     view_or(&s, StatusCode::SERVICE_UNAVAILABLE)
+}
+
+/// The operator's watch: the view once its generation is past `after`, `204` after
+/// [`WATCH_WAIT`].
+async fn watch(s: &Shared, after: u64) -> Response {
+    if let Some(r) = gate(s).await {
+        return r;
+    }
+    let deadline = Instant::now() + WATCH_WAIT;
+    loop {
+        let changed = lock(s).changed.clone();
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let view = lock(s).view.clone();
+        if let Some(v) = view.filter(|v| v.topology_generation > after) {
+            serve_view(s, &v);
+            return axum::Json(v).into_response();
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+    }
 }
 
 async fn peer_ping(State(s): State<Shared>) -> Response {
@@ -194,6 +228,7 @@ impl FakeParty {
             active_site_requests: 0,
             last_answer: None,
             served: Vec::new(),
+            changed: Arc::new(Notify::new()),
         }));
         let server = spawn_server(listener, state.clone(), close);
         Arc::new(FakeParty {
@@ -245,7 +280,12 @@ impl FakeParty {
     }
 
     pub fn set_view(&self, view: Option<ActiveSite>) {
-        lock(&self.state).view = view;
+        let changed = {
+            let mut g = lock(&self.state);
+            g.view = view;
+            g.changed.clone()
+        };
+        changed.notify_waiters();
     }
 
     /// Makes `/active-site` wait until the returned handle is notified.
