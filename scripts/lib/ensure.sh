@@ -119,13 +119,23 @@ apt_mirror() {
   done | head -1
 }
 
-# promtool (Debian's prometheus package), for the test that checks the /metrics exposition.
+# promtool and the Prometheus server (Debian's prometheus package), for the tests that check the
+# /metrics exposition and the packaged alerts.
 ensure_promtool() {
   if command -v promtool >/dev/null 2>&1; then return 0; fi
   apt_install prometheus || true
   command -v promtool >/dev/null 2>&1 || die \
     "promtool is missing and could not be installed (the metrics test needs it).
        Install it with: sudo apt-get install -y --no-install-recommends prometheus"
+}
+
+# HAProxy (Debian's haproxy), which routes through the sidecars' /primary check in the routing test.
+ensure_haproxy() {
+  if command -v haproxy >/dev/null 2>&1; then return 0; fi
+  apt_install haproxy || true
+  command -v haproxy >/dev/null 2>&1 || die \
+    "haproxy is missing and could not be installed (the routing test runs it).
+       Install it with: sudo apt-get install -y --no-install-recommends haproxy"
 }
 
 # etcd (Debian's etcd-server), the reference the deploy API's durable writes are compared with.

@@ -133,8 +133,16 @@ async fn metric(url: &str, name: &str) -> f64 {
         .text()
         .await
         .expect("metrics body");
+    // `name value`, or `name{group="…",site="…"} value` (every sidecar series is labelled).
     text.lines()
-        .find_map(|l| l.strip_prefix(name).map(str::trim))
+        .find_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let rest = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once('}')?.1,
+                None => rest,
+            };
+            rest.starts_with(' ').then(|| rest.trim())
+        })
         .and_then(|v| v.parse().ok())
         .unwrap_or(f64::NAN)
 }

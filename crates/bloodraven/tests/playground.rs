@@ -975,3 +975,210 @@ async fn the_packaged_alerts_fire_and_resolve_on_a_real_prometheus_through_a_kil
     );
     stop(r);
 }
+
+/// A child process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// docs/sidecar.md's `HAProxy` configuration, as written there, with the playground's addresses.
+fn haproxy_config(
+    mysql: &[u16],
+    sidecars: &[String],
+    primary_port: u16,
+    replica_port: u16,
+) -> String {
+    let page = include_str!("../../../docs/sidecar.md");
+    let start = page
+        .find("```\ndefaults\n")
+        .expect("docs/sidecar.md's `HAProxy` block")
+        + 4;
+    let block = &page[start..start + page[start..].find("```").unwrap()];
+    let docs_addr = ["10.0.0.11:3306", "10.0.1.11:3306", "10.0.2.11:3306"];
+    block
+        .lines()
+        .map(|l| {
+            for (i, a) in docs_addr.iter().enumerate() {
+                if l.contains(a) {
+                    let sidecar_port = sidecars[i].rsplit(':').next().unwrap();
+                    return l
+                        .replace(a, &format!("127.0.0.1:{}", mysql[i]))
+                        .replace("port 8080", &format!("port {sidecar_port}"));
+                }
+            }
+            l.replace("bind :3306", &format!("bind 127.0.0.1:{primary_port}"))
+                .replace("bind :3307", &format!("bind 127.0.0.1:{replica_port}"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// The documented `HAProxy` configuration, run by a real `HAProxy` in front of the playground:
+/// writes through its primary port reach whichever site the sidecars' `/primary` names,
+/// through planned switchovers both ways; every acknowledged write is on the final primary,
+/// and a read through the replica port is answered. Prints the write gap each switchover
+/// cost as the application saw it (figures, not asserted beyond a generous bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_haproxy_configuration_follows_the_primary_through_switchovers() {
+    use mysql_async::prelude::Queryable;
+    let r = start();
+    let s = wait(&r, "the group to run", |s| {
+        s["activeSite"] == "iad" && s["sites"][1]["replicating"] == true
+    })
+    .await;
+    let saved: Value =
+        serde_json::from_slice(&std::fs::read(r.dir.path().join("pg/playground.json")).unwrap())
+            .unwrap();
+    let mysql: Vec<u16> = serde_json::from_value(saved["mysql_ports"].clone()).unwrap();
+    let (user, password) = (
+        saved["app"][0].as_str().unwrap().to_string(),
+        saved["app"][1].as_str().unwrap().to_string(),
+    );
+    let sidecars: Vec<String> =
+        serde_json::from_value(s["urls"]["metrics"]["sidecars"].clone()).unwrap();
+    let (primary_port, replica_port) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        haproxy_config(&mysql, &sidecars, primary_port, replica_port),
+    )
+    .unwrap();
+    let bin = std::env::var("BLOODRAVEN_HAPROXY").unwrap_or_else(|_| "haproxy".into());
+    let check = Command::new(&bin).arg("-c").arg("-f").arg(&cfg).output().unwrap_or_else(|e| {
+        panic!("cannot run {bin}: {e}; install it with: sudo apt-get install -y --no-install-recommends haproxy (scripts/test does)")
+    });
+    assert!(
+        check.status.success(),
+        "haproxy -c: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let _haproxy = Killed(
+        Command::new(&bin)
+            .arg("-db")
+            .arg("-f")
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let opts = |port: u16| {
+        mysql_async::OptsBuilder::default()
+            .ip_or_hostname("127.0.0.1")
+            .tcp_port(port)
+            .user(Some(user.clone()))
+            .pass(Some(password.clone()))
+            .db_name(Some("app"))
+    };
+    // The writer: one connection through HAProxy's primary port, reconnecting after an error;
+    // each attempt inserts a new row.
+    let halt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (halt, opts) = (halt.clone(), opts(primary_port));
+        tokio::spawn(async move {
+            let mut acked: Vec<(u64, tokio::time::Instant)> = Vec::new();
+            let mut conn: Option<mysql_async::Conn> = None;
+            let mut id = 1_000_000u64;
+            while !halt.load(std::sync::atomic::Ordering::Relaxed) {
+                id += 1;
+                if conn.is_none() {
+                    conn = mysql_async::Conn::new(opts.clone()).await.ok();
+                }
+                let ok = match conn.as_mut() {
+                    Some(c) => c
+                        .exec_drop("INSERT INTO app.counter (id, value) VALUES (?, 0)", (id,))
+                        .await
+                        .is_ok(),
+                    None => false,
+                };
+                if ok {
+                    acked.push((id, tokio::time::Instant::now()));
+                } else {
+                    conn = None;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            acked
+        })
+    };
+    // Writes flow through HAProxy before the first switchover.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut switched = Vec::new();
+    for target in ["pdx", "iad", "pdx", "iad", "pdx", "iad"] {
+        wait(&r, "replication before a switchover", |s| {
+            s["sites"].as_array().is_some_and(|a| {
+                a.iter()
+                    .all(|x| x["name"] == s["activeSite"] || x["replicating"] == true)
+            })
+        })
+        .await;
+        switched.push(tokio::time::Instant::now());
+        chaos(&r, &["failover", target]);
+        wait(&r, "the switchover", |s| {
+            s["activeSite"] == target && s["plannedFailover"]["phase"] == "Succeeded"
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    halt.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    // The longest pause between two acknowledged writes during each switchover.
+    let mut gaps: Vec<Duration> = switched
+        .iter()
+        .enumerate()
+        .map(|(k, &at)| {
+            // Up to the next switchover's request (each one finished a second before it).
+            let until = switched
+                .get(k + 1)
+                .copied()
+                .unwrap_or(at + Duration::from_secs(10));
+            acked
+                .windows(2)
+                .filter(|w| w[1].1 >= at)
+                .take_while(|w| w[0].1 <= until)
+                .map(|w| w[1].1 - w[0].1)
+                .max()
+                .unwrap_or(Duration::MAX)
+        })
+        .collect();
+    gaps.sort();
+    eprintln!(
+        "write gap through HAProxy (/primary, inter 100ms) over {} switchovers: p50 {} ms, max {} ms (all: {:?}); {} writes acknowledged",
+        gaps.len(),
+        gaps[gaps.len() / 2].as_millis(),
+        gaps[gaps.len() - 1].as_millis(),
+        gaps.iter().map(Duration::as_millis).collect::<Vec<_>>(),
+        acked.len()
+    );
+    assert!(
+        gaps.iter().all(|g| *g < Duration::from_secs(10)),
+        "writes resumed through HAProxy after every switchover: {gaps:?}"
+    );
+    // Every acknowledged write is on the final primary (read through HAProxy).
+    let mut c = mysql_async::Conn::new(opts(primary_port)).await.unwrap();
+    let have: Vec<u64> = c
+        .query("SELECT id FROM app.counter WHERE id > 1000000")
+        .await
+        .unwrap();
+    let have: BTreeSet<u64> = have.into_iter().collect();
+    let lost: Vec<u64> = acked
+        .iter()
+        .map(|(id, _)| *id)
+        .filter(|id| !have.contains(id))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    // The replica port answers reads from a healthy replica.
+    let mut rc = mysql_async::Conn::new(opts(replica_port)).await.unwrap();
+    let ro: Option<u8> = rc.query_first("SELECT @@read_only").await.unwrap();
+    assert_eq!(ro, Some(1), "the replica port reaches a read-only replica");
+    drop(c);
+    drop(rc);
+    stop(r);
+}
