@@ -29,9 +29,18 @@ use support::{
 async fn bootstrap_sets_generation_one_and_reports_the_sites() {
     let live = Live::start(Timings::default()).await;
     let op = bootstrapped(&live).await;
-    let s = wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
+    // The debounce settles each site's state over `recoveryThreshold` polls, independently of
+    // when the replicas' threads are seen running: wait for both.
+    let s = wait_status(
+        &op,
+        Duration::from_secs(10),
+        "replication running and iad writable",
+        |s| {
+            s.replication_running()
+                && s.site("iad")
+                    .is_some_and(|x| x.state == SiteState::Writable)
+        },
+    )
     .await;
     assert_eq!(s.site("iad").unwrap().state, SiteState::Writable);
     assert_eq!(s.site("pdx").unwrap().state, SiteState::ReadOnly);

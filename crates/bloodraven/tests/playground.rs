@@ -1182,3 +1182,94 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
     drop(rc);
     stop(r);
 }
+
+/// What routers see during an isolation of the primary, sampling every sidecar's `/primary`
+/// every 50 ms: the isolated old primary answers `503` once it has fenced itself and never
+/// `200` again; the new primary answers `200` once promoted; no other site ever does. While
+/// the isolated primary has not yet fenced itself (its lease, 6 s here) it still answers
+/// `200` — the window in which both sites take writes, which the asynchronous mode accepts
+/// (docs/failover.md) — and the test reports how long it lasted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_checks_through_an_isolation_end_on_the_fenced_old_primary() {
+    let r = start();
+    let s = wait(&r, "the group to run", |s| {
+        s["activeSite"] == "iad" && s["sites"][1]["replicating"] == true
+    })
+    .await;
+    let sidecars: Vec<String> =
+        serde_json::from_value(s["urls"]["metrics"]["sidecars"].clone()).unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let primary_ok = |i: usize| {
+        let (client, url) = (client.clone(), format!("http://{}/primary", sidecars[i]));
+        async move {
+            client
+                .get(url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+        }
+    };
+    let fenced = |i: usize| {
+        let (client, url) = (client.clone(), format!("http://{}/status", sidecars[i]));
+        async move {
+            match client.get(url).send().await {
+                Ok(r) => r
+                    .json::<Value>()
+                    .await
+                    .is_ok_and(|v| v["self_fenced"] == true),
+                Err(_) => false,
+            }
+        }
+    };
+    assert!(primary_ok(0).await && !primary_ok(1).await && !primary_ok(2).await);
+    chaos(&r, &["isolate-site", "iad"]);
+    let started = tokio::time::Instant::now();
+    let (mut fenced_at, mut pdx_at) = (None, None);
+    let mut both: Option<(Duration, Duration)> = None;
+    while started.elapsed() < Duration::from_secs(30) {
+        let iad_fenced = fenced(0).await;
+        let ok = [
+            primary_ok(0).await,
+            primary_ok(1).await,
+            primary_ok(2).await,
+        ];
+        assert!(!ok[2], "the reader never answers /primary");
+        if iad_fenced {
+            fenced_at.get_or_insert(started.elapsed());
+        }
+        if fenced_at.is_some() {
+            assert!(!ok[0], "the fenced old primary answers /primary");
+        }
+        if ok[1] {
+            pdx_at.get_or_insert(started.elapsed());
+        }
+        if ok[0] && ok[1] {
+            let t = started.elapsed();
+            both = Some(both.map_or((t, t), |(first, _)| (first, t)));
+        }
+        if fenced_at.is_some() && pdx_at.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let fenced_at = fenced_at.expect("the isolated primary fenced itself");
+    let pdx_at = pdx_at.expect("pdx answered /primary");
+    // A second of samples after the fence: still only pdx.
+    for _ in 0..20 {
+        assert!(!primary_ok(0).await && primary_ok(1).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "isolation of iad: pdx's /primary 200 after {} ms; iad fenced itself (its /primary 503 from then on) after {} ms; both answered 200 from {} ms to {} ms (samples every 50 ms)",
+        pdx_at.as_millis(),
+        fenced_at.as_millis(),
+        both.map_or(0, |b| b.0.as_millis()),
+        both.map_or(0, |b| b.1.as_millis())
+    );
+    assert_eq!(r.state().await["activeSite"], "pdx");
+    chaos(&r, &["heal-site", "iad"]);
+    stop(r);
+}
