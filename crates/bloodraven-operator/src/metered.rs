@@ -1,69 +1,31 @@
-//! The store as the operator's metrics see it: every call passes through, and a call that got
-//! no answer (the backend or the API server failed, or a write's answer was lost) is counted in
-//! `bloodraven_store_errors_total`, so "the operator cannot reach its store" is an alert, not a
-//! log line somebody has to find. Answers (a conflict, a missing object, a refused object) are
-//! not failures of the store and are not counted.
+//! The store as the operator's metrics see it (an interposer): every call passes through, and a
+//! call that got no answer (the backend or the API server failed, or a write's answer was lost)
+//! is counted in `bloodraven_store_errors_total`, so "the operator cannot reach its store" is an
+//! alert, not a log line somebody has to find. Answers (a conflict, a missing object, a refused
+//! object) are not failures of the store and are not counted.
 
-use std::sync::Arc;
-
-use bloodraven_store::{ObjectKey, RawObject, Store, StoreError, StoreFuture, WatchEvent, WriteOp};
+use bloodraven_store::{Interposer, Store, StoreError, StoreFuture, WriteOp};
 
 use crate::metrics::Metrics;
 
-/// `inner`, counted.
+/// Counts the store calls that got no answer; put in front of the platform's store with
+/// [`bloodraven_store::Interposed`].
 #[derive(Debug)]
-pub struct Metered {
-    inner: Arc<dyn Store>,
-    metrics: Metrics,
-}
+pub struct Metered(pub Metrics);
 
-impl Metered {
-    pub fn new(inner: Arc<dyn Store>, metrics: Metrics) -> Self {
-        Metered { inner, metrics }
-    }
-
-    fn count<T>(&self, operation: &'static str, r: &Result<T, StoreError>) {
-        if let Err(StoreError::Backend { .. } | StoreError::Unconfirmed { .. }) = r {
-            self.metrics.store_error(operation);
-        }
-    }
-}
-
-impl Store for Metered {
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
-        Box::pin(async move {
-            let r = self.inner.get(key).await;
-            self.count("get", &r);
-            r
-        })
-    }
-
-    fn list<'a>(
+impl Interposer for Metered {
+    fn before_apply<'a>(
         &'a self,
-        kind: &'a str,
-        namespace: Option<&'a str>,
-    ) -> StoreFuture<'a, Vec<RawObject>> {
-        Box::pin(async move {
-            let r = self.inner.list(kind, namespace).await;
-            self.count("list", &r);
-            r
-        })
+        _inner: &'a dyn Store,
+        _ops: &'a [WriteOp],
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
     }
 
-    fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
-        Box::pin(async move {
-            let r = self.inner.apply(ops).await;
-            self.count("apply", &r);
-            r
-        })
-    }
-
-    fn transactional(&self) -> bool {
-        self.inner.transactional()
-    }
-
-    fn watch(&self) -> tokio::sync::broadcast::Receiver<WatchEvent> {
-        self.inner.watch()
+    fn observe(&self, operation: &'static str, outcome: Result<(), &StoreError>) {
+        if let Err(StoreError::Backend { .. } | StoreError::Unconfirmed { .. }) = outcome {
+            self.0.store_error(operation);
+        }
     }
 }
 
@@ -71,6 +33,8 @@ impl Store for Metered {
 mod tests {
     use super::*;
     use bloodraven_core::contract::metrics as names;
+    use bloodraven_store::{Interposed, ObjectKey, RawObject, WatchEvent};
+    use std::sync::Arc;
 
     /// A store whose every call fails as `error` says.
     #[derive(Debug)]
@@ -110,31 +74,31 @@ mod tests {
     async fn failures_without_an_answer_are_counted_and_answers_are_not() {
         let key = ObjectKey::new("MysqlFailoverGroup", "ns", "g");
         let m = Metrics::new();
-        let lost = Metered::new(
+        let lost = Interposed::new(
             Arc::new(Failing(StoreError::Unconfirmed {
                 operation: "write",
                 detail: "timed out".into(),
             })),
-            m.clone(),
+            Metered(m.clone()),
         );
         assert!(lost.apply(Vec::new()).await.is_err());
-        let down = Metered::new(
+        let down = Interposed::new(
             Arc::new(Failing(StoreError::Backend {
                 operation: "read",
                 detail: "connection refused".into(),
             })),
-            m.clone(),
+            Metered(m.clone()),
         );
         assert!(down.get(&key).await.is_err());
         assert!(down.list("MysqlFailoverGroup", None).await.is_err());
         assert!(down.apply(Vec::new()).await.is_err());
-        let conflict = Metered::new(
+        let conflict = Interposed::new(
             Arc::new(Failing(StoreError::Conflict {
                 key: key.clone(),
                 expected: "1".into(),
                 actual: "2".into(),
             })),
-            m.clone(),
+            Metered(m.clone()),
         );
         assert!(conflict.apply(Vec::new()).await.is_err());
         assert!(conflict.get(&key).await.is_err());

@@ -163,12 +163,13 @@ pub async fn start_on(
     let loaded = Arc::new(watch::channel(false).0);
     graceful.extend(platform.serve(&leadership, loaded.subscribe(), shutdown.clone()));
     tracing::info!(platform = platform.name(), "operator starting");
-    // Every write goes through the leadership check: a stale leader writes nothing.
+    // Every write goes through the leadership check: a stale leader writes nothing. Behind
+    // it, every call that reaches the platform's store is counted when it gets no answer.
     let metrics = Metrics::new();
     let store: Arc<dyn Store> = Arc::new(bloodraven_store::Interposed::new(
-        Arc::new(crate::metered::Metered::new(
+        Arc::new(bloodraven_store::Interposed::new(
             platform.store(),
-            metrics.clone(),
+            crate::metered::Metered(metrics.clone()),
         )),
         LeaderGate(leadership.clone()),
     ));

@@ -104,22 +104,18 @@ impl HttpContacts {
         timeout: Duration,
     ) -> Result<Self, ContactError> {
         bloodraven_runtime::tls::install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(2)
-            .build()
-            .map_err(|e| ContactError::Request(format!("cannot build the HTTP client: {e}")))?;
-        let watch_client = reqwest::Client::builder()
-            .timeout(WATCH_TIMEOUT)
-            .connect_timeout(timeout)
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(1)
-            .build()
-            .map_err(|e| ContactError::Request(format!("cannot build the HTTP client: {e}")))?;
+        let build = |request_timeout: Duration, idle: usize| {
+            reqwest::Client::builder()
+                .timeout(request_timeout)
+                .connect_timeout(timeout)
+                .no_proxy()
+                .redirect(reqwest::redirect::Policy::none())
+                .pool_max_idle_per_host(idle)
+                .build()
+                .map_err(|e| ContactError::Request(format!("cannot build the HTTP client: {e}")))
+        };
+        let client = build(timeout, 2)?;
+        let watch_client = build(WATCH_TIMEOUT, 1)?;
         let peers = peers
             .iter()
             .map(|p| {

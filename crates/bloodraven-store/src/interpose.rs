@@ -1,12 +1,13 @@
 //! A store in front of another ([`Interposed`]): reads and the watch pass through, and an
 //! [`Interposer`] sees every list and every batch of writes before it is sent (and may hold or
-//! refuse it) and every batch's result after. The operator's leader gate is one; the test
-//! kit's fault injection is another. Neither re-implements the delegation.
+//! refuse it) and every batch's result after, and how each call to the inner store ended. The
+//! operator's leader gate and its store metrics are interposers; the test kit's fault injection
+//! is another. None re-implements the delegation.
 
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{ObjectKey, RawObject, Store, StoreFuture, WatchEvent, WriteOp};
+use crate::{ObjectKey, RawObject, Store, StoreError, StoreFuture, WatchEvent, WriteOp};
 
 /// What an [`Interposed`] store runs around the inner store's calls.
 pub trait Interposer: Send + Sync + fmt::Debug {
@@ -24,6 +25,22 @@ pub trait Interposer: Send + Sync + fmt::Debug {
     fn after_apply(&self, written: &[Option<RawObject>]) {
         let _ = written;
     }
+
+    /// Sees how every call to the inner store ended (`get`, `list` or `apply`; not the calls
+    /// this interposer refused itself).
+    fn observe(&self, operation: &'static str, outcome: Result<(), &StoreError>) {
+        let _ = (operation, outcome);
+    }
+}
+
+/// Reports `r`'s outcome to `i` and hands `r` back.
+fn observed<I: Interposer + ?Sized, T>(
+    i: &I,
+    operation: &'static str,
+    r: Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    i.observe(operation, r.as_ref().map(|_| ()));
+    r
 }
 
 impl<T: Interposer + ?Sized> Interposer for Arc<T> {
@@ -37,6 +54,10 @@ impl<T: Interposer + ?Sized> Interposer for Arc<T> {
 
     fn after_apply(&self, written: &[Option<RawObject>]) {
         (**self).after_apply(written);
+    }
+
+    fn observe(&self, operation: &'static str, outcome: Result<(), &StoreError>) {
+        (**self).observe(operation, outcome);
     }
 }
 
@@ -59,7 +80,7 @@ impl<I: Interposer> Interposed<I> {
 
 impl<I: Interposer> Store for Interposed<I> {
     fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Option<RawObject>> {
-        self.inner.get(key)
+        Box::pin(async move { observed(&self.interposer, "get", self.inner.get(key).await) })
     }
 
     fn list<'a>(
@@ -69,14 +90,18 @@ impl<I: Interposer> Store for Interposed<I> {
     ) -> StoreFuture<'a, Vec<RawObject>> {
         Box::pin(async move {
             self.interposer.before_list(kind).await?;
-            self.inner.list(kind, namespace).await
+            observed(
+                &self.interposer,
+                "list",
+                self.inner.list(kind, namespace).await,
+            )
         })
     }
 
     fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
         Box::pin(async move {
             self.interposer.before_apply(&*self.inner, &ops).await?;
-            let written = self.inner.apply(ops).await?;
+            let written = observed(&self.interposer, "apply", self.inner.apply(ops).await)?;
             self.interposer.after_apply(&written);
             Ok(written)
         })
