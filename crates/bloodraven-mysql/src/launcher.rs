@@ -555,6 +555,11 @@ impl Launcher {
         let s = self.server_mut(i)?;
         let out = s.dir.join("stdout.log");
         let out_file = fs::File::create(&out).map_err(fs_err(&out))?;
+        // Each server's temporary tables live in its own directory: a server starting in a
+        // shared /tmp may remove another server's temporary files (which then fails the
+        // statement using them with "Error on delete of '/tmp/#sql-temptable-…'").
+        let tmpdir = s.dir.join("tmp");
+        fs::create_dir_all(&tmpdir).map_err(fs_err(&tmpdir))?;
         let mut cmd = Command::new(&mariadbd);
         // --log-basename must come first, or it silently renames the binlog and error log.
         cmd.arg("--no-defaults")
@@ -566,6 +571,7 @@ impl Launcher {
             .arg(format!("--port={}", s.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", s.socket.display()))
+            .arg(format!("--tmpdir={}", tmpdir.display()))
             .arg(format!(
                 "--pid-file={}",
                 s.dir.join("mariadbd.pid").display()
