@@ -67,8 +67,9 @@ fn rejoined(name: &'static str) -> impl Fn(&GroupStatus) -> bool {
 /// Kill -9 the primary, let the group fail over, restart the old primary: booting read-only
 /// it acknowledges nothing and is re-pointed; booting writable (the crash case) it is fenced
 /// as soon as it is seen, and the window in which it acknowledged writes is reported. Either
-/// way nothing acknowledged is lost and, since the candidates held all its transactions at
-/// the kill, it is re-pointed, not blocked.
+/// way nothing acknowledged is lost. Since the candidates held all its transactions at the
+/// kill, it is re-pointed — unless it acknowledged writes of its own in that window, which
+/// makes it divergent, and then it is blocked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_returning_primary_takes_no_writes_when_it_boots_read_only_and_is_fenced_at_once_when_writable()
  {
@@ -118,13 +119,24 @@ async fn a_returning_primary_takes_no_writes_when_it_boots_read_only_and_is_fenc
     .await;
     let restarted = tokio::time::Instant::now();
     live.harness.restart_writable(1).await.unwrap();
-    wait_status(
+    // Fenced as soon as the operator sees it; then re-pointed — or, when the probe's writes
+    // reached it while it was still writable (a loaded machine can delay the first poll that
+    // sees it), blocked: it then holds transactions the group never received.
+    let settled = wait_status(
         &op,
         Duration::from_secs(20),
-        "pdx fenced and re-pointed",
-        rejoined("pdx"),
+        "pdx fenced, then re-pointed or blocked",
+        |s| {
+            rejoined("pdx")(s)
+                || s.site("pdx").is_some_and(|x| {
+                    x.state == SiteState::ReadOnly && x.recovery_state.is_blocked()
+                })
+        },
     )
     .await;
+    let pdx_blocked = settled
+        .site("pdx")
+        .is_some_and(|x| x.recovery_state.is_blocked());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (w2, p2) = t.stop().await;
     assert!(
@@ -151,20 +163,47 @@ async fn a_returning_primary_takes_no_writes_when_it_boots_read_only_and_is_fenc
     ] {
         let r = ledger::check(&final_primary, w, Some(p)).await.unwrap();
         println!("{name}: {}", r.summary());
+        let mut lost = r.lost.clone();
+        if pdx_blocked && name == "pdx killed" {
+            // What pdx acknowledged while writable after its restart is kept on pdx (blocked,
+            // to be recloned once those writes are dealt with): missing from iad, not lost.
+            let on_pdx = ledger::check(&live.harness.app_opts(1), w, None)
+                .await
+                .unwrap();
+            lost.retain(|id| on_pdx.lost.contains(id));
+        }
         assert!(
-            r.lost.is_empty(),
-            "{name}: acknowledged writes lost: {:?}",
-            r.lost
+            lost.is_empty(),
+            "{name}: acknowledged writes lost: {lost:?}"
         );
         assert!(r.unexpected.is_empty(), "{name}: {:?}", r.unexpected);
     }
     let s = op.group(GROUP).await.unwrap().snapshot().status().clone();
     assert_eq!(s.active_site, "iad");
-    assert!(
-        s.sites.iter().all(|x| x.recovery_state.is_none()),
-        "a site was blocked though the candidates held its transactions: {:?}",
-        s.sites
-    );
+    if pdx_acks.is_empty() {
+        assert!(
+            !pdx_blocked && s.sites.iter().all(|x| x.recovery_state.is_none()),
+            "a site was blocked though the candidates held its transactions: {:?}",
+            s.sites
+        );
+    } else {
+        // It acknowledged writes while writable: those are divergent, and blocking it is
+        // what keeps them from being replicated over or silently discarded.
+        assert!(
+            pdx_blocked,
+            "pdx acknowledged {} write(s) after its restart, yet was re-pointed: {:?}",
+            pdx_acks.len(),
+            s.sites
+        );
+        assert!(
+            s.sites
+                .iter()
+                .filter(|x| x.name != "pdx")
+                .all(|x| x.recovery_state.is_none()),
+            "{:?}",
+            s.sites
+        );
+    }
     op.stop().await;
 }
 
