@@ -153,18 +153,78 @@ pub struct SiteSpec {
     /// primary | replica | reader`, so a `-primary` Service follows the primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+    /// Kubernetes mode: the workload that runs the site's server (a `StatefulSet` with
+    /// `updateStrategy: OnDelete`). The ordered update replaces its Pod when the Pod's
+    /// `controller-revision-hash` is not the StatefulSet's `status.updateRevision`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadSpec>,
+}
+
+/// The kinds of workload a site can name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum WorkloadKind {
+    /// An `apps/v1` StatefulSet (one Pod per site), with `updateStrategy: OnDelete`.
+    #[default]
+    StatefulSet,
+}
+
+impl WorkloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::StatefulSet => "StatefulSet",
+        }
+    }
+}
+
+/// `spec.sites[].workload`: what runs the site in Kubernetes mode.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(
+    feature = "schema",
+    derive(schemars::JsonSchema),
+    schemars(transform = crate::schema::workload_spec)
+)]
+pub struct WorkloadSpec {
+    pub kind: WorkloadKind,
+    /// The StatefulSet's name, in the group's namespace.
+    pub name: String,
+}
+
+/// `spec.updateStrategy`: whether the operator starts an ordered update on its own when a
+/// site's workload has drifted (Kubernetes mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum UpdateStrategy {
+    /// A site whose Pod is not at its StatefulSet's update revision starts an ordered update
+    /// (once per set of revisions).
+    #[default]
+    Ordered,
+    /// Only `bloodraven update` (the `ordered-update` annotation) starts one.
+    Manual,
+}
+
+impl UpdateStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdateStrategy::Ordered => "Ordered",
+            UpdateStrategy::Manual => "Manual",
+        }
+    }
 }
 
 /// `spec.sites[].update`: the command that updates a site in embedded mode (restarts its
 /// server with a new version or setting). It must be idempotent: an operator that restarts
-/// mid-update runs the command in progress again.
+/// mid-update runs the command in progress again. A site with a `workload` may give only the
+/// `timeout`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SiteUpdateSpec {
     /// The program and its arguments (no shell), run with `BLOODRAVEN_GROUP`,
     /// `BLOODRAVEN_SITE`, `BLOODRAVEN_MYSQL_HOST` and `BLOODRAVEN_MYSQL_PORT` in its
-    /// environment.
+    /// environment. Not needed on a site with a `workload`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
     /// Bounds the command, and then the site's coming back as a caught-up replica (default
     /// `10m`).
@@ -308,6 +368,10 @@ pub struct FailoverGroupSpec {
     /// A restore-in-place request: load a dump into the live group (docs/restore-in-place.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_in_place: Option<RestoreInPlaceSpec>,
+    /// `Ordered` (the default): a drifted workload starts an ordered update on its own;
+    /// `Manual`: only a request does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_strategy: Option<UpdateStrategy>,
 }
 
 /// `spec.restoreInPlace`.
@@ -340,6 +404,25 @@ pub struct SiteConfig {
     pub update: Option<SiteUpdate>,
     /// `spec.sites[].selector`, validated.
     pub selector: Option<String>,
+    /// `spec.sites[].workload`, validated.
+    pub workload: Option<WorkloadSpec>,
+}
+
+impl SiteConfig {
+    /// The site's update command, when it has one (embedded mode).
+    pub fn update_command(&self) -> Option<&[String]> {
+        self.update
+            .as_ref()
+            .map(|u| u.command.as_slice())
+            .filter(|c| !c.is_empty())
+    }
+
+    /// How long the site's update, and its coming back, may take.
+    pub fn update_timeout(&self) -> Duration {
+        self.update
+            .as_ref()
+            .map_or(crate::defaults::UPDATE_TIMEOUT, |u| u.timeout)
+    }
 }
 
 /// Checks a label selector of equality terms (`key=value`, comma separated), as Kubernetes
@@ -424,6 +507,8 @@ pub struct GroupConfig {
     pub clone_credentials: Option<CredentialsRef>,
     /// `spec.replication.mode`.
     pub replication_mode: ReplicationMode,
+    /// `spec.updateStrategy`.
+    pub update_strategy: UpdateStrategy,
 }
 
 impl GroupConfig {
@@ -577,11 +662,17 @@ pub fn validate_group(
             }
         }
         check_url(&mut e, &f("sidecar.url"), &s.sidecar.url);
+        if let Some(w) = &s.workload
+            && let Err(rule) = check_dns1123_subdomain(&w.name)
+        {
+            e.push(f("workload.name"), rule);
+        }
         let update = s.update.as_ref().map(|u| {
-            if u.command.first().is_none_or(|p| p.trim().is_empty()) {
+            let no_program = u.command.first().is_none_or(|p| p.trim().is_empty());
+            if no_program && (s.workload.is_none() || !u.command.is_empty()) {
                 e.push(
                     f("update.command"),
-                    "must name a program (its first element) and may add arguments",
+                    "must name a program (its first element) and may add arguments (a site with a workload may leave the command out)",
                 );
             }
             SiteUpdate {
@@ -612,6 +703,7 @@ pub fn validate_group(
                     true
                 }
             }),
+            workload: s.workload.clone(),
         });
     }
     if !spec.sites.is_empty()
@@ -802,6 +894,7 @@ pub fn validate_group(
             .as_ref()
             .and_then(|r| r.mode)
             .unwrap_or_default(),
+        update_strategy: spec.update_strategy.unwrap_or_default(),
     })
 }
 
@@ -827,6 +920,7 @@ mod tests {
             priority: None,
             update: None,
             selector: None,
+            workload: None,
         }
     }
 
@@ -936,6 +1030,46 @@ mod tests {
             validate_group("g", "default", &spec()).unwrap().sites[0].selector,
             None
         );
+    }
+
+    #[test]
+    fn a_site_workload_names_a_statefulset_and_may_leave_the_update_command_out() {
+        let with = |name: &str, update: Option<SiteUpdateSpec>| {
+            let mut s = spec();
+            s.sites[0].workload = Some(WorkloadSpec {
+                kind: WorkloadKind::StatefulSet,
+                name: name.into(),
+            });
+            s.sites[0].update = update;
+            validate_group("g", "default", &s)
+        };
+        let c = with("mysql-iad", None).unwrap();
+        assert_eq!(c.sites[0].workload.as_ref().unwrap().name, "mysql-iad");
+        assert_eq!(c.sites[0].update_command(), None);
+        assert_eq!(c.sites[0].update_timeout(), crate::defaults::UPDATE_TIMEOUT);
+        assert_eq!(c.update_strategy, UpdateStrategy::Ordered);
+        let timed = SiteUpdateSpec {
+            command: Vec::new(),
+            timeout: Some("15m".into()),
+        };
+        let c = with("mysql-iad", Some(timed.clone())).unwrap();
+        assert_eq!(c.sites[0].update_timeout(), Duration::from_secs(900));
+        let err = with("Mysql_IAD", None).unwrap_err();
+        assert!(err.has("spec.sites[0].workload.name"), "{err}");
+        // Without a workload, an update without a command is refused, naming the field.
+        let mut s = spec();
+        s.sites[0].update = Some(timed);
+        let err = validate_group("g", "default", &s).unwrap_err();
+        assert!(err.has("spec.sites[0].update.command"), "{err}");
+        // The kind and the strategy are closed sets.
+        let bad: Result<WorkloadSpec, _> =
+            serde_json::from_value(serde_json::json!({"kind": "Deployment", "name": "x"}));
+        assert!(bad.is_err());
+        let manual: FailoverGroupSpec = serde_json::from_value(serde_json::json!({
+            "sites": [], "updateStrategy": "Manual"
+        }))
+        .unwrap();
+        assert_eq!(manual.update_strategy, Some(UpdateStrategy::Manual));
     }
 
     #[test]

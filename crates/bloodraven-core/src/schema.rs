@@ -202,6 +202,11 @@ pub fn site_spec(schema: &mut Schema) {
     set(schema, "selector", &[("minLength", json!(1))]);
 }
 
+/// `spec.sites[].workload`.
+pub fn workload_spec(schema: &mut Schema) {
+    string(schema, "name", 253, Some(DNS1123_SUBDOMAIN));
+}
+
 /// `spec.sites[].mysql`.
 pub fn mysql_endpoint_spec(schema: &mut Schema) {
     string(schema, "host", 253, Some("^[^\\s]+$"));

@@ -159,10 +159,28 @@ pub fn request(
     }
     if updatable.is_empty() {
         return reject(format!(
-            "ordered update {id}: no site has an update (spec.sites[].update.command)"
+            "ordered update {id}: no site needs an update (no site has spec.sites[].update.command, and no spec.sites[].workload has drifted from its update revision)"
         ));
     }
     Request::Accept(UpdateStatus::requested(id, now))
+}
+
+/// The request id of the ordered update a drift starts on its own (`spec.updateStrategy:
+/// Ordered`): the same for the same drifted sites and revisions, so one drift is updated once
+/// (a failed update is not retried on its own; `bloodraven update` retries it).
+/// `drifted` holds (site, update revision) pairs.
+pub fn drift_request_id(drifted: &[(String, String)]) -> String {
+    let mut pairs: Vec<&(String, String)> = drifted.iter().collect();
+    pairs.sort();
+    // FNV-1a: stable across builds and platforms, unlike the standard library's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (site, revision) in pairs {
+        for b in site.bytes().chain([0]).chain(revision.bytes()).chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("drift-{h:016x}")
 }
 
 /// What [`step`] looks at besides the status.
@@ -173,6 +191,9 @@ pub struct Facts<'a> {
     pub topology_generation: u64,
     /// The sites that have an update, in the spec's order.
     pub updatable: &'a [Updatable],
+    /// The sites that need none because they are current already (Kubernetes mode: their
+    /// Pods are at their StatefulSet's update revision). They count as updated candidates.
+    pub current: &'a [String],
 }
 
 impl Facts<'_> {
@@ -262,15 +283,15 @@ fn failed(u: &UpdateStatus, reason: UpdateFailure, message: String, now: Timesta
     }
 }
 
-/// The best updated primary candidate that is caught up: highest priority, then the
-/// spec's order.
+/// The best updated (or current) primary candidate that is caught up: highest priority, then
+/// the spec's order.
 fn candidate<'a>(u: &UpdateStatus, f: &Facts<'a>) -> Option<&'a SiteView> {
     f.sites
         .iter()
         .filter(|s| {
             s.role == SiteRole::PrimaryCandidate
                 && s.name != f.active_site
-                && u.sites_done.contains(&s.name)
+                && (u.sites_done.contains(&s.name) || f.current.contains(&s.name))
                 && f.caught_up(&s.name)
         })
         .min_by_key(|s| (std::cmp::Reverse(s.priority), s.index))
@@ -377,7 +398,10 @@ pub fn step(u: Option<&UpdateStatus>, f: &Facts<'_>, now: Timestamp) -> Step {
         return Step::Idle;
     }
     if u.phase == UpdatePhase::Pending {
-        if !f.updatable.iter().any(|s| s.site != f.active_site) && updatable(f, f.active_site) {
+        if !f.updatable.iter().any(|s| s.site != f.active_site)
+            && updatable(f, f.active_site)
+            && !f.current.iter().any(|c| c != f.active_site)
+        {
             return failed(
                 u,
                 UpdateFailure::NoCandidate,

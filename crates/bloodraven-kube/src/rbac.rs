@@ -88,10 +88,18 @@ pub const RULES: &[Rule] = &[
     Rule {
         api_group: "",
         resource: "pods",
-        verbs: &["list", "patch"],
+        verbs: &["list", "patch", "delete"],
         scope: Scope::Watched,
         deploy_api_only: false,
-        reason: "find each site's MySQL Pods by spec.sites[].selector (list) and label them bloodraven.shipstream.io/role primary, replica or reader (patch), so a -primary Service follows the primary",
+        reason: "find each site's MySQL Pods by spec.sites[].selector or its workload's selector (list), label them bloodraven.shipstream.io/role primary, replica or reader (patch), so a -primary Service follows the primary, and replace a drifted Pod in an ordered update (delete; its OnDelete StatefulSet starts it again at the update revision)",
+    },
+    Rule {
+        api_group: "apps",
+        resource: "statefulsets",
+        verbs: &["get"],
+        scope: Scope::Watched,
+        deploy_api_only: false,
+        reason: "read a site's workload (spec.sites[].workload): its Pod selector, its updateStrategy and status.updateRevision, to tell a drifted Pod in an ordered update",
     },
     Rule {
         api_group: "coordination.k8s.io",

@@ -29,6 +29,7 @@ fn site(name: &str, role: SiteRole) -> SiteSpec {
         priority: None,
         update: None,
         selector: None,
+        workload: None,
     }
 }
 

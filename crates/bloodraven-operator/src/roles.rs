@@ -1,7 +1,7 @@
 //! Role labels on the sites' workloads: in Kubernetes mode each site's MySQL Pods (found by
-//! `spec.sites[].selector`) carry `bloodraven.shipstream.io/role: primary | replica | reader`,
-//! so a `-primary` Service has exactly the primary as its endpoint and a `-replica` Service the
-//! sites that could take over. Embedded mode has nothing to label.
+//! `spec.sites[].selector`, or the Pods of `spec.sites[].workload`) carry
+//! `bloodraven.shipstream.io/role: primary | replica | reader`, so a `-primary` Service has
+//! exactly the primary as its endpoint and a `-replica` Service the sites that could take over. Embedded mode has nothing to label.
 //!
 //! What to change, and in which order, is `bloodraven_core::routing::relabel`: the old primary
 //! loses `primary` before the new one gains it, and the new one gains it only once its server
@@ -55,7 +55,12 @@ fn inputs(rt: &GroupRuntime) -> (String, Vec<bool>) {
 }
 
 async fn run(rt: Arc<GroupRuntime>, mut shutdown: watch::Receiver<bool>) {
-    if rt.config.sites.iter().all(|s| s.selector.is_none()) {
+    if rt
+        .config
+        .sites
+        .iter()
+        .all(|s| s.selector.is_none() && s.workload.is_none())
+    {
         return;
     }
     let mut last: Option<((String, Vec<bool>), Instant)> = None;
@@ -83,10 +88,10 @@ async fn reconcile(rt: &GroupRuntime, (active, writable): &(String, Vec<bool>)) 
     let workloads = rt.workloads();
     let mut found = Vec::new();
     for site in &rt.config.sites {
-        let Some(selector) = &site.selector else {
+        if site.selector.is_none() && site.workload.is_none() {
             continue;
-        };
-        match workloads.find(&rt.config, site, selector).await {
+        }
+        match workloads.find(&rt.config, site).await {
             Ok(w) => found.extend(w),
             Err(e) => {
                 // Without every site's current labels a promotion could add a second primary.

@@ -556,42 +556,80 @@ async fn the_pod_is_labelled_leader_only_once_it_serves() {
     assert_eq!(label().as_deref(), Some("false"));
 }
 
-/// The Kubernetes platform's site workloads: a site's Pods found by label selector, labelled
-/// with the site's role, and restarted by deleting one. The embedded platform's workload is
-/// the site's endpoint, with nothing to label.
+/// The platform's site workloads in Kubernetes mode: Pods found by the site's selector (only
+/// in the group's namespace) or through its StatefulSet, labelled with the site's role; a
+/// drift told from the Pods' `controller-revision-hash` against the StatefulSet's update
+/// revision, and an update that deletes the drifted Pod and returns once its replacement is
+/// Ready at that revision. A StatefulSet that rolls on its own is refused. The embedded
+/// platform's workload is the site's endpoint, with nothing to label.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() {
-    use bloodraven_operator::platform::{RoleLabel, SiteWorkloads};
+async fn site_workloads_are_found_labelled_and_updated_through_the_platform() {
+    use bloodraven_operator::platform::{RoleLabel, SiteWorkloads, UpdateNeed};
+    use bloodraven_testkit::fake_k8s::statefulset::{REVISION_LABEL, STATEFULSETS};
     use std::collections::BTreeMap;
     let fake = FakeK8s::start().await;
     let labels = |app: &str| BTreeMap::from([("app".to_string(), app.to_string())]);
     fake.add_pod(NS, "mysql-iad-0", &labels("mysql-iad"));
-    fake.add_pod(NS, "mysql-pdx-0", &labels("mysql-pdx"));
     fake.add_pod("other", "mysql-iad-0", &labels("mysql-iad"));
     let client =
         bloodraven_kube::cluster::from_config(kube::Config::new(fake.url.parse().unwrap()))
             .unwrap()
             .client;
+    let sts = |name: &str, strategy: &str, image: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+               "metadata": {"name": name, "namespace": NS},
+               "spec": {"replicas": 1, "serviceName": name, "updateStrategy": {"type": strategy},
+                        "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}},
+                                     "spec": {"containers": [{"name": "mariadb", "image": image}]}}}})
+    };
+    let sets: kube::Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        kube::Api::namespaced(client.clone(), NS);
+    for (name, strategy) in [("mysql-pdx", "OnDelete"), ("mysql-eu", "RollingUpdate")] {
+        sets.create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(sts(name, strategy, "mariadb:11.4")).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    fake.reconcile_statefulsets();
+    let started = fake.take_pod_starts();
+    assert_eq!(started.len(), 2, "{started:?}");
+    for p in &started {
+        assert!(fake.set_pod_ready(NS, &p.pod, true));
+    }
     let spec: bloodraven_core::config::FailoverGroupSpec = serde_json::from_value(json!({
         "sites": [
             {"name": "iad", "mysql": {"host": "mysql-iad", "port": 3306, "credentials": {"secretName": "c"}},
-             "sidecar": {"url": "http://mysql-iad:8080"}},
+             "sidecar": {"url": "http://mysql-iad:8080"}, "selector": "app=mysql-iad"},
             {"name": "pdx", "mysql": {"host": "mysql-pdx", "port": 3306, "credentials": {"secretName": "c"}},
-             "sidecar": {"url": "http://mysql-pdx:8080"}}
+             "sidecar": {"url": "http://mysql-pdx:8080"},
+             "workload": {"kind": "StatefulSet", "name": "mysql-pdx"}},
+            {"name": "eu", "mysql": {"host": "mysql-eu", "port": 3306, "credentials": {"secretName": "c"}},
+             "sidecar": {"url": "http://mysql-eu:8080"},
+             "workload": {"kind": "StatefulSet", "name": "mysql-eu"}}
         ]
     }))
     .unwrap();
     let group = bloodraven_core::config::validate_group("orders", NS, &spec).unwrap();
     let iad = group.site("iad").unwrap().clone();
+    let pdx = group.site("pdx").unwrap().clone();
+    let eu = group.site("eu").unwrap().clone();
     let pods = bloodraven_operator::platform::kubernetes::workloads::Pods::new(client);
     let names = |w: Vec<bloodraven_operator::platform::Workload>| {
         w.into_iter().map(|w| (w.name, w.role)).collect::<Vec<_>>()
     };
-    let found = pods.find(&group, &iad, "app=mysql-iad").await.unwrap();
+    let found = pods.find(&group, &iad).await.unwrap();
     assert_eq!(
         names(found),
         [("mysql-iad-0".to_string(), None)],
         "only the group's namespace, only the selector's"
+    );
+    assert_eq!(
+        names(pods.find(&group, &pdx).await.unwrap()),
+        [("mysql-pdx-0".to_string(), None)],
+        "the StatefulSet's Pods, by its selector"
     );
     assert!(
         pods.label_role(&group, &iad, "mysql-iad-0", RoleLabel::Primary)
@@ -605,7 +643,7 @@ async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() 
         Some("primary")
     );
     assert_eq!(
-        names(pods.find(&group, &iad, "app=mysql-iad").await.unwrap()),
+        names(pods.find(&group, &iad).await.unwrap()),
         [("mysql-iad-0".to_string(), Some(RoleLabel::Primary))],
         "found with the role it carries"
     );
@@ -614,12 +652,6 @@ async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() 
         "mysql-iad",
         "other labels kept"
     );
-    pods.restart(&group, &iad, "mysql-iad-0").await.unwrap();
-    assert!(
-        fake.object("/v1/pods", NS, "mysql-iad-0").is_none(),
-        "deleted"
-    );
-    assert!(fake.object("/v1/pods", "other", "mysql-iad-0").is_some());
     let e = pods
         .label_role(&group, &iad, "gone", RoleLabel::Replica)
         .await
@@ -628,10 +660,68 @@ async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() 
         e.to_string().contains("Pod gone") && e.to_string().contains("iad"),
         "{e}"
     );
-    // Embedded: the endpoint, nothing to label.
+
+    // Updates: a site without a workload has none; a StatefulSet that rolls on its own is
+    // refused, naming its strategy; pdx is current until its template changes.
+    assert_eq!(
+        pods.update_need(&group, &iad).await.unwrap(),
+        UpdateNeed::NotUpdatable
+    );
+    let e = pods.update_need(&group, &eu).await.unwrap_err();
+    assert!(
+        e.to_string().contains("RollingUpdate") && e.to_string().contains("OnDelete"),
+        "{e}"
+    );
+    assert_eq!(
+        pods.update_need(&group, &pdx).await.unwrap(),
+        UpdateNeed::Current
+    );
+    let before = fake.pod_labels(NS, "mysql-pdx-0")[REVISION_LABEL].clone();
+    assert!(fake.edit(STATEFULSETS, NS, "mysql-pdx", |s| {
+        s["spec"]["template"]["spec"]["containers"][0]["image"] = json!("mariadb:11.8");
+    }));
+    let UpdateNeed::Drifted { revision } = pods.update_need(&group, &pdx).await.unwrap() else {
+        panic!("a changed template is a drift");
+    };
+    assert_ne!(revision, before);
+    // The update deletes the drifted Pod (its StatefulSet starts it again at once, not
+    // Ready) and returns only once the new Pod is Ready.
+    let update = tokio::spawn({
+        let (pods, group, pdx) = (pods.clone(), group.clone(), pdx.clone());
+        async move { pods.update(&group, &pdx).await }
+    });
+    let start = loop {
+        if let Some(s) = fake.take_pod_starts().pop() {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        (start.pod.as_str(), start.revision.as_str()),
+        ("mysql-pdx-0", revision.as_str())
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        !update.is_finished(),
+        "returned before the new Pod was Ready"
+    );
+    assert!(fake.set_pod_ready(NS, "mysql-pdx-0", true));
+    tokio::time::timeout(Duration::from_secs(10), update)
+        .await
+        .expect("the update returns once the Pod is Ready")
+        .unwrap()
+        .unwrap();
+    assert_eq!(fake.pod_labels(NS, "mysql-pdx-0")[REVISION_LABEL], revision);
+    assert_eq!(
+        pods.update_need(&group, &pdx).await.unwrap(),
+        UpdateNeed::Current
+    );
+    assert!(fake.object("/v1/pods", "other", "mysql-iad-0").is_some());
+
+    // Embedded: the endpoint, nothing to label; updated only by a command.
     let endpoints = bloodraven_operator::platform::embedded::Endpoints;
     assert_eq!(
-        names(endpoints.find(&group, &iad, "").await.unwrap()),
+        names(endpoints.find(&group, &iad).await.unwrap()),
         [("mysql-iad:3306".to_string(), None)]
     );
     assert!(
@@ -639,6 +729,10 @@ async fn site_workloads_are_found_labelled_and_restarted_through_the_platform() 
             .label_role(&group, &iad, "mysql-iad:3306", RoleLabel::Primary)
             .await
             .unwrap()
+    );
+    assert_eq!(
+        endpoints.update_need(&group, &iad).await.unwrap(),
+        UpdateNeed::NotUpdatable
     );
 }
 

@@ -560,6 +560,29 @@ fn the_snippets_users_paste_are_valid() {
     for r in &roles {
         assert!(bloodraven_core::routing::RoleLabel::parse(r).is_some());
     }
+    // The site's StatefulSet is one the ordered update accepts: OnDelete, matchLabels only,
+    // and its Pods are the ones the Services select.
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_saphyr::from_str(
+        &std::fs::read_to_string(dir.join("site-statefulset.yaml")).unwrap(),
+    )
+    .unwrap();
+    let sts_spec = sts.spec.unwrap();
+    assert_eq!(
+        sts_spec.update_strategy.unwrap().type_.as_deref(),
+        Some("OnDelete")
+    );
+    assert!(sts_spec.selector.match_expressions.is_none());
+    let pod_labels = sts_spec.template.metadata.unwrap().labels.unwrap();
+    for (k, v) in sts_spec.selector.match_labels.unwrap() {
+        assert_eq!(pod_labels.get(&k), Some(&v), "the template carries {k}");
+    }
+    for s in &services {
+        for (k, v) in s.spec.as_ref().unwrap().selector.as_ref().unwrap() {
+            if k != "bloodraven.shipstream.io/role" {
+                assert_eq!(pod_labels.get(k), Some(v), "a Service selects the site's Pods");
+            }
+        }
+    }
     let pod: Pod =
         serde_saphyr::from_str(&std::fs::read_to_string(dir.join("pipeline-pod.yaml")).unwrap())
             .unwrap();

@@ -60,6 +60,7 @@ fn facts<'a>(sites: &'a [SiteView], active: &'a str, gen_: u64, up: &'a [Updatab
         active_site: active,
         topology_generation: gen_,
         updatable: up,
+        current: &[],
     }
 }
 
@@ -102,7 +103,7 @@ fn a_request_runs_once_and_never_beside_another_operation() {
         (Some(&running), Busy::Free, &up[..], "already in progress"),
         (None, Busy::PlannedFailover, &up[..], "planned failover"),
         (None, Busy::Reclone, &up[..], "reclone"),
-        (None, Busy::Free, &[][..], "no site has an update"),
+        (None, Busy::Free, &[][..], "no site needs an update"),
     ] {
         match request("r2", cur, busy, up, t(1)) {
             Request::Reject(n) => {
@@ -358,4 +359,70 @@ fn an_emergency_failover_ends_the_update_wherever_it_is() {
         assert_eq!(note.unwrap().reason, EventReason::OrderedUpdateFailed);
         assert!(n.message.contains("pdx"), "{}", n.message);
     }
+}
+
+#[test]
+fn a_drifted_primary_moves_to_a_current_candidate_without_updating_the_replicas() {
+    // Kubernetes mode: only iad's Pod drifted; pdx and the reader are at their update
+    // revision. The update fails over to pdx (current counts as updated), then updates iad.
+    let v = sites("iad");
+    let up = vec![Updatable {
+        site: "iad".into(),
+        timeout: Duration::from_secs(60),
+    }];
+    let current = vec!["pdx".to_string(), "reader".to_string()];
+    let f = Facts {
+        current: &current,
+        ..facts(&v, "iad", 4, &up)
+    };
+    let (next, _, _) = persisted(step(
+        Some(&UpdateStatus::requested("drift-1", t(0))),
+        &f,
+        t(1),
+    ));
+    assert_eq!(next.phase, UpdatePhase::FailingOver, "{next:?}");
+    assert_eq!(next.site, "pdx");
+    assert_eq!(next.switchover.as_ref().unwrap().target, "pdx");
+    assert!(next.sites_done.is_empty());
+    // Without a current candidate it fails before touching anything, as before.
+    let f = facts(&v, "iad", 4, &up);
+    let (next, _, count) = persisted(step(
+        Some(&UpdateStatus::requested("drift-1", t(0))),
+        &f,
+        t(1),
+    ));
+    assert_eq!(next.phase, UpdatePhase::Failed);
+    assert_eq!(next.reason, Some(UpdateFailure::NoCandidate));
+    assert_eq!(count, Some(Count::Failed));
+    // A current reader is never a candidate.
+    let only_reader = vec!["reader".to_string()];
+    let f = Facts {
+        current: &only_reader,
+        ..facts(&v, "iad", 4, &up)
+    };
+    let (next, _, _) = persisted(step(
+        Some(&UpdateStatus::requested("drift-1", t(0))),
+        &f,
+        t(1),
+    ));
+    assert_eq!(next.phase, UpdatePhase::Failed, "{next:?}");
+}
+
+#[test]
+fn a_drift_names_its_request_once_whatever_the_order() {
+    let a = |pairs: &[(&str, &str)]| {
+        drift_request_id(
+            &pairs
+                .iter()
+                .map(|(s, r)| ((*s).to_string(), (*r).to_string()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let one = a(&[("iad", "mysql-iad-7f"), ("pdx", "mysql-pdx-7f")]);
+    assert_eq!(one, a(&[("pdx", "mysql-pdx-7f"), ("iad", "mysql-iad-7f")]));
+    assert!(one.starts_with("drift-") && one.len() == 22, "{one}");
+    assert_ne!(one, a(&[("iad", "mysql-iad-80"), ("pdx", "mysql-pdx-7f")]));
+    assert_ne!(one, a(&[("iad", "mysql-iad-7f")]));
+    // Site and revision are kept apart: no two pairs run together into the same text.
+    assert_ne!(a(&[("ia", "dx")]), a(&[("i", "adx")]));
 }

@@ -150,6 +150,8 @@ pub struct Controller<S: Site = SiteClient> {
     reclone_run: Option<reclone::RecloneRun<S>>,
     /// The ordered update's site update in flight.
     update_run: Option<update::UpdateRun>,
+    /// When the workloads were last looked at for a drift.
+    drift_checked: Option<Instant>,
     /// The restore-in-place's load in flight.
     restore_run: Option<restore::LoadRun>,
     /// The last refused restore request (told once).
@@ -210,6 +212,7 @@ impl<S: Site> Controller<S> {
             clone_credentials: Err(CredentialsUnavailable::NotReadYet),
             reclone_run: None,
             update_run: None,
+            drift_checked: None,
             restore_run: None,
             restore_refused: None,
             restore_deferred_logged: None,

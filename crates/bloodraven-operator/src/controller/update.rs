@@ -6,20 +6,25 @@
 //! leading. The update's switchover is the planned failover's own machine, its status kept in
 //! `status.updatePhase.switchover` ([`super::planned::Slot::Update`]).
 //!
+//! What updating a site means is the platform's ([`crate::platform::SiteWorkloads`]): an
+//! update command in embedded mode, replacing a drifted Pod in Kubernetes mode. Which sites
+//! need one is asked of it every step (a Kubernetes site needs one while its Pod is not at
+//! its StatefulSet's update revision); with `spec.updateStrategy: Ordered` a drift starts an
+//! update on its own, once per set of drifted revisions.
+//!
 //! Each transition is persisted before the next begins, so a restarted operator resumes from
 //! the phase it finds: a site whose update was running is updated again (update commands must
-//! be idempotent), a site being waited for is waited for.
+//! be idempotent; a replaced Pod is only waited for), a site being waited for is waited for.
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use bloodraven_core::config::SiteConfig;
+use bloodraven_core::config::UpdateStrategy;
 use bloodraven_core::contract::annotations::ORDERED_UPDATE;
 use bloodraven_core::planned::{Note, Severity};
-use bloodraven_core::update::{self, Count, Done, Facts, Request, Step, Updatable};
+use bloodraven_core::update::{self, Busy, Count, Done, Facts, Request, Step, Updatable};
 use bloodraven_mysql::Site;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::planned::{MAX_STEPS_PER_POLL, Slot};
 use super::{Controller, ControllerError};
@@ -40,116 +45,66 @@ impl Drop for UpdateRun {
     }
 }
 
-/// How many lines of a command's output are kept for its error message.
-const TAIL_LINES: usize = 5;
+/// How often an idle group's workloads are looked at for a drift (`spec.updateStrategy:
+/// Ordered`): a few API calls per site each time, so not every poll.
+const DRIFT_CHECK_EVERY: Duration = Duration::from_secs(10);
 
-/// Runs `site`'s update command within `timeout`, logging its output line by line.
-async fn run_command(group: String, site: SiteConfig, timeout: Duration) -> Result<(), String> {
-    let Some(u) = site.update.clone() else {
-        return Err(format!("{} has no update command", site.name));
-    };
-    let Some((program, args)) = u.command.split_first() else {
-        return Err(format!("{}'s update command is empty", site.name));
-    };
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .env("BLOODRAVEN_GROUP", &group)
-        .env("BLOODRAVEN_SITE", &site.name)
-        .env("BLOODRAVEN_MYSQL_HOST", &site.mysql_host)
-        .env("BLOODRAVEN_MYSQL_PORT", site.mysql_port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start {program:?}: {e}"))?;
-    let tail = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
-    let mut readers = Vec::new();
-    for (stream, out) in [
-        (
-            "stdout",
-            child
-                .stdout
-                .take()
-                .map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        ),
-        (
-            "stderr",
-            child
-                .stderr
-                .take()
-                .map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        ),
-    ] {
-        let Some(out) = out else { continue };
-        let (group, name, tail) = (group.clone(), site.name.clone(), tail.clone());
-        readers.push(tokio::spawn(async move {
-            let mut lines = BufReader::new(out).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(group = %group, site = %name, stream, "update: {line}");
-                let mut t = tail
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                t.push_back(line);
-                if t.len() > TAIL_LINES {
-                    t.pop_front();
-                }
-            }
-        }));
-    }
-    let status = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(format!("waiting for {program:?}: {e}")),
-        Err(_) => {
-            let _ = child.kill().await;
-            return Err(format!(
-                "{program:?} ran past the update's timeout of {} s and was killed",
-                timeout.as_secs()
-            ));
-        }
-    };
-    for r in readers {
-        let _ = r.await;
-    }
-    if status.success() {
-        return Ok(());
-    }
-    let last: Vec<String> = tail
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .cloned()
-        .collect();
-    Err(format!(
-        "{program:?} exited with {status}{}",
-        if last.is_empty() {
-            String::new()
-        } else {
-            format!("; its last output: {}", last.join(" | "))
-        }
-    ))
+/// What the platform says of the sites' updates now.
+#[derive(Debug, Default)]
+struct Needs {
+    /// The sites to update, in the spec's order.
+    updatable: Vec<Updatable>,
+    /// The sites that need none because they are current.
+    current: Vec<String>,
+    /// The drifted sites and the revision each is to reach.
+    drifted: Vec<(String, String)>,
 }
 
 impl<S: Site> Controller<S> {
-    /// The sites that have an update, in the spec's order.
-    fn updatable(&self) -> Vec<Updatable> {
-        self.rt
-            .config
-            .sites
-            .iter()
-            .filter_map(|s| {
-                s.update.as_ref().map(|u| Updatable {
-                    site: s.name.clone(),
-                    timeout: u.timeout,
-                })
-            })
-            .collect()
+    /// Asks the platform which sites need an update. `in_progress` (the site the update is
+    /// on) stays in the list whatever the answer, so its bound and its wait go on once it is
+    /// current. One site the platform cannot answer for fails the whole look: a site left
+    /// out by a passing error would be skipped by the order.
+    async fn needs(
+        &self,
+        in_progress: Option<&str>,
+    ) -> Result<Needs, crate::platform::WorkloadError> {
+        use crate::platform::UpdateNeed;
+        let workloads = self.rt.workloads();
+        let mut n = Needs::default();
+        for s in &self.rt.config.sites {
+            let need = workloads.update_need(&self.rt.config, s).await?;
+            let this = Updatable {
+                site: s.name.clone(),
+                timeout: s.update_timeout(),
+            };
+            match need {
+                UpdateNeed::Always => n.updatable.push(this),
+                UpdateNeed::Drifted { revision } => {
+                    n.updatable.push(this);
+                    n.drifted.push((s.name.clone(), revision));
+                }
+                UpdateNeed::Current if in_progress != Some(s.name.as_str()) => {
+                    n.current.push(s.name.clone());
+                }
+                UpdateNeed::Current | UpdateNeed::NotUpdatable => {
+                    if in_progress == Some(s.name.as_str()) {
+                        n.updatable.push(this);
+                    }
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// Takes an ordered-update request, then advances the update in flight.
     pub(super) async fn update_step(&mut self) {
         if let Err(e) = self.take_update_request().await {
             tracing::warn!(group = %self.group(), step = e.step(), error = %e, "cannot take the ordered update request");
+            return;
+        }
+        if let Err(e) = self.start_on_drift().await {
+            tracing::warn!(group = %self.group(), step = e.step(), error = %e, "cannot start the ordered update a drift asks for");
             return;
         }
         for _ in 0..MAX_STEPS_PER_POLL {
@@ -180,11 +135,19 @@ impl<S: Site> Controller<S> {
             return Ok(());
         };
         let status = snap.status();
+        let updatable = match self.needs(None).await {
+            Ok(n) => n.updatable,
+            Err(e) => {
+                // Left for the next poll: the request stays until the platform answers.
+                tracing::warn!(group = %self.group(), request = %id, error = %e, "ordered update request: cannot tell which sites need an update; tried again next poll");
+                return Ok(());
+            }
+        };
         let decision = update::request(
             &id,
             status.update_phase.as_ref(),
             update::busy(status),
-            &self.updatable(),
+            &updatable,
             self.rt.now(),
         );
         if let Request::Accept(u) = &decision {
@@ -218,6 +181,67 @@ impl<S: Site> Controller<S> {
         Ok(())
     }
 
+    /// `spec.updateStrategy: Ordered`: an idle group with a drifted workload starts an ordered
+    /// update on its own, named by the drift ([`update::drift_request_id`]), so the same
+    /// drift is updated once. Looked at every [`DRIFT_CHECK_EVERY`].
+    async fn start_on_drift(&mut self) -> Result<(), ControllerError> {
+        let cfg = &self.rt.config;
+        if cfg.update_strategy != UpdateStrategy::Ordered
+            || !cfg.sites.iter().any(|s| s.workload.is_some())
+            || self
+                .drift_checked
+                .is_some_and(|t| t.elapsed() < DRIFT_CHECK_EVERY)
+        {
+            return Ok(());
+        }
+        let status = self.rt.snapshot().status().clone();
+        let in_flight = status
+            .update_phase
+            .as_ref()
+            .is_some_and(|u| !u.phase.is_terminal());
+        // Only a group with a primary is updated (a bootstrap or an emergency comes first).
+        if in_flight || status.active_site.is_empty() || update::busy(&status) != Busy::Free {
+            return Ok(());
+        }
+        self.drift_checked = Some(Instant::now());
+        let needs = match self.needs(None).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(group = %self.group(), error = %e, "cannot look for a drifted workload; looked at again in {} s", DRIFT_CHECK_EVERY.as_secs());
+                return Ok(());
+            }
+        };
+        if needs.drifted.is_empty() {
+            return Ok(());
+        }
+        let id = update::drift_request_id(&needs.drifted);
+        let decision = update::request(
+            &id,
+            status.update_phase.as_ref(),
+            Busy::Free,
+            &needs.updatable,
+            self.rt.now(),
+        );
+        let Request::Accept(u) = decision else {
+            // Taken: this drift was updated (or failed) already; `bloodraven update` retries.
+            return Ok(());
+        };
+        self.rt
+            .update_status(|s| s.update_phase = Some(u.clone()))
+            .await
+            .map_err(|e| ControllerError::Persist {
+                what: "the ordered update a drift started",
+                source: e,
+            })?;
+        let drifted: Vec<String> = needs
+            .drifted
+            .iter()
+            .map(|(s, r)| format!("{s} (to {r})"))
+            .collect();
+        tracing::info!(group = %self.group(), request = %id, drifted = %drifted.join(", "), "ordered update started on its own: a site's workload drifted from its update revision");
+        Ok(())
+    }
+
     /// One step of the update in flight; `Ok(true)` when the next can run at once.
     async fn advance_update(&mut self) -> Result<bool, ControllerError> {
         let status = self.rt.snapshot().status().clone();
@@ -231,12 +255,20 @@ impl<S: Site> Controller<S> {
             return Ok(false);
         }
         let views = self.views(&status);
-        let updatable = self.updatable();
+        let in_progress = (!u.site.is_empty()).then_some(u.site.as_str());
+        let needs = match self.needs(in_progress).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(group = %self.group(), error = %e, "ordered update: cannot tell which sites need an update; waiting for the next poll");
+                return Ok(false);
+            }
+        };
         let facts = Facts {
             sites: &views,
             active_site: &status.active_site,
             topology_generation: status.topology_generation,
-            updatable: &updatable,
+            updatable: &needs.updatable,
+            current: &needs.current,
         };
         let now = self.rt.now();
         match update::step(Some(&u), &facts, now) {
@@ -285,8 +317,19 @@ impl<S: Site> Controller<S> {
                             return Ok(false);
                         };
                         tracing::info!(group = %self.group(), site = %site, timeout_seconds = timeout.as_secs(), "ordered update: updating the site");
-                        let task =
-                            tokio::spawn(run_command(self.group().to_string(), cfg, timeout));
+                        let (workloads, group) = (self.rt.workloads(), self.rt.config.clone());
+                        let task = tokio::spawn(async move {
+                            match tokio::time::timeout(timeout, workloads.update(&group, &cfg))
+                                .await
+                            {
+                                Ok(r) => r.map_err(|e| e.to_string()),
+                                // Dropping the update stopped it (a command is killed).
+                                Err(_) => Err(format!(
+                                    "it did not finish within the update's timeout of {} s and was stopped",
+                                    timeout.as_secs()
+                                )),
+                            }
+                        });
                         self.update_run = Some(UpdateRun {
                             site,
                             request_id: u.request_id.clone(),

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use super::{
     GroupRefused, GroupSource, Platform, PlatformError, PlatformFuture, PrepareError, RoleLabel,
-    SiteWorkloads, Workload, WorkloadError,
+    SiteWorkloads, UpdateNeed, Workload, WorkloadError,
 };
 use crate::auth::{Authenticator, HmacTokens, SigningKey};
 use crate::config::{DatabaseDoc, DeployApiSettings, GroupDoc, LoadedConfig};
@@ -247,8 +247,8 @@ impl GroupSource for ConfiguredGroups {
     }
 }
 
-/// A site's workload in embedded mode: its configured MySQL endpoint. Nothing to label; a
-/// restart is the site's own update command (run by the ordered update).
+/// A site's workload in embedded mode: its configured MySQL endpoint. Nothing to label; its
+/// update is its own update command ([`super::command`]).
 #[derive(Debug)]
 pub struct Endpoints;
 
@@ -257,7 +257,6 @@ impl SiteWorkloads for Endpoints {
         &'a self,
         _group: &'a GroupConfig,
         site: &'a SiteConfig,
-        _selector: &'a str,
     ) -> PlatformFuture<'a, Result<Vec<Workload>, WorkloadError>> {
         let endpoint = Workload {
             site: site.name.clone(),
@@ -277,17 +276,31 @@ impl SiteWorkloads for Endpoints {
         Box::pin(async { Ok(false) })
     }
 
-    fn restart<'a>(
+    fn update_need<'a>(
         &'a self,
         _group: &'a GroupConfig,
         site: &'a SiteConfig,
-        what: &'a str,
-    ) -> PlatformFuture<'a, Result<(), WorkloadError>> {
-        let err = WorkloadError::Restart {
-            site: site.name.clone(),
-            what: what.to_string(),
-            detail: "the embedded platform restarts a server only through its update command (spec.sites[].update)".into(),
+    ) -> PlatformFuture<'a, Result<UpdateNeed, WorkloadError>> {
+        let need = if site.update_command().is_some() {
+            UpdateNeed::Always
+        } else {
+            UpdateNeed::NotUpdatable
         };
-        Box::pin(async move { Err(err) })
+        Box::pin(async move { Ok(need) })
+    }
+
+    fn update<'a>(
+        &'a self,
+        group: &'a GroupConfig,
+        site: &'a SiteConfig,
+    ) -> PlatformFuture<'a, Result<(), WorkloadError>> {
+        Box::pin(async move {
+            super::command::run_command(&group.name, site)
+                .await
+                .map_err(|detail| WorkloadError::Update {
+                    site: site.name.clone(),
+                    detail,
+                })
+        })
     }
 }

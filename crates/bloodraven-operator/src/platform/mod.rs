@@ -3,14 +3,15 @@
 //!
 //! | platform | store | leadership | deploy tokens | secrets | groups | workloads |
 //! |---|---|---|---|---|---|---|
-//! | [`embedded`] | SQLite in the data directory | a file lock | HMAC tokens (`bloodraven token issue`) | files only | the configuration file | the configured endpoints; an update command |
-//! | [`kubernetes`] | the API server (CRDs, Leases, Events) | a Lease, fencing a paused leader | TokenReview | Secrets | the cluster's custom resources | Pods: found by selector, labelled, deleted |
+//! | [`embedded`] | SQLite in the data directory | a file lock | HMAC tokens (`bloodraven token issue`) | files only | the configuration file | the configured endpoints; updated by an update command |
+//! | [`kubernetes`] | the API server (CRDs, Leases, Events) | a Lease, fencing a paused leader | TokenReview | Secrets | the cluster's custom resources | Pods: found by selector or StatefulSet, labelled; a drifted Pod deleted |
 //!
 //! This module owns the trait ([`Platform`]) and the one place that chooses a platform from
 //! the configuration ([`open`]). Nothing else in the operator asks which platform it is on: it
 //! asks the platform for a part. Only [`kubernetes`] uses the Kubernetes client (a test checks
 //! it).
 
+mod command;
 pub mod embedded;
 pub mod kubernetes;
 
@@ -149,23 +150,34 @@ pub enum WorkloadError {
         what: String,
         detail: String,
     },
-    #[error("cannot restart {what} of site {site}: {detail}")]
-    Restart {
-        site: String,
-        what: String,
-        detail: String,
-    },
+    #[error("cannot tell whether site {site} needs an update: {detail}")]
+    Drift { site: String, detail: String },
+    #[error("{detail}")]
+    Update { site: String, detail: String },
 }
 
-/// The sites' workloads: what runs each site, its role label, a restart.
+/// Whether a site needs an update, as its platform tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpdateNeed {
+    /// The platform cannot update it (no update command, no workload).
+    NotUpdatable,
+    /// Updated on every request (embedded mode: an update command, which must be idempotent).
+    Always,
+    /// Its workload has drifted: a Pod is not at the StatefulSet's `revision`.
+    Drifted { revision: String },
+    /// Its workload is at its update revision: nothing to do.
+    Current,
+}
+
+/// The sites' workloads: what runs each site, its role label, its update.
 pub trait SiteWorkloads: Send + Sync + fmt::Debug {
-    /// What runs `site` of `group` (Pods matching `selector` in Kubernetes mode, with the role
-    /// label each carries; the site's MySQL endpoint in embedded mode), sorted by name.
+    /// What runs `site` of `group` (Pods matching `spec.sites[].selector`, or the Pods of its
+    /// `workload`, with the role label each carries; the site's MySQL endpoint in embedded
+    /// mode), sorted by name. Empty when the site names neither.
     fn find<'a>(
         &'a self,
         group: &'a GroupConfig,
         site: &'a SiteConfig,
-        selector: &'a str,
     ) -> PlatformFuture<'a, Result<Vec<Workload>, WorkloadError>>;
     /// Labels `what` (as [`SiteWorkloads::find`] named it) with `role`. Returns whether
     /// anything was labelled (embedded mode has nothing to label).
@@ -176,11 +188,19 @@ pub trait SiteWorkloads: Send + Sync + fmt::Debug {
         what: &'a str,
         role: RoleLabel,
     ) -> PlatformFuture<'a, Result<bool, WorkloadError>>;
-    /// Restarts `what` (Kubernetes: deletes the Pod, its controller starts a new one).
-    fn restart<'a>(
+    /// Whether `site` needs an update now.
+    fn update_need<'a>(
         &'a self,
         group: &'a GroupConfig,
         site: &'a SiteConfig,
-        what: &'a str,
+    ) -> PlatformFuture<'a, Result<UpdateNeed, WorkloadError>>;
+    /// Updates `site` and returns once it runs again (embedded: its update command exited 0;
+    /// Kubernetes: its drifted Pods were deleted and their replacements, at the update
+    /// revision, are Ready). The caller bounds it with the site's update timeout and drops it
+    /// on timeout, which must stop whatever it started (a command is killed).
+    fn update<'a>(
+        &'a self,
+        group: &'a GroupConfig,
+        site: &'a SiteConfig,
     ) -> PlatformFuture<'a, Result<(), WorkloadError>>;
 }

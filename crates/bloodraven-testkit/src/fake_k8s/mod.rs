@@ -1,7 +1,7 @@
 //! A stateful fake Kubernetes API server over real HTTP, faithful where Bloodraven depends on
 //! the API server's behaviour.
 //!
-//! **Served**: Deployments and `ReplicaSets` (`apps/v1`), Leases (`coordination.k8s.io/v1`), Events, Secrets and
+//! **Served**: Deployments, `ReplicaSets` and `StatefulSets` (`apps/v1`), Leases (`coordination.k8s.io/v1`), Events, Secrets and
 //! Pods (`v1`), `events.k8s.io/v1` Events, `TokenReview`s, and every custom resource whose CRD is
 //! registered ([`FakeK8s::register_crd`], or a `POST` of the CRD). For each: get, list (with
 //! `labelSelector`), create, replace (`PUT`), JSON merge patch (`PATCH`, RFC 7386), delete
@@ -36,6 +36,7 @@
 //! new generation gets a `ReplicaSet` named and labelled by a `pod-template-hash` of the
 //! template, owned by the Deployment; a finished rollout gets that `ReplicaSet`'s Pods, whose
 //! `containerStatuses[].imageID` say what the nodes pulled, see [`ImageIds`]) and
+//! a StatefulSet controller for the ordered update (see [`statefulset`]), and
 //! injects faults: drop the connection after applying the next write, answer the next write
 //! with a status code, reject dry-runs, change a Deployment out of band.
 //!
@@ -43,6 +44,7 @@
 
 pub mod openapi;
 pub mod rbac;
+pub mod statefulset;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -247,6 +249,8 @@ struct State {
     held: std::collections::BTreeSet<String>,
     /// RBAC for one client.
     rbac: Vec<rbac::Enforcer>,
+    /// Pods the StatefulSet controller started and no test has taken yet.
+    pod_starts: Vec<statefulset::PodStart>,
 }
 
 /// The opaque text of a version (see the module docs).
@@ -422,6 +426,13 @@ impl FakeK8s {
             ("/v1/secrets", "v1", "Secret", false, false),
             (PODS, "v1", "Pod", true, false),
             (REPLICASETS, "apps/v1", "ReplicaSet", true, true),
+            (
+                statefulset::STATEFULSETS,
+                "apps/v1",
+                "StatefulSet",
+                true,
+                true,
+            ),
         ] {
             st.kinds.insert(
                 id.to_owned(),
@@ -513,6 +524,41 @@ impl FakeK8s {
             pod.clone(),
         );
         st.publish(PODS, namespace, "ADDED", &pod);
+    }
+
+    /// Runs the StatefulSet controller over every StatefulSet now (it also runs on each read
+    /// of one and on each deletion of a Pod one owns).
+    pub fn reconcile_statefulsets(&self) {
+        let mut st = self.lock();
+        let names: Vec<(String, String)> = st
+            .objects
+            .keys()
+            .filter(|(r, _, _)| r == statefulset::STATEFULSETS)
+            .map(|(_, n, name)| (n.clone(), name.clone()))
+            .collect();
+        for (ns, name) in names {
+            statefulset::observe(&mut st, &ns, &name);
+        }
+    }
+
+    /// The Pods the StatefulSet controller started since the last call, in order.
+    pub fn take_pod_starts(&self) -> Vec<statefulset::PodStart> {
+        std::mem::take(&mut self.lock().pod_starts)
+    }
+
+    /// Sets a Pod's `Ready` condition, as its kubelet would; `false` when there is no such Pod.
+    pub fn set_pod_ready(&self, namespace: &str, name: &str, ready: bool) -> bool {
+        let mut st = self.lock();
+        let key = (PODS.to_owned(), namespace.to_owned(), name.to_owned());
+        let Some(mut pod) = st.objects.get(&key).cloned() else {
+            return false;
+        };
+        pod["status"]["conditions"] =
+            json!([{"type": "Ready", "status": if ready { "True" } else { "False" }}]);
+        pod["metadata"]["resourceVersion"] = json!(st.next_rv());
+        st.objects.insert(key, pod.clone());
+        st.publish(PODS, namespace, "MODIFIED", &pod);
+        true
     }
 
     /// A Pod's labels.
@@ -1213,6 +1259,9 @@ fn get(st: &mut State, t: &Target<'_>, ns: &str, name: &str) -> Reply {
     {
         controller_step(st, ns, name, b);
     }
+    if t.resource == statefulset::STATEFULSETS {
+        statefulset::observe(st, ns, name);
+    }
     match st
         .objects
         .get(&(t.resource.clone(), ns.to_owned(), name.to_owned()))
@@ -1270,6 +1319,9 @@ fn check_typed(resource: &str, v: &Value) -> Result<(), String> {
         }
         PODS => serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(v.clone()).map(|_| ()),
         DEPLOYMENTS => serde_json::from_value::<Deployment>(v.clone()).map(|_| ()),
+        statefulset::STATEFULSETS => {
+            serde_json::from_value::<k8s_openapi::api::apps::v1::StatefulSet>(v.clone()).map(|_| ())
+        }
         _ => Ok(()),
     };
     r.map_err(|e| e.to_string())
@@ -1547,6 +1599,12 @@ fn delete(st: &mut State, t: &Target<'_>, ns: &str, name: &str, body: &[u8]) -> 
         return r;
     }
     let gone = remove(st, &key);
+    // A StatefulSet's Pod is started again at once, at the update revision.
+    if key.0 == PODS
+        && let Some(owner) = statefulset::owner(&gone)
+    {
+        statefulset::observe(st, ns, &owner);
+    }
     answered(st, false, 200, gone)
 }
 

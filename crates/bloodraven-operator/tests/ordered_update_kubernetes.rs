@@ -1,0 +1,331 @@
+//! The ordered update in Kubernetes mode, on real MariaDB servers and the test kit's fake API
+//! server, whose StatefulSet controller maps each site's Pod to that site's `mariadbd`: a
+//! Pod the controller starts (after the operator deleted it) is the server restarted with the
+//! new template's setting, and it turns Ready once the server answers, as a kubelet would say.
+//!
+//! Each site names its StatefulSet (`spec.sites[].workload`, `updateStrategy: OnDelete`).
+//! Changing the three templates is a drift: with the default `spec.updateStrategy: Ordered`
+//! the operator starts an update on its own, deletes the drifted Pods one at a time (replicas
+//! first, each Ready and caught up before the next), switches over once to an updated
+//! candidate, and updates the old primary last. The application, judged by the ledger's
+//! writer and probe, loses no acknowledged write and never sees two writable sites.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bloodraven_core::reason::EventReason;
+use bloodraven_core::status::{GroupStatus, UpdatePhase};
+use bloodraven_testkit::fake_k8s::statefulset::{REVISION_LABEL, STATEFULSETS};
+use bloodraven_testkit::ledger::{Probe, Target, Writer, check};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use mysql_async::prelude::Queryable;
+use serde_json::json;
+use support::kube::{NS, cluster, operator};
+use support::{GROUP, Live, Timings, wait_status};
+
+const SITES: [&str; 3] = ["iad", "pdx", "reader"];
+
+/// The setting the new template brings.
+const UPDATED: &str = "--max-connections=222";
+
+fn statefulset(site: &str, max_connections: u32) -> serde_json::Value {
+    let name = format!("mysql-{site}");
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": name, "namespace": NS},
+           "spec": {"replicas": 1, "serviceName": name,
+                    "updateStrategy": {"type": "OnDelete"},
+                    "selector": {"matchLabels": {"app": "mysql", "site": site}},
+                    "template": {"metadata": {"labels": {"app": "mysql", "site": site}},
+                                 "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.8",
+                                          "args": [format!("--max-connections={max_connections}")]}]}}}})
+}
+
+async fn max_connections(live: &Live, i: usize) -> u64 {
+    let mut c = mysql_async::Conn::new(live.harness.app_opts(i))
+        .await
+        .unwrap();
+    c.query_first("SELECT @@max_connections")
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_lost() {
+    let mut live = Live::start(Timings::default()).await;
+    let c = cluster().await;
+    let sets: kube::Api<StatefulSet> = kube::Api::namespaced(c.client.clone(), NS);
+    for site in SITES {
+        sets.create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(statefulset(site, 151)).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    // The first Pods are the servers already running.
+    c.fake.reconcile_statefulsets();
+    for p in c.fake.take_pod_starts() {
+        assert!(c.fake.set_pod_ready(NS, &p.pod, true));
+    }
+    let first: BTreeMap<&str, String> = SITES
+        .iter()
+        .map(|s| {
+            (
+                *s,
+                c.fake.pod_labels(NS, &format!("mysql-{s}-0"))[REVISION_LABEL].clone(),
+            )
+        })
+        .collect();
+    c.apply_with(&live, GROUP, |spec| {
+        for s in &mut spec.sites {
+            s.workload = Some(bloodraven_core::config::WorkloadSpec {
+                kind: bloodraven_core::config::WorkloadKind::StatefulSet,
+                name: format!("mysql-{}", s.name),
+            });
+        }
+    })
+    .await;
+    let op = operator(&live, &c).await;
+    let s = wait_status(
+        &op,
+        Duration::from_secs(30),
+        "bootstrap and replication",
+        |s| s.active_site == "iad" && s.replication_running(),
+    )
+    .await;
+    let before = s.topology_generation;
+    assert!(s.update_phase.is_none(), "nothing drifted: no update");
+    let writer = Writer::start(
+        SITES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(2),
+    );
+    let probe = Probe::start(
+        SITES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Target::new(*n, live.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(5),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // `kubectl apply` of the new templates: every site drifts.
+    for site in SITES {
+        sets.replace(
+            &format!("mysql-{site}"),
+            &kube::api::PostParams::default(),
+            &{
+                let mut sts: StatefulSet = sets.get(&format!("mysql-{site}")).await.unwrap();
+                let new: StatefulSet = serde_json::from_value(statefulset(site, 222)).unwrap();
+                sts.spec = new.spec;
+                sts
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    // Serve the StatefulSet controller's Pod starts as a kubelet would, until the update ends.
+    let rt = op.group(GROUP).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    let mut started = Vec::new();
+    let s: GroupStatus = loop {
+        for p in c.fake.take_pod_starts() {
+            let site = p.statefulset.trim_start_matches("mysql-").to_string();
+            // One at a time: every other site's Pod is Ready when one is replaced.
+            for other in SITES.iter().filter(|o| **o != site) {
+                let pod = c
+                    .fake
+                    .object("/v1/pods", NS, &format!("mysql-{other}-0"))
+                    .unwrap();
+                assert_eq!(
+                    pod["status"]["conditions"][0]["status"], "True",
+                    "{} was replaced while {other} was not Ready",
+                    p.pod
+                );
+            }
+            let i = live.harness.index_of(&site).unwrap();
+            live.harness
+                .set_extra_args(i, vec![UPDATED.to_string()])
+                .unwrap();
+            live.harness.stop(i).await.unwrap();
+            live.harness.restart(i).await.unwrap();
+            assert!(c.fake.set_pod_ready(NS, &p.pod, true));
+            started.push((site, p.revision));
+        }
+        let s = rt.snapshot().status().clone();
+        if s.update_phase
+            .as_ref()
+            .is_some_and(|u| u.phase.is_terminal())
+        {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the update did not end; Pods started: {started:?}; update: {:?}",
+            s.update_phase
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let u = s.update_phase.clone().unwrap();
+    assert_eq!(u.phase, UpdatePhase::Succeeded, "{u:?}");
+    assert!(u.request_id.starts_with("drift-"), "{}", u.request_id);
+    let order: Vec<&str> = started.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        order,
+        ["pdx", "reader", "iad"],
+        "replicas first, the old primary last"
+    );
+    for (site, revision) in &started {
+        assert_ne!(
+            Some(revision),
+            first.get(site.as_str()),
+            "{site}: a new revision"
+        );
+        assert_eq!(
+            &c.fake.pod_labels(NS, &format!("mysql-{site}-0"))[REVISION_LABEL],
+            revision
+        );
+    }
+    assert_eq!(s.active_site, "pdx");
+    assert_eq!(s.topology_generation, before + 1, "exactly one bump");
+    assert_eq!(
+        u.switchover.as_ref().and_then(|sw| sw.transactions_lost),
+        Some(0)
+    );
+
+    // Let the writer find the new primary, then judge what the application saw.
+    wait_status(&op, Duration::from_secs(20), "iad replicates again", |s| {
+        s.site("iad").is_some_and(|i| i.replicating) && s.replication_running()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let wlog = writer.stop().await;
+    let plog = probe.stop().await;
+    let report = check(&live.harness.app_opts(1), &wlog, Some(&plog))
+        .await
+        .unwrap();
+    eprintln!("ordered update (Kubernetes mode): {}", report.summary());
+    assert!(report.acknowledged > 100, "{}", report.summary());
+    assert!(report.lost.is_empty(), "{}", report.summary());
+    assert_eq!(report.two_writable_rounds, 0, "{}", report.summary());
+    for (i, site) in SITES.iter().enumerate() {
+        assert_eq!(max_connections(&live, i).await, 222, "{site}");
+    }
+    // The drift was updated once: no second update starts while nothing has drifted.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let again = rt.snapshot().status().clone();
+    assert_eq!(
+        again.update_phase.as_ref().map(|u| &u.request_id),
+        Some(&u.request_id)
+    );
+    assert!(c.fake.take_pod_starts().is_empty());
+    let events = c.fake.objects("events.k8s.io/v1/events", NS);
+    let reasons: Vec<&str> = events.iter().filter_map(|e| e["reason"].as_str()).collect();
+    for r in [
+        EventReason::OrderedUpdateStarted,
+        EventReason::OrderedUpdateSucceeded,
+        EventReason::SiteUpdated,
+    ] {
+        assert!(reasons.contains(&r.as_str()), "{r:?} in {reasons:?}");
+    }
+    // The role labels followed: pdx's Pod is the primary.
+    assert_eq!(
+        c.fake
+            .pod_labels(NS, "mysql-pdx-0")
+            .get(bloodraven_core::contract::labels::ROLE)
+            .map(String::as_str),
+        Some("primary")
+    );
+    assert!(c.fake.objects(STATEFULSETS, NS).len() == 3);
+    op.stop().await;
+}
+
+/// The same drift and Pod replacement on a real cluster behind `KUBECONFIG` (ignored by
+/// default): a one-Pod `OnDelete` StatefulSet of the pause image in
+/// `$BLOODRAVEN_TEST_NAMESPACE`; a changed template is a drift the platform tells from the
+/// real controller's `controller-revision-hash`, and its update returns once the real
+/// replacement Pod is Ready at `status.updateRevision`. The identity needs `get`, `create`,
+/// `update` and `delete` on StatefulSets and `list`, `delete` on Pods there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: set KUBECONFIG"]
+async fn a_real_statefulset_drifts_and_its_pod_is_replaced_at_the_update_revision() {
+    use bloodraven_operator::platform::{SiteWorkloads, UpdateNeed};
+    bloodraven_runtime::tls::install_crypto_provider();
+    let cluster =
+        bloodraven_kube::cluster::connect(&bloodraven_kube::cluster::ClusterOptions::default())
+            .await
+            .expect("KUBECONFIG names a reachable cluster");
+    let ns = std::env::var("BLOODRAVEN_TEST_NAMESPACE").unwrap_or_else(|_| "default".to_owned());
+    let name = format!("bloodraven-update-{}", std::process::id() % 100_000);
+    let sts = |marker: &str| -> StatefulSet {
+        serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": 1, "serviceName": name, "updateStrategy": {"type": "OnDelete"},
+                     "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name},
+                                               "annotations": {"bloodraven-test/marker": marker}},
+                                  "spec": {"terminationGracePeriodSeconds": 1,
+                                           "containers": [{"name": "pause",
+                                                           "image": "registry.k8s.io/pause:3.10"}]}}}}))
+        .unwrap()
+    };
+    let sets: kube::Api<StatefulSet> = kube::Api::namespaced(cluster.client.clone(), &ns);
+    sets.create(&kube::api::PostParams::default(), &sts("one"))
+        .await
+        .unwrap();
+    let spec: bloodraven_core::config::FailoverGroupSpec = serde_json::from_value(json!({
+        "sites": [{"name": "iad", "mysql": {"host": "mysql-iad", "port": 3306,
+                                             "credentials": {"secretName": "c"}},
+                   "sidecar": {"url": "http://mysql-iad:8080"},
+                   "workload": {"kind": "StatefulSet", "name": name}}]
+    }))
+    .unwrap();
+    let group = bloodraven_core::config::validate_group("orders", &ns, &spec).unwrap();
+    let site = group.site("iad").unwrap().clone();
+    let pods = bloodraven_operator::platform::kubernetes::workloads::Pods::new(cluster.client);
+    // The first Pod Ready: the update of a current site returns at once.
+    tokio::time::timeout(Duration::from_secs(300), pods.update(&group, &site))
+        .await
+        .expect("the first Pod is Ready within 5 minutes")
+        .unwrap();
+    assert_eq!(
+        pods.update_need(&group, &site).await.unwrap(),
+        UpdateNeed::Current
+    );
+    let mut changed = sets.get(&name).await.unwrap();
+    changed.spec = sts("two").spec;
+    sets.replace(&name, &kube::api::PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let revision = loop {
+        if let UpdateNeed::Drifted { revision } = pods.update_need(&group, &site).await.unwrap() {
+            break revision;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    tokio::time::timeout(Duration::from_secs(300), pods.update(&group, &site))
+        .await
+        .expect("the replacement is Ready within 5 minutes")
+        .unwrap();
+    let found = pods.find(&group, &site).await.unwrap();
+    assert_eq!(found.len(), 1);
+    let pod_api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(sets.clone().into_client(), &ns);
+    let pod = pod_api.get(&found[0].name).await.unwrap();
+    assert_eq!(
+        pod.metadata.labels.unwrap()[REVISION_LABEL],
+        revision,
+        "the replacement runs the update revision"
+    );
+    sets.delete(&name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+}
