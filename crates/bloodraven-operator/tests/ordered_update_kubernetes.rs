@@ -15,6 +15,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use bloodraven_core::config::UpdateStrategy;
+use bloodraven_core::contract::annotations::ORDERED_UPDATE;
 use bloodraven_core::reason::EventReason;
 use bloodraven_core::status::{GroupStatus, UpdatePhase};
 use bloodraven_testkit::fake_k8s::statefulset::{REVISION_LABEL, STATEFULSETS};
@@ -52,9 +54,20 @@ async fn max_connections(live: &Live, i: usize) -> u64 {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_lost() {
-    let mut live = Live::start(Timings::default()).await;
+/// A three-site group whose sites run in StatefulSets on the fake, bootstrapped on iad with
+/// replication running; `strategy` is its `spec.updateStrategy`.
+struct Story {
+    live: Live,
+    c: support::kube::Cluster,
+    sets: kube::Api<StatefulSet>,
+    /// Each site's first revision.
+    first: BTreeMap<&'static str, String>,
+    op: bloodraven_operator::OperatorHandle,
+    before: u64,
+}
+
+async fn start(strategy: UpdateStrategy) -> Story {
+    let live = Live::start(Timings::default()).await;
     let c = cluster().await;
     let sets: kube::Api<StatefulSet> = kube::Api::namespaced(c.client.clone(), NS);
     for site in SITES {
@@ -80,6 +93,7 @@ async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_l
         })
         .collect();
     c.apply_with(&live, GROUP, |spec| {
+        spec.update_strategy = Some(strategy);
         for s in &mut spec.sites {
             s.workload = Some(bloodraven_core::config::WorkloadSpec {
                 kind: bloodraven_core::config::WorkloadKind::StatefulSet,
@@ -96,13 +110,118 @@ async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_l
         |s| s.active_site == "iad" && s.replication_running(),
     )
     .await;
-    let before = s.topology_generation;
     assert!(s.update_phase.is_none(), "nothing drifted: no update");
+    Story {
+        before: s.topology_generation,
+        live,
+        c,
+        sets,
+        first,
+        op,
+    }
+}
+
+impl Story {
+    /// `kubectl apply` of new templates for every site: each drifts.
+    async fn change_templates(&self) {
+        for site in SITES {
+            let name = format!("mysql-{site}");
+            let mut sts: StatefulSet = self.sets.get(&name).await.unwrap();
+            let new: StatefulSet = serde_json::from_value(statefulset(site, 222)).unwrap();
+            sts.spec = new.spec;
+            self.sets
+                .replace(&name, &kube::api::PostParams::default(), &sts)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Serves the StatefulSet controller's Pod starts as a kubelet would (the site's server
+    /// restarted with the new setting, then the Pod Ready) until the update ends. Returns the
+    /// status and the Pods started, in order, with their revisions.
+    async fn serve_until_ended(&mut self) -> (GroupStatus, Vec<(String, String)>) {
+        let rt = self.op.group(GROUP).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+        let mut started = Vec::new();
+        loop {
+            for p in self.c.fake.take_pod_starts() {
+                let site = p.statefulset.trim_start_matches("mysql-").to_string();
+                // One at a time: every other site's Pod is Ready when one is replaced.
+                for other in SITES.iter().filter(|o| **o != site) {
+                    let pod = self
+                        .c
+                        .fake
+                        .object("/v1/pods", NS, &format!("mysql-{other}-0"))
+                        .unwrap();
+                    assert_eq!(
+                        pod["status"]["conditions"][0]["status"], "True",
+                        "{} was replaced while {other} was not Ready",
+                        p.pod
+                    );
+                }
+                let h = &mut self.live.harness;
+                let i = h.index_of(&site).unwrap();
+                h.set_extra_args(i, vec![UPDATED.to_string()]).unwrap();
+                h.stop(i).await.unwrap();
+                h.restart(i).await.unwrap();
+                assert!(self.c.fake.set_pod_ready(NS, &p.pod, true));
+                started.push((site, p.revision));
+            }
+            let s = rt.snapshot().status().clone();
+            if s.update_phase
+                .as_ref()
+                .is_some_and(|u| u.phase.is_terminal())
+            {
+                return (s, started);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the update did not end; Pods started: {started:?}; update: {:?}",
+                s.update_phase
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The update succeeded: every site replaced once at a new revision, replicas first, the
+    /// primary moved once to pdx.
+    fn assert_updated(&self, s: &GroupStatus, started: &[(String, String)]) {
+        let u = s.update_phase.clone().unwrap();
+        assert_eq!(u.phase, UpdatePhase::Succeeded, "{u:?}");
+        let order: Vec<&str> = started.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(
+            order,
+            ["pdx", "reader", "iad"],
+            "replicas first, the old primary last"
+        );
+        for (site, revision) in started {
+            assert_ne!(
+                Some(revision),
+                self.first.get(site.as_str()),
+                "{site}: a new revision"
+            );
+            assert_eq!(
+                &self.c.fake.pod_labels(NS, &format!("mysql-{site}-0"))[REVISION_LABEL],
+                revision
+            );
+        }
+        assert_eq!(s.active_site, "pdx");
+        assert_eq!(s.topology_generation, self.before + 1, "exactly one bump");
+        assert_eq!(
+            u.switchover.as_ref().and_then(|sw| sw.transactions_lost),
+            Some(0)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_lost() {
+    let mut story = start(UpdateStrategy::Ordered).await;
     let writer = Writer::start(
         SITES
             .iter()
             .enumerate()
-            .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
+            .map(|(i, n)| ((*n).to_string(), story.live.harness.app_opts(i)))
             .collect(),
         Duration::from_millis(2),
     );
@@ -110,106 +229,27 @@ async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_l
         SITES
             .iter()
             .enumerate()
-            .map(|(i, n)| Target::new(*n, live.harness.app_opts(i)))
+            .map(|(i, n)| Target::new(*n, story.live.harness.app_opts(i)))
             .collect(),
         Duration::from_millis(5),
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-
-    // `kubectl apply` of the new templates: every site drifts.
-    for site in SITES {
-        sets.replace(
-            &format!("mysql-{site}"),
-            &kube::api::PostParams::default(),
-            &{
-                let mut sts: StatefulSet = sets.get(&format!("mysql-{site}")).await.unwrap();
-                let new: StatefulSet = serde_json::from_value(statefulset(site, 222)).unwrap();
-                sts.spec = new.spec;
-                sts
-            },
-        )
-        .await
-        .unwrap();
-    }
-
-    // Serve the StatefulSet controller's Pod starts as a kubelet would, until the update ends.
-    let rt = op.group(GROUP).await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
-    let mut started = Vec::new();
-    let s: GroupStatus = loop {
-        for p in c.fake.take_pod_starts() {
-            let site = p.statefulset.trim_start_matches("mysql-").to_string();
-            // One at a time: every other site's Pod is Ready when one is replaced.
-            for other in SITES.iter().filter(|o| **o != site) {
-                let pod = c
-                    .fake
-                    .object("/v1/pods", NS, &format!("mysql-{other}-0"))
-                    .unwrap();
-                assert_eq!(
-                    pod["status"]["conditions"][0]["status"], "True",
-                    "{} was replaced while {other} was not Ready",
-                    p.pod
-                );
-            }
-            let i = live.harness.index_of(&site).unwrap();
-            live.harness
-                .set_extra_args(i, vec![UPDATED.to_string()])
-                .unwrap();
-            live.harness.stop(i).await.unwrap();
-            live.harness.restart(i).await.unwrap();
-            assert!(c.fake.set_pod_ready(NS, &p.pod, true));
-            started.push((site, p.revision));
-        }
-        let s = rt.snapshot().status().clone();
-        if s.update_phase
-            .as_ref()
-            .is_some_and(|u| u.phase.is_terminal())
-        {
-            break s;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the update did not end; Pods started: {started:?}; update: {:?}",
-            s.update_phase
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    story.change_templates().await;
+    let (s, started) = story.serve_until_ended().await;
+    story.assert_updated(&s, &started);
     let u = s.update_phase.clone().unwrap();
-    assert_eq!(u.phase, UpdatePhase::Succeeded, "{u:?}");
     assert!(u.request_id.starts_with("drift-"), "{}", u.request_id);
-    let order: Vec<&str> = started.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(
-        order,
-        ["pdx", "reader", "iad"],
-        "replicas first, the old primary last"
-    );
-    for (site, revision) in &started {
-        assert_ne!(
-            Some(revision),
-            first.get(site.as_str()),
-            "{site}: a new revision"
-        );
-        assert_eq!(
-            &c.fake.pod_labels(NS, &format!("mysql-{site}-0"))[REVISION_LABEL],
-            revision
-        );
-    }
-    assert_eq!(s.active_site, "pdx");
-    assert_eq!(s.topology_generation, before + 1, "exactly one bump");
-    assert_eq!(
-        u.switchover.as_ref().and_then(|sw| sw.transactions_lost),
-        Some(0)
-    );
-
+    let (live, c, op) = (&story.live, &story.c, &story.op);
+    let rt = op.group(GROUP).await.unwrap();
     // Let the writer find the new primary, then judge what the application saw.
-    wait_status(&op, Duration::from_secs(20), "iad replicates again", |s| {
+    wait_status(op, Duration::from_secs(20), "iad replicates again", |s| {
         s.site("iad").is_some_and(|i| i.replicating) && s.replication_running()
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let wlog = writer.stop().await;
     let plog = probe.stop().await;
-    let report = check(&live.harness.app_opts(1), &wlog, Some(&plog))
+    let report = check(&story.live.harness.app_opts(1), &wlog, Some(&plog))
         .await
         .unwrap();
     eprintln!("ordered update (Kubernetes mode): {}", report.summary());
@@ -217,7 +257,7 @@ async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_l
     assert!(report.lost.is_empty(), "{}", report.summary());
     assert_eq!(report.two_writable_rounds, 0, "{}", report.summary());
     for (i, site) in SITES.iter().enumerate() {
-        assert_eq!(max_connections(&live, i).await, 222, "{site}");
+        assert_eq!(max_connections(live, i).await, 222, "{site}");
     }
     // The drift was updated once: no second update starts while nothing has drifted.
     tokio::time::sleep(Duration::from_secs(11)).await;
@@ -245,7 +285,24 @@ async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_l
         Some("primary")
     );
     assert!(c.fake.objects(STATEFULSETS, NS).len() == 3);
-    op.stop().await;
+    story.op.stop().await;
+}
+
+/// `spec.updateStrategy: Manual`: a drift starts nothing on its own (past two looks for a
+/// drift); `bloodraven update` (its annotation) then updates the drifted Pods in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manual_group_waits_for_a_request_and_then_updates_its_drifted_pods() {
+    let mut story = start(UpdateStrategy::Manual).await;
+    story.change_templates().await;
+    let rt = story.op.group(GROUP).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    assert!(rt.snapshot().status().update_phase.is_none());
+    assert!(story.c.fake.take_pod_starts().is_empty(), "no Pod deleted");
+    story.c.annotate(GROUP, ORDERED_UPDATE, "release-42");
+    let (s, started) = story.serve_until_ended().await;
+    story.assert_updated(&s, &started);
+    assert_eq!(s.update_phase.unwrap().request_id, "release-42");
+    story.op.stop().await;
 }
 
 /// The same drift and Pod replacement on a real cluster behind `KUBECONFIG` (ignored by

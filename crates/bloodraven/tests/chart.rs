@@ -579,7 +579,11 @@ fn the_snippets_users_paste_are_valid() {
     for s in &services {
         for (k, v) in s.spec.as_ref().unwrap().selector.as_ref().unwrap() {
             if k != "bloodraven.shipstream.io/role" {
-                assert_eq!(pod_labels.get(k), Some(v), "a Service selects the site's Pods");
+                assert_eq!(
+                    pod_labels.get(k),
+                    Some(v),
+                    "a Service selects the site's Pods"
+                );
             }
         }
     }
