@@ -134,7 +134,7 @@ ensure_haproxy() {
   if command -v haproxy >/dev/null 2>&1; then return 0; fi
   apt_install haproxy || true
   command -v haproxy >/dev/null 2>&1 || die \
-    "haproxy is missing and could not be installed (the routing test runs it).
+    "haproxy is missing and could not be installed (the playground routes its counter app through it; the routing tests run it).
        Install it with: sudo apt-get install -y --no-install-recommends haproxy"
 }
 

@@ -1,6 +1,9 @@
-//! The counter app: a tiny application that increments a counter on whichever site the
-//! operator says is active, with no retry, and counts what each increment's answer proves
-//! (acknowledged, failed, ambiguous). The point is to see what a failover does to writes.
+//! The counter app: a tiny application that increments a counter on the primary, with no
+//! retry, and counts what each increment's answer proves (acknowledged, failed, ambiguous).
+//! The point is to see what a failover does to writes. It reaches the primary through a
+//! router (the playground's HAProxy, which follows the sidecars' `/primary`) and tells which
+//! site a connection landed on by the server's own port; without a router it connects to the
+//! site the operator's `/active-site` names.
 //!
 //! `GET /api/counter` → `{value, updatedAt, dbHost, site, readOnly, acknowledged, failed,
 //! ambiguous}`; `POST /api/increment` → one `UPDATE`, never retried.
@@ -97,15 +100,25 @@ impl Timeline {
     }
 }
 
+/// The app's connection: to `key` (a site, or the router), landed on site `landed`.
+#[derive(Debug)]
+struct Slot {
+    key: String,
+    conn: Conn,
+    landed: String,
+}
+
 /// The app's state.
 #[derive(Debug)]
 pub struct CounterApp {
     sites: Vec<AppSite>,
+    /// Where writes go when set: a router's address.
+    router: Option<AppSite>,
     operator: String,
     namespace: String,
     group: String,
     active: RwLock<String>,
-    conn: Mutex<Option<(String, Conn)>>,
+    conn: Mutex<Option<Slot>>,
     tally: Mutex<Tally>,
     timeline: Mutex<Timeline>,
     started: tokio::time::Instant,
@@ -121,7 +134,10 @@ pub struct CounterView {
     pub value: Option<i64>,
     pub updated_at: Option<String>,
     pub db_host: String,
+    /// The site the app's connection is on.
     pub site: String,
+    /// `router` when the app writes through the router, `direct` otherwise.
+    pub route: String,
     pub read_only: Option<bool>,
     pub acknowledged: u64,
     pub failed: u64,
@@ -145,9 +161,11 @@ pub struct IncrementResult {
 }
 
 impl CounterApp {
-    /// An app following `operator`'s `/active-site` for `namespace/group`.
+    /// An app writing through `router` when given, else to the site `operator`'s
+    /// `/active-site` names for `namespace/group` (followed either way, for the dashboard).
     pub fn new(
         sites: Vec<AppSite>,
+        router: Option<AppSite>,
         operator: &str,
         namespace: &str,
         group: &str,
@@ -156,6 +174,7 @@ impl CounterApp {
             bloodraven_runtime::tls::http_client(None, Duration::from_secs(1)).unwrap_or_default();
         Arc::new(CounterApp {
             sites,
+            router,
             operator: operator.trim_end_matches('/').to_string(),
             namespace: namespace.to_string(),
             group: group.to_string(),
@@ -232,22 +251,49 @@ impl CounterApp {
         self.sites.iter().find(|s| s.name == name)
     }
 
-    /// A connection to the active site (opened on first use; reopened after a change).
+    /// Where the app connects now: the router, or the active site.
+    async fn target(&self) -> Result<AppSite, String> {
+        if let Some(r) = &self.router {
+            return Ok(r.clone());
+        }
+        let name = self.active_site().await;
+        self.site(&name)
+            .cloned()
+            .ok_or_else(|| "no active site known yet".to_string())
+    }
+
+    /// A connection to `site` (opened on first use; reopened after a change), and the site
+    /// it landed on.
     async fn conn<'a>(
         &self,
-        slot: &'a mut Option<(String, Conn)>,
+        slot: &'a mut Option<Slot>,
         site: &AppSite,
-    ) -> Result<&'a mut Conn, String> {
-        if slot.as_ref().is_none_or(|(n, _)| *n != site.name) {
-            let c = tokio::time::timeout(Duration::from_secs(1), Conn::new(site.opts.clone()))
+    ) -> Result<&'a mut Slot, String> {
+        if slot.as_ref().is_none_or(|s| s.key != site.name) {
+            let mut c = tokio::time::timeout(Duration::from_secs(1), Conn::new(site.opts.clone()))
                 .await
                 .map_err(|_| format!("no connection to {} within 1 s", site.name))?
                 .map_err(|e| format!("cannot connect to {}: {e}", site.name))?;
-            *slot = Some((site.name.clone(), c));
+            let landed = if self.router.is_some() {
+                let port: Option<u16> =
+                    tokio::time::timeout(Duration::from_secs(1), c.query_first("SELECT @@port"))
+                        .await
+                        .map_err(|_| format!("no answer through {} within 1 s", site.name))?
+                        .map_err(|e| format!("{} answered: {e}", site.name))?;
+                self.sites
+                    .iter()
+                    .find(|s| Some(s.port) == port)
+                    .map_or_else(|| "?".to_string(), |s| s.name.clone())
+            } else {
+                site.name.clone()
+            };
+            *slot = Some(Slot {
+                key: site.name.clone(),
+                conn: c,
+                landed,
+            });
         }
-        slot.as_mut()
-            .map(|(_, c)| c)
-            .ok_or_else(|| "no connection".to_string())
+        slot.as_mut().ok_or_else(|| "no connection".to_string())
     }
 
     /// One increment on the active site; never retried. Counted in the timeline.
@@ -258,23 +304,28 @@ impl CounterApp {
     }
 
     async fn increment_once(&self) -> IncrementResult {
-        let name = self.active_site().await;
-        let Some(site) = self.site(&name).cloned() else {
-            let mut t = self.tally.lock().await;
-            t.failed += 1;
-            return IncrementResult {
-                outcome: "failed".into(),
-                site: name,
-                error: Some("no active site known yet".into()),
-            };
+        let site = match self.target().await {
+            Ok(s) => s,
+            Err(e) => {
+                let mut t = self.tally.lock().await;
+                t.failed += 1;
+                return IncrementResult {
+                    outcome: "failed".into(),
+                    site: String::new(),
+                    error: Some(e),
+                };
+            }
         };
         let mut slot = self.conn.lock().await;
+        let mut name = site.name.clone();
         let result = match self.conn(&mut slot, &site).await {
             Err(e) => Err((false, e)),
-            Ok(c) => tokio::time::timeout(
-                Duration::from_secs(5),
-                c.query_drop("UPDATE app.counter SET value = value + 1, updated_at = CURRENT_TIMESTAMP(6) WHERE id = 1"),
-            )
+            Ok(s) => {
+                name.clone_from(&s.landed);
+                tokio::time::timeout(
+                    Duration::from_secs(5),
+                    s.conn.query_drop("UPDATE app.counter SET value = value + 1, updated_at = CURRENT_TIMESTAMP(6) WHERE id = 1"),
+                )
             .await
             .map_err(|_| (true, "no answer within 5 s".to_string()))
             .and_then(|r| {
@@ -282,7 +333,8 @@ impl CounterApp {
                     mysql_async::Error::Server(se) => (false, format!("server error {}: {}", se.code, se.message)),
                     other => (true, other.to_string()),
                 })
-            }),
+            })
+            }
         };
         let mut t = self.tally.lock().await;
         match result {
@@ -300,6 +352,11 @@ impl CounterApp {
                     *slot = None;
                 } else {
                     t.failed += 1;
+                    // Through a router a refusal (read-only) means the connection is on a
+                    // site that is no longer the primary: the next write connects again.
+                    if self.router.is_some() {
+                        *slot = None;
+                    }
                 }
                 IncrementResult {
                     outcome: if ambiguous { "ambiguous" } else { "failed" }.into(),
@@ -310,15 +367,20 @@ impl CounterApp {
         }
     }
 
-    /// Reads the counter from the active site.
+    /// Reads the counter where the app writes.
     pub async fn view(&self) -> CounterView {
-        let name = self.active_site().await;
         let tally = self.tally().await;
         let mut v = CounterView {
             value: None,
             updated_at: None,
             db_host: String::new(),
-            site: name.clone(),
+            site: String::new(),
+            route: if self.router.is_some() {
+                "router"
+            } else {
+                "direct"
+            }
+            .into(),
             read_only: None,
             acknowledged: tally.acknowledged,
             failed: tally.failed,
@@ -327,27 +389,32 @@ impl CounterApp {
             timeline: self.timeline.lock().await.seconds(),
             writing: self.writing.load(std::sync::atomic::Ordering::Relaxed),
         };
-        let Some(site) = self.site(&name).cloned() else {
-            v.error = Some("no active site known yet".into());
-            return v;
+        let site = match self.target().await {
+            Ok(s) => s,
+            Err(e) => {
+                v.error = Some(e);
+                return v;
+            }
         };
         v.db_host = format!("{}:{}", site.host, site.port);
         let mut slot = self.conn.lock().await;
         let read = async {
-            let c = self.conn(&mut slot, &site).await?;
-            let row: Option<(i64, String, i64)> = c
+            let s = self.conn(&mut slot, &site).await?;
+            let row: Option<(i64, String, i64)> = s
+                .conn
                 .query_first("SELECT value, CAST(updated_at AS CHAR), @@read_only FROM app.counter WHERE id = 1")
                 .await
                 .map_err(|e| e.to_string())?;
-            Ok::<_, String>(row)
+            Ok::<_, String>((row, s.landed.clone()))
         };
         match tokio::time::timeout(Duration::from_secs(2), read).await {
-            Ok(Ok(Some((value, at, ro)))) => {
+            Ok(Ok((None, _))) => v.error = Some("the counter row is missing".into()),
+            Ok(Ok((Some((value, at, ro)), landed))) => {
+                v.site = landed;
                 v.value = Some(value);
                 v.updated_at = Some(at);
                 v.read_only = Some(ro != 0);
             }
-            Ok(Ok(None)) => v.error = Some("the counter row is missing".into()),
             Ok(Err(e)) => {
                 v.error = Some(e);
                 *slot = None;

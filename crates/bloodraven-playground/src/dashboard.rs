@@ -61,13 +61,14 @@ pub async fn snapshot(pg: &Playground) -> Value {
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}/status"))
         .collect();
-    let (status, sidecars, counter, running, operator_running, lease) = tokio::join!(
+    let (status, sidecars, counter, running, operator_running, lease, router) = tokio::join!(
         get_json(&http, status_url),
         futures::future::join_all(sidecar_urls.into_iter().map(|u| get_json(&http, u))),
         pg.counter.view(),
         pg.servers_running(),
         pg.operator_running(),
         pg.lease_state(),
+        pg.router_view(),
     );
     let group = status
         .as_ref()
@@ -125,6 +126,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
         "events": group.as_ref().map(|g| g["events"].clone()),
         "sites": sites,
         "counter": counter,
+        "router": router,
         "lease": lease.map(|(op, lost)| json!({"operationId": op, "lost": lost})),
         "urls": {
             "app": format!("http://{}", pg.app_addr),

@@ -4,14 +4,18 @@
 //! |---|---|
 //! | [`playground`] | starting and stopping everything: MariaDB servers, operator, sidecars, links; chaos actions |
 //! | [`proxy`] | loopback TCP proxies standing for network links (cut, heal) |
-//! | [`counter`] | the counter app (follows `/active-site`, never retries a write) |
+//! | [`counter`] | the counter app (writes through the router, never retries a write) |
+//! | [`measure`] | a planned switchover's write gap as an application behind the router sees it |
+//! | [`router`] | HAProxy in front of the servers, checking each sidecar's `/primary` |
 //! | [`dashboard`] | the live dashboard page, its event stream and the chaos API |
 //! | [`scenario`] | the seeds' scenarios as scripts that fail when the outcome does not happen |
 
 pub mod counter;
 pub mod dashboard;
+pub mod measure;
 pub mod playground;
 pub mod proxy;
+pub mod router;
 pub mod scenario;
 
 use std::sync::Arc;
@@ -91,6 +95,10 @@ fn print_summary(pg: &Arc<Playground>, app: std::net::SocketAddr, dash: std::net
         pg.opts.operator_port
     );
     println!("  deploy API (TLS)  {deploy}   CA: {ca}");
+    println!(
+        "  router (HAProxy)  mysql://127.0.0.1:{} (the primary)  mysql://127.0.0.1:{} (replicas)",
+        pg.opts.router_port, pg.opts.router_replica_port
+    );
     for (i, name) in playground::SITES.iter().enumerate() {
         println!(
             "  site {name:<7}      sidecar http://127.0.0.1:{}/status",

@@ -54,6 +54,10 @@ pub struct PlaygroundOptions {
     pub dashboard_port: u16,
     pub operator_port: u16,
     pub deploy_port: u16,
+    /// The router's primary port (HAProxy; the counter app writes through it) and its
+    /// replica port.
+    pub router_port: u16,
+    pub router_replica_port: u16,
     /// The `bloodraven` binary (the operator and the sidecars run as its subcommands).
     pub exe: PathBuf,
     /// `spec.replication.mode` of the group; `semi-sync` also starts the servers with the
@@ -80,6 +84,8 @@ pub enum PlaygroundError {
     Io { what: String, detail: String },
     #[error("the operator did not become ready within {0} s (see {1})")]
     OperatorNotReady(u64, String),
+    #[error(transparent)]
+    Router(#[from] crate::router::RouterError),
     #[error("{0}")]
     Other(String),
 }
@@ -141,6 +147,10 @@ pub struct Playground {
     operator: Mutex<Option<Child>>,
     sidecars: Mutex<Vec<Option<Child>>>,
     pub counter: Arc<CounterApp>,
+    /// HAProxy in front of the servers (the counter app's way to the primary).
+    pub router: Mutex<Option<crate::router::Router>>,
+    /// The app account through the router's primary port.
+    pub router_opts: mysql_async::Opts,
     pub store: SqliteStore,
     key: SigningKey,
     lease: Mutex<Option<LeaseSession>>,
@@ -382,26 +392,34 @@ fn operator_options(
     lo
 }
 
-/// The counter app, writing through the app account straight to each server.
-fn counter_app(harness: &Launcher, operator_port: u16) -> Arc<CounterApp> {
+/// The app account on loopback `port` (a server's, or the router's).
+fn app_opts(harness: &Launcher, port: u16) -> mysql_async::Opts {
     let a = harness.accounts();
+    mysql_async::OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .prefer_socket(false)
+        .user(Some(a.app.user.clone()))
+        .pass(Some(a.app.password.expose().to_string()))
+        .db_name(Some("app"))
+        .into()
+}
+
+/// The counter app, writing through the app account and the router's primary port (the
+/// servers' own ports tell which site a connection landed on).
+fn counter_app(harness: &Launcher, operator_port: u16, router_port: u16) -> Arc<CounterApp> {
+    let site = |name: &str, port: u16| AppSite {
+        name: name.to_string(),
+        host: "127.0.0.1".into(),
+        port,
+        opts: app_opts(harness, port),
+    };
     let app_sites = (0..SITES.len())
-        .map(|i| AppSite {
-            name: SITES[i].to_string(),
-            host: "127.0.0.1".into(),
-            port: harness.port(i),
-            opts: mysql_async::OptsBuilder::default()
-                .ip_or_hostname("127.0.0.1")
-                .tcp_port(harness.port(i))
-                .prefer_socket(false)
-                .user(Some(a.app.user.clone()))
-                .pass(Some(a.app.password.expose().to_string()))
-                .db_name(Some("app"))
-                .into(),
-        })
+        .map(|i| site(SITES[i], harness.port(i)))
         .collect();
     CounterApp::new(
         app_sites,
+        Some(site("router", router_port)),
         &format!("http://127.0.0.1:{operator_port}"),
         NAMESPACE,
         GROUP,
@@ -426,6 +444,12 @@ impl Playground {
             (opts.dashboard_port, "dashboard", "--dashboard-port"),
             (opts.operator_port, "operator", "--operator-port"),
             (opts.deploy_port, "deploy API", "--deploy-port"),
+            (opts.router_port, "router (HAProxy)", "--router-port"),
+            (
+                opts.router_replica_port,
+                "router's replica port",
+                "--router-replica-port",
+            ),
         ] {
             check_port(port, what, flag)?;
         }
@@ -454,7 +478,29 @@ impl Playground {
             Durability::Full,
         )
         .map_err(|e| PlaygroundError::Other(e.to_string()))?;
-        let counter = counter_app(&harness, operator_port);
+        progress("starting the router (HAProxy: /primary checked on every sidecar every 100 ms)");
+        let router_port = port_or_free(opts.router_port)?;
+        let router_replica_port = port_or_free(opts.router_replica_port)?;
+        let routed: Vec<crate::router::RoutedSite> = SITES
+            .iter()
+            .enumerate()
+            .map(|(i, name)| crate::router::RoutedSite {
+                name: (*name).to_string(),
+                mysql_port: harness.port(i),
+                sidecar_port: sidecar_ports[i],
+                reader: ROLES[i] == SiteRole::ReadOnly,
+            })
+            .collect();
+        let router = crate::router::Router::start(
+            &w.dir,
+            &routed,
+            router_port,
+            router_replica_port,
+            open_log(&w.dir.join("logs/haproxy.log"))?,
+        )
+        .await?;
+        let counter = counter_app(&harness, operator_port, router_port);
+        let router_opts = app_opts(&harness, router_port);
 
         let pg = Arc::new(Playground {
             dir: w.dir.clone(),
@@ -470,6 +516,8 @@ impl Playground {
             operator: Mutex::new(None),
             sidecars: Mutex::new((0..SITES.len()).map(|_| None).collect()),
             counter,
+            router: Mutex::new(Some(router)),
+            router_opts,
             store,
             key,
             lease: Mutex::new(None),
@@ -478,6 +526,8 @@ impl Playground {
             opts: PlaygroundOptions {
                 operator_port,
                 deploy_port,
+                router_port,
+                router_replica_port,
                 ..opts
             },
         });
@@ -948,6 +998,75 @@ impl Playground {
         Ok(format!("requested a planned failover to {to}"))
     }
 
+    /// Measures a planned switchover to `to` (default: the other primary candidate) as an
+    /// application behind the router sees it ([`crate::measure`]).
+    pub async fn measure_switchover(
+        &self,
+        to: Option<&str>,
+    ) -> Result<crate::measure::SwitchoverGap, PlaygroundError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let other = |e: String| PlaygroundError::Other(format!("measure-switchover: {e}"));
+        let from = self.stored_status().await?.active_site;
+        let to = match to {
+            Some(t) => t.to_string(),
+            None => SITES
+                .iter()
+                .zip(ROLES)
+                .find(|(s, r)| **s != from && *r == SiteRole::PrimaryCandidate)
+                .map(|(s, _)| (*s).to_string())
+                .ok_or_else(|| other("no other primary candidate".into()))?,
+        };
+        Self::site_index(&to)?;
+        if to == from {
+            return Err(other(format!("{to} is the active site already")));
+        }
+        let first = crate::measure::next_first_id(&self.router_opts)
+            .await
+            .map_err(other)?;
+        let halt = Arc::new(AtomicBool::new(false));
+        let writer = crate::measure::spawn_writer(self.router_opts.clone(), first, halt.clone());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let asked = tokio::time::Instant::now();
+        self.planned_failover(&to).await?;
+        let deadline = asked + Duration::from_secs(60);
+        let outcome = loop {
+            let s = self.stored_status().await?;
+            if let Some(p) = s.planned_failover.as_ref().filter(|p| p.target == to)
+                && p.phase.is_terminal()
+            {
+                break (p.phase, p.message.clone());
+            }
+            if tokio::time::Instant::now() > deadline {
+                break (
+                    bloodraven_core::status::PlannedFailoverPhase::Failed,
+                    "not finished within 60 s".into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        // Writes go on for a second after, so the gap includes the router's move.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        halt.store(true, Ordering::Relaxed);
+        let acked = writer.await.map_err(|e| other(e.to_string()))?;
+        if outcome.0 != bloodraven_core::status::PlannedFailoverPhase::Succeeded {
+            return Err(other(format!(
+                "the switchover to {to} ended {}: {}",
+                outcome.0.as_str(),
+                outcome.1
+            )));
+        }
+        let lost = crate::measure::lost(&self.router_opts, &acked)
+            .await
+            .map_err(other)?;
+        Ok(crate::measure::SwitchoverGap {
+            from,
+            to,
+            gap: crate::measure::longest_pause(&acked, asked).unwrap_or(Duration::MAX),
+            acknowledged: acked.len(),
+            lost,
+        })
+    }
+
     /// Requests a reclone of `name` (as `bloodraven site reclone` does), confirmed with what
     /// the stored status shows it would discard (the dashboard's button on a blocked site).
     pub async fn reclone_site(&self, name: &str) -> Result<String, PlaygroundError> {
@@ -1109,10 +1228,38 @@ impl Playground {
             "revoke-all" => self.revoke_all().await,
             "reclone-site" => self.reclone_site(site.ok_or_else(missing)?).await,
             "update" => self.ordered_update().await,
+            "measure-switchover" => Ok(self.measure_switchover(site).await?.to_string()),
             other => Err(PlaygroundError::Other(format!(
-                "unknown action {other:?} (increment, start-writing, stop-writing, failover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator, heal-operator, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
+                "unknown action {other:?} (increment, start-writing, stop-writing, failover, measure-switchover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator, heal-operator, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
             ))),
         }
+    }
+
+    /// HAProxy's view of its backends, beside its ports, for the dashboard.
+    pub async fn router_view(&self) -> serde_json::Value {
+        let r = self.router.lock().await;
+        let Some(r) = r.as_ref() else {
+            return serde_json::json!({"running": false});
+        };
+        let (backends, error) = match r.backends().await {
+            Ok(b) => (b, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        // The site HAProxy sends writes to: the primary backend's one server UP.
+        let up: Vec<&str> = backends
+            .iter()
+            .filter(|b| b.backend == "primary" && b.status == "UP")
+            .map(|b| b.site.as_str())
+            .collect();
+        serde_json::json!({
+            "running": true,
+            "primaryPort": r.primary_port,
+            "replicaPort": r.replica_port,
+            "writesTo": up,
+            "backends": backends,
+            "error": error,
+            "config": r.config_path,
+        })
     }
 
     /// Stops everything this playground started.
@@ -1122,6 +1269,9 @@ impl Playground {
             terminate(c).await;
         }
         self.stop_operator().await;
+        if let Some(r) = self.router.lock().await.take() {
+            r.stop().await;
+        }
         // The harness stops its servers (SIGTERM) when dropped with the playground; make it
         // explicit here so a kept directory is clean before we return.
         let mut h = self.harness.lock().await;
@@ -1139,6 +1289,7 @@ impl Playground {
     pub fn logs(&self) -> BTreeMap<String, PathBuf> {
         let mut m = BTreeMap::new();
         m.insert("operator".into(), self.dir.join("logs/operator.log"));
+        m.insert("haproxy".into(), self.dir.join("logs/haproxy.log"));
         for s in SITES {
             m.insert(
                 format!("sidecar-{s}"),

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 /// The scenarios, by name, with a one-line description.
-pub const SCENARIOS: [(&str, &str); 4] = [
+pub const SCENARIOS: [(&str, &str); 5] = [
     (
         "operator-down",
         "stop the operator: writes keep landing on the primary and nothing fences",
@@ -29,7 +29,30 @@ pub const SCENARIOS: [(&str, &str); 4] = [
         "isolate-primary",
         "cut the primary off: its sidecar fences it (rule #2) and the operator fails over",
     ),
+    (
+        "switchover-through-router",
+        "three planned switchovers measured through HAProxy: the write gap an application sees, nothing lost",
+    ),
 ];
+
+/// The site HAProxy sends writes to, when exactly one.
+fn routed_to(s: &Value) -> Option<String> {
+    match s["router"]["writesTo"].as_array().map(Vec::as_slice) {
+        Some([one]) => one.as_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// The number of milliseconds in a `measure-switchover` message ("write gap N ms").
+fn gap_ms(message: &str) -> Option<u64> {
+    message
+        .split("write gap ")
+        .nth(1)?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
 
 /// A scenario failed.
 #[derive(Debug, thiserror::Error)]
@@ -389,6 +412,43 @@ pub async fn run(name: &str, dashboard: &str) -> Result<(), ScenarioError> {
             )
             .await?;
         }
+        "switchover-through-router" => {
+            api.wait(
+                &format!("HAProxy to send writes to {primary} only"),
+                Duration::from_secs(10),
+                |s| routed_to(s).as_deref() == Some(primary.as_str()),
+            )
+            .await?;
+            let other = other_candidate(&s, &primary)
+                .ok_or_else(|| api.fail("no other primary-candidate"))?;
+            let mut gaps = Vec::new();
+            for target in [&other, &primary, &other] {
+                // Past the playground's failoverCooldown (5 s) since the last switchover.
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                let m = api.act("measure-switchover", Some(target)).await?;
+                if !m.ends_with(", 0 lost") {
+                    return Err(api.fail(format!("acknowledged writes were lost: {m}")));
+                }
+                let gap = gap_ms(&m).ok_or_else(|| api.fail(format!("no gap in {m:?}")))?;
+                if gap > 5_000 {
+                    return Err(api.fail(format!("writes stopped for {gap} ms: {m}")));
+                }
+                gaps.push(gap);
+                api.wait(
+                    &format!("HAProxy to send writes to {target} only"),
+                    Duration::from_secs(10),
+                    |s| routed_to(s).as_deref() == Some(target.as_str()),
+                )
+                .await?;
+            }
+            gaps.sort_unstable();
+            println!(
+                "  ✓ write gap through HAProxy over {} switchovers: median {} ms, max {} ms; nothing lost",
+                gaps.len(),
+                gaps[gaps.len() / 2],
+                gaps[gaps.len() - 1]
+            );
+        }
         other => return Err(api.fail(format!("no script for {other}"))),
     }
     println!("scenario {name}: passed");
@@ -421,6 +481,27 @@ mod tests {
             &state(&format!("2026-01-01T00:00:{second:02}Z"), iad, pdx, reader),
             "iad",
         )
+    }
+
+    #[test]
+    fn the_router_view_and_the_measured_gap_are_read() {
+        assert_eq!(
+            routed_to(&json!({"router": {"writesTo": ["pdx"]}})).as_deref(),
+            Some("pdx")
+        );
+        assert_eq!(
+            routed_to(&json!({"router": {"writesTo": ["pdx", "iad"]}})),
+            None
+        );
+        assert_eq!(routed_to(&json!({"router": {"writesTo": []}})), None);
+        assert_eq!(routed_to(&json!({})), None);
+        assert_eq!(
+            gap_ms(
+                "switchover iad → pdx through HAProxy: write gap 125 ms; 9 writes acknowledged, 0 lost"
+            ),
+            Some(125)
+        );
+        assert_eq!(gap_ms("nothing"), None);
     }
 
     #[test]

@@ -134,6 +134,17 @@ impl WriterLog {
             .collect()
     }
 
+    /// The longest pause between two consecutive acknowledgements, the later one at or after
+    /// `since`: the write gap an application saw around an event at `since`, whichever site
+    /// (or router) it wrote to. `None` without two acknowledgements around it.
+    pub fn longest_pause_after(&self, since: Instant) -> Option<Duration> {
+        self.acked
+            .windows(2)
+            .filter(|w| w[1].at >= since)
+            .map(|w| w[1].at.saturating_duration_since(w[0].at))
+            .max()
+    }
+
     /// [`WriterLog::gaps`] as durations.
     pub fn unavailability_gaps(&self) -> Vec<Duration> {
         self.gaps().iter().map(Gap::duration).collect()
@@ -150,6 +161,19 @@ impl WriterLog {
             .find(|a| a.site == site && a.at >= since)
             .map(|a| a.at)
     }
+}
+
+/// How a writer picks the site of its next write.
+#[derive(Debug)]
+pub enum Route {
+    /// Every site in turn, moving on after each refusal or lost answer: an application that
+    /// tries every site.
+    TryEvery,
+    /// Always this site (a router's address: the router picks the server).
+    Fixed(usize),
+    /// The site the channel names now (an application following a watch of the active
+    /// site); a refusal is retried there.
+    Follow(watch::Receiver<usize>),
 }
 
 /// A running writer. Stop it with [`Writer::stop`] to get its log.
@@ -169,6 +193,16 @@ impl Writer {
     /// [`Writer::start`] with ids from `first_id` (several writers on one table must not
     /// collide: a duplicate key would read as a refusal).
     pub fn start_from(sites: Vec<(String, Opts)>, interval: Duration, first_id: u64) -> Writer {
+        Writer::start_routed(sites, Route::TryEvery, interval, first_id)
+    }
+
+    /// [`Writer::start_from`], choosing each write's site by `route`.
+    pub fn start_routed(
+        sites: Vec<(String, Opts)>,
+        route: Route,
+        interval: Duration,
+        first_id: u64,
+    ) -> Writer {
         let (stop, mut stopped) = watch::channel(false);
         let handle = tokio::spawn(async move {
             let mut log = WriterLog {
@@ -178,9 +212,18 @@ impl Writer {
             let mut conns: Vec<Option<Conn>> = (0..sites.len()).map(|_| None).collect();
             let mut current = 0usize;
             let mut next_id = first_id;
+            let rotate = matches!(route, Route::TryEvery);
             loop {
                 if *stopped.borrow() {
                     break;
+                }
+                match &route {
+                    Route::TryEvery => {}
+                    Route::Fixed(i) => current = *i,
+                    Route::Follow(rx) => current = *rx.borrow(),
+                }
+                if current >= sites.len() {
+                    current = 0;
                 }
                 let id = next_id;
                 next_id += 1;
@@ -210,17 +253,20 @@ impl Writer {
                     Outcome::Refused(code) => {
                         log.refused += 1;
                         *log.refusals_by_code.entry(code).or_default() += 1;
-                        current = (current + 1) % sites.len();
+                        // A refusing server may keep the connection; a router's next
+                        // connection may land elsewhere.
+                        if !rotate {
+                            conns[current] = None;
+                        }
                     }
-                    Outcome::Ambiguous => {
-                        log.ambiguous.push(id);
-                        current = (current + 1) % sites.len();
-                    }
+                    Outcome::Ambiguous => log.ambiguous.push(id),
                     Outcome::NotSent => {
                         log.refused += 1;
                         *log.refusals_by_code.entry(0).or_default() += 1;
-                        current = (current + 1) % sites.len();
                     }
+                }
+                if rotate && outcome != Outcome::Acknowledged {
+                    current = (current + 1) % sites.len();
                 }
                 tokio::select! {
                     () = sleep(interval) => {}
@@ -520,6 +566,36 @@ mod tests {
             site,
             at: t0 + Duration::from_millis(ms),
         }
+    }
+
+    #[test]
+    fn the_longest_pause_after_an_event_is_measured_whatever_the_site() {
+        let t0 = Instant::now();
+        let log = WriterLog {
+            acked: vec![
+                ack(t0, 1, 0, 0),
+                ack(t0, 2, 0, 300),
+                ack(t0, 3, 0, 310),
+                ack(t0, 4, 0, 390),
+                ack(t0, 5, 0, 395),
+            ],
+            ..WriterLog::default()
+        };
+        // The 300 ms pause ends before the event at 305 ms; the longest after it is 80 ms.
+        assert_eq!(
+            log.longest_pause_after(t0 + Duration::from_millis(305)),
+            Some(Duration::from_millis(80))
+        );
+        // An event inside a pause counts that whole pause.
+        assert_eq!(
+            log.longest_pause_after(t0 + Duration::from_millis(100)),
+            Some(Duration::from_millis(300))
+        );
+        assert_eq!(
+            log.longest_pause_after(t0 + Duration::from_millis(400)),
+            None
+        );
+        assert!(WriterLog::default().longest_pause_after(t0).is_none());
     }
 
     #[test]

@@ -47,6 +47,8 @@ async fn start(replication: ReplicationMode) -> Arc<Playground> {
         dashboard_port: 0,
         operator_port: 0,
         deploy_port: 0,
+        router_port: 0,
+        router_replica_port: 0,
         exe: env!("CARGO_BIN_EXE_bloodraven").into(),
         replication,
     };

@@ -31,6 +31,12 @@ pub struct PlaygroundArgs {
     /// The deploy API's TLS port.
     #[arg(long, default_value_t = 8443)]
     deploy_port: u16,
+    /// The router's (HAProxy's) port to the primary: the counter app writes through it.
+    #[arg(long, default_value_t = 6033)]
+    router_port: u16,
+    /// The router's port to the replicas.
+    #[arg(long, default_value_t = 6034)]
+    router_replica_port: u16,
     /// The group's `spec.replication.mode`: `async`, or `semi-sync` (lossless: no acknowledged
     /// write is lost in an emergency; writes wait while no replica acknowledges).
     #[arg(long, default_value = "async", value_parser = parse_replication)]
@@ -149,6 +155,8 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                     dashboard_port: args.dashboard_port,
                     operator_port: args.operator_port,
                     deploy_port: args.deploy_port,
+                    router_port: args.router_port,
+                    router_replica_port: args.router_replica_port,
                     exe,
                     replication: args.replication,
                 }),

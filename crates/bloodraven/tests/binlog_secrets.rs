@@ -44,6 +44,8 @@ async fn no_password_is_in_any_sites_binary_log_after_a_playground_start() {
             dashboard_port: 0,
             operator_port: 0,
             deploy_port: 0,
+            router_port: 0,
+            router_replica_port: 0,
             exe: env!("CARGO_BIN_EXE_bloodraven").into(),
             replication: ReplicationMode::Async,
         },

@@ -173,6 +173,8 @@ async fn every_route_the_docs_name_is_served() {
             dashboard_port: 0,
             operator_port: 0,
             deploy_port: 0,
+            router_port: 0,
+            router_replica_port: 0,
             exe: env!("CARGO_BIN_EXE_bloodraven").into(),
             replication: ReplicationMode::Async,
         },

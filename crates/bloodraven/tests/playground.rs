@@ -63,6 +63,12 @@ fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Running {
             "--deploy-port",
             &deploy.to_string(),
         ])
+        .args([
+            "--router-port",
+            &free_port().to_string(),
+            "--router-replica-port",
+            &free_port().to_string(),
+        ])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -346,6 +352,7 @@ async fn the_seeds_scenarios_pass_against_a_running_playground() {
     for name in [
         "operator-down",
         "deferred-failover",
+        "switchover-through-router",
         "kill-primary",
         "isolate-primary",
     ] {
@@ -604,12 +611,17 @@ async fn dashboard_in_headless_chromium_increments_and_fails_over() {
         b.find("#conditions .pill.bad").await.is_none(),
         "a healthy group draws no condition as a fault"
     );
+    // HAProxy's view beside the operator's: writes go to iad, pdx's /primary check fails.
+    b.wait_text("#router-writes", "iad —").await;
+    b.wait_text("#router-primary-iad", "UP").await;
+    b.wait_text("#router-primary-pdx", "DOWN").await;
     b.click("#btn-increment").await;
     b.wait_text("#counter-value", "1").await;
     b.wait_text("#counter-tally", "1 / 0 / 0").await;
     b.wait_text("#timeline-summary", "1 acknowledged").await;
     b.click("#btn-failover-pdx").await;
     b.wait_text("#active", "pdx").await;
+    b.wait_text("#router-writes", "pdx —").await;
     b.wait_text("#planned-phase", "Succeeded").await;
     b.wait_text("#generation", "2").await;
     // The live timeline marks the change of primary once an increment went to pdx.

@@ -58,6 +58,8 @@ async fn a_fenced_old_primary_restarted_writable_while_the_operator_is_down_is_f
         dashboard_port: 0,
         operator_port: 0,
         deploy_port: 0,
+        router_port: 0,
+        router_replica_port: 0,
         exe: env!("CARGO_BIN_EXE_bloodraven").into(),
         replication: ReplicationMode::Async,
     };

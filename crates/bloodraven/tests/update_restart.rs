@@ -91,6 +91,8 @@ async fn an_operator_killed_mid_update_resumes_and_finishes_it() {
         dashboard_port: 0,
         operator_port: 0,
         deploy_port: 0,
+        router_port: 0,
+        router_replica_port: 0,
         exe: env!("CARGO_BIN_EXE_bloodraven").into(),
         replication: ReplicationMode::Async,
     };
