@@ -75,11 +75,35 @@ impl Drop for Shared {
     }
 }
 
+/// Where a guarded view's fencing token comes from.
+#[derive(Clone)]
+enum GuardSource {
+    /// One term's token ([`EtcdStore::guarded`]).
+    Fixed(Guard),
+    /// The token of whatever term holds now ([`EtcdStore::guarded_by`]); `None`: no term.
+    Current {
+        leader_key: String,
+        token: Arc<dyn Fn() -> Option<i64> + Send + Sync>,
+    },
+}
+
+impl fmt::Debug for GuardSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GuardSource::Fixed(g) => g.fmt(f),
+            GuardSource::Current { leader_key, .. } => f
+                .debug_struct("Current")
+                .field("leader_key", leader_key)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
 /// The store on etcd. Cheap to clone; clones (and guarded views) share one watch.
 #[derive(Clone)]
 pub struct EtcdStore {
     shared: Arc<Shared>,
-    guard: Option<Guard>,
+    guard: Option<GuardSource>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -492,15 +516,51 @@ impl EtcdStore {
     pub fn guarded(&self, leader_key: &str, create_revision: i64) -> EtcdStore {
         EtcdStore {
             shared: self.shared.clone(),
-            guard: Some(Guard {
+            guard: Some(GuardSource::Fixed(Guard {
                 leader_key: leader_key.to_string(),
                 create_revision,
+            })),
+        }
+    }
+
+    /// The same store, whose every write requires `leader_key` to be the key of the term
+    /// `token` names when the write is sent (a process's leadership, term after term). While
+    /// `token` names none, writes fail with `StoreError::Backend { operation: "write as the
+    /// leader", .. }` and nothing is sent.
+    #[must_use]
+    pub fn guarded_by(
+        &self,
+        leader_key: &str,
+        token: Arc<dyn Fn() -> Option<i64> + Send + Sync>,
+    ) -> EtcdStore {
+        EtcdStore {
+            shared: self.shared.clone(),
+            guard: Some(GuardSource::Current {
+                leader_key: leader_key.to_string(),
+                token,
             }),
         }
     }
 
-    pub fn guard(&self) -> Option<&Guard> {
-        self.guard.as_ref()
+    /// The guard a write sent now carries; `Err` when the view is guarded by a term and none
+    /// holds.
+    pub fn guard(&self) -> Result<Option<Guard>, StoreError> {
+        match &self.guard {
+            None => Ok(None),
+            Some(GuardSource::Fixed(g)) => Ok(Some(g.clone())),
+            Some(GuardSource::Current { leader_key, token }) => match token() {
+                Some(create_revision) => Ok(Some(Guard {
+                    leader_key: leader_key.clone(),
+                    create_revision,
+                })),
+                None => Err(StoreError::Backend {
+                    operation: "write as the leader",
+                    detail: format!(
+                        "this process holds no term of {leader_key} now; nothing was written"
+                    ),
+                }),
+            },
+        }
     }
 
     /// Guarded writes etcd refused because the leader key had changed (every view of this
@@ -576,6 +636,7 @@ impl EtcdStore {
                 keys.push(k);
             }
         }
+        let guard = self.guard()?;
         let mut read = None;
         for _ in 0..APPLY_ATTEMPTS {
             let plan = match plan(prefix, &ops, read.as_ref()) {
@@ -593,7 +654,7 @@ impl EtcdStore {
                 }
             };
             let mut compare = Vec::with_capacity(plan.compares.len() + 1);
-            if let Some(g) = &self.guard {
+            if let Some(g) = &guard {
                 compare.push(Compare::created_at(
                     g.leader_key.as_bytes(),
                     g.create_revision,
@@ -619,7 +680,7 @@ impl EtcdStore {
                 .iter()
                 .map(|k| TxnOp::Range(RangeRequest::key(k.as_bytes())))
                 .collect();
-            if let Some(g) = &self.guard {
+            if let Some(g) = &guard {
                 failure.push(TxnOp::Range(RangeRequest::key(g.leader_key.as_bytes())));
             }
             let resp = self
@@ -647,7 +708,7 @@ impl EtcdStore {
             }
             // Nothing was applied. Why: the guard first, then the first op that fails on the
             // objects as the transaction saw them.
-            if let Some(g) = &self.guard {
+            if let Some(g) = &guard {
                 let leader = match resp.responses.get(keys.len()) {
                     Some(TxnOpResponse::Range(r)) => r.kvs.first(),
                     _ => None,

@@ -129,6 +129,43 @@ async fn writes_guarded_by_a_stale_leader_revision_are_refused_inside_etcd_and_a
     s.create(lease("ns", "y", "tool")).await.unwrap();
 }
 
+/// A view guarded by whatever term holds (an operator's store across its terms): the token is
+/// read when each write is sent; with no term nothing is sent, and a term that has ended is
+/// refused by etcd even while the process still names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_guarded_by_the_current_term_follow_it_and_are_not_sent_without_one() {
+    use std::sync::{Arc, Mutex};
+    let cluster = EtcdCluster::start(3).await.expect("an etcd cluster");
+    let s = store(cluster.endpoints()).await;
+    let c = s.client().clone();
+    let term: Arc<Mutex<Option<i64>>> = Arc::new(Mutex::new(None));
+    let current = term.clone();
+    let guarded = s.guarded_by(LEADER_KEY, Arc::new(move || *current.lock().unwrap()));
+    // No term: refused before anything is sent (the key need not even exist).
+    let none = guarded
+        .apply(vec![WriteOp::Create(lease("ns", "a", "op-1"))])
+        .await;
+    assert!(refused_as_leader(&none), "{none:?}");
+    assert!(s.get(&key("a")).await.unwrap().is_none());
+    assert_eq!(s.refused_guarded_writes(), 0, "nothing reached etcd");
+    // A term: writes pass while its key stands.
+    let first = take_leader_key(&c, "op-1").await;
+    *term.lock().unwrap() = Some(first);
+    guarded.create(lease("ns", "a", "op-1")).await.unwrap();
+    // Another process takes the key; this one still names its old term: etcd refuses.
+    c.delete_range(LEADER_KEY.as_bytes(), &[]).await.unwrap();
+    let second = take_leader_key(&c, "op-2").await;
+    let stale = guarded
+        .apply(vec![WriteOp::Create(lease("ns", "b", "op-1"))])
+        .await;
+    assert!(refused_as_leader(&stale), "{stale:?}");
+    assert!(s.get(&key("b")).await.unwrap().is_none());
+    assert_eq!(s.refused_guarded_writes(), 1);
+    // The same view follows a new term without being rebuilt.
+    *term.lock().unwrap() = Some(second);
+    guarded.create(lease("ns", "b", "op-2")).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_that_fell_below_a_compaction_asks_for_a_relist_and_one_that_did_not_resumes() {
     let cluster = EtcdCluster::start(3).await.expect("an etcd cluster");

@@ -109,6 +109,9 @@ pub enum StoreBackend {
     Embedded,
     /// A Kubernetes API server; groups and databases are the cluster's custom resources.
     Kubernetes(KubernetesSettings),
+    /// An etcd v3 cluster (`store.etcd`); groups and databases come from this file, written
+    /// into etcd by whichever operator leads.
+    Etcd(bloodraven_etcd::EtcdSettings),
 }
 
 impl StoreBackend {
@@ -117,6 +120,7 @@ impl StoreBackend {
         match self {
             StoreBackend::Embedded => "embedded",
             StoreBackend::Kubernetes(_) => "kubernetes",
+            StoreBackend::Etcd(_) => "etcd",
         }
     }
 
@@ -128,12 +132,12 @@ impl StoreBackend {
     /// Whether deploy tokens are the operator's own (checked with `tokenSigningKeyFile`) rather
     /// than the platform's (TokenReview).
     pub fn issues_tokens(&self) -> bool {
-        matches!(self, StoreBackend::Embedded)
+        matches!(self, StoreBackend::Embedded | StoreBackend::Etcd(_))
     }
 
     /// Whether the groups and databases are documents of the configuration file.
     pub fn groups_in_file(&self) -> bool {
-        matches!(self, StoreBackend::Embedded)
+        matches!(self, StoreBackend::Embedded | StoreBackend::Etcd(_))
     }
 }
 
@@ -308,6 +312,9 @@ struct StoreDoc {
     /// A string; YAML 1.1 readers turn a bare `off` into `false`, so booleans are accepted too.
     #[serde(default)]
     durability: Option<Value>,
+    /// etcd: the members, TLS, credentials, prefix and lease TTL.
+    #[serde(default)]
+    etcd: Option<bloodraven_etcd::EtcdConfig>,
 }
 
 /// The metadata a configuration file may give an object.
@@ -668,7 +675,65 @@ fn operator_settings(
             Durability::Full
         }
     };
+    let kubernetes_only = [
+        ("store.namespace", d.store.namespace.is_some()),
+        ("store.kubeconfig", d.store.kubeconfig.is_some()),
+        ("store.context", d.store.context.is_some()),
+        (
+            "store.operatorNamespace",
+            d.store.operator_namespace.is_some(),
+        ),
+        ("store.leaderElection", d.store.leader_election.is_some()),
+    ];
+    if d.store.etcd.is_some() && d.store.backend.as_deref() != Some("etcd") {
+        errs.push((
+            "store.etcd".into(),
+            "applies only with store.backend: etcd".into(),
+        ));
+    }
     let store = match d.store.backend.as_deref() {
+        Some("etcd") => {
+            for (field, set) in kubernetes_only {
+                if set {
+                    errs.push((
+                        field.into(),
+                        "applies only with store.backend: kubernetes".into(),
+                    ));
+                }
+            }
+            match &d.store.etcd {
+                None => {
+                    errs.push((
+                        "store.etcd".into(),
+                        "store.backend: etcd needs store.etcd (at least endpoints)".into(),
+                    ));
+                    StoreBackend::Embedded
+                }
+                Some(e) => {
+                    let mut e = e.clone();
+                    let rel = |p: &Option<PathBuf>| {
+                        p.as_ref().map(|p| resolve(base, &p.display().to_string()))
+                    };
+                    e.ca_file = rel(&e.ca_file);
+                    e.cert_file = rel(&e.cert_file);
+                    e.key_file = rel(&e.key_file);
+                    e.password_file = rel(&e.password_file);
+                    match e.resolve() {
+                        Ok(settings) => StoreBackend::Etcd(settings),
+                        Err(rule) => {
+                            // `resolve` names the field first: `store.etcd.x: why`.
+                            let (field, why) = rule
+                                .split_once(": ")
+                                .map_or(("store.etcd".to_string(), rule.clone()), |(f, w)| {
+                                    (f.to_string(), w.to_string())
+                                });
+                            errs.push((field, why));
+                            StoreBackend::Embedded
+                        }
+                    }
+                }
+            }
+        }
         None | Some("embedded") => {
             for (field, set) in [
                 ("store.namespace", d.store.namespace.is_some()),
@@ -717,7 +782,7 @@ fn operator_settings(
         Some(other) => {
             errs.push((
                 "store.backend".into(),
-                format!("must be embedded or kubernetes (got {other:?})"),
+                format!("must be embedded, kubernetes or etcd (got {other:?})"),
             ));
             StoreBackend::Embedded
         }
@@ -965,7 +1030,24 @@ spec:
         );
         // Bad values name their field; Kubernetes-only fields need the backend.
         for (doc, field) in [
-            ("store: {backend: etcd}", "store.backend"),
+            ("store: {backend: mongo}", "store.backend"),
+            ("store: {backend: etcd}", "store.etcd"),
+            (
+                "store: {backend: etcd, etcd: {endpoints: []}}",
+                "store.etcd.endpoints",
+            ),
+            (
+                "store: {backend: etcd, etcd: {endpoints: [\"127.0.0.1:2379\"], prefix: nope}}",
+                "store.etcd.prefix",
+            ),
+            (
+                "store: {etcd: {endpoints: [\"127.0.0.1:2379\"]}}",
+                "store.etcd",
+            ),
+            (
+                "store: {backend: etcd, namespace: db, etcd: {endpoints: [\"127.0.0.1:2379\"]}}",
+                "store.namespace",
+            ),
             (
                 "store: {backend: kubernetes, namespace: Bad_NS}",
                 "store.namespace",
@@ -981,6 +1063,31 @@ spec:
                 "{doc}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn the_etcd_store_takes_its_groups_from_this_file_and_resolves_its_paths_here() {
+        let b = base();
+        std::fs::write(b.path().join("etcd-ca.crt"), "x").unwrap();
+        let text = GOOD.replacen(
+            "listen: {http: \"127.0.0.1:0\"}",
+            "listen: {http: \"127.0.0.1:0\"}\nstore: {backend: etcd, etcd: {endpoints: [\"127.0.0.1:2379\", \"127.0.0.1:22379\"], caFile: etcd-ca.crt, leaseTTL: 4s}}",
+            1,
+        );
+        let c = parse(&text, "cfg.yaml", b.path()).unwrap();
+        let StoreBackend::Etcd(e) = &c.settings.store else {
+            panic!("{:?}", c.settings.store);
+        };
+        assert_eq!(e.prefix, "/bloodraven/");
+        assert_eq!(e.lease_ttl, std::time::Duration::from_secs(4));
+        assert_eq!(e.leader_key(), "/bloodraven/leader");
+        assert_eq!(e.client.endpoints, ["127.0.0.1:2379", "127.0.0.1:22379"]);
+        assert_eq!(
+            e.client.ca_file.as_deref(),
+            Some(b.path().join("etcd-ca.crt").as_path())
+        );
+        assert!(!c.groups.is_empty(), "groups come from the file");
+        assert!(c.settings.store.issues_tokens());
     }
 
     #[test]

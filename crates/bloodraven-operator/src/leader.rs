@@ -1,4 +1,5 @@
-//! Leadership, and leader election in embedded mode.
+//! Leadership, and leader election in embedded mode (etcd's is in `crate::platform::etcd`,
+//! Kubernetes' in `crate::platform::kubernetes::leader`).
 //!
 //! [`Leadership`] is what the rest of the operator asks: whether this process leads (followers
 //! answer `503 not_leader` and do nothing) and whether it may act *now* ([`Leadership::confirm`],
@@ -30,13 +31,31 @@ pub const LOCK_FILE: &str = "leader.lock";
 /// How often a follower retries the lock.
 pub const RETRY: Duration = Duration::from_secs(1);
 
+/// What bounds acting on a leadership besides the election's own flag.
+#[derive(Clone)]
+enum Validity {
+    /// Kubernetes mode: the monotonic instant after which the last renewal no longer covers
+    /// acting (its send time plus the renew deadline).
+    Until(Arc<Mutex<Option<Instant>>>),
+    /// etcd: the election's own check (leading, and its last keep-alive still covers it).
+    Confirmed(Arc<dyn Fn() -> bool + Send + Sync>),
+}
+
+impl std::fmt::Debug for Validity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Validity::Until(u) => f.debug_tuple("Until").field(u).finish(),
+            Validity::Confirmed(_) => f.write_str("Confirmed"),
+        }
+    }
+}
+
 /// Whether this process leads, and until when it may act on that.
 #[derive(Clone, Debug)]
 pub struct Leadership {
     rx: watch::Receiver<bool>,
-    /// Kubernetes mode: the monotonic instant after which the last renewal no longer covers
-    /// acting (its send time plus the renew deadline). `None`: leadership needs no renewal.
-    valid_until: Option<Arc<Mutex<Option<Instant>>>>,
+    /// `None`: leadership needs no renewal (the file lock).
+    valid_until: Option<Validity>,
 }
 
 impl Leadership {
@@ -52,7 +71,19 @@ impl Leadership {
     pub fn renewed(rx: watch::Receiver<bool>, valid_until: Arc<Mutex<Option<Instant>>>) -> Self {
         Leadership {
             rx,
-            valid_until: Some(valid_until),
+            valid_until: Some(Validity::Until(valid_until)),
+        }
+    }
+
+    /// A leadership that may act only while `confirm` says so (an etcd term: leading, and its
+    /// last keep-alive still covers it).
+    pub fn confirmed_by(
+        rx: watch::Receiver<bool>,
+        confirm: Arc<dyn Fn() -> bool + Send + Sync>,
+    ) -> Self {
+        Leadership {
+            rx,
+            valid_until: Some(Validity::Confirmed(confirm)),
         }
     }
 
@@ -78,10 +109,11 @@ impl Leadership {
         }
         match &self.valid_until {
             None => true,
-            Some(v) => v
+            Some(Validity::Until(v)) => v
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .is_some_and(|until| Instant::now() < until),
+            Some(Validity::Confirmed(confirm)) => confirm(),
         }
     }
 }

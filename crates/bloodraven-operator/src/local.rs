@@ -49,6 +49,10 @@ pub struct LocalOptions {
     pub replication_mode: bloodraven_core::config::ReplicationMode,
     /// `spec.sites[].update` of every site: its command and timeout.
     pub update: Option<(Vec<String>, String)>,
+    /// etcd members' client URLs: `store.backend: etcd` on them, with this `leaseTTL`
+    /// (the embedded store when empty).
+    pub etcd_endpoints: Vec<String>,
+    pub etcd_lease_ttl: String,
 }
 
 impl LocalOptions {
@@ -77,6 +81,8 @@ impl LocalOptions {
             bootstrap_site: None,
             replication_mode: bloodraven_core::config::ReplicationMode::Async,
             update: None,
+            etcd_endpoints: Vec::new(),
+            etcd_lease_ttl: "10s".into(),
         }
     }
 }
@@ -213,6 +219,14 @@ pub fn write_files(
         https = o.https_listen,
         topo = topology_key.display(),
     );
+    if !o.etcd_endpoints.is_empty() {
+        let endpoints = serde_json::to_string(&o.etcd_endpoints).unwrap_or_default();
+        let _ = writeln!(
+            text,
+            "store: {{backend: etcd, etcd: {{endpoints: {endpoints}, leaseTTL: {}}}}}",
+            o.etcd_lease_ttl
+        );
+    }
     if o.deploy_api {
         let _ = write!(
             text,

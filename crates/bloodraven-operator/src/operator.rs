@@ -168,7 +168,7 @@ pub async fn start_on(
     let metrics = Metrics::new();
     let store: Arc<dyn Store> = Arc::new(bloodraven_store::Interposed::new(
         Arc::new(bloodraven_store::Interposed::new(
-            platform.store(),
+            platform.leader_store(),
             crate::metered::Metered(metrics.clone()),
         )),
         LeaderGate(leadership.clone()),

@@ -49,8 +49,11 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
+    /// Whether this process leads *now*: elected, and (on a platform whose leadership is
+    /// renewed) still covered by its last renewal. A leader that may have been replaced
+    /// answers as a follower.
     pub fn is_leader(&self) -> bool {
-        self.leadership.is_leader()
+        self.leadership.confirm()
     }
 
     /// Leading, with every group loaded.

@@ -1,4 +1,5 @@
-//! The embedded platform: one machine. The store is the SQLite file in the data directory,
+//! The embedded platform: one machine (its groups, tokens and workloads serve the etcd
+//! platform too). The store is the SQLite file in the data directory,
 //! leadership a file lock on it, deploy tokens the operator's own HMAC tokens, secrets files
 //! only, the groups those of the configuration file (written into the store at the start of
 //! every term), and a site's workload its configured MySQL endpoint.
@@ -59,10 +60,7 @@ impl EmbeddedPlatform {
         EmbeddedPlatform {
             store,
             data_dir: cfg.settings.data_dir.clone(),
-            groups: Arc::new(ConfiguredGroups {
-                groups: cfg.groups.clone(),
-                databases: cfg.databases.clone(),
-            }),
+            groups: Arc::new(ConfiguredGroups::of(cfg)),
         }
     }
 }
@@ -105,15 +103,7 @@ impl Platform for EmbeddedPlatform {
         deploy: &DeployApiSettings,
         clock: &SharedClock,
     ) -> Result<Arc<dyn Authenticator>, PlatformError> {
-        let key = deploy
-            .token_key_file
-            .as_ref()
-            .ok_or(PlatformError::NoTokenKey)?;
-        Ok(Arc::new(HmacTokens {
-            key: Arc::new(SigningKey::load(key)?),
-            audience: deploy.audience.clone(),
-            clock: clock.clone(),
-        }))
+        hmac_tokens(deploy, clock)
     }
 
     fn serve(
@@ -126,11 +116,38 @@ impl Platform for EmbeddedPlatform {
     }
 }
 
+/// Deploy tokens the operator issues itself (`bloodraven token issue`), checked with
+/// `tokenSigningKeyFile`: the embedded and the etcd platforms'.
+pub(super) fn hmac_tokens(
+    deploy: &DeployApiSettings,
+    clock: &SharedClock,
+) -> Result<Arc<dyn Authenticator>, PlatformError> {
+    let key = deploy
+        .token_key_file
+        .as_ref()
+        .ok_or(PlatformError::NoTokenKey)?;
+    Ok(Arc::new(HmacTokens {
+        key: Arc::new(SigningKey::load(key)?),
+        audience: deploy.audience.clone(),
+        clock: clock.clone(),
+    }))
+}
+
 /// The groups and databases of the configuration file.
 #[derive(Debug)]
 pub struct ConfiguredGroups {
     groups: Vec<GroupDoc>,
     databases: Vec<DatabaseDoc>,
+}
+
+impl ConfiguredGroups {
+    /// The groups and databases `cfg` holds.
+    pub fn of(cfg: &LoadedConfig) -> Self {
+        ConfiguredGroups {
+            groups: cfg.groups.clone(),
+            databases: cfg.databases.clone(),
+        }
+    }
 }
 
 impl GroupSource for ConfiguredGroups {

@@ -4,6 +4,7 @@
 //! | platform | store | leadership | deploy tokens | secrets | groups | workloads |
 //! |---|---|---|---|---|---|---|
 //! | [`embedded`] | SQLite in the data directory | a file lock | HMAC tokens (`bloodraven token issue`) | files only | the configuration file | the configured endpoints; updated by an update command |
+//! | [`etcd`] | an etcd v3 cluster (objects under a prefix, one transaction per batch) | a key on a lease, every write fenced by its revision | HMAC tokens | files only | the configuration file | the configured endpoints |
 //! | [`kubernetes`] | the API server (CRDs, Leases, Events) | a Lease, fencing a paused leader | TokenReview | Secrets | the cluster's custom resources | Pods: found by selector or StatefulSet, labelled; a drifted Pod deleted |
 //!
 //! This module owns the trait ([`Platform`]) and the one place that chooses a platform from
@@ -13,6 +14,7 @@
 
 mod command;
 pub mod embedded;
+pub mod etcd;
 pub mod kubernetes;
 
 use std::fmt;
@@ -46,6 +48,8 @@ pub enum PlatformError {
     LoadTokenKey(#[from] KeyError),
     #[error("the deploy API needs tokenSigningKeyFile in embedded mode")]
     NoTokenKey,
+    #[error("{0}")]
+    Etcd(String),
     /// The data directory was moved to another platform (`bloodraven move-to-kubernetes`).
     #[error("{0}")]
     Moved(String),
@@ -54,10 +58,17 @@ pub enum PlatformError {
 /// What the operator runs on. Built once per process by [`open`] (or a platform's own
 /// constructor, in tests), then asked for its parts.
 pub trait Platform: Send + Sync + fmt::Debug {
-    /// `embedded` or `kubernetes`, for logs and status.
+    /// `embedded`, `etcd` or `kubernetes`, for logs and status.
     fn name(&self) -> &'static str;
-    /// The store of the groups, databases, deploy leases and events (not yet leader-gated).
+    /// The store of the groups, databases, deploy leases and events, as a client writes to
+    /// it (a CLI's request annotation), not leader-gated.
     fn store(&self) -> Arc<dyn Store>;
+    /// The store as this process writes to it while it leads. Where the platform can fence
+    /// a stale leader in the store itself (etcd: every write compares the leader key's
+    /// revision), this is that view; otherwise [`Platform::store`].
+    fn leader_store(&self) -> Arc<dyn Store> {
+        self.store()
+    }
     /// Where secrets named by the configuration and the groups live.
     fn secrets(&self) -> Arc<dyn SecretStore>;
     /// The namespace of the operator's own objects (its Secrets, its leader Lease); empty
@@ -98,6 +109,7 @@ pub async fn open(cfg: &LoadedConfig) -> Result<Arc<dyn Platform>, PlatformError
         StoreBackend::Kubernetes(k) => Ok(Arc::new(
             kubernetes::KubernetesPlatform::connect(cfg, k).await?,
         )),
+        StoreBackend::Etcd(e) => Ok(Arc::new(etcd::EtcdPlatform::connect(cfg, e).await?)),
     }
 }
 

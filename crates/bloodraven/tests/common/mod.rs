@@ -63,6 +63,11 @@ pub struct Setup {
 }
 
 pub async fn setup() -> Setup {
+    setup_with(|_| {}).await
+}
+
+/// [`setup`] with the local options adjusted by `tweak` before the files are written.
+pub async fn setup_with(tweak: impl FnOnce(&mut LocalOptions)) -> Setup {
     bloodraven_runtime::tls::install_crypto_provider();
     let harness = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
@@ -94,6 +99,7 @@ pub async fn setup() -> Setup {
     o.poll_interval = "300ms".into();
     o.http_listen = format!("127.0.0.1:{http}").parse().unwrap();
     o.https_listen = format!("127.0.0.1:{https}").parse().unwrap();
+    tweak(&mut o);
     let files = write_files(d, &harness, &o).unwrap();
     let config = files.config;
     Setup {
@@ -119,6 +125,12 @@ impl std::ops::Deref for OperatorProcess {
 impl std::ops::DerefMut for OperatorProcess {
     fn deref_mut(&mut self) -> &mut Child {
         &mut self.0
+    }
+}
+
+impl From<Child> for OperatorProcess {
+    fn from(c: Child) -> Self {
+        OperatorProcess(c)
     }
 }
 

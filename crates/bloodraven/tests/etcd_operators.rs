@@ -1,0 +1,423 @@
+//! Operators on several machines without Kubernetes: two `bloodraven operator` processes with
+//! their own data directories on one three-member etcd cluster (Debian's `etcd-server`,
+//! started by the test), over real MariaDB servers. One leads, the other answers
+//! `503 not_leader`; `kill -9` of the leader hands the group to the standby within the lease
+//! TTL, with a deploy lease granted before still renewing under the same token and an
+//! emergency failover after it carried out by the new leader; a leader paused past its lease
+//! (`SIGSTOP`) and resumed writes nothing, because etcd checks its term on every write.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bloodraven_testkit::etcd::EtcdCluster;
+use bloodraven_testkit::ledger::{Probe, Target, Writer};
+use serde_json::Value;
+use tokio::time::Instant;
+
+mod common;
+use common::{BIN, OperatorProcess, Setup, client, free_port, setup_with, token};
+
+/// The lease TTL the stories run with (etcd's minimum with its default timings is 2 s).
+const TTL: Duration = Duration::from_secs(2);
+
+/// One operator's configuration: the shared file with its own data directory and ports.
+struct Op {
+    config: PathBuf,
+    http: u16,
+    https: u16,
+    log: PathBuf,
+}
+
+async fn start(etcd: &EtcdCluster) -> (Setup, [Op; 2]) {
+    let endpoints = etcd.endpoints();
+    let s = setup_with(|o| {
+        o.etcd_endpoints = endpoints;
+        o.etcd_lease_ttl = format!("{}s", TTL.as_secs());
+    })
+    .await;
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    let mk = |name: &str, http: u16, https: u16| {
+        let dir = s.dir.path().join(name);
+        let listen = format!(
+            "listen: {{http: \"127.0.0.1:{}\", https: \"127.0.0.1:{}\"}}",
+            s.http, s.https
+        );
+        assert!(text.contains(&listen), "{text}");
+        let body = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("dataDir: ") {
+                    format!("dataDir: {}", dir.join("data").display())
+                } else if l == listen {
+                    format!("listen: {{http: \"127.0.0.1:{http}\", https: \"127.0.0.1:{https}\"}}")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("bloodraven.yaml");
+        std::fs::write(&config, body + "\n").unwrap();
+        Op {
+            config,
+            http,
+            https,
+            log: s.dir.path().join(format!("{name}.log")),
+        }
+    };
+    let a = mk("a", s.http, s.https);
+    let b = mk("b", free_port(), free_port());
+    (s, [a, b])
+}
+
+fn spawn(op: &Op) -> OperatorProcess {
+    let log = std::fs::File::create(&op.log).unwrap();
+    OperatorProcess::from(
+        Command::new(BIN)
+            .args(["operator", "--config"])
+            .arg(&op.config)
+            .env("BLOODRAVEN_LOG_FORMAT", "json")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn get(url: &str) -> Option<(u16, Value)> {
+    let r = reqwest::get(url).await.ok()?;
+    let code = r.status().as_u16();
+    Some((code, r.json().await.unwrap_or(Value::Null)))
+}
+
+/// Whether `op` says it leads, with its groups loaded.
+async fn leads(op: &Op) -> bool {
+    get(&format!("http://127.0.0.1:{}/readyz", op.http))
+        .await
+        .is_some_and(|(_, v)| v["leader"] == true && v["loaded"] == true)
+}
+
+async fn wait_leading(op: &Op, limit: Duration) -> Duration {
+    let started = Instant::now();
+    while !leads(op).await {
+        assert!(
+            started.elapsed() < limit,
+            "{} did not lead within {limit:?}; its log: {}",
+            op.config.display(),
+            std::fs::read_to_string(&op.log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    started.elapsed()
+}
+
+/// `op`'s view of the group's active site and generation, when it answers as leader.
+async fn active(op: &Op) -> Option<(String, u64)> {
+    let (code, v) = get(&format!(
+        "http://127.0.0.1:{}/active-site?namespace=default&group=playground",
+        op.http
+    ))
+    .await?;
+    (code == 200).then(|| {
+        (
+            v["activeSite"].as_str().unwrap_or_default().to_string(),
+            v["topologyGeneration"].as_u64().unwrap_or(0),
+        )
+    })
+}
+
+async fn wait_active(op: &Op, site: &str, generation: u64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let a = active(op).await;
+        if a.as_ref()
+            .is_some_and(|(s, g)| s == site && *g >= generation)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never answered {site}/{generation} (last {a:?})",
+            op.config.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The deploy API's observation of the group through `op`, once stable.
+async fn wait_stable(s: &Setup, op: &Op) {
+    let http = client(s);
+    let bearer = token(s);
+    for _ in 0..600 {
+        if let Ok(r) = http
+            .get(format!(
+                "https://127.0.0.1:{}/deploy/v1/groups/playground",
+                op.https
+            ))
+            .bearer_auth(&bearer)
+            .send()
+            .await
+            && let Ok(v) = r.json::<Value>().await
+            && v["stable"] == true
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the group never became stable through {}",
+        op.config.display()
+    );
+}
+
+/// The ledger's tables on the primary (iad), replicated.
+async fn ledger_tables(s: &Setup) {
+    let admin = s.harness.admin(0).unwrap();
+    admin
+        .execute(bloodraven_testkit::ledger::WRITES_TABLE_DDL)
+        .await
+        .unwrap();
+    admin
+        .execute(bloodraven_testkit::ledger::PROBES_TABLE_DDL)
+        .await
+        .unwrap();
+    s.harness
+        .wait_replicas_caught_up(0, Duration::from_secs(20))
+        .await
+        .unwrap();
+}
+
+/// The probe reached a writable primary: its verdict of "never two" is not vacuous.
+fn probed(plog: &bloodraven_testkit::ledger::ProbeLog) {
+    assert!(
+        plog.rounds.iter().filter(|r| r.acked.len() == 1).count() > 10,
+        "the probe never wrote: {} rounds",
+        plog.rounds.len()
+    );
+}
+
+fn count(path: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_next_failover() {
+    let etcd = EtcdCluster::start(3)
+        .await
+        .expect("a three-member etcd cluster");
+    let (mut s, [a, b]) = start(&etcd).await;
+    let mut pa = spawn(&a);
+    wait_leading(&a, Duration::from_secs(30)).await;
+    let _pb = spawn(&b);
+    wait_active(&a, "iad", 1, Duration::from_secs(30)).await;
+    // The standby serves, as a follower: 503 not_leader on /active-site and the deploy API.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((code, v)) = get(&format!(
+            "http://127.0.0.1:{}/active-site?namespace=default&group=playground",
+            b.http
+        ))
+        .await
+        {
+            assert_eq!(code, 503, "{v}");
+            assert_eq!(v["error"], "not_leader", "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the standby never served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let http = client(&s);
+    let bearer = token(&s);
+    let r = http
+        .get(format!(
+            "https://127.0.0.1:{}/deploy/v1/groups/playground",
+            b.https
+        ))
+        .bearer_auth(&bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(!leads(&b).await);
+
+    // A migration lease through the leader.
+    wait_stable(&s, &a).await;
+    ledger_tables(&s).await;
+    let grant: Value = http
+        .post(format!("https://127.0.0.1:{}/deploy/v1/groups/playground/leases", a.https))
+        .bearer_auth(&bearer)
+        .json(&serde_json::json!({"kind": "migration", "operationId": "op-1", "instance": "counter-app", "ttlSeconds": 120}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lease_token = grant["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{grant}"))
+        .to_string();
+
+    // The application writes on; the probe tries every site.
+    let names = ["iad", "pdx", "reader"];
+    let writer = Writer::start(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((*n).to_string(), s.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(5),
+    );
+    let probe = Probe::start(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Target::new(*n, s.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(10),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // kill -9 of the leader: the standby leads once the lease is gone.
+    pa.kill().unwrap();
+    let _ = pa.wait();
+    let took = wait_leading(&b, TTL + Duration::from_secs(20)).await;
+    eprintln!(
+        "the standby led {:.2} s after kill -9 of the leader (leaseTTL {} s)",
+        took.as_secs_f64(),
+        TTL.as_secs()
+    );
+    wait_active(&b, "iad", 1, Duration::from_secs(10)).await;
+    // The lease granted before renews on the new leader, with the same token.
+    let renew = http
+        .put(format!(
+            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases/migration/op-1",
+            b.https
+        ))
+        .bearer_auth(&bearer)
+        .json(&serde_json::json!({"token": lease_token}))
+        .send()
+        .await
+        .unwrap();
+    let code = renew.status();
+    let body: Value = renew.json().await.unwrap_or(Value::Null);
+    assert_eq!(code, 200, "{body}");
+
+    // An emergency after the kill: the new leader fails the group over.
+    s.harness.kill(0).unwrap();
+    wait_active(&b, "pdx", 2, Duration::from_secs(30)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s
+        .harness
+        .admin(1)
+        .unwrap()
+        .probe()
+        .await
+        .map_or(true, |p| p.read_only)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "pdx was not promoted; the new leader's log: {}",
+            std::fs::read_to_string(&b.log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let wlog = writer.stop().await;
+    let plog = probe.stop().await;
+    probed(&plog);
+    assert!(
+        plog.two_writable().is_empty(),
+        "two writable sites: {:?}",
+        plog.two_writable()
+    );
+    assert!(
+        wlog.acked.iter().any(|a| a.site == 1),
+        "writes went on on pdx after the failover"
+    );
+    // The new leader's log names the takeover.
+    assert!(count(&b.log, "campaigning for leadership on etcd") == 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
+    let etcd = EtcdCluster::start(3)
+        .await
+        .expect("a three-member etcd cluster");
+    let (s, [a, b]) = start(&etcd).await;
+    let pa = spawn(&a);
+    wait_leading(&a, Duration::from_secs(30)).await;
+    let _pb = spawn(&b);
+    wait_active(&a, "iad", 1, Duration::from_secs(30)).await;
+    wait_stable(&s, &a).await;
+    ledger_tables(&s).await;
+    let names = ["iad", "pdx", "reader"];
+    let probe = Probe::start(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Target::new(*n, s.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(10),
+    );
+    // Pause the leader past its lease: the standby takes over and switches the group to pdx.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pa.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    wait_leading(&b, TTL + Duration::from_secs(20)).await;
+    let out = Command::new(BIN)
+        .args([
+            "failover",
+            "--group",
+            "playground",
+            "--to",
+            "pdx",
+            "--wait",
+            "60s",
+            "--config",
+        ])
+        .arg(&b.config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_active(&b, "pdx", 2, Duration::from_secs(30)).await;
+    // Resume the old leader: it held iad at generation 1 in memory.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let resumed = Instant::now();
+    while resumed.elapsed() < Duration::from_secs(5) {
+        assert!(!leads(&a).await || resumed.elapsed() < Duration::from_millis(200));
+        if let Some(v) = active(&b).await {
+            assert_eq!(v, ("pdx".to_string(), 2), "the group moved back");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let plog = probe.stop().await;
+    probed(&plog);
+    assert!(
+        plog.two_writable().is_empty(),
+        "two writable sites: {:?}",
+        plog.two_writable()
+    );
+    assert!(!leads(&a).await, "the resumed process follows");
+    // What the resumed process tried to write was refused before it was sent (its term had
+    // run out) or by etcd (the leader key had changed); none landed.
+    let refused = count(&a.log, "write as the leader") + count(&a.log, "leader key changed");
+    eprintln!("writes refused to the resumed old leader: {refused}");
+    assert!(
+        count(&a.log, "lost leadership") >= 1,
+        "{}",
+        std::fs::read_to_string(&a.log).unwrap_or_default()
+    );
+    assert!(active(&b).await == Some(("pdx".into(), 2)));
+}
