@@ -78,8 +78,9 @@ pub struct RawSettings {
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub identity: Identity,
-    /// The operator's plain-HTTP base URL, without a trailing `/`.
-    pub operator: String,
+    /// The operators' plain-HTTP base URLs, without a trailing `/` (several on the etcd
+    /// platform: whichever leads is the operator).
+    pub operators: Vec<String>,
     /// Every peer sidecar's base URL, without a trailing `/`.
     pub peers: Vec<String>,
     pub mysql: Endpoint,
@@ -223,13 +224,19 @@ pub fn validate(raw: &RawSettings) -> Result<Settings, ValidationErrors> {
     if let Err(rule) = check_dns1123_label(namespace) {
         e.push(flags::NAMESPACE, rule);
     }
-    let operator = match required(&mut e, flags::OPERATOR, raw.operator.as_ref()) {
-        Some(u) => check_base_url(u).unwrap_or_else(|rule| {
-            e.push(flags::OPERATOR, rule);
-            String::new()
-        }),
-        None => String::new(),
-    };
+    // One URL, or several separated by commas (every operator of the etcd platform).
+    let mut operators: Vec<String> = Vec::new();
+    if let Some(list) = required(&mut e, flags::OPERATOR, raw.operator.as_ref()) {
+        for u in list.split(',').map(str::trim) {
+            match check_base_url(u) {
+                Ok(u) if operators.contains(&u) => {
+                    e.push(flags::OPERATOR, format!("lists {u} twice"));
+                }
+                Ok(u) => operators.push(u),
+                Err(rule) => e.push(flags::OPERATOR, rule),
+            }
+        }
+    }
     let mut peers: Vec<String> = Vec::new();
     for p in raw.peers.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
         match check_base_url(p) {
@@ -336,7 +343,7 @@ pub fn validate(raw: &RawSettings) -> Result<Settings, ValidationErrors> {
                 group: group.to_string(),
                 namespace: namespace.to_string(),
             },
-            operator,
+            operators,
             peers,
             mysql,
             credentials,
@@ -393,7 +400,13 @@ mod tests {
         let f = creds_file("username=bloodraven\npassword=s3cret\n");
         let s = validate(&good(&f)).unwrap();
         assert_eq!(s.identity.namespace, "default");
-        assert_eq!(s.operator, "http://127.0.0.1:8082");
+        assert_eq!(s.operators, ["http://127.0.0.1:8082"]);
+        let mut several = good(&f);
+        several.operator = Some("http://10.0.0.1:8082/, http://10.0.0.9:8082".into());
+        assert_eq!(
+            validate(&several).unwrap().operators,
+            ["http://10.0.0.1:8082", "http://10.0.0.9:8082"]
+        );
         assert_eq!(
             s.peers,
             vec!["http://10.0.0.2:8080", "http://10.0.0.3:8080"]
@@ -446,6 +459,14 @@ mod tests {
             (|r| r.operator = Some("ftp://x".into()), "--operator"),
             (
                 |r| r.operator = Some("http://admin:hunter2@op:8082".into()),
+                "--operator",
+            ),
+            (
+                |r| r.operator = Some("http://op:8082,http://op:8082/".into()),
+                "--operator",
+            ),
+            (
+                |r| r.operator = Some("http://op:8082,".into()),
                 "--operator",
             ),
             (|r| r.peers.push("not a url".into()), "--peer"),

@@ -1,5 +1,13 @@
-//! The gather step's outside world: the operator's `/healthz` and `/active-site`, every peer's
+//! The gather step's outside world: the operators' `/readyz` and `/active-site`, every peer's
 //! `/peer/ping` and `/peer/active-site`.
+//!
+//! **The operator answered** (what suppresses rule #2 with the peers) means: an operator
+//! answered `/readyz` saying it leads now. With several operators (the etcd platform) each is
+//! asked, and a follower's answer never counts: a follower does nothing, so its being reachable
+//! proves nothing about the group, and a follower cut off from etcd must not keep a primary
+//! writable. A leader leads only while its term is confirmed (its last renewal still covers
+//! it), so an old leader that may have been replaced does not count either. The view is the
+//! first `/active-site` a leader serves (followers answer `503 not_leader`).
 //!
 //! [`Contacts`] is the boundary the monitor and the safety net talk to; [`HttpContacts`] is the
 //! real one (reqwest, short per-request timeouts, bounded bodies, connections reused), and the
@@ -26,6 +34,8 @@ pub enum ContactError {
     Request(String),
     #[error("answered HTTP {0}")]
     Status(u16),
+    #[error("answered HTTP {0} and does not lead")]
+    NotLeader(u16),
     #[error("answered a body that is not an active-site view: {0}")]
     BadBody(String),
 }
@@ -35,7 +45,7 @@ pub trait Contacts: Send + Sync + 'static {
     fn peer_count(&self) -> usize;
     /// A peer's name for logs and `/status` (its base URL).
     fn peer_name(&self, peer: usize) -> String;
-    /// `GET /healthz` on the operator: `Ok` on `200`.
+    /// `GET /readyz` on the operators: `Ok` when one says it leads.
     fn operator_healthz(&self) -> impl Future<Output = Result<(), ContactError>> + Send;
     /// `GET /active-site` on the operator: the authoritative view.
     fn operator_active_site(&self)
@@ -70,9 +80,16 @@ pub struct HttpContacts {
     /// For the long-polled watch: its requests outlive `timeout` by design.
     watch_client: reqwest::Client,
     timeout: Duration,
-    operator_healthz: Url,
-    operator_active_site: Url,
+    operators: Vec<OperatorUrls>,
+    /// The operator that last answered as the leader (asked first next time).
+    leader: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     peers: Vec<PeerUrls>,
+}
+
+#[derive(Debug, Clone)]
+struct OperatorUrls {
+    readyz: Url,
+    active_site: Url,
 }
 
 #[derive(Debug, Clone)]
@@ -95,11 +112,11 @@ fn endpoint(base: &str, path: &str, id: Option<&Identity>) -> Result<Url, Contac
 }
 
 impl HttpContacts {
-    /// Contacts for `identity`'s group: the operator at `operator`, peers at `peers` (base
+    /// Contacts for `identity`'s group: the operators at `operators`, peers at `peers` (base
     /// URLs). Every request is bounded by `timeout`.
     pub fn new(
         identity: &Identity,
-        operator: &str,
+        operators: &[String],
         peers: &[String],
         timeout: Duration,
     ) -> Result<Self, ContactError> {
@@ -130,8 +147,16 @@ impl HttpContacts {
             client,
             watch_client,
             timeout,
-            operator_healthz: endpoint(operator, "/healthz", None)?,
-            operator_active_site: endpoint(operator, "/active-site", Some(identity))?,
+            operators: operators
+                .iter()
+                .map(|o| {
+                    Ok(OperatorUrls {
+                        readyz: endpoint(o, "/readyz", None)?,
+                        active_site: endpoint(o, "/active-site", Some(identity))?,
+                    })
+                })
+                .collect::<Result<_, ContactError>>()?,
+            leader: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             peers,
         })
     }
@@ -172,11 +197,26 @@ impl HttpContacts {
         Ok((status, body))
     }
 
+    /// The operators, the last leader first.
+    fn operators_leader_first(&self) -> impl Iterator<Item = (usize, &OperatorUrls)> {
+        let first = self.leader.load(std::sync::atomic::Ordering::Relaxed);
+        let n = self.operators.len();
+        (0..n).map(move |k| {
+            let i = (first + k) % n.max(1);
+            (i, &self.operators[i])
+        })
+    }
+
     fn peer(&self, peer: usize) -> Result<&PeerUrls, ContactError> {
         self.peers
             .get(peer)
             .ok_or_else(|| ContactError::Request(format!("no peer with index {peer}")))
     }
+}
+
+/// Whether a `/readyz` body says the operator leads.
+fn leads(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v["leader"] == true)
 }
 
 /// Parses and checks an active-site body: the site is empty or a DNS-1123 label.
@@ -203,17 +243,40 @@ impl Contacts for HttpContacts {
     }
 
     async fn operator_healthz(&self) -> Result<(), ContactError> {
-        match self.get(&self.operator_healthz).await? {
-            (StatusCode::OK, _) => Ok(()),
-            (s, _) => Err(ContactError::Status(s.as_u16())),
+        // Every operator at once: a follower's answer is not the leader's, and waiting for
+        // each in turn would spend the tick's bound on the ones that do not lead.
+        let answers = futures::future::join_all(
+            self.operators_leader_first()
+                .map(|(i, o)| async move { (i, self.get(&o.readyz).await) }),
+        )
+        .await;
+        let mut last = ContactError::Request("no operator configured".into());
+        for (i, a) in answers {
+            match a {
+                Ok((_, body)) if leads(&body) => {
+                    self.leader.store(i, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(());
+                }
+                Ok((s, _)) => last = ContactError::NotLeader(s.as_u16()),
+                Err(e) => last = e,
+            }
         }
+        Err(last)
     }
 
     async fn operator_active_site(&self) -> Result<ActiveSite, ContactError> {
-        match self.get(&self.operator_active_site).await? {
-            (StatusCode::OK, body) => parse_view(&body),
-            (s, _) => Err(ContactError::Status(s.as_u16())),
+        let mut last = ContactError::Request("no operator configured".into());
+        for (i, o) in self.operators_leader_first() {
+            match self.get(&o.active_site).await {
+                Ok((StatusCode::OK, body)) => {
+                    self.leader.store(i, std::sync::atomic::Ordering::Relaxed);
+                    return parse_view(&body);
+                }
+                Ok((s, _)) => last = ContactError::Status(s.as_u16()),
+                Err(e) => last = e,
+            }
         }
+        Err(last)
     }
 
     async fn peer_ping(&self, peer: usize) -> Result<(), ContactError> {
@@ -225,7 +288,12 @@ impl Contacts for HttpContacts {
     }
 
     async fn operator_view_after(&self, after: u64) -> Result<Option<ActiveSite>, ContactError> {
-        let mut url = self.operator_active_site.clone();
+        // The operator that last answered as the leader (a follower answers 503 at once, and
+        // the watch asks again after a peer-check interval, by then of the new leader).
+        let Some((_, o)) = self.operators_leader_first().next() else {
+            return Err(ContactError::Request("no operator configured".into()));
+        };
+        let mut url = o.active_site.clone();
         url.query_pairs_mut()
             .append_pair("after", &after.to_string());
         match self
@@ -264,15 +332,15 @@ mod tests {
     fn urls_carry_the_group() {
         let c = HttpContacts::new(
             &id(),
-            "http://op:8082",
+            &["http://op:8082".into(), "http://op-2:8082".into()],
             &["http://10.0.0.2:8080/pdx".into()],
             Duration::from_secs(1),
         )
         .unwrap();
-        assert_eq!(c.operator_healthz.as_str(), "http://op:8082/healthz");
+        assert_eq!(c.operators[0].readyz.as_str(), "http://op:8082/readyz");
         assert_eq!(
-            c.operator_active_site.as_str(),
-            "http://op:8082/active-site?namespace=default&group=playground"
+            c.operators[1].active_site.as_str(),
+            "http://op-2:8082/active-site?namespace=default&group=playground"
         );
         assert_eq!(
             c.peers[0].ping.as_str(),
@@ -280,6 +348,73 @@ mod tests {
         );
         assert_eq!(c.peer_name(0), "http://10.0.0.2:8080/pdx");
         assert_eq!(c.peer_count(), 1);
+    }
+
+    /// An operator on loopback that says whether it leads; a leader serves `view`.
+    async fn operator(leads: bool, view: &'static str) -> String {
+        use axum::routing::get;
+        let app = axum::Router::new()
+            .route(
+                "/readyz",
+                get(move || async move {
+                    axum::Json(serde_json::json!({"ready": true, "leader": leads, "loaded": leads}))
+                }),
+            )
+            .route(
+                "/active-site",
+                get(move || async move {
+                    if leads {
+                        (axum::http::StatusCode::OK, view)
+                    } else {
+                        (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            r#"{"error":"not_leader"}"#,
+                        )
+                    }
+                }),
+            );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn only_an_operator_that_leads_counts_and_serves_the_view() {
+        let view =
+            r#"{"activeSite":"pdx","topologyGeneration":4,"observedAt":"2026-11-30T10:00:30Z"}"#;
+        let follower = operator(false, view).await;
+        let leader = operator(true, view).await;
+        let both = HttpContacts::new(
+            &id(),
+            &[follower.clone(), leader],
+            &[],
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert_eq!(both.operator_healthz().await, Ok(()));
+        assert_eq!(
+            both.operator_active_site().await.unwrap().active_site,
+            "pdx"
+        );
+        assert_eq!(
+            both.leader.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "the leader is asked first next time"
+        );
+        // A follower alone is not the operator: its answer suppresses nothing.
+        let alone = HttpContacts::new(&id(), &[follower], &[], Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            alone.operator_healthz().await,
+            Err(ContactError::NotLeader(200))
+        );
+        assert_eq!(
+            alone.operator_active_site().await,
+            Err(ContactError::Status(503))
+        );
+        assert!(
+            !leads(b"<html>") && !leads(br#"{"leader":"true"}"#) && leads(br#"{"leader":true}"#)
+        );
     }
 
     #[test]

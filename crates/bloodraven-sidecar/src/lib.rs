@@ -223,7 +223,7 @@ pub async fn run(
     let timing = settings.timing();
     let contacts = HttpContacts::new(
         &settings.identity,
-        &settings.operator,
+        &settings.operators,
         &settings.peers,
         timing.request_timeout,
     )

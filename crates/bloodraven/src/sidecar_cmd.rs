@@ -40,7 +40,8 @@ pub struct SidecarArgs {
         default_value = "default"
     )]
     namespace: String,
-    /// The operator's plain-HTTP base URL, e.g. `http://bloodraven:8082` (required).
+    /// The operator's plain-HTTP base URL, e.g. `http://bloodraven:8082` (required). On the
+    /// etcd platform, every operator's, separated by commas: whichever leads is the operator.
     #[arg(long, env = "BLOODRAVEN_OPERATOR", value_name = "URL")]
     operator: Option<String>,
     /// A peer sidecar's base URL; repeat for every other site of the group (readers too).

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use bloodraven_deploy::lease::LeaseApi as _;
 use bloodraven_testkit::etcd::EtcdCluster;
 use bloodraven_testkit::ledger::{Probe, Target, Writer};
 use serde_json::Value;
@@ -264,6 +265,22 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
         .unwrap_or_else(|| panic!("{grant}"))
         .to_string();
 
+    // A deploy client given both addresses, the follower's first: it finds the leader.
+    let token_file = s.dir.path().join("deploy.token");
+    std::fs::write(&token_file, &bearer).unwrap();
+    let both = bloodraven_deploy::lease::HttpLeaseApi::new(
+        &format!(
+            "https://127.0.0.1:{},https://127.0.0.1:{}",
+            b.https, a.https
+        ),
+        &s.dir.path().join("tls/ca.crt"),
+        &token_file,
+        "playground",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(both.observe().await.unwrap().stable);
+
     // The application writes on; the probe tries every site.
     let names = ["iad", "pdx", "reader"];
     let writer = Writer::start(
@@ -308,6 +325,15 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
     let code = renew.status();
     let body: Value = renew.json().await.unwrap_or(Value::Null);
     assert_eq!(code, 200, "{body}");
+    // And the client with both addresses renews through whichever leads now.
+    both.renew(
+        bloodraven_core::lease::LeaseKind::Migration,
+        "op-1",
+        &lease_token,
+        None,
+    )
+    .await
+    .unwrap();
 
     // An emergency after the kill: the new leader fails the group over.
     s.harness.kill(0).unwrap();

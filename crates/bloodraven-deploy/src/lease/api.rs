@@ -109,10 +109,13 @@ pub trait LeaseApi: Send + Sync + fmt::Debug {
     -> Fut<'a, ()>;
 }
 
-/// The deploy API over HTTPS.
+/// The deploy API over HTTPS, on one operator or several (the etcd platform: whichever leads
+/// answers; the others answer `503 not_leader`).
 #[derive(Clone)]
 pub struct HttpLeaseApi {
-    base: String,
+    bases: Vec<String>,
+    /// The operator that answered last (asked first).
+    current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     group: String,
     token_file: PathBuf,
     http: reqwest::Client,
@@ -121,7 +124,7 @@ pub struct HttpLeaseApi {
 impl fmt::Debug for HttpLeaseApi {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpLeaseApi")
-            .field("base", &self.base)
+            .field("bases", &self.bases)
             .field("group", &self.group)
             .field("token_file", &self.token_file)
             .finish_non_exhaustive()
@@ -131,14 +134,17 @@ impl fmt::Debug for HttpLeaseApi {
 /// The client could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientSetupError {
-    #[error("--api must be an https:// URL (the deploy API is served only over TLS), got {0:?}")]
+    #[error(
+        "--api must be an https:// URL, or several separated by commas (the deploy API is served only over TLS), got {0:?}"
+    )]
     NotHttps(String),
     #[error(transparent)]
     Tls(#[from] bloodraven_runtime::tls::TlsError),
 }
 
 impl HttpLeaseApi {
-    /// A client for `group` at `api` (`https://host:8443`), trusting only the CA in `ca_file`.
+    /// A client for `group` at `api` (`https://host:8443`, or several separated by commas),
+    /// trusting only the CA in `ca_file`.
     pub fn new(
         api: &str,
         ca_file: &Path,
@@ -146,13 +152,18 @@ impl HttpLeaseApi {
         group: &str,
         request_timeout: Duration,
     ) -> Result<Self, ClientSetupError> {
-        let base = api.trim_end_matches('/').to_string();
-        if !base.starts_with("https://") {
-            return Err(ClientSetupError::NotHttps(api.to_string()));
+        let mut bases = Vec::new();
+        for a in api.split(',').map(str::trim) {
+            let base = a.trim_end_matches('/').to_string();
+            if !base.starts_with("https://") {
+                return Err(ClientSetupError::NotHttps(a.to_string()));
+            }
+            bases.push(base);
         }
         let http = bloodraven_runtime::tls::http_client(Some(ca_file), request_timeout)?;
         Ok(HttpLeaseApi {
-            base,
+            bases,
+            current: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             group: group.to_string(),
             token_file: token_file.to_path_buf(),
             http,
@@ -168,8 +179,44 @@ impl HttpLeaseApi {
             })
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value), ApiError> {
-        let req = req.bearer_auth(self.bearer()?);
+    /// Sends the request `make` builds for an operator's base URL: to the operator that
+    /// answered last, then to the next one when a request was not sent (no connection) or
+    /// the operator does not lead (`503 not_leader`; a follower applies nothing). A request
+    /// whose answer was lost is never sent again.
+    async fn send(
+        &self,
+        make: impl Fn(&str) -> reqwest::RequestBuilder,
+    ) -> Result<(u16, Value), ApiError> {
+        use std::sync::atomic::Ordering;
+        let bearer = self.bearer()?;
+        let first = self.current.load(Ordering::Relaxed);
+        let n = self.bases.len();
+        let mut last = ApiError::NotSent {
+            detail: "no deploy API address".into(),
+        };
+        for k in 0..n {
+            let i = (first + k) % n;
+            match self
+                .send_one(make(&self.bases[i]).bearer_auth(&bearer))
+                .await
+            {
+                Ok((503, body)) if matches!(error_of(503, &body), ApiError::NotLeader) => {
+                    last = ApiError::NotLeader;
+                }
+                Err(e @ ApiError::NotSent { .. }) => last = e,
+                other => {
+                    self.current.store(i, Ordering::Relaxed);
+                    return other;
+                }
+            }
+        }
+        match last {
+            ApiError::NotLeader => Ok((503, serde_json::json!({"error": "not_leader"}))),
+            e => Err(e),
+        }
+    }
+
+    async fn send_one(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value), ApiError> {
         let resp = match req.send().await {
             Ok(r) => r,
             Err(e) if e.is_connect() => {
@@ -198,8 +245,8 @@ impl HttpLeaseApi {
         Ok((status, body))
     }
 
-    fn leases_url(&self) -> String {
-        format!("{}/deploy/v1/groups/{}/leases", self.base, self.group)
+    fn leases_url(&self, base: &str) -> String {
+        format!("{base}/deploy/v1/groups/{}/leases", self.group)
     }
 }
 
@@ -252,8 +299,12 @@ fn answer<T: serde::de::DeserializeOwned>(
 impl LeaseApi for HttpLeaseApi {
     fn observe(&self) -> Fut<'_, Observation> {
         Box::pin(async move {
-            let url = format!("{}/deploy/v1/groups/{}", self.base, self.group);
-            let (status, body) = self.send(self.http.get(url)).await?;
+            let (status, body) = self
+                .send(|b| {
+                    self.http
+                        .get(format!("{b}/deploy/v1/groups/{}", self.group))
+                })
+                .await?;
             if status != 200 {
                 return Err(error_of(status, &body));
             }
@@ -276,7 +327,7 @@ impl LeaseApi for HttpLeaseApi {
                 ttl_seconds: Some(i64::from(ttl_seconds)),
             };
             let (status, v) = self
-                .send(self.http.post(self.leases_url()).json(&body))
+                .send(|b| self.http.post(self.leases_url(b)).json(&body))
                 .await?;
             if status != 200 && status != 201 {
                 return Err(error_of(status, &v));
@@ -303,8 +354,12 @@ impl LeaseApi for HttpLeaseApi {
                 token: token.to_string(),
                 ttl_seconds: ttl_seconds.map(i64::from),
             };
-            let url = format!("{}/{}/{}", self.leases_url(), kind.as_str(), operation_id);
-            let (status, v) = self.send(self.http.put(url).json(&body)).await?;
+            let (status, v) = self
+                .send(|b| {
+                    let url = format!("{}/{}/{}", self.leases_url(b), kind.as_str(), operation_id);
+                    self.http.put(url).json(&body)
+                })
+                .await?;
             if status != 200 {
                 return Err(error_of(status, &v));
             }
@@ -323,9 +378,11 @@ impl LeaseApi for HttpLeaseApi {
         token: &'a str,
     ) -> Fut<'a, ()> {
         Box::pin(async move {
-            let url = format!("{}/{}/{}", self.leases_url(), kind.as_str(), operation_id);
             let (status, v) = self
-                .send(self.http.delete(url).header("x-lease-token", token))
+                .send(|b| {
+                    let url = format!("{}/{}/{}", self.leases_url(b), kind.as_str(), operation_id);
+                    self.http.delete(url).header("x-lease-token", token)
+                })
                 .await?;
             if status != 204 {
                 return Err(error_of(status, &v));

@@ -1,7 +1,7 @@
 //! Test support: a scriptable stand-in for the operator or a peer sidecar (axum on
 //! `127.0.0.1:0`), and helpers to start a real sidecar against a harness server.
 //!
-//! A [`FakeParty`] serves `/healthz`, `/active-site`, `/peer/ping` and `/peer/active-site` and can
+//! A [`FakeParty`] serves `/healthz`, `/readyz`, `/active-site`, `/peer/ping` and `/peer/active-site` and can
 //! be switched between answering, `503`, silent (accepts, never answers) and down (not
 //! listening: connections are refused). By default every response closes its connection, so
 //! switching to down takes effect at once for every client; [`FakeParty::start_keep_alive`]
@@ -107,6 +107,15 @@ async fn healthz(State(s): State<Shared>) -> Response {
     "ok".into_response()
 }
 
+/// `/readyz` as a leading operator answers it (what a sidecar counts as the operator).
+async fn readyz(State(s): State<Shared>) -> Response {
+    if let Some(r) = gate(&s).await {
+        return r;
+    }
+    answered(&s);
+    axum::Json(serde_json::json!({"ready": true, "leader": true, "loaded": true})).into_response()
+}
+
 /// How long `/active-site?after=N` waits for a newer view before `204`, as the operator does.
 const WATCH_WAIT: Duration = Duration::from_secs(30);
 
@@ -190,6 +199,7 @@ async fn close_connection(mut r: Response) -> Response {
 fn router(s: Shared, close: bool) -> Router {
     let r = Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/active-site", get(active_site))
         .route("/peer/ping", get(peer_ping))
         .route("/peer/active-site", get(peer_active_site));
@@ -420,7 +430,8 @@ pub async fn start_sidecar_trusting(
     trust: bloodraven_sidecar::trust::Trust,
 ) -> Sidecar {
     let id = identity(site);
-    let contacts = HttpContacts::new(&id, operator, peers, timing.request_timeout).unwrap();
+    let contacts =
+        HttpContacts::new(&id, &[operator.to_string()], peers, timing.request_timeout).unwrap();
     Sidecar::start(
         id,
         Arc::new(contacts),
