@@ -32,6 +32,22 @@ pub async fn run(opts: PlaygroundOptions) -> i32 {
         let n = step.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         eprintln!("[{n}] {msg}… ({:.1} s)", started.elapsed().as_secs_f64());
     };
+    // The app's and the dashboard's ports are taken first and held while everything else
+    // starts: checked and released, another process could take them in the meantime.
+    let mut held = Vec::new();
+    for (port, what, flag) in [
+        (opts.app_port, "counter app", "--app-port"),
+        (opts.dashboard_port, "dashboard", "--dashboard-port"),
+    ] {
+        let Ok(l) = tokio::net::TcpListener::bind(pg_addr(port)).await else {
+            eprintln!("error: {}", PlaygroundError::PortInUse { port, what, flag });
+            return 2;
+        };
+        held.push(l);
+    }
+    let (Some(dash_l), Some(app_l)) = (held.pop(), held.pop()) else {
+        return 1;
+    };
     let pg = match Playground::start(opts, &progress).await {
         Ok(p) => p,
         Err(e) => {
@@ -43,7 +59,7 @@ pub async fn run(opts: PlaygroundOptions) -> i32 {
             };
         }
     };
-    let app = match serve(pg.app_addr, pg.counter.clone().router()).await {
+    let app = match serve(app_l, pg.counter.clone().router()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e}");
@@ -51,7 +67,7 @@ pub async fn run(opts: PlaygroundOptions) -> i32 {
             return 1;
         }
     };
-    let dash = match serve(pg.dashboard_addr, dashboard::router(pg.clone())).await {
+    let dash = match serve(dash_l, dashboard::router(pg.clone())) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e}");
@@ -68,13 +84,11 @@ pub async fn run(opts: PlaygroundOptions) -> i32 {
     0
 }
 
-async fn serve(
-    addr: std::net::SocketAddr,
-    router: axum::Router,
-) -> Result<std::net::SocketAddr, String> {
-    let l = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+fn pg_addr(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn serve(l: tokio::net::TcpListener, router: axum::Router) -> Result<std::net::SocketAddr, String> {
     let bound = l.local_addr().map_err(|e| e.to_string())?;
     tokio::spawn(async move {
         let _ = axum::serve(l, router).await;

@@ -439,9 +439,8 @@ impl Playground {
         opts: PlaygroundOptions,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<Arc<Playground>, PlaygroundError> {
+        // The app's and the dashboard's ports are the caller's (`crate::run` holds them).
         for (port, what, flag) in [
-            (opts.app_port, "counter app", "--app-port"),
-            (opts.dashboard_port, "dashboard", "--dashboard-port"),
             (opts.operator_port, "operator", "--operator-port"),
             (opts.deploy_port, "deploy API", "--deploy-port"),
             (opts.router_port, "router (HAProxy)", "--router-port"),

@@ -63,12 +63,8 @@ fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Running {
             "--deploy-port",
             &deploy.to_string(),
         ])
-        .args([
-            "--router-port",
-            &free_port().to_string(),
-            "--router-replica-port",
-            &free_port().to_string(),
-        ])
+        // The playground picks the router's ports itself, just before HAProxy binds them.
+        .args(["--router-port", "0", "--router-replica-port", "0"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
