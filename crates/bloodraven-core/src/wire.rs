@@ -357,6 +357,28 @@ pub struct SidecarPeer {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OperatorStatus {
     pub groups: BTreeMap<String, GroupReport>,
+    /// The control plane as this operator sees it, on a platform where several operators
+    /// elect one (etcd); absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<ControlPlane>,
+}
+
+/// Who leads the operators, as one of them sees it (`/status`, `/readyz`, `bloodraven status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlane {
+    /// `etcd`.
+    pub platform: String,
+    /// This operator's identity (`host/pid@listen`).
+    pub identity: String,
+    /// The identity in the leader key at the last answer (`None`: nobody leads, or it is not
+    /// known).
+    pub leader: Option<String>,
+    /// Whether this operator leads and may act now.
+    pub leading: bool,
+    /// Why the platform's store does not answer (no etcd quorum); absent while it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// One group of the operator's `/status`.

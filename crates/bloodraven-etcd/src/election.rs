@@ -28,6 +28,10 @@ use crate::client::{
     Compare, EtcdClient, EtcdError, RangeRequest, TxnOp, TxnRequest, WatchRequest, WatchedEvent,
 };
 
+/// The log prefix of an operator that cannot reach an etcd quorum (alerts and runbooks grep
+/// for it).
+pub const NO_QUORUM: &str = "ETCD-UNREACHABLE:";
+
 /// The lease TTL when the configuration gives none (`store.etcd.leaseTTL`).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
@@ -122,11 +126,25 @@ pub async fn leader(
     }))
 }
 
+/// What the election last learned from etcd: who holds the leader key, and whether etcd
+/// answers at all. For status and readiness, never for deciding to act (that is
+/// [`Leadership::confirm`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The identity in the leader key at the last answered read (`None`: nobody holds it, or
+    /// it is not known since leadership was lost).
+    pub leader: Option<String>,
+    /// Why etcd did not answer the election's last request (no quorum, no member reachable);
+    /// `None` once it answers again.
+    pub problem: Option<String>,
+}
+
 /// Whether this process leads, with the term's fencing token and validity.
 #[derive(Clone)]
 pub struct Leadership {
     rx: watch::Receiver<bool>,
     term: Arc<Mutex<Option<Term>>>,
+    observed: Arc<Mutex<Observed>>,
     leader_key: String,
     identity: String,
 }
@@ -181,6 +199,14 @@ impl Leadership {
     pub fn identity(&self) -> &str {
         &self.identity
     }
+
+    /// What the election last learned from etcd.
+    pub fn observed(&self) -> Observed {
+        self.observed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 struct Election {
@@ -190,6 +216,7 @@ struct Election {
     timings: Timings,
     tx: watch::Sender<bool>,
     term: Arc<Mutex<Option<Term>>>,
+    observed: Arc<Mutex<Observed>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -202,6 +229,30 @@ enum Ended {
 impl Election {
     fn set_term(&self, term: Option<Term>) {
         *self.term.lock().unwrap_or_else(PoisonError::into_inner) = term;
+    }
+
+    /// Records who holds the key (etcd answered).
+    fn answered(&self, leader: Option<String>) {
+        let mut o = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(was) = o.problem.take() {
+            tracing::info!(leader_key = %self.key, previously = %was, "etcd answers again");
+        }
+        o.leader = leader;
+    }
+
+    /// Records that etcd did not answer. Logged once per outage: a follower retrying every
+    /// second would otherwise fill the log.
+    fn unanswered(&self, why: &EtcdError) {
+        let mut o = self.observed.lock().unwrap_or_else(PoisonError::into_inner);
+        if o.problem.is_none() {
+            tracing::error!(
+                leader_key = %self.key,
+                error = %why,
+                "{} etcd does not answer (no quorum, or no member reachable): this operator neither leads nor acts until it does",
+                NO_QUORUM
+            );
+        }
+        o.problem = Some(why.to_string());
     }
 
     fn stopping(&self) -> bool {
@@ -232,7 +283,7 @@ impl Election {
                     }
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, "campaign failed; retrying");
+                    self.unanswered(&e);
                     if self.sleep_or_shutdown(self.timings.retry_every).await {
                         break;
                     }
@@ -248,7 +299,8 @@ impl Election {
             .client
             .range(&RangeRequest::key(self.key.as_bytes()))
             .await?;
-        if !held.kvs.is_empty() {
+        if let Some(kv) = held.kvs.first() {
+            self.answered(Some(String::from_utf8_lossy(&kv.value).into_owned()));
             return Ok(None);
         }
         let sent = Instant::now();
@@ -290,6 +342,7 @@ impl Election {
     }
 
     async fn lead(&mut self, mut term: Term) -> Ended {
+        self.answered(Some(self.identity.clone()));
         self.set_term(Some(term));
         let _ = self.tx.send(true);
         tracing::info!(leader_key = %self.key, identity = %self.identity, fencing_token = term.create_revision, "leading: created the etcd leader key");
@@ -297,6 +350,10 @@ impl Election {
         // Step down before anything else: from here on nothing is confirmed.
         self.set_term(None);
         let _ = self.tx.send(false);
+        self.observed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .leader = None;
         // Resigning (or tidying a lost term): the key goes with the lease, if it is still ours.
         match tokio::time::timeout(
             self.client.request_timeout(),
@@ -365,10 +422,14 @@ impl Election {
             .client
             .with_request_timeout(self.client.request_timeout().min(self.timings.margin));
         match client.lease_keep_alive(term.lease_id).await {
-            Ok(Some(_)) => KeepAlive::Renewed { sent },
+            Ok(Some(_)) => {
+                self.answered(Some(self.identity.clone()));
+                KeepAlive::Renewed { sent }
+            }
             Ok(None) => KeepAlive::LeaseGone,
             Err(e) => {
                 tracing::warn!(error = %e, "keeping the leader lease alive failed");
+                self.unanswered(&e);
                 KeepAlive::Failed
             }
         }
@@ -399,16 +460,22 @@ impl Election {
     /// Waits while the key is held: until it is deleted, or for at most `ttl`. `true` on
     /// shutdown.
     async fn follow(&mut self) -> bool {
-        let Ok(held) = self
+        let held = match self
             .client
             .range(&RangeRequest::key(self.key.as_bytes()))
             .await
-        else {
-            return self.sleep_or_shutdown(self.timings.retry_every).await;
+        {
+            Ok(held) => held,
+            Err(e) => {
+                self.unanswered(&e);
+                return self.sleep_or_shutdown(self.timings.retry_every).await;
+            }
         };
-        if held.kvs.is_empty() {
+        let Some(kv) = held.kvs.first() else {
+            self.answered(None);
             return false;
-        }
+        };
+        self.answered(Some(String::from_utf8_lossy(&kv.value).into_owned()));
         let watch = WatchRequest {
             key: self.key.as_bytes().to_vec(),
             range_end: Vec::new(),
@@ -451,9 +518,11 @@ pub fn campaign(
 ) -> (Leadership, JoinHandle<()>) {
     let (tx, rx) = watch::channel(false);
     let term = Arc::new(Mutex::new(None));
+    let observed = Arc::new(Mutex::new(Observed::default()));
     let leadership = Leadership {
         rx,
         term: term.clone(),
+        observed: observed.clone(),
         leader_key: leader_key.to_string(),
         identity: identity.to_string(),
     };
@@ -464,6 +533,7 @@ pub fn campaign(
         timings: Timings::for_ttl(ttl),
         tx,
         term,
+        observed,
         shutdown,
     };
     (leadership, tokio::spawn(election.run()))
@@ -560,6 +630,7 @@ mod tests {
         let l = Leadership {
             rx,
             term,
+            observed: Arc::default(),
             leader_key: "/bloodraven/leader".into(),
             identity: "op-1".into(),
         };

@@ -19,5 +19,5 @@ mod wire;
 
 pub use client::{ClientOptions, EtcdClient, EtcdError, Failure};
 pub use config::{DEFAULT_PREFIX, EtcdConfig, EtcdSettings};
-pub use election::{Leadership, campaign};
+pub use election::{Leadership, NO_QUORUM, Observed, campaign};
 pub use store::EtcdStore;

@@ -51,11 +51,26 @@ impl std::fmt::Debug for Validity {
 }
 
 /// Whether this process leads, and until when it may act on that.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Leadership {
     rx: watch::Receiver<bool>,
     /// `None`: leadership needs no renewal (the file lock).
     valid_until: Option<Validity>,
+    /// Who leads, on a platform where operators elect one (etcd).
+    control: Option<ControlView>,
+}
+
+/// Reads the control plane's view (see [`Leadership::control`]).
+pub type ControlView = Arc<dyn Fn() -> bloodraven_core::wire::ControlPlane + Send + Sync>;
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("rx", &self.is_leader())
+            .field("valid_until", &self.valid_until)
+            .field("control", &self.control.is_some())
+            .finish()
+    }
 }
 
 impl Leadership {
@@ -64,6 +79,7 @@ impl Leadership {
         Leadership {
             rx,
             valid_until: None,
+            control: None,
         }
     }
 
@@ -72,6 +88,7 @@ impl Leadership {
         Leadership {
             rx,
             valid_until: Some(Validity::Until(valid_until)),
+            control: None,
         }
     }
 
@@ -84,7 +101,25 @@ impl Leadership {
         Leadership {
             rx,
             valid_until: Some(Validity::Confirmed(confirm)),
+            control: None,
         }
+    }
+
+    /// The same leadership, telling `control` who leads (status and readiness only).
+    #[must_use]
+    pub fn with_control(mut self, control: ControlView) -> Self {
+        self.control = Some(control);
+        self
+    }
+
+    /// Who leads, as the election last saw it; `None` on a platform with no election between
+    /// machines (the file lock, Kubernetes' Lease is shown by the API server).
+    pub fn control(&self) -> Option<bloodraven_core::wire::ControlPlane> {
+        self.control.as_ref().map(|c| {
+            let mut v = c();
+            v.leading = self.confirm();
+            v
+        })
     }
 
     /// Always leading: for tests and tools that run one operator on a private store.

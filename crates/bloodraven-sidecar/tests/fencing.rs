@@ -434,10 +434,17 @@ async fn an_announced_view_fences_the_old_primary_at_once_through_the_watch() {
         "rule #1 through the watch: read-only {} ms after the announcement",
         took.as_millis()
     );
+    // Its sessions are killed with the fence, and /status says how many. The kill follows
+    // the read-only write (the fence lands first, so no session can write meanwhile), so it
+    // is waited for rather than read in the same instant the fence is seen.
+    let killed = |s: &Value| s["sessions_killed"].as_u64().is_some_and(|n| n >= 1);
+    wait_until(Duration::from_secs(3), || async {
+        killed(&status(sidecar.addr).await)
+    })
+    .await;
     let s = status(sidecar.addr).await;
     assert_eq!(s["self_fenced"], Value::Bool(true), "{s}");
-    // Its sessions were killed with the fence, and /status says how many.
-    assert!(s["sessions_killed"].as_u64().is_some_and(|n| n >= 1), "{s}");
+    assert!(killed(&s), "{s}");
     assert!(pooled.query_drop("SELECT 1").await.is_err());
     sidecar.stop().await;
 }

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use bloodraven_core::wire::OperatorStatus;
+use bloodraven_core::wire::{ControlPlane, OperatorStatus};
 use clap::Args;
 use serde_json::Value;
 
@@ -65,10 +65,18 @@ pub fn run(args: &StatusArgs) -> i32 {
                 .await
                 .map_err(|e| format!("bad answer from {url}: {e}"))?;
             if !status.is_success() {
-                return Err(format!(
+                let mut e = format!(
                     "{url}: {status}: {}",
                     v.get("message").and_then(Value::as_str).unwrap_or("")
-                ));
+                );
+                if let Some(c) = v
+                    .get("control")
+                    .and_then(|c| serde_json::from_value::<ControlPlane>(c.clone()).ok())
+                {
+                    e.push('\n');
+                    e.push_str(control_line(&c).trim_end());
+                }
+                return Err(e);
             }
             Ok(v)
         }) {
@@ -111,11 +119,27 @@ fn or_dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".to_string())
 }
 
+/// Who leads the operators, as the one asked sees it.
+fn control_line(c: &ControlPlane) -> String {
+    let leader = match &c.leader {
+        Some(l) if c.leading => format!("{l} (this operator)"),
+        Some(l) => format!("{l} (this operator is {}, following)", c.identity),
+        None => format!("nobody known (this operator is {})", c.identity),
+    };
+    let mut line = format!("control plane: {}  leader: {leader}", c.platform);
+    if let Some(p) = &c.problem {
+        let _ = write!(line, "\n  {} does not answer: {p}", c.platform);
+    }
+    line.push('\n');
+    line
+}
+
 /// Renders `/status` as text.
 pub fn render(v: &OperatorStatus) -> String {
-    let mut out = String::new();
+    let mut out = v.control.as_ref().map(control_line).unwrap_or_default();
     if v.groups.is_empty() {
-        return "no groups\n".into();
+        out.push_str("no groups\n");
+        return out;
     }
     for (name, g) in &v.groups {
         let st = &g.status;
@@ -326,8 +350,43 @@ pub fn render(v: &OperatorStatus) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn names_the_leader_and_an_unanswering_etcd() {
+        let mut c = ControlPlane {
+            platform: "etcd".into(),
+            identity: "m1/42@127.0.0.1:8082".into(),
+            leader: Some("m1/42@127.0.0.1:8082".into()),
+            leading: true,
+            problem: None,
+        };
+        assert_eq!(
+            control_line(&c),
+            "control plane: etcd  leader: m1/42@127.0.0.1:8082 (this operator)\n"
+        );
+        c.leading = false;
+        c.leader = Some("m2/7@127.0.0.1:8082".into());
+        assert_eq!(
+            control_line(&c),
+            "control plane: etcd  leader: m2/7@127.0.0.1:8082 (this operator is m1/42@127.0.0.1:8082, following)\n"
+        );
+        c.leader = None;
+        c.problem = Some("request timed out".into());
+        assert_eq!(
+            control_line(&c),
+            "control plane: etcd  leader: nobody known (this operator is m1/42@127.0.0.1:8082)\n  etcd does not answer: request timed out\n"
+        );
+        let text = render(&OperatorStatus {
+            groups: BTreeMap::new(),
+            control: Some(c),
+        });
+        assert!(text.starts_with("control plane: etcd"), "{text}");
+        assert!(text.ends_with("no groups\n"), "{text}");
+    }
 
     #[test]
     fn renders_sites_leases_and_the_planned_failover() {

@@ -4,13 +4,19 @@
 //! `503 not_leader`; `kill -9` of the leader hands the group to the standby within the lease
 //! TTL, with a deploy lease granted before still renewing under the same token and an
 //! emergency failover after it carried out by the new leader; a leader paused past its lease
-//! (`SIGSTOP`) and resumed writes nothing, because etcd checks its term on every write.
+//! (`SIGSTOP`) and resumed writes nothing, because etcd checks its term on every write, and
+//! sixteen clients contending for the migration lease across the pause never hold it two at
+//! once; with one etcd member down the operator works on, and with no quorum it acts on
+//! nothing (a dead primary is not replaced) until the quorum is back.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bloodraven_deploy::lease::LeaseApi as _;
+use bloodraven_core::lease::LeaseKind;
+use bloodraven_deploy::lease::{ApiError, HttpLeaseApi, LeaseApi as _};
 use bloodraven_testkit::etcd::EtcdCluster;
 use bloodraven_testkit::ledger::{Probe, Target, Writer};
 use serde_json::Value;
@@ -197,6 +203,146 @@ fn probed(plog: &bloodraven_testkit::ledger::ProbeLog) {
         "the probe never wrote: {} rounds",
         plog.rounds.len()
     );
+}
+
+/// One client's belief that it held the migration lease: from the grant's answer until it
+/// sent its release, never past what it was granted (its grant's or renewal's *send* time
+/// plus the TTL: the operator cannot have expired the lease before then).
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    client: usize,
+    from: Instant,
+    until: Instant,
+}
+
+/// Clients contending for the migration lease through every operator's address: each asks
+/// for it with its own operation, holds it briefly (renewing once), releases it and asks
+/// again, until stopped.
+struct Contention {
+    stop: Arc<AtomicBool>,
+    held: Arc<Mutex<Vec<Held>>>,
+    lost: Arc<std::sync::atomic::AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The lease TTL the contending clients ask for (the API's minimum).
+const LEASE_TTL: u32 = 5;
+
+impl Contention {
+    fn start(s: &Setup, ops: &[&Op], clients: usize) -> Contention {
+        let bases = ops
+            .iter()
+            .map(|o| format!("https://127.0.0.1:{}", o.https))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token_file = s.dir.path().join("deploy.token");
+        std::fs::write(&token_file, token(s)).unwrap();
+        let ca = s.dir.path().join("tls/ca.crt");
+        let stop = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let lost = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ttl = Duration::from_secs(u64::from(LEASE_TTL));
+        let tasks = (0..clients)
+            .map(|client| {
+                let api = HttpLeaseApi::new(
+                    &bases,
+                    &ca,
+                    &token_file,
+                    "playground",
+                    Duration::from_secs(2),
+                )
+                .unwrap();
+                let (stop, held, lost) = (stop.clone(), held.clone(), lost.clone());
+                tokio::spawn(async move {
+                    let mut k = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        k += 1;
+                        let op = format!("contender-{client}-{k}");
+                        let sent = Instant::now();
+                        match api
+                            .grant(LeaseKind::Migration, &op, "counter-app", LEASE_TTL)
+                            .await
+                        {
+                            Ok(g) => {
+                                let from = Instant::now();
+                                let mut until = sent + ttl;
+                                tokio::time::sleep(Duration::from_millis(60)).await;
+                                let renewed = Instant::now();
+                                if api
+                                    .renew(LeaseKind::Migration, &op, &g.token, Some(LEASE_TTL))
+                                    .await
+                                    .is_ok()
+                                {
+                                    until = until.max(renewed + ttl);
+                                }
+                                tokio::time::sleep(Duration::from_millis(60)).await;
+                                let until = until.min(Instant::now());
+                                held.lock().unwrap().push(Held {
+                                    client,
+                                    from,
+                                    until,
+                                });
+                                if let Err(ApiError::AnswerLost { .. }) =
+                                    api.release(LeaseKind::Migration, &op, &g.token).await
+                                {
+                                    lost.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            Err(e) => {
+                                if matches!(e, ApiError::AnswerLost { .. }) {
+                                    lost.fetch_add(1, Ordering::Relaxed);
+                                }
+                                let pause = 15 + (client as u64 * 7 + k * 13) % 40;
+                                tokio::time::sleep(Duration::from_millis(pause)).await;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Contention {
+            stop,
+            held,
+            lost,
+            tasks,
+        }
+    }
+
+    /// Grants whose answer came after `t`.
+    fn granted_after(&self, t: Instant) -> usize {
+        self.held
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|h| h.from > t)
+            .count()
+    }
+
+    /// Stops the clients and returns every belief, with how many answers were lost.
+    async fn stop(self) -> (Vec<Held>, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        let held = self.held.lock().unwrap().clone();
+        (held, self.lost.load(Ordering::Relaxed))
+    }
+}
+
+/// Pairs of beliefs that overlapped in time: two clients that both thought they held the
+/// group-wide mutex at once.
+fn overlapping(mut held: Vec<Held>) -> Vec<(Held, Held)> {
+    held.sort_by_key(|h| h.from);
+    let mut out = Vec::new();
+    for (i, a) in held.iter().enumerate() {
+        for b in &held[i + 1..] {
+            if b.from >= a.until {
+                break;
+            }
+            out.push((*a, *b));
+        }
+    }
+    out
 }
 
 fn count(path: &Path, needle: &str) -> usize {
@@ -392,10 +538,46 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
             .collect(),
         Duration::from_millis(10),
     );
+    // Sixteen clients contend for the migration lease through both addresses, the leader's
+    // first.
+    let contention = Contention::start(&s, &[&a, &b], 16);
+    let before = Instant::now();
+    let deadline = before + Duration::from_secs(20);
+    while contention.granted_after(before) < 5 {
+        assert!(Instant::now() < deadline, "no grants through the leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Pause the leader past its lease: the standby takes over and switches the group to pdx.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pa.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
     wait_leading(&b, TTL + Duration::from_secs(20)).await;
+    // The clients move to the new leader (they lost answers to the paused one, and ask the
+    // next operator first after that) and go on being granted the lease one at a time.
+    let led = Instant::now();
+    let deadline = led + Duration::from_secs(30);
+    while contention.granted_after(led) < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "no grants through the new leader while the old one is paused"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (held, lost) = contention.stop().await;
+    let clients = held
+        .iter()
+        .map(|h| h.client)
+        .collect::<std::collections::BTreeSet<_>>();
+    eprintln!(
+        "migration lease across the pause: {} grants to {} of 16 clients, {} after the takeover, {lost} answers lost",
+        held.len(),
+        clients.len(),
+        held.iter().filter(|h| h.from > led).count()
+    );
+    let twice = overlapping(held);
+    assert!(
+        twice.is_empty(),
+        "two clients held the migration lease at once: {twice:?}"
+    );
     let out = Command::new(BIN)
         .args([
             "failover",
@@ -428,6 +610,21 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Clients contend again with the resumed process first in their list: it answers as a
+    // follower (or not at all), never with a stale grant.
+    let contention = Contention::start(&s, &[&a, &b], 16);
+    let again = Instant::now();
+    let deadline = again + Duration::from_secs(30);
+    while contention.granted_after(again) < 5 {
+        assert!(Instant::now() < deadline, "no grants after the resume");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (held, _) = contention.stop().await;
+    let twice = overlapping(held);
+    assert!(
+        twice.is_empty(),
+        "two clients held the migration lease at once: {twice:?}"
+    );
     let plog = probe.stop().await;
     probed(&plog);
     assert!(
@@ -446,4 +643,193 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
         std::fs::read_to_string(&a.log).unwrap_or_default()
     );
     assert!(active(&b).await == Some(("pdx".into(), 2)));
+}
+
+/// `op`'s `/readyz` control block: who it thinks leads, and what etcd did not answer.
+async fn control(op: &Op) -> Value {
+    get(&format!("http://127.0.0.1:{}/readyz", op.http))
+        .await
+        .map_or(Value::Null, |(_, v)| v["control"].clone())
+}
+
+/// Whether site `i` of the harness is writable (a server that does not answer is not).
+async fn writable(s: &Setup, i: usize) -> bool {
+    match s.harness.admin(i) {
+        Ok(a) => a.probe().await.is_ok_and(|p| !p.read_only),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it_acts_on_nothing() {
+    let mut etcd = EtcdCluster::start(3)
+        .await
+        .expect("a three-member etcd cluster");
+    let (mut s, [a, _]) = start(&etcd).await;
+    let _pa = spawn(&a);
+    wait_leading(&a, Duration::from_secs(30)).await;
+    wait_active(&a, "iad", 1, Duration::from_secs(30)).await;
+    wait_stable(&s, &a).await;
+    ledger_tables(&s).await;
+    let c = control(&a).await;
+    assert_eq!(c["platform"], "etcd", "{c}");
+    assert_eq!(c["leading"], true, "{c}");
+    assert_eq!(c["leader"], c["identity"], "{c}");
+    let names = ["iad", "pdx", "reader"];
+    let probe = Probe::start(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Target::new(*n, s.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(10),
+    );
+
+    // One member down (not etcd's leader): two of three are a quorum, and the operator works
+    // on. A lease is granted and renewed, and a planned failover goes through.
+    let leader = etcd.wait_for_leader().await.expect("an etcd leader");
+    let follower = (leader + 1) % 3;
+    etcd.stop(follower).await;
+    let http = client(&s);
+    let bearer = token(&s);
+    let grant: Value = http
+        .post(format!("https://127.0.0.1:{}/deploy/v1/groups/playground/leases", a.https))
+        .bearer_auth(&bearer)
+        .json(&serde_json::json!({"kind": "migration", "operationId": "op-q", "instance": "counter-app", "ttlSeconds": 30}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lease_token = grant["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{grant}"))
+        .to_string();
+    let renew = http
+        .put(format!(
+            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases/migration/op-q",
+            a.https
+        ))
+        .bearer_auth(&bearer)
+        .json(&serde_json::json!({"token": lease_token}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(renew.status(), 200);
+    let out = Command::new(BIN)
+        .args([
+            "failover",
+            "--group",
+            "playground",
+            "--to",
+            "pdx",
+            "--wait",
+            "60s",
+            "--config",
+        ])
+        .arg(&a.config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_active(&a, "pdx", 2, Duration::from_secs(30)).await;
+    let st = Command::new(BIN)
+        .args(["status", "--config"])
+        .arg(&a.config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert!(
+        text.starts_with("control plane: etcd  leader: ") && text.contains("(this operator)"),
+        "{text}{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+
+    // etcd's leader stopped too: one member of three answers, no quorum.
+    let leader = etcd
+        .leader()
+        .await
+        .expect("an etcd leader with two members");
+    etcd.stop(leader).await;
+    let lost = Instant::now();
+    let deadline = lost + TTL + Duration::from_secs(20);
+    loop {
+        let c = control(&a).await;
+        if c["leading"] == false && c["problem"].is_string() {
+            eprintln!(
+                "without a quorum the operator stopped leading after {:.2} s: {}",
+                lost.elapsed().as_secs_f64(),
+                c["problem"]
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still acting without a quorum: {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // It says so: /status answers 503 not_leader with the reason, and so does the CLI.
+    let (code, v) = get(&format!("http://127.0.0.1:{}/status", a.http))
+        .await
+        .unwrap();
+    assert_eq!(code, 503, "{v}");
+    assert!(v["control"]["problem"].is_string(), "{v}");
+    let st = Command::new(BIN)
+        .args(["status", "--config"])
+        .arg(&a.config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_ne!(st.status.code(), Some(0));
+    assert!(err.contains("etcd does not answer"), "{err}");
+    assert!(
+        count(&a.log, bloodraven_etcd::NO_QUORUM) >= 1,
+        "{}",
+        std::fs::read_to_string(&a.log).unwrap_or_default()
+    );
+
+    // The primary dies meanwhile: no MySQL side effect, nothing is promoted, for many
+    // lease TTLs.
+    s.harness.kill(1).unwrap();
+    let quiet = Instant::now();
+    while quiet.elapsed() < TTL * 4 {
+        assert!(!writable(&s, 0).await, "iad was promoted without a quorum");
+        assert!(!writable(&s, 2).await, "the reader was promoted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The quorum comes back: the operator leads again and fails the group over to iad.
+    etcd.restart(leader).await.expect("the member restarts");
+    let back = Instant::now();
+    wait_leading(&a, Duration::from_secs(30)).await;
+    wait_active(&a, "iad", 3, Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !writable(&s, 0).await {
+        assert!(
+            Instant::now() < deadline,
+            "iad was not promoted; the operator's log: {}",
+            std::fs::read_to_string(&a.log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "with the quorum back, iad was promoted {:.2} s later",
+        back.elapsed().as_secs_f64()
+    );
+    assert!(control(&a).await["problem"].is_null());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let plog = probe.stop().await;
+    probed(&plog);
+    assert!(
+        plog.two_writable().is_empty(),
+        "two writable sites: {:?}",
+        plog.two_writable()
+    );
 }

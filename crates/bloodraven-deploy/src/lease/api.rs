@@ -182,7 +182,7 @@ impl HttpLeaseApi {
     /// Sends the request `make` builds for an operator's base URL: to the operator that
     /// answered last, then to the next one when a request was not sent (no connection) or
     /// the operator does not lead (`503 not_leader`; a follower applies nothing). A request
-    /// whose answer was lost is never sent again.
+    /// whose answer was lost is never sent again; the next one starts at the next operator.
     async fn send(
         &self,
         make: impl Fn(&str) -> reqwest::RequestBuilder,
@@ -205,7 +205,15 @@ impl HttpLeaseApi {
                 }
                 Err(e @ ApiError::NotSent { .. }) => last = e,
                 other => {
-                    self.current.store(i, Ordering::Relaxed);
+                    // An answer lost is not sent again, but the next request starts at the
+                    // next operator: the one that lost it may be paused or cut off, and a
+                    // client that kept asking it first would wait out every timeout on it.
+                    let next = if matches!(other, Err(ApiError::AnswerLost { .. })) {
+                        (i + 1) % n
+                    } else {
+                        i
+                    };
+                    self.current.store(next, Ordering::Relaxed);
                     return other;
                 }
             }

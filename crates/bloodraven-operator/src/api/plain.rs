@@ -32,11 +32,14 @@ async fn healthz() -> Response {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    let body = json!({
+    let mut body = json!({
         "ready": state.is_ready(),
         "leader": state.is_leader(),
         "loaded": state.is_loaded(),
     });
+    if let Some(c) = state.leadership.control() {
+        body["control"] = json!(c);
+    }
     let code = if state.is_ready() {
         StatusCode::OK
     } else {
@@ -179,11 +182,12 @@ async fn status(
     q: Result<Query<GroupQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     if !state.is_leader() {
-        return error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_leader",
-            "this operator is not the leader",
-        );
+        let mut body = json!({"error": "not_leader", "message": "this operator is not the leader"});
+        // Says who is, where the platform knows (etcd): `bloodraven status` names it.
+        if let Some(c) = state.leadership.control() {
+            body["control"] = json!(c);
+        }
+        return json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
     }
     if !state.is_loaded() {
         return super::loading_response();
@@ -226,7 +230,13 @@ async fn status(
             &format!("no group {w:?}"),
         );
     }
-    json_response(StatusCode::OK, &OperatorStatus { groups: out })
+    json_response(
+        StatusCode::OK,
+        &OperatorStatus {
+            groups: out,
+            control: state.leadership.control(),
+        },
+    )
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {

@@ -137,8 +137,20 @@ impl Platform for EtcdPlatform {
         let rx = l.watch();
         let confirm = l.clone();
         tracing::info!(identity = %self.identity, leader_key = %self.settings.leader_key(), lease_ttl_seconds = self.settings.lease_ttl.as_secs(), "campaigning for leadership on etcd");
+        let observe = l.clone();
+        let identity = self.identity.clone();
+        let control: crate::leader::ControlView = Arc::new(move || {
+            let o = observe.observed();
+            bloodraven_core::wire::ControlPlane {
+                platform: "etcd".into(),
+                identity: identity.clone(),
+                leader: o.leader,
+                leading: false,
+                problem: o.problem,
+            }
+        });
         (
-            Leadership::confirmed_by(rx, Arc::new(move || confirm.confirm())),
+            Leadership::confirmed_by(rx, Arc::new(move || confirm.confirm())).with_control(control),
             task,
         )
     }
