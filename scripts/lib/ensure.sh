@@ -139,6 +139,12 @@ ensure_haproxy() {
 }
 
 # etcd (Debian's etcd-server), the reference the deploy API's durable writes are compared with.
+# etcdctl, for the deploy API bench's `etcdctl check perf` (the bench says so when missing).
+ensure_etcdctl() {
+  if command -v etcdctl >/dev/null 2>&1; then return 0; fi
+  apt_install etcd-client || say "etcdctl could not be installed: the bench leaves etcd's own figures out"
+}
+
 ensure_etcd() {
   if [ -n "${BLOODRAVEN_ETCD:-}" ] || command -v etcd >/dev/null 2>&1; then return 0; fi
   apt_install etcd-server || true

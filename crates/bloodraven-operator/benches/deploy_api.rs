@@ -265,6 +265,11 @@ const END: &str = "<!-- perf:end -->";
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     bloodraven_runtime::tls::install_crypto_provider();
+    // The operators' own logs, when asked for (`BLOODRAVEN_LOG=info`): a row that cannot
+    // start says why.
+    if std::env::var_os("BLOODRAVEN_LOG").is_some() {
+        bloodraven_runtime::logging::init(bloodraven_runtime::logging::Format::Text);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let secs: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(5);
     let report = args

@@ -270,6 +270,7 @@ mod tests {
     async fn a_directory_moved_to_kubernetes_is_never_led() {
         let dir = tempfile::tempdir().unwrap();
         let marker = crate::relocate::Moved {
+            platform: "Kubernetes".into(),
             server: "https://k8s.example:6443".into(),
             moved_at: "2026-12-01T00:00:00Z".into(),
             groups: vec!["default/playground".into()],

@@ -1,5 +1,5 @@
-//! Moving groups from embedded mode to Kubernetes mode without resetting anything a client or
-//! a sidecar relies on.
+//! Moving groups from embedded mode to Kubernetes mode or to the etcd platform without
+//! resetting anything a client or a sidecar relies on.
 //!
 //! What must survive the move: each group's `topologyGeneration` (sidecars adopt only views
 //! whose generation is not older than the one they hold, and deploy clients compare it), its
@@ -31,9 +31,32 @@ use crate::lease_objects::LABEL_GROUP;
 /// The file in a data directory that says its groups now live in Kubernetes.
 pub const MOVED_FILE: &str = "moved-to-kubernetes.json";
 
+/// The platform the groups move to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Destination {
+    /// An API server: credentials may become Secrets, the operator runs in a Pod.
+    #[default]
+    Kubernetes,
+    /// An etcd cluster: the operators there read the same credential files on their own
+    /// machines.
+    Etcd,
+}
+
+impl Destination {
+    /// As the marker and the refusals name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Destination::Kubernetes => "Kubernetes",
+            Destination::Etcd => "etcd",
+        }
+    }
+}
+
 /// How to move.
 #[derive(Clone, Debug, Default)]
 pub struct MoveOptions {
+    /// Where to.
+    pub destination: Destination,
     /// Put every object in this namespace (default: each keeps its own).
     pub namespace: Option<String>,
     /// Read every site's MySQL credentials from this Secret instead of a file.
@@ -228,7 +251,10 @@ fn group_move(
     object.metadata = fresh_meta(&g.metadata, opts);
     object.body.remove("status");
     if let Some(spec) = object.body.get_mut("spec") {
-        map_credentials(spec, opts, &g.key(), warnings);
+        match opts.destination {
+            Destination::Kubernetes => map_credentials(spec, opts, &g.key(), warnings),
+            Destination::Etcd => note_files(spec, &g.key(), warnings),
+        }
     }
     let mut mine: Vec<RawObject> = leases
         .iter()
@@ -315,6 +341,33 @@ fn remap(
         None => warnings.push(format!(
             "{what} stay in the file {file}: the operator's Pod must mount it at that path (or move again with {flag})"
         )),
+    }
+}
+
+/// The etcd operators run on other machines: the files the spec names must be there too.
+fn note_files(spec: &Value, key: &ObjectKey, warnings: &mut Vec<String>) {
+    let mut files = std::collections::BTreeSet::new();
+    if let Some(sites) = spec.get("sites").and_then(Value::as_array) {
+        for site in sites {
+            if let Some(f) = site
+                .pointer("/mysql/credentials/file")
+                .and_then(Value::as_str)
+            {
+                files.insert(f.to_string());
+            }
+        }
+    }
+    if let Some(f) = spec
+        .pointer("/replication/credentials/file")
+        .and_then(Value::as_str)
+    {
+        files.insert(f.to_string());
+    }
+    if !files.is_empty() {
+        warnings.push(format!(
+            "{key}: every etcd operator reads its credentials from {}: each machine must have them at that path",
+            files.into_iter().collect::<Vec<_>>().join(", ")
+        ));
     }
 }
 
@@ -415,7 +468,11 @@ async fn write(
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Moved {
-    /// The API server the groups were written to.
+    /// The platform the groups were moved to (`Kubernetes` in a marker written before there
+    /// was another).
+    #[serde(default = "kubernetes")]
+    pub platform: String,
+    /// The API server (or the etcd endpoints) the groups were written to.
     pub server: String,
     /// When (RFC 3339).
     pub moved_at: String,
@@ -435,6 +492,7 @@ pub fn moved(data_dir: &Path) -> Option<Moved> {
     let path = marker_path(data_dir);
     match std::fs::read(&path) {
         Ok(bytes) => Some(serde_json::from_slice(&bytes).unwrap_or_else(|_| Moved {
+            platform: "another platform".into(),
             server: "(unreadable marker)".into(),
             moved_at: String::new(),
             groups: Vec::new(),
@@ -455,11 +513,16 @@ pub fn mark_moved(data_dir: &Path, record: &Moved) -> std::io::Result<()> {
     std::fs::File::open(data_dir)?.sync_all()
 }
 
+fn kubernetes() -> String {
+    Destination::Kubernetes.name().into()
+}
+
 /// The refusal an embedded operator or command gives on a moved directory.
 pub fn refusal(data_dir: &Path, m: &Moved) -> String {
     format!(
-        "{} was moved to Kubernetes ({}, {}): its groups are run by the operator there; remove {} only to run this directory in embedded mode again, after stopping that operator",
+        "{} was moved to {} ({}, {}): its groups are run by the operator there; remove {} only to run this directory in embedded mode again, after stopping that operator",
         data_dir.display(),
+        m.platform,
         m.server,
         m.moved_at,
         marker_path(data_dir).display()
@@ -583,10 +646,32 @@ mod tests {
         let kept = plan(&s, &MoveOptions::default()).await.unwrap();
         assert_eq!(kept.warnings.len(), 3, "{:?}", kept.warnings);
         assert!(kept.warnings.iter().any(|w| w.contains("orphan")));
+        // To etcd the files stay, with one note per group that every machine needs them.
+        let to_etcd = plan(
+            &s,
+            &MoveOptions {
+                destination: Destination::Etcd,
+                ..MoveOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(to_etcd.warnings.len(), 2, "{:?}", to_etcd.warnings);
+        assert!(
+            to_etcd.warnings[0].contains("each machine must have them"),
+            "{:?}",
+            to_etcd.warnings
+        );
+        assert!(
+            to_etcd.groups[0].object.body["spec"]
+                .pointer("/sites/0/mysql/credentials/file")
+                .is_some()
+        );
         let opts = MoveOptions {
             namespace: Some("prod".into()),
             credentials_secret: Some("mysql".into()),
             replication_credentials_secret: Some("repl".into()),
+            ..MoveOptions::default()
         };
         let p = plan(&s, &opts).await.unwrap();
         assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
@@ -658,6 +743,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(moved(dir.path()).is_none());
         let m = Moved {
+            platform: "Kubernetes".into(),
             server: "https://k8s:6443".into(),
             moved_at: "2026-12-01T00:00:00Z".into(),
             groups: vec!["db/g".into()],

@@ -67,8 +67,10 @@ enum Command {
     /// Print the Helm chart's install (CRDs, RBAC, Deployment, Services, …) as YAML, from the
     /// same values, for installs without Helm.
     Manifests(manifests_cmd::ManifestsArgs),
-    /// Move the groups of an embedded data directory into Kubernetes (resources, status,
+    /// Move the groups of an embedded data directory to etcd or Kubernetes (groups, status,
     /// deploy leases), keeping their topology generation.
+    Move(move_cmd::MoveArgs),
+    /// `move --to kubernetes` (the older name).
     MoveToKubernetes(move_cmd::MoveArgs),
 }
 
@@ -94,7 +96,10 @@ fn main() {
         Command::Update(args) => std::process::exit(update_cmd::run(&args)),
         Command::RestoreInPlace(args) => std::process::exit(restore_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
-        Command::MoveToKubernetes(args) => std::process::exit(move_cmd::run(&args)),
+        Command::Move(args) => std::process::exit(move_cmd::run(&args, None)),
+        Command::MoveToKubernetes(args) => {
+            std::process::exit(move_cmd::run(&args, Some(move_cmd::To::Kubernetes)))
+        }
         Command::Alerts(args) => std::process::exit(alerts_cmd::run(&args)),
         Command::Crds(args) => std::process::exit(crds_cmd::run(&args)),
         Command::Manifests(args) => std::process::exit(manifests_cmd::run(&args)),

@@ -1,38 +1,58 @@
-//! `bloodraven move-to-kubernetes`: moves the groups of an embedded data directory into a
-//! cluster ([`bloodraven_operator::relocate`]): custom resources, their status (topology
-//! generation included), databases, deploy leases and tombstones. The embedded operator must be
-//! stopped; its leader lock is held for the whole move, and the directory is marked moved so no
-//! embedded operator leads on it again.
+//! `bloodraven move --to kubernetes|etcd` (`move-to-kubernetes` is `move --to kubernetes`):
+//! moves the groups of an embedded data directory onto another platform
+//! ([`bloodraven_operator::relocate`]): the groups, their status (topology generation
+//! included), databases, deploy leases and tombstones. The embedded operator must be stopped;
+//! its leader lock is held for the whole move, and the directory is marked moved so no
+//! embedded operator leads on it again. On etcd the move also holds the etcd leader key while
+//! it writes, so no etcd operator runs the groups before they are whole.
 
 use std::path::PathBuf;
 
 use bloodraven_core::names::{check_dns1123_label, check_dns1123_subdomain};
 use bloodraven_core::time::Clock as _;
 use bloodraven_kube::cluster::{ClusterOptions, connect};
-use bloodraven_operator::config;
+use bloodraven_operator::config::{self, StoreBackend};
 use bloodraven_operator::platform::Platform as _;
 use bloodraven_operator::platform::embedded::EmbeddedPlatform;
+use bloodraven_operator::platform::etcd::{ClaimError, MoveTarget};
 use bloodraven_operator::platform::kubernetes::store::{KubeStore, Scope};
-use bloodraven_operator::relocate::{self, MoveOptions, MovePlan, Moved, Step};
+use bloodraven_operator::relocate::{self, Destination, MoveOptions, MovePlan, Moved, Step};
 use bloodraven_operator::{leader, operator::STORE_FILE};
 use bloodraven_runtime::clock::SystemClock;
+use bloodraven_store::Store;
 use clap::Args;
 
-/// Exit codes of `bloodraven move-to-kubernetes`.
+/// Exit codes of `bloodraven move`.
 pub mod exit {
     pub use crate::cli::exit::{ERROR, OK, USAGE};
-    /// Refused before writing anything: the operator runs, a planned failover is in flight,
-    /// or objects already exist in the cluster.
+    /// Refused before writing anything: the operator runs (on either side), a planned
+    /// failover is in flight, objects already exist on the target, or (etcd) the target's
+    /// configuration lacks a moved group.
     pub const REFUSED: i32 = 3;
     /// Stopped part-way: some objects were written (listed on standard error).
     pub const PARTIAL: i32 = 4;
 }
 
+/// Where the groups go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum To {
+    Etcd,
+    Kubernetes,
+}
+
 #[derive(Debug, Args)]
 pub struct MoveArgs {
+    /// The platform to move to: etcd or kubernetes.
+    #[arg(long, value_enum)]
+    to: Option<To>,
     /// The embedded operator's configuration file (for its data directory).
     #[arg(long, env = "BLOODRAVEN_CONFIG")]
     config: PathBuf,
+    /// With --to etcd: the configuration the etcd operators run with (`store.backend: etcd`).
+    /// It must configure every group and database that moves: the operator that leads there
+    /// writes its file's groups into etcd and deletes the others.
+    #[arg(long)]
+    target_config: Option<PathBuf>,
     /// The kubeconfig of the target cluster (default: `KUBECONFIG`, `~/.kube/config`, or the
     /// in-cluster service account).
     #[arg(long)]
@@ -55,7 +75,52 @@ pub struct MoveArgs {
     dry_run: bool,
 }
 
-fn check_args(args: &MoveArgs) -> Result<MoveOptions, String> {
+/// Checks the flags for the destination (`implied`: the command's own, for
+/// `move-to-kubernetes`).
+fn check_args(args: &MoveArgs, implied: Option<To>) -> Result<(To, MoveOptions), String> {
+    let to = match (args.to, implied) {
+        (Some(t), None) | (None, Some(t)) => t,
+        (Some(t), Some(i)) if t == i => t,
+        (Some(_), Some(_)) => {
+            return Err(
+                "--to: move-to-kubernetes moves to Kubernetes; use bloodraven move --to etcd"
+                    .into(),
+            );
+        }
+        (None, None) => return Err("--to: required: etcd or kubernetes".into()),
+    };
+    if to == To::Etcd {
+        for (flag, given) in [
+            ("--kubeconfig", args.kubeconfig.is_some()),
+            ("--context", args.context.is_some()),
+            ("--namespace", args.namespace.is_some()),
+            ("--credentials-secret", args.credentials_secret.is_some()),
+            (
+                "--replication-credentials-secret",
+                args.replication_credentials_secret.is_some(),
+            ),
+        ] {
+            if given {
+                return Err(format!("{flag}: only with --to kubernetes"));
+            }
+        }
+        if args.target_config.is_none() {
+            return Err(
+                "--target-config: required with --to etcd (the etcd operators' configuration)"
+                    .into(),
+            );
+        }
+        return Ok((
+            to,
+            MoveOptions {
+                destination: Destination::Etcd,
+                ..MoveOptions::default()
+            },
+        ));
+    }
+    if args.target_config.is_some() {
+        return Err("--target-config: only with --to etcd".into());
+    }
     if let Some(ns) = &args.namespace {
         check_dns1123_label(ns).map_err(|rule| format!("--namespace: {rule}"))?;
     }
@@ -70,15 +135,20 @@ fn check_args(args: &MoveArgs) -> Result<MoveOptions, String> {
             check_dns1123_subdomain(name).map_err(|rule| format!("{flag}: {rule}"))?;
         }
     }
-    Ok(MoveOptions {
-        namespace: args.namespace.clone(),
-        credentials_secret: args.credentials_secret.clone(),
-        replication_credentials_secret: args.replication_credentials_secret.clone(),
-    })
+    Ok((
+        to,
+        MoveOptions {
+            destination: Destination::Kubernetes,
+            namespace: args.namespace.clone(),
+            credentials_secret: args.credentials_secret.clone(),
+            replication_credentials_secret: args.replication_credentials_secret.clone(),
+        },
+    ))
 }
 
-pub fn run(args: &MoveArgs) -> i32 {
-    let opts = match check_args(args) {
+/// `bloodraven move` (`implied` is `Some(To::Kubernetes)` for `move-to-kubernetes`).
+pub fn run(args: &MoveArgs, implied: Option<To>) -> i32 {
+    let (to, opts) = match check_args(args, implied) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");
@@ -89,7 +159,25 @@ pub fn run(args: &MoveArgs) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if !cfg.settings.store.groups_in_file() {
+    let target = match &args.target_config {
+        Some(path) => {
+            let t = match crate::cli::load_config(path) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            if !matches!(t.settings.store, StoreBackend::Etcd(_)) {
+                eprintln!(
+                    "error: --target-config: {} runs on store.backend: {}, not etcd; give the etcd operators' configuration",
+                    path.display(),
+                    t.settings.store.as_str()
+                );
+                return exit::USAGE;
+            }
+            Some(t)
+        }
+        None => None,
+    };
+    if !matches!(cfg.settings.store, StoreBackend::Embedded) {
         eprintln!(
             "error: --config: {} does not run on the embedded store (store.backend: {}); give the embedded operator's configuration",
             args.config.display(),
@@ -129,40 +217,54 @@ pub fn run(args: &MoveArgs) -> i32 {
             return exit::ERROR;
         }
     };
+    if let (To::Etcd, Some(target)) = (to, &target) {
+        return crate::cli::run(
+            crate::cli::Flavor::MultiThread,
+            move_to_etcd(&cfg, target, &opts, args.dry_run, &data_dir),
+        );
+    }
     let cluster = ClusterOptions {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
     };
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,
-        move_groups(&cfg, &cluster, &opts, args.dry_run, &data_dir),
+        move_to_kubernetes(&cfg, &cluster, &opts, args.dry_run, &data_dir),
     )
 }
 
-async fn move_groups(
+/// Reads the embedded store and plans the move; `Err` is the exit code (printed).
+async fn plan(cfg: &config::LoadedConfig, opts: &MoveOptions) -> Result<MovePlan, i32> {
+    let source = match EmbeddedPlatform::open(cfg) {
+        Ok(p) => p.store(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Err(exit::ERROR);
+        }
+    };
+    match relocate::plan(&*source, opts).await {
+        Ok(p) => Ok(p),
+        Err(e @ relocate::MoveError::NotMovable { .. }) => {
+            eprintln!("error: {e}");
+            Err(exit::REFUSED)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(exit::ERROR)
+        }
+    }
+}
+
+async fn move_to_kubernetes(
     cfg: &config::LoadedConfig,
     cluster: &ClusterOptions,
     opts: &MoveOptions,
     dry_run: bool,
     data_dir: &std::path::Path,
 ) -> i32 {
-    let source = match EmbeddedPlatform::open(cfg) {
-        Ok(p) => p.store(),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::ERROR;
-        }
-    };
-    let plan = match relocate::plan(&*source, opts).await {
+    let plan = match plan(cfg, opts).await {
         Ok(p) => p,
-        Err(e @ relocate::MoveError::NotMovable { .. }) => {
-            eprintln!("error: {e}");
-            return exit::REFUSED;
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::ERROR;
-        }
+        Err(code) => return code,
     };
     let cluster = match connect(cluster).await {
         Ok(c) => c,
@@ -172,8 +274,111 @@ async fn move_groups(
         }
     };
     let target = KubeStore::new(cluster.client.clone(), Scope::AllNamespaces);
-    print_plan(&plan, &cluster.endpoint, dry_run);
-    match relocate::check_target(&plan, &target).await {
+    let code = write_plan(
+        &plan,
+        &target,
+        Destination::Kubernetes,
+        &cluster.endpoint,
+        dry_run,
+        data_dir,
+    )
+    .await;
+    if code == exit::OK && !dry_run {
+        eprintln!("Start the operator in Kubernetes mode with the same topology signing key.");
+    }
+    code
+}
+
+/// What in `plan` the etcd operators' configuration does not name (they would delete it).
+fn unconfigured(plan: &MovePlan, target: &config::LoadedConfig) -> Vec<String> {
+    let mut missing = Vec::new();
+    for g in &plan.groups {
+        let m = &g.object.metadata;
+        if !target
+            .groups
+            .iter()
+            .any(|t| t.metadata.name == m.name && t.metadata.namespace == m.namespace)
+        {
+            missing.push(g.object.key().to_string());
+        }
+    }
+    for d in &plan.databases {
+        let m = &d.metadata;
+        if !target
+            .databases
+            .iter()
+            .any(|t| t.metadata.name == m.name && t.metadata.namespace == m.namespace)
+        {
+            missing.push(d.key().to_string());
+        }
+    }
+    missing
+}
+
+async fn move_to_etcd(
+    cfg: &config::LoadedConfig,
+    target: &config::LoadedConfig,
+    opts: &MoveOptions,
+    dry_run: bool,
+    data_dir: &std::path::Path,
+) -> i32 {
+    let StoreBackend::Etcd(settings) = &target.settings.store else {
+        eprintln!("error: --target-config: not an etcd configuration");
+        return exit::USAGE;
+    };
+    let plan = match plan(cfg, opts).await {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let missing = unconfigured(&plan, target);
+    if !missing.is_empty() {
+        eprintln!(
+            "error: --target-config does not configure {}: the etcd operator that leads would delete it with its leases at the start of its term; add it to that file first",
+            missing.join(", ")
+        );
+        return exit::REFUSED;
+    }
+    let etcd = match MoveTarget::claim(settings).await {
+        Ok(t) => t,
+        Err(e @ ClaimError::Led { .. }) => {
+            eprintln!("error: {e}");
+            return exit::REFUSED;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::ERROR;
+        }
+    };
+    let server = etcd.describe();
+    let code = write_plan(
+        &plan,
+        etcd.store(),
+        Destination::Etcd,
+        &server,
+        dry_run,
+        data_dir,
+    )
+    .await;
+    etcd.release().await;
+    if code == exit::OK && !dry_run {
+        eprintln!(
+            "Start the etcd operators with the --target-config file (the same topology and token signing keys): they carry on at the moved generation."
+        );
+    }
+    code
+}
+
+/// Checks the target, writes the plan into it and marks the directory moved.
+async fn write_plan(
+    plan: &MovePlan,
+    target: &dyn Store,
+    destination: Destination,
+    server: &str,
+    dry_run: bool,
+    data_dir: &std::path::Path,
+) -> i32 {
+    print_plan(plan, server, dry_run);
+    match relocate::check_target(plan, target).await {
         Ok(()) => {}
         Err(e @ relocate::MoveError::AlreadyThere { .. }) => {
             eprintln!("error: {e}");
@@ -185,7 +390,7 @@ async fn move_groups(
         }
     }
     if dry_run {
-        eprintln!("dry run: nothing written; the cluster holds none of these objects yet");
+        eprintln!("dry run: nothing written; the target holds none of these objects yet");
         return exit::OK;
     }
     let mut report = |step: &Step| match step {
@@ -203,15 +408,20 @@ async fn move_groups(
             }
         ),
     };
-    if let Err(e) = relocate::execute(&plan, &target, &mut report).await {
+    if let Err(e) = relocate::execute(plan, target, &mut report).await {
         eprintln!("error: {e}");
         eprintln!(
-            "the move stopped part-way; the embedded directory is unchanged and not marked: delete what was written (kubectl delete) and run the move again"
+            "the move stopped part-way; the embedded directory is unchanged and not marked: delete what was written ({}) and run the move again",
+            match destination {
+                Destination::Kubernetes => "kubectl delete",
+                Destination::Etcd => "etcdctl del",
+            }
         );
         return exit::PARTIAL;
     }
     let record = Moved {
-        server: cluster.endpoint.clone(),
+        platform: destination.name().into(),
+        server: server.to_string(),
         moved_at: SystemClock.now().to_rfc3339(),
         groups: plan
             .groups
@@ -227,9 +437,9 @@ async fn move_groups(
         return exit::ERROR;
     }
     eprintln!(
-        "moved {} group(s) to {}; {} is marked moved and no embedded operator will lead on it. Start the operator in Kubernetes mode with the same topology signing key.",
+        "moved {} group(s) to {} {server}; {} is marked moved and no embedded operator will lead on it.",
         plan.groups.len(),
-        cluster.endpoint,
+        destination.name(),
         data_dir.display()
     );
     exit::OK
@@ -292,16 +502,48 @@ mod tests {
                 "--replication-credentials-secret",
             ),
         ] {
-            let e = check_args(&parse(&flags)).unwrap_err();
+            let e = check_args(&parse(&flags), Some(To::Kubernetes)).unwrap_err();
             assert!(e.starts_with(field), "{e}");
         }
-        let ok = check_args(&parse(&[
-            "--namespace",
-            "db",
-            "--credentials-secret",
-            "mysql",
-        ]))
+        let (to, ok) = check_args(
+            &parse(&["--namespace", "db", "--credentials-secret", "mysql"]),
+            Some(To::Kubernetes),
+        )
         .unwrap();
+        assert_eq!(to, To::Kubernetes);
         assert_eq!(ok.namespace.as_deref(), Some("db"));
+    }
+
+    #[test]
+    fn the_destination_decides_which_flags_belong() {
+        let e = |flags: &[&str], implied| check_args(&parse(flags), implied).unwrap_err();
+        assert!(e(&[], None).starts_with("--to: required"));
+        assert!(e(&["--to", "etcd"], None).starts_with("--target-config: required"));
+        assert!(
+            e(
+                &[
+                    "--to",
+                    "etcd",
+                    "--target-config",
+                    "t.yaml",
+                    "--namespace",
+                    "db"
+                ],
+                None
+            )
+            .starts_with("--namespace: only with --to kubernetes")
+        );
+        assert!(e(&["--to", "etcd", "--kubeconfig", "k"], None).starts_with("--kubeconfig: only"));
+        assert!(
+            e(&["--to", "kubernetes", "--target-config", "t.yaml"], None)
+                .starts_with("--target-config: only with --to etcd")
+        );
+        assert!(e(&["--to", "etcd"], Some(To::Kubernetes)).starts_with("--to: move-to-kubernetes"));
+        let (to, opts) =
+            check_args(&parse(&["--to", "etcd", "--target-config", "t.yaml"]), None).unwrap();
+        assert_eq!(to, To::Etcd);
+        assert_eq!(opts.destination, Destination::Etcd);
+        let (to, _) = check_args(&parse(&[]), Some(To::Kubernetes)).unwrap();
+        assert_eq!(to, To::Kubernetes);
     }
 }

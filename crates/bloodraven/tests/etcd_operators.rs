@@ -7,7 +7,8 @@
 //! (`SIGSTOP`) and resumed writes nothing, because etcd checks its term on every write, and
 //! sixteen clients contending for the migration lease across the pause never hold it two at
 //! once; with one etcd member down the operator works on, and with no quorum it acts on
-//! nothing (a dead primary is not replaced) until the quorum is back.
+//! nothing (a dead primary is not replaced) until the quorum is back; an embedded group moved
+//! with `bloodraven move --to etcd` carries on there at its generation, its lease renewing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -831,5 +832,228 @@ async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it
         plog.two_writable().is_empty(),
         "two writable sites: {:?}",
         plog.two_writable()
+    );
+}
+
+/// `bloodraven move ARGS`: exit code and standard error.
+fn move_cmd(args: &[&std::ffi::OsStr]) -> (i32, String) {
+    let out = Command::new(BIN).arg("move").args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Keys under the default prefix.
+async fn keys_in_etcd(etcd: &EtcdCluster) -> i64 {
+    let client =
+        bloodraven_etcd::EtcdClient::new(&bloodraven_etcd::ClientOptions::new(etcd.endpoints()))
+            .unwrap();
+    let mut r = bloodraven_etcd::client::RangeRequest::prefix("/bloodraven/");
+    r.count_only = true;
+    client.range(&r).await.unwrap().count
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_embedded_group_moves_to_etcd_keeping_its_generation_and_leases() {
+    let etcd = EtcdCluster::start(3)
+        .await
+        .expect("a three-member etcd cluster");
+    let (s, [a, _]) = start(&etcd).await;
+    // The same group in embedded mode: the configuration without its store line, on the
+    // ports operator `a` takes over after the move.
+    let text = std::fs::read_to_string(&a.config).unwrap();
+    assert!(text.contains("store: {backend: etcd"), "{text}");
+    let embedded_dir = s.dir.path().join("embedded");
+    std::fs::create_dir_all(&embedded_dir).unwrap();
+    let embedded_text = text
+        .lines()
+        .filter(|l| !l.starts_with("store: "))
+        .map(|l| {
+            if l.starts_with("dataDir: ") {
+                format!("dataDir: {}", embedded_dir.join("data").display())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let embedded_cfg = s.dir.path().join("embedded.yaml");
+    std::fs::write(&embedded_cfg, embedded_text + "\n").unwrap();
+    let em = Op {
+        config: embedded_cfg.clone(),
+        http: a.http,
+        https: a.https,
+        log: s.dir.path().join("embedded.log"),
+    };
+    let mut embedded = spawn(&em);
+    wait_active(&em, "iad", 1, Duration::from_secs(30)).await;
+    let out = Command::new(BIN)
+        .args([
+            "failover",
+            "--group",
+            "playground",
+            "--to",
+            "pdx",
+            "--wait",
+            "60s",
+            "--config",
+        ])
+        .arg(&embedded_cfg)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_active(&em, "pdx", 2, Duration::from_secs(30)).await;
+    wait_stable(&s, &em).await;
+    let http = client(&s);
+    let bearer = token(&s);
+    let grant: Value = http
+        .post(format!("https://127.0.0.1:{}/deploy/v1/groups/playground/leases", em.https))
+        .bearer_auth(&bearer)
+        .json(&serde_json::json!({"kind": "migration", "operationId": "op-1", "instance": "counter-app", "ttlSeconds": 120}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lease_token = grant["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{grant}"))
+        .to_string();
+
+    let cfg = embedded_cfg.as_os_str();
+    let target = a.config.as_os_str();
+    let to_etcd = |extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "--to".as_ref(),
+            "etcd".as_ref(),
+            "--config".as_ref(),
+            cfg,
+            "--target-config".as_ref(),
+            target,
+        ];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        move_cmd(&args)
+    };
+    // Refused while the embedded operator runs; bad input names the flag.
+    let (code, err) = to_etcd(&[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("stop it first"), "{err}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(embedded.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = embedded.wait();
+    let (code, err) = move_cmd(&["--to".as_ref(), "etcd".as_ref(), "--config".as_ref(), cfg]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.starts_with("error: --target-config: required"), "{err}");
+    let (code, err) = move_cmd(&[
+        "--to".as_ref(),
+        "etcd".as_ref(),
+        "--config".as_ref(),
+        cfg,
+        "--target-config".as_ref(),
+        cfg,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not etcd"), "{err}");
+
+    // Refused while anyone leads on etcd: nothing written.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (other, task) = bloodraven_etcd::campaign(
+        bloodraven_etcd::EtcdClient::new(&bloodraven_etcd::ClientOptions::new(etcd.endpoints()))
+            .unwrap(),
+        "/bloodraven/leader",
+        "another operator",
+        TTL,
+        stopped,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !other.confirm() {
+        assert!(Instant::now() < deadline, "the test's campaign never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, err) = to_etcd(&[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("an operator leads on etcd (another operator"),
+        "{err}"
+    );
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    assert_eq!(keys_in_etcd(&etcd).await, 0);
+
+    // A dry run writes nothing; the move writes the group at generation 2 with its lease.
+    let (code, out) = to_etcd(&["--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("would write"), "{out}");
+    assert!(
+        out.contains("active site pdx, topology generation 2"),
+        "{out}"
+    );
+    assert_eq!(keys_in_etcd(&etcd).await, 0);
+    let (code, out) = to_etcd(&[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("wrote the status of MysqlFailoverGroup/default/playground: active site pdx, topology generation 2"),
+        "{out}"
+    );
+    assert!(
+        out.contains("each machine must have them at that path"),
+        "{out}"
+    );
+    assert!(
+        !out.contains(&lease_token) && !out.contains(&bearer),
+        "no secret printed"
+    );
+
+    // The moved directory: no second move, no embedded operator.
+    let (code, err) = to_etcd(&[]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("was moved to etcd"), "{err}");
+    let again = Command::new(BIN)
+        .args(["operator", "--config"])
+        .arg(&embedded_cfg)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("was moved to etcd"));
+
+    // The etcd operator carries on at generation 2 (no bootstrap), and the lease renews with
+    // the token granted in embedded mode.
+    let _pa = spawn(&a);
+    wait_leading(&a, Duration::from_secs(30)).await;
+    wait_active(&a, "pdx", 2, Duration::from_secs(30)).await;
+    let renew = http
+        .put(format!(
+            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases/migration/op-1",
+            a.https
+        ))
+        .bearer_auth(&bearer)
+        .json(&serde_json::json!({"token": lease_token}))
+        .send()
+        .await
+        .unwrap();
+    let code = renew.status();
+    let body: Value = renew.json().await.unwrap_or(Value::Null);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["topologyGeneration"], 2, "{body}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(active(&a).await, Some(("pdx".to_string(), 2)));
+    assert!(
+        s.harness
+            .admin(1)
+            .unwrap()
+            .probe()
+            .await
+            .is_ok_and(|p| !p.read_only),
+        "pdx is still the primary"
     );
 }

@@ -150,10 +150,15 @@ impl ConfiguredGroups {
     }
 }
 
+/// The most writes [`ConfiguredGroups`] sends in one batch: well under etcd's default limit of
+/// 128 operations per transaction, with room for the compares the etcd store adds.
+pub const PREPARE_BATCH: usize = 50;
+
 impl GroupSource for ConfiguredGroups {
     /// Writes the configured groups and databases into the store: new ones created, changed
     /// specs replaced (keeping the status and annotations of existing groups), and what the
-    /// configuration no longer has deleted with its leases, tombstones and events. One batch.
+    /// configuration no longer has deleted with its leases, tombstones and events. In batches
+    /// of at most [`PREPARE_BATCH`] writes.
     fn prepare<'a>(
         &'a self,
         store: &'a Arc<dyn Store>,
@@ -243,8 +248,15 @@ impl GroupSource for ConfiguredGroups {
                     ops.push(WriteOp::DeleteIfExists { key: o.key() });
                 }
             }
-            if !ops.is_empty() {
-                store.apply(ops).await?;
+            // In batches: etcd refuses a transaction of more than 128 operations by default
+            // (`--max-txn-ops`), and a file with 64 groups and their databases reaches it.
+            // Nothing here needs one batch: every step is repeated, to the same end, at the
+            // next term's start or on the next retry.
+            let mut ops = ops.into_iter().peekable();
+            while ops.peek().is_some() {
+                store
+                    .apply(ops.by_ref().take(PREPARE_BATCH).collect())
+                    .await?;
             }
             Ok(())
         })

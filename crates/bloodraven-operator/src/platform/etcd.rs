@@ -173,3 +173,116 @@ impl Platform for EtcdPlatform {
         Vec::new()
     }
 }
+
+/// The etcd side of `bloodraven move --to etcd`: the leader key held by the move itself for
+/// as long as it writes, so no etcd operator can lead (and prepare or run the groups) while
+/// they arrive, and every write guarded by that term like an operator's.
+pub struct MoveTarget {
+    store: EtcdStore,
+    endpoints: String,
+    prefix: String,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// Why the move could not take the etcd side.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("cannot reach etcd: {0}")]
+    Etcd(String),
+    #[error(
+        "an operator leads on etcd ({holder}, key {leader_key}): stop every etcd operator first, so the groups are not run from two places"
+    )]
+    Led { holder: String, leader_key: String },
+}
+
+impl std::fmt::Debug for MoveTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MoveTarget")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MoveTarget {
+    /// Takes the leader key of `settings`' prefix (refused while anyone holds it) and waits
+    /// until the term is confirmed.
+    pub async fn claim(settings: &EtcdSettings) -> Result<MoveTarget, ClaimError> {
+        let client =
+            EtcdClient::new(&settings.client).map_err(|e| ClaimError::Etcd(e.to_string()))?;
+        let leader_key = settings.leader_key();
+        let held = |r: bloodraven_etcd::election::LeaderRecord| ClaimError::Led {
+            holder: r.identity,
+            leader_key: leader_key.clone(),
+        };
+        if let Some(r) = bloodraven_etcd::election::leader(&client, &leader_key)
+            .await
+            .map_err(|e| ClaimError::Etcd(e.to_string()))?
+        {
+            return Err(held(r));
+        }
+        let (stop, stopped) = watch::channel(false);
+        let identity = format!("bloodraven move (pid {})", std::process::id());
+        let (term, task) = bloodraven_etcd::campaign(
+            client.clone(),
+            &leader_key,
+            &identity,
+            settings.lease_ttl,
+            stopped,
+        );
+        let deadline = tokio::time::Instant::now() + settings.lease_ttl;
+        while !term.confirm() {
+            if tokio::time::Instant::now() >= deadline {
+                let _ = stop.send(true);
+                let _ = task.await;
+                return match bloodraven_etcd::election::leader(&client, &leader_key).await {
+                    Ok(Some(r)) => Err(held(r)),
+                    Ok(None) => Err(ClaimError::Etcd(format!(
+                        "could not take {leader_key} within {:?}",
+                        settings.lease_ttl
+                    ))),
+                    Err(e) => Err(ClaimError::Etcd(e.to_string())),
+                };
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let store = EtcdStore::connect(client.clone(), &settings.prefix)
+            .await
+            .map_err(|e| ClaimError::Etcd(e.to_string()))?;
+        let guard = term.clone();
+        let store = store.guarded_by(
+            &leader_key,
+            Arc::new(move || {
+                if guard.confirm() {
+                    guard.fencing_token()
+                } else {
+                    None
+                }
+            }),
+        );
+        Ok(MoveTarget {
+            store,
+            endpoints: client.endpoints().join(","),
+            prefix: settings.prefix.clone(),
+            stop,
+            task,
+        })
+    }
+
+    /// The store the move writes to (guarded by its term).
+    pub fn store(&self) -> &dyn Store {
+        &self.store
+    }
+
+    /// Where the groups go, for the report and the moved marker.
+    pub fn describe(&self) -> String {
+        format!("{} (prefix {})", self.endpoints, self.prefix)
+    }
+
+    /// Resigns the leader key: an etcd operator can lead at once.
+    pub async fn release(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
