@@ -206,6 +206,68 @@ fn probed(plog: &bloodraven_testkit::ledger::ProbeLog) {
     );
 }
 
+/// A migration lease for `operation` through `op`; its token.
+async fn grant(s: &Setup, op: &Op, operation: &str, ttl: u32) -> String {
+    let grant: Value = client(s)
+        .post(format!(
+            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases",
+            op.https
+        ))
+        .bearer_auth(token(s))
+        .json(&serde_json::json!({"kind": "migration", "operationId": operation, "instance": "counter-app", "ttlSeconds": ttl}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    grant["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{grant}"))
+        .to_string()
+}
+
+/// Renews the migration lease of `operation` through `op`: status code and body.
+async fn renew(s: &Setup, op: &Op, operation: &str, lease_token: &str) -> (u16, Value) {
+    let r = client(s)
+        .put(format!(
+            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases/migration/{operation}",
+            op.https
+        ))
+        .bearer_auth(token(s))
+        .json(&serde_json::json!({"token": lease_token}))
+        .send()
+        .await
+        .unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().await.unwrap_or(Value::Null))
+}
+
+/// `bloodraven failover --to SITE --wait 60s` with `config`; asserts it succeeded.
+fn fail_over(config: &Path, site: &str) {
+    let out = Command::new(BIN)
+        .args([
+            "failover",
+            "--group",
+            "playground",
+            "--to",
+            site,
+            "--wait",
+            "60s",
+            "--config",
+        ])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// One client's belief that it held the migration lease: from the grant's answer until it
 /// sent its release, never past what it was granted (its grant's or renewal's *send* time
 /// plus the TTL: the operator cannot have expired the lease before then).
@@ -397,20 +459,7 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
     // A migration lease through the leader.
     wait_stable(&s, &a).await;
     ledger_tables(&s).await;
-    let grant: Value = http
-        .post(format!("https://127.0.0.1:{}/deploy/v1/groups/playground/leases", a.https))
-        .bearer_auth(&bearer)
-        .json(&serde_json::json!({"kind": "migration", "operationId": "op-1", "instance": "counter-app", "ttlSeconds": 120}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let lease_token = grant["token"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{grant}"))
-        .to_string();
+    let lease_token = grant(&s, &a, "op-1", 120).await;
 
     // A deploy client given both addresses, the follower's first: it finds the leader.
     let token_file = s.dir.path().join("deploy.token");
@@ -459,18 +508,7 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
     );
     wait_active(&b, "iad", 1, Duration::from_secs(10)).await;
     // The lease granted before renews on the new leader, with the same token.
-    let renew = http
-        .put(format!(
-            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases/migration/op-1",
-            b.https
-        ))
-        .bearer_auth(&bearer)
-        .json(&serde_json::json!({"token": lease_token}))
-        .send()
-        .await
-        .unwrap();
-    let code = renew.status();
-    let body: Value = renew.json().await.unwrap_or(Value::Null);
+    let (code, body) = renew(&s, &b, "op-1", &lease_token).await;
     assert_eq!(code, 200, "{body}");
     // And the client with both addresses renews through whichever leads now.
     both.renew(
@@ -579,27 +617,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
         twice.is_empty(),
         "two clients held the migration lease at once: {twice:?}"
     );
-    let out = Command::new(BIN)
-        .args([
-            "failover",
-            "--group",
-            "playground",
-            "--to",
-            "pdx",
-            "--wait",
-            "60s",
-            "--config",
-        ])
-        .arg(&b.config)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fail_over(&b.config, "pdx");
     wait_active(&b, "pdx", 2, Duration::from_secs(30)).await;
     // Resume the old leader: it held iad at generation 1 in memory.
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
@@ -691,54 +709,10 @@ async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it
     let leader = etcd.wait_for_leader().await.expect("an etcd leader");
     let follower = (leader + 1) % 3;
     etcd.stop(follower).await;
-    let http = client(&s);
-    let bearer = token(&s);
-    let grant: Value = http
-        .post(format!("https://127.0.0.1:{}/deploy/v1/groups/playground/leases", a.https))
-        .bearer_auth(&bearer)
-        .json(&serde_json::json!({"kind": "migration", "operationId": "op-q", "instance": "counter-app", "ttlSeconds": 30}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let lease_token = grant["token"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{grant}"))
-        .to_string();
-    let renew = http
-        .put(format!(
-            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases/migration/op-q",
-            a.https
-        ))
-        .bearer_auth(&bearer)
-        .json(&serde_json::json!({"token": lease_token}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(renew.status(), 200);
-    let out = Command::new(BIN)
-        .args([
-            "failover",
-            "--group",
-            "playground",
-            "--to",
-            "pdx",
-            "--wait",
-            "60s",
-            "--config",
-        ])
-        .arg(&a.config)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let lease_token = grant(&s, &a, "op-q", 30).await;
+    let (code, body) = renew(&s, &a, "op-q", &lease_token).await;
+    assert_eq!(code, 200, "{body}");
+    fail_over(&a.config, "pdx");
     wait_active(&a, "pdx", 2, Duration::from_secs(30)).await;
     let st = Command::new(BIN)
         .args(["status", "--config"])
@@ -888,44 +862,11 @@ async fn an_embedded_group_moves_to_etcd_keeping_its_generation_and_leases() {
     };
     let mut embedded = spawn(&em);
     wait_active(&em, "iad", 1, Duration::from_secs(30)).await;
-    let out = Command::new(BIN)
-        .args([
-            "failover",
-            "--group",
-            "playground",
-            "--to",
-            "pdx",
-            "--wait",
-            "60s",
-            "--config",
-        ])
-        .arg(&embedded_cfg)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fail_over(&embedded_cfg, "pdx");
     wait_active(&em, "pdx", 2, Duration::from_secs(30)).await;
     wait_stable(&s, &em).await;
-    let http = client(&s);
     let bearer = token(&s);
-    let grant: Value = http
-        .post(format!("https://127.0.0.1:{}/deploy/v1/groups/playground/leases", em.https))
-        .bearer_auth(&bearer)
-        .json(&serde_json::json!({"kind": "migration", "operationId": "op-1", "instance": "counter-app", "ttlSeconds": 120}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let lease_token = grant["token"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{grant}"))
-        .to_string();
+    let lease_token = grant(&s, &em, "op-1", 120).await;
 
     let cfg = embedded_cfg.as_os_str();
     let target = a.config.as_os_str();
@@ -1031,18 +972,7 @@ async fn an_embedded_group_moves_to_etcd_keeping_its_generation_and_leases() {
     let _pa = spawn(&a);
     wait_leading(&a, Duration::from_secs(30)).await;
     wait_active(&a, "pdx", 2, Duration::from_secs(30)).await;
-    let renew = http
-        .put(format!(
-            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases/migration/op-1",
-            a.https
-        ))
-        .bearer_auth(&bearer)
-        .json(&serde_json::json!({"token": lease_token}))
-        .send()
-        .await
-        .unwrap();
-    let code = renew.status();
-    let body: Value = renew.json().await.unwrap_or(Value::Null);
+    let (code, body) = renew(&s, &a, "op-1", &lease_token).await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["topologyGeneration"], 2, "{body}");
     tokio::time::sleep(Duration::from_secs(2)).await;
