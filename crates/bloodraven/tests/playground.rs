@@ -1173,12 +1173,29 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
         gaps.iter().all(|g| *g < Duration::from_secs(10)),
         "writes resumed through HAProxy after every switchover: {gaps:?}"
     );
-    // Every acknowledged write is on the final primary (read through HAProxy).
-    let mut c = mysql_async::Conn::new(opts(primary_port)).await.unwrap();
-    let have: Vec<u64> = c
-        .query("SELECT id FROM app.counter WHERE id > 1000000")
-        .await
-        .unwrap();
+    // Every acknowledged write is on the final primary (read through HAProxy). A router
+    // client reconnects: right after a switchover HAProxy may close a new session while its
+    // checks settle (it did once under CI load), so the read is retried for a while.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let (c, have): (mysql_async::Conn, Vec<u64>) = loop {
+        let attempt = async {
+            let mut c = mysql_async::Conn::new(opts(primary_port)).await?;
+            let have: Vec<u64> = c
+                .query("SELECT id FROM app.counter WHERE id > 1000000")
+                .await?;
+            Ok::<_, mysql_async::Error>((c, have))
+        };
+        match attempt.await {
+            Ok(v) => break v,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no read through HAProxy's primary port: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
     let have: BTreeSet<u64> = have.into_iter().collect();
     let lost: Vec<u64> = acked
         .iter()
@@ -1187,8 +1204,24 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
         .collect();
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     // The replica port answers reads from a healthy replica.
-    let mut rc = mysql_async::Conn::new(opts(replica_port)).await.unwrap();
-    let ro: Option<u8> = rc.query_first("SELECT @@read_only").await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let (rc, ro) = loop {
+        let attempt = async {
+            let mut rc = mysql_async::Conn::new(opts(replica_port)).await?;
+            let ro: Option<u8> = rc.query_first("SELECT @@read_only").await?;
+            Ok::<_, mysql_async::Error>((rc, ro))
+        };
+        match attempt.await {
+            Ok(v) => break v,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no read through HAProxy's replica port: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
     assert_eq!(ro, Some(1), "the replica port reaches a read-only replica");
     drop(c);
     drop(rc);
