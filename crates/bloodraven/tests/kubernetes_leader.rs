@@ -357,6 +357,28 @@ fn decided_before(
             .is_some_and(|t| t < at)
 }
 
+/// Whether every thread of `pid` is stopped (state `T`, or `t` when traced).
+fn all_threads_stopped(pid: Pid) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            return false;
+        };
+        // `pid (comm) S …`: the state follows the last ')'.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if !matches!(state, Some('T' | 't')) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_wakes_up_and_touches_nothing_before_it_steps_down() {
     let s = setup().await;
@@ -368,9 +390,15 @@ async fn a_paused_leader_wakes_up_and_touches_nothing_before_it_steps_down() {
     .await;
     let b = spawn(&s, &fake, "b");
     bootstrapped(&fake).await;
-    // a, the leader, freezes; b takes over and moves the primary to pdx.
-    let paused_at = bloodraven_runtime::clock::SystemClock.now();
+    // a, the leader, freezes; b takes over and moves the primary to pdx. The pause is the
+    // moment every thread of a is seen stopped: a decision a made before it is one it made
+    // while it led (`kill` returns before the signal has stopped every thread).
     kill(a.pid(), Signal::SIGSTOP).unwrap();
+    wait_for("a to be stopped", Duration::from_secs(10), async || {
+        all_threads_stopped(a.pid())
+    })
+    .await;
+    let paused_at = bloodraven_runtime::clock::SystemClock.now();
     wait_for("b to take over", Duration::from_secs(20), async || {
         b.leads().await
     })
@@ -423,9 +451,18 @@ async fn a_paused_leader_wakes_up_and_touches_nothing_before_it_steps_down() {
         // `eventTime` is a's clock when it decided it. Events are a record, never state;
         // state writes carry a resourceVersion, so one decided before the pause conflicts.
         .filter(|r| !decided_before(r, paused_at))
-        .map(|r| format!("{} {}", r.method, r.path))
+        .map(|r| {
+            let body = serde_json::from_slice::<Value>(&r.body).unwrap_or(Value::Null);
+            format!(
+                "{} {} (eventTime {}, reason {})",
+                r.method, r.path, body["eventTime"], body["reason"]
+            )
+        })
         .collect();
-    assert!(writes.is_empty(), "a wrote after waking up: {writes:?}");
+    assert!(
+        writes.is_empty(),
+        "a wrote after waking up (paused at {paused_at}): {writes:?}"
+    );
     assert!(!a.leads().await, "a follows now");
     assert!(b.leads().await, "b still leads");
     // Once stepped down, a labels its Pod false again: only b's Pod is behind the Services.
