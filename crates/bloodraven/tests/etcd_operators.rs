@@ -197,6 +197,21 @@ async fn ledger_tables(s: &Setup) {
         .unwrap();
 }
 
+/// The harness's sites, in its order.
+const SITES: [&str; 3] = ["iad", "pdx", "reader"];
+
+/// A probe trying a write on every site every 10 ms.
+fn probe_every_site(s: &Setup) -> Probe {
+    Probe::start(
+        SITES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Target::new(*n, s.harness.app_opts(i)))
+            .collect(),
+        Duration::from_millis(10),
+    )
+}
+
 /// The probe reached a writable primary: its verdict of "never two" is not vacuous.
 fn probed(plog: &bloodraven_testkit::ledger::ProbeLog) {
     assert!(
@@ -478,23 +493,15 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
     assert!(both.observe().await.unwrap().stable);
 
     // The application writes on; the probe tries every site.
-    let names = ["iad", "pdx", "reader"];
     let writer = Writer::start(
-        names
+        SITES
             .iter()
             .enumerate()
             .map(|(i, n)| ((*n).to_string(), s.harness.app_opts(i)))
             .collect(),
         Duration::from_millis(5),
     );
-    let probe = Probe::start(
-        names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, s.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(10),
-    );
+    let probe = probe_every_site(&s);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // kill -9 of the leader: the standby leads once the lease is gone.
@@ -568,15 +575,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
     wait_active(&a, "iad", 1, Duration::from_secs(30)).await;
     wait_stable(&s, &a).await;
     ledger_tables(&s).await;
-    let names = ["iad", "pdx", "reader"];
-    let probe = Probe::start(
-        names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, s.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(10),
-    );
+    let probe = probe_every_site(&s);
     // Sixteen clients contend for the migration lease through both addresses, the leader's
     // first.
     let contention = Contention::start(&s, &[&a, &b], 16);
@@ -694,15 +693,7 @@ async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it
     assert_eq!(c["platform"], "etcd", "{c}");
     assert_eq!(c["leading"], true, "{c}");
     assert_eq!(c["leader"], c["identity"], "{c}");
-    let names = ["iad", "pdx", "reader"];
-    let probe = Probe::start(
-        names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, s.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(10),
-    );
+    let probe = probe_every_site(&s);
 
     // One member down (not etcd's leader): two of three are a quorum, and the operator works
     // on. A lease is granted and renewed, and a planned failover goes through.

@@ -210,6 +210,34 @@ async fn increment(r: &Running) -> Value {
         .unwrap()
 }
 
+/// Runs `query` through one of the router's ports, reconnecting for up to 20 s as a router's
+/// client does (right after a switchover HAProxy may close a new session while its checks
+/// settle); the connection and the rows.
+async fn read_through_router<T: mysql_async::prelude::FromRow + Send + 'static>(
+    opts: mysql_async::Opts,
+    query: &str,
+) -> (mysql_async::Conn, Vec<T>) {
+    use mysql_async::prelude::Queryable as _;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let attempt = async {
+            let mut c = mysql_async::Conn::new(opts.clone()).await?;
+            let rows: Vec<T> = c.query(query).await?;
+            Ok::<_, mysql_async::Error>((c, rows))
+        };
+        match attempt.await {
+            Ok(v) => return v,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no answer to {query:?} through the router: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_counter_keeps_counting_across_a_failover() {
     let r = start();
@@ -1173,29 +1201,12 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
         gaps.iter().all(|g| *g < Duration::from_secs(10)),
         "writes resumed through HAProxy after every switchover: {gaps:?}"
     );
-    // Every acknowledged write is on the final primary (read through HAProxy). A router
-    // client reconnects: right after a switchover HAProxy may close a new session while its
-    // checks settle (it did once under CI load), so the read is retried for a while.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let (c, have): (mysql_async::Conn, Vec<u64>) = loop {
-        let attempt = async {
-            let mut c = mysql_async::Conn::new(opts(primary_port)).await?;
-            let have: Vec<u64> = c
-                .query("SELECT id FROM app.counter WHERE id > 1000000")
-                .await?;
-            Ok::<_, mysql_async::Error>((c, have))
-        };
-        match attempt.await {
-            Ok(v) => break v,
-            Err(e) => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "no read through HAProxy's primary port: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
+    // Every acknowledged write is on the final primary (read through HAProxy).
+    let (c, have): (mysql_async::Conn, Vec<u64>) = read_through_router(
+        opts(primary_port).into(),
+        "SELECT id FROM app.counter WHERE id > 1000000",
+    )
+    .await;
     let have: BTreeSet<u64> = have.into_iter().collect();
     let lost: Vec<u64> = acked
         .iter()
@@ -1204,24 +1215,9 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
         .collect();
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     // The replica port answers reads from a healthy replica.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let (rc, ro) = loop {
-        let attempt = async {
-            let mut rc = mysql_async::Conn::new(opts(replica_port)).await?;
-            let ro: Option<u8> = rc.query_first("SELECT @@read_only").await?;
-            Ok::<_, mysql_async::Error>((rc, ro))
-        };
-        match attempt.await {
-            Ok(v) => break v,
-            Err(e) => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "no read through HAProxy's replica port: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
+    let (rc, ro): (mysql_async::Conn, Vec<Option<u8>>) =
+        read_through_router(opts(replica_port).into(), "SELECT @@read_only").await;
+    let ro = ro.into_iter().next().flatten();
     assert_eq!(ro, Some(1), "the replica port reaches a read-only replica");
     drop(c);
     drop(rc);
