@@ -98,6 +98,7 @@ pub struct LocalFiles {
     pub topology_public_key: PathBuf,
     pub site_credentials: PathBuf,
     pub replication_credentials: PathBuf,
+    pub clone_credentials: PathBuf,
     pub data_dir: PathBuf,
 }
 
@@ -183,6 +184,57 @@ pub fn write_files(
             a.clone.password.expose()
         ),
     )?;
+    let data_dir = dir.join("data");
+    let files = LocalFiles {
+        config: dir.join("bloodraven.yaml"),
+        pki,
+        token_key,
+        topology_key,
+        topology_public_key,
+        site_credentials,
+        replication_credentials,
+        clone_credentials,
+        data_dir,
+    };
+    write(&files.config, &config_text(harness, o, &files))?;
+    Ok(files)
+}
+
+/// Another operator of the same groups (etcd: operators on several machines): a
+/// configuration in `dir` with its own data directory and the listen addresses of `o`, and
+/// everything else shared with `first` (the TLS certificates, the token and topology keys,
+/// the credentials), so tokens, `--cacert` and the sidecars' public key hold for both.
+pub fn write_peer_files(
+    dir: &Path,
+    harness: &Launcher,
+    o: &LocalOptions,
+    first: &LocalFiles,
+) -> Result<LocalFiles, LocalError> {
+    std::fs::create_dir_all(dir).map_err(|e| LocalError::Write {
+        path: dir.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let files = LocalFiles {
+        config: dir.join("bloodraven.yaml"),
+        data_dir: dir.join("data"),
+        ..first.clone()
+    };
+    write(&files.config, &config_text(harness, o, &files))?;
+    Ok(files)
+}
+
+/// The configuration file: the operator's settings, then the groups and databases of `o`.
+fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> String {
+    let LocalFiles {
+        pki,
+        token_key,
+        topology_key,
+        site_credentials,
+        replication_credentials,
+        clone_credentials,
+        data_dir,
+        ..
+    } = files;
     let mut sites = String::new();
     for (i, role) in o.roles.iter().enumerate() {
         let port = o
@@ -211,7 +263,6 @@ pub fn write_files(
             );
         }
     }
-    let data_dir = dir.join("data");
     let mut text = format!(
         "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: {data}\nlisten: {{http: \"{http}\", https: \"{https}\"}}\ntopologySigningKeyFile: {topo}\n",
         data = data_dir.display(),
@@ -282,16 +333,5 @@ pub fn write_files(
             o.namespace
         );
     }
-    let config = dir.join("bloodraven.yaml");
-    write(&config, &text)?;
-    Ok(LocalFiles {
-        config,
-        pki,
-        token_key,
-        topology_key,
-        topology_public_key,
-        site_credentials,
-        replication_credentials,
-        data_dir,
-    })
+    text
 }

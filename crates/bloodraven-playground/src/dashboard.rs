@@ -61,7 +61,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}/status"))
         .collect();
-    let (status, sidecars, counter, running, operator_running, lease, router) = tokio::join!(
+    let (status, sidecars, counter, running, operator_running, lease, router, control) = tokio::join!(
         get_json(&http, status_url),
         futures::future::join_all(sidecar_urls.into_iter().map(|u| get_json(&http, u))),
         pg.counter.view(),
@@ -69,6 +69,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
         pg.operator_running(),
         pg.lease_state(),
         pg.router_view(),
+        pg.control_view(),
     );
     let group = status
         .as_ref()
@@ -112,6 +113,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
     json!({
         "replication": replication,
         "operatorRunning": operator_running,
+        "control": control,
         "operatorAnswering": group.is_some(),
         "group": GROUP,
         "activeSite": st["activeSite"],

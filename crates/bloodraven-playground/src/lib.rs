@@ -10,6 +10,7 @@
 //! | [`dashboard`] | the live dashboard page, its event stream and the chaos API |
 //! | [`scenario`] | the seeds' scenarios as scripts that fail when the outcome does not happen |
 
+pub mod control;
 pub mod counter;
 pub mod dashboard;
 pub mod measure;
@@ -109,6 +110,20 @@ fn print_summary(pg: &Arc<Playground>, app: std::net::SocketAddr, dash: std::net
         pg.opts.operator_port
     );
     println!("  deploy API (TLS)  {deploy}   CA: {ca}");
+    if let Some(etcd) = pg.etcd_endpoints() {
+        println!(
+            "  control plane     etcd {}  (store.etcd, leaseTTL {})",
+            etcd.join(","),
+            control::ETCD_LEASE_TTL
+        );
+        for (name, http) in pg.operator_addresses() {
+            let name = name.as_str();
+            println!("    {name:<15} http://{http}/readyz");
+        }
+        println!(
+            "                    the operator and deploy API addresses above follow whichever operator leads"
+        );
+    }
     println!(
         "  router (HAProxy)  mysql://127.0.0.1:{} (the primary)  mysql://127.0.0.1:{} (replicas)",
         pg.opts.router_port, pg.opts.router_replica_port
@@ -161,6 +176,11 @@ fn print_summary(pg: &Arc<Playground>, app: std::net::SocketAddr, dash: std::net
     println!(
         "       stop-operator, start-operator, take-lease, release-lease, revoke-all, increment)"
     );
+    if pg.etcd.is_some() {
+        println!(
+            "      (etcd: kill-leading-operator, stop-etcd-member [m0|m1|m2], stop-etcd-leader, start-etcd)"
+        );
+    }
     println!("  {exe} playground scenario kill-primary{dashboard_flag}");
     println!("      (also operator-down, deferred-failover, isolate-primary)");
     println!(

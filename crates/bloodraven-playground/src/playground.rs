@@ -1,7 +1,9 @@
 //! The playground: three MariaDB servers (`iad` primary, `pdx` primary-candidate, `reader`
 //! read-only) with GTID replication, the operator (a child process, embedded store, deploy API
-//! on TLS), one sidecar per site (child processes), the counter app and the dashboard, with
-//! every network link between them running through a [`LinkProxy`] that can be cut.
+//! on TLS; or with `--store etcd` two operators on three etcd members, see
+//! [`crate::control`]), one sidecar per site (child processes), the counter app and the
+//! dashboard, with every network link between them running through a [`LinkProxy`] that can
+//! be cut.
 //!
 //! It stops exactly what it started: its own child processes and servers, by pid.
 
@@ -23,13 +25,14 @@ use bloodraven_mysql::Credentials;
 use bloodraven_mysql::launcher::{Accounts, Launcher, LauncherOptions};
 use bloodraven_mysql::update_desk::UpdateDesk;
 use bloodraven_operator::auth::{self, SigningKey};
-use bloodraven_operator::local::{LocalFiles, LocalOptions, write_files};
+use bloodraven_operator::local::{LocalFiles, LocalOptions, write_files, write_peer_files};
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_store::{Durability, ObjectKey, SqliteStore, Store};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 
+use crate::control::{Fronts, OperatorProc, SharedEtcd, StoreChoice};
 use crate::counter::{AppSite, COUNTER_DDL, CounterApp};
 use crate::proxy::LinkProxy;
 
@@ -63,6 +66,29 @@ pub struct PlaygroundOptions {
     /// `spec.replication.mode` of the group; `semi-sync` also starts the servers with the
     /// semi-synchronous recovery flags (docs/mysql.md).
     pub replication: bloodraven_core::config::ReplicationMode,
+    /// Where the operators keep the group: one operator on SQLite, or two on three etcd
+    /// members.
+    pub store: StoreChoice,
+}
+
+impl PlaygroundOptions {
+    /// A playground of `exe` on free ports, in a temporary directory, asynchronous, on the
+    /// embedded store (what tests and benchmarks start).
+    pub fn on_free_ports(exe: PathBuf) -> Self {
+        PlaygroundOptions {
+            dir: None,
+            reset: true,
+            app_port: 0,
+            dashboard_port: 0,
+            operator_port: 0,
+            deploy_port: 0,
+            router_port: 0,
+            router_replica_port: 0,
+            exe,
+            replication: bloodraven_core::config::ReplicationMode::Async,
+            store: StoreChoice::Embedded,
+        }
+    }
 }
 
 /// Starting failed.
@@ -86,6 +112,10 @@ pub enum PlaygroundError {
     OperatorNotReady(u64, String),
     #[error(transparent)]
     Router(#[from] crate::router::RouterError),
+    #[error("etcd: {0}")]
+    Etcd(String),
+    #[error("store: {0}")]
+    Store(String),
     #[error("{0}")]
     Other(String),
 }
@@ -108,6 +138,12 @@ struct Saved {
     /// Absent in a directory saved before reclones: a new account is made then.
     #[serde(default)]
     clone: Option<(String, String)>,
+    /// The store the directory ran with (absent: embedded, as before `--store`).
+    #[serde(default)]
+    store: StoreChoice,
+    /// With etcd: each member's client and peer port.
+    #[serde(default)]
+    etcd_ports: Option<Vec<(u16, u16)>>,
 }
 
 /// The links of one site.
@@ -117,8 +153,9 @@ pub struct SiteLinks {
     pub mysql: LinkProxy,
     /// Operator → this site's sidecar.
     pub sidecar: LinkProxy,
-    /// This site's sidecar → the operator.
-    pub to_operator: LinkProxy,
+    /// This site's sidecar → each operator (one with the embedded store, two with etcd), by
+    /// the operator's index.
+    pub to_operators: Vec<LinkProxy>,
     /// This site's sidecar → each peer's sidecar, by the peer's index. One link per direction
     /// of every pair, so isolating a site cuts what it sends as well as what it receives.
     pub to_peers: Vec<(usize, LinkProxy)>,
@@ -126,8 +163,9 @@ pub struct SiteLinks {
 
 impl SiteLinks {
     fn all(&self) -> impl Iterator<Item = &LinkProxy> {
-        [&self.mysql, &self.sidecar, &self.to_operator]
+        [&self.mysql, &self.sidecar]
             .into_iter()
+            .chain(self.to_operators.iter())
             .chain(self.to_peers.iter().map(|(_, l)| l))
     }
 }
@@ -144,14 +182,21 @@ pub struct Playground {
     /// one of them on a site's MySQL link.
     failover_user: String,
     replication_user: String,
-    operator: Mutex<Option<Child>>,
+    /// The operator processes: one, or two with etcd.
+    operators: Mutex<Vec<OperatorProc>>,
+    /// With etcd: the members, and the printed ports in front of the operators.
+    pub etcd: Option<SharedEtcd>,
+    fronts: Option<Arc<Fronts>>,
+    etcd_urls: Vec<String>,
+    operator_addrs: Vec<(String, String)>,
     sidecars: Mutex<Vec<Option<Child>>>,
     pub counter: Arc<CounterApp>,
     /// HAProxy in front of the servers (the counter app's way to the primary).
     pub router: Mutex<Option<crate::router::Router>>,
     /// The app account through the router's primary port.
     pub router_opts: mysql_async::Opts,
-    pub store: SqliteStore,
+    /// The store as a CLI writes requests to it (`bloodraven failover`): the platform's.
+    pub store: Arc<dyn Store>,
     key: SigningKey,
     lease: Mutex<Option<LeaseSession>>,
     pub opts: PlaygroundOptions,
@@ -234,6 +279,8 @@ impl Workdir {
 async fn start_servers(
     w: &Workdir,
     opts: &PlaygroundOptions,
+    stored_active: Option<String>,
+    etcd_ports: Option<Vec<(u16, u16)>>,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<(Launcher, Saved), PlaygroundError> {
     progress("starting MariaDB servers iad, pdx, reader");
@@ -255,8 +302,7 @@ async fn start_servers(
         });
     }
     // A kept playground restarts its servers read-only, then restores the site the stored
-    // status names as active (a fresh one is wired from scratch below).
-    let stored_active = stored_active_site(&w.dir.join("operator/data")).await;
+    // status (`stored_active`) names as active (a fresh one is wired from scratch below).
     // Every server boots read-only (`read_only=ON`), as docs/mysql.md recommends: a
     // restarted server takes no write before the operator decides it may.
     hopts.read_only_at_start = true;
@@ -292,6 +338,8 @@ async fn start_servers(
         ),
         app: (a.app.user.clone(), a.app.password.expose().to_string()),
         clone: Some((a.clone.user.clone(), a.clone.password.expose().to_string())),
+        store: opts.store,
+        etcd_ports,
     };
     write_private(
         &w.saved_path,
@@ -331,7 +379,7 @@ async fn wire_fresh(
 /// way to the operator and to each peer's sidecar.
 async fn start_links(
     harness: &Launcher,
-    operator_port: u16,
+    operator_ports: &[u16],
     sidecar_ports: &[u16],
 ) -> Result<Vec<SiteLinks>, PlaygroundError> {
     let any = loopback(0);
@@ -351,13 +399,17 @@ async fn start_links(
                 ));
             }
         }
+        let mut to_operators = Vec::new();
+        for (j, port) in operator_ports.iter().enumerate() {
+            to_operators.push(proxy(format!("{name}-operator-{}", j + 1), *port).await?);
+        }
         links.push(SiteLinks {
             to_peers,
+            to_operators,
             mysql: LinkProxy::start_mysql(&format!("{name}-mysql"), any, loopback(harness.port(i)))
                 .await
                 .map_err(io("start a link proxy"))?,
             sidecar: proxy(format!("{name}-sidecar"), sidecar_ports[i]).await?,
-            to_operator: proxy(format!("{name}-operator"), operator_port).await?,
         });
     }
     Ok(links)
@@ -453,30 +505,86 @@ impl Playground {
             check_port(port, what, flag)?;
         }
         let w = Workdir::prepare(&opts)?;
-        let (harness, saved) = start_servers(&w, &opts, progress).await?;
+        if let Some(saved) = &w.saved
+            && saved.store != opts.store
+        {
+            return Err(PlaygroundError::Other(format!(
+                "{} ran with --store {}; start it with --store {} again, or add --reset to start over",
+                w.dir.display(),
+                saved.store.as_str(),
+                saved.store.as_str()
+            )));
+        }
+        let etcd = match opts.store {
+            StoreChoice::Embedded => None,
+            StoreChoice::Etcd => {
+                progress(&format!(
+                    "starting {} etcd members (Debian's etcd, private loopback ports)",
+                    crate::control::ETCD_MEMBERS
+                ));
+                let saved_ports = w.saved.as_ref().and_then(|s| s.etcd_ports.clone());
+                Some(crate::control::start_etcd(&w.dir.join("etcd"), saved_ports).await?)
+            }
+        };
+        let stored_active = match &etcd {
+            Some(c) => stored_active_in_etcd(c.endpoints()).await,
+            None => stored_active_site(&w.dir.join("operator/data")).await,
+        };
+        let etcd_ports = etcd.as_ref().map(crate::control::member_ports);
+        let (harness, saved) =
+            start_servers(&w, &opts, stored_active, etcd_ports, progress).await?;
 
         progress("starting the network links (loopback proxies that can be cut)");
         let operator_port = port_or_free(opts.operator_port)?;
         let deploy_port = port_or_free(opts.deploy_port)?;
+        // Each operator's own ports: the printed ones with one operator; private ones behind
+        // the fronts with etcd.
+        let own_ports: Vec<(u16, u16)> = if etcd.is_some() {
+            (0..2)
+                .map(|_| Ok((free_port()?, free_port()?)))
+                .collect::<Result<_, PlaygroundError>>()?
+        } else {
+            vec![(operator_port, deploy_port)]
+        };
         let sidecar_ports: Vec<u16> = (0..SITES.len())
             .map(|_| free_port())
             .collect::<Result<_, _>>()?;
-        let links = start_links(&harness, operator_port, &sidecar_ports).await?;
+        let http_ports: Vec<u16> = own_ports.iter().map(|p| p.0).collect();
+        let links = start_links(&harness, &http_ports, &sidecar_ports).await?;
 
         progress("writing the operator's configuration, TLS certificates and token key");
         let desk =
             UpdateDesk::new(&w.dir.join("update-desk")).map_err(io("create the update desk"))?;
-        let lo = operator_options(&links, &opts, operator_port, deploy_port, &desk);
+        let mut lo = operator_options(&links, &opts, own_ports[0].0, own_ports[0].1, &desk);
+        if let Some(c) = &etcd {
+            lo.etcd_endpoints = c.endpoints();
+            lo.etcd_lease_ttl = crate::control::ETCD_LEASE_TTL.into();
+        }
         let files = write_files(&w.dir.join("operator"), &harness, &lo)?;
+        let mut operators = vec![OperatorProc::new(
+            "operator-1",
+            files.clone(),
+            own_ports[0].0,
+            own_ports[0].1,
+            w.dir.join("logs/operator.log"),
+        )];
+        for (i, &(http, https)) in own_ports.iter().enumerate().skip(1) {
+            let name = format!("operator-{}", i + 1);
+            lo.http_listen = loopback(http);
+            lo.https_listen = loopback(https);
+            let peer = write_peer_files(&w.dir.join(&name), &harness, &lo, &files)?;
+            let log = w.dir.join(format!("logs/{name}.log"));
+            operators.push(OperatorProc::new(&name, peer, http, https, log));
+        }
+        let fronts = match &etcd {
+            Some(_) => Some(Arc::new(
+                Fronts::start(operator_port, deploy_port, own_ports.clone()).await?,
+            )),
+            None => None,
+        };
         let key = SigningKey::load(&files.token_key)
             .map_err(|e| PlaygroundError::Other(e.to_string()))?;
-        let store = SqliteStore::open(
-            &files
-                .data_dir
-                .join(bloodraven_operator::operator::STORE_FILE),
-            Durability::Full,
-        )
-        .map_err(|e| PlaygroundError::Other(e.to_string()))?;
+        let store = open_store(&files.config).await?;
         progress("starting the router (HAProxy: /primary checked on every sidecar every 100 ms)");
         let router_port = port_or_free(opts.router_port)?;
         let router_replica_port = port_or_free(opts.router_replica_port)?;
@@ -512,7 +620,17 @@ impl Playground {
             sidecar_ports,
             failover_user: saved.failover.0.clone(),
             replication_user: saved.replication.0.clone(),
-            operator: Mutex::new(None),
+            operator_addrs: operators
+                .iter()
+                .map(|o| (o.name.clone(), format!("127.0.0.1:{}", o.http)))
+                .collect(),
+            operators: Mutex::new(operators),
+            etcd_urls: etcd
+                .as_ref()
+                .map(bloodraven_etcd::launcher::EtcdCluster::endpoints)
+                .unwrap_or_default(),
+            etcd: etcd.map(|c| Arc::new(Mutex::new(c))),
+            fronts,
             sidecars: Mutex::new((0..SITES.len()).map(|_| None).collect()),
             counter,
             router: Mutex::new(Some(router)),
@@ -539,7 +657,12 @@ impl Playground {
         self: &Arc<Self>,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<(), PlaygroundError> {
-        progress("starting the operator");
+        if let Some(f) = &self.fronts {
+            tokio::spawn(Fronts::keep_following(Arc::downgrade(f)));
+            progress("starting two operators on etcd (the printed ports follow whichever leads)");
+        } else {
+            progress("starting the operator");
+        }
         self.start_operator().await?;
         progress("waiting for the operator to confirm the active site");
         let active = self.wait_active(Duration::from_secs(60)).await?;
@@ -665,57 +788,76 @@ impl Playground {
         format!("https://127.0.0.1:{}", self.opts.deploy_port)
     }
 
-    /// Starts (or restarts) the operator process.
+    /// Starts (or restarts) the operator processes that do not run, and waits until one
+    /// leads with its groups loaded (with etcd, the fronts then send to it).
     pub async fn start_operator(&self) -> Result<(), PlaygroundError> {
-        let mut slot = self.operator.lock().await;
-        if let Some(c) = slot.as_mut()
-            && c.try_wait().ok().flatten().is_none()
-        {
-            return Ok(());
+        let mut ops = self.operators.lock().await;
+        for op in ops.iter_mut() {
+            op.spawn(&self.opts.exe)?;
         }
-        let log = open_log(&self.dir.join("logs/operator.log"))?;
-        let child = Command::new(&self.opts.exe)
-            .args(["operator", "--config"])
-            .arg(&self.files.config)
-            .env("BLOODRAVEN_LOG_FORMAT", "json")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(io("start the operator"))?;
-        *slot = Some(child);
-        drop(slot);
-        let url = format!("{}/readyz", self.operator_url());
+        let ports: Vec<u16> = ops.iter().map(|o| o.http).collect();
+        let logs: Vec<String> = ops.iter().map(|o| o.log.display().to_string()).collect();
+        drop(ops);
+        let http = crate::control::check_client();
         for _ in 0..300 {
-            // Ready and leading: readiness alone does not say this replica leads.
-            if let Ok(r) = reqwest::get(&url).await
-                && r.status().is_success()
-                && r.json::<serde_json::Value>()
-                    .await
-                    .is_ok_and(|v| v["leader"] == true && v["loaded"] == true)
-            {
-                return Ok(());
+            for (i, port) in ports.iter().enumerate() {
+                if crate::control::leads(&http, *port).await {
+                    if let Some(f) = &self.fronts {
+                        f.follow(i);
+                    }
+                    return Ok(());
+                }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(PlaygroundError::OperatorNotReady(
-            30,
-            self.dir.join("logs/operator.log").display().to_string(),
-        ))
+        Err(PlaygroundError::OperatorNotReady(30, logs.join(", ")))
     }
 
-    /// Stops the operator process (SIGTERM).
+    /// Stops every operator process (SIGTERM).
     pub async fn stop_operator(&self) {
-        let mut slot = self.operator.lock().await;
-        if let Some(mut c) = slot.take() {
-            terminate(&mut c).await;
+        for op in self.operators.lock().await.iter_mut() {
+            op.stop().await;
         }
     }
 
-    /// The operator process's pid, while it runs (for fault injection: pause, kill).
+    /// The leading operator's index: the one the fronts follow (etcd), else the one operator.
+    fn leading_index(&self) -> usize {
+        self.fronts.as_ref().and_then(|f| f.followed()).unwrap_or(0)
+    }
+
+    /// The leading operator process's pid, while it runs (for fault injection: pause, kill);
+    /// with etcd, the one the printed ports follow.
     pub async fn operator_pid(&self) -> Option<u32> {
-        self.operator.lock().await.as_ref().and_then(Child::id)
+        let i = self.leading_index();
+        self.operators
+            .lock()
+            .await
+            .get_mut(i)
+            .and_then(OperatorProc::pid)
+    }
+
+    /// SIGKILLs the operator that leads (`--store etcd`): the standby takes the group over
+    /// once the leader's etcd lease runs out.
+    pub async fn kill_leading_operator(&self) -> Result<String, PlaygroundError> {
+        if self.fronts.is_none() {
+            return Err(PlaygroundError::Other(
+                "kill-leading-operator needs a playground started with --store etcd (the embedded store has one operator: stop-operator stops it)".into(),
+            ));
+        }
+        let http = crate::control::check_client();
+        let mut ops = self.operators.lock().await;
+        for op in ops.iter_mut() {
+            if op.running() && crate::control::leads(&http, op.http).await {
+                let pid = op.pid().unwrap_or_default();
+                op.kill().await;
+                return Ok(format!(
+                    "killed {} (the leader, pid {pid}) with SIGKILL: the other operator leads once its etcd lease ({}) runs out",
+                    op.name,
+                    crate::control::ETCD_LEASE_TTL
+                ));
+            }
+        }
+        Err(PlaygroundError::Other("no operator leads right now".into()))
     }
 
     /// Site `i`'s sidecar process's pid, while it runs.
@@ -728,10 +870,148 @@ impl Playground {
             .and_then(Child::id)
     }
 
+    /// Whether any operator process runs.
     pub async fn operator_running(&self) -> bool {
-        let mut slot = self.operator.lock().await;
-        slot.as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.operators
+            .lock()
+            .await
+            .iter_mut()
+            .any(OperatorProc::running)
+    }
+
+    /// The etcd members, or the error a chaos action on them gets without etcd.
+    fn etcd(&self, action: &str) -> Result<&SharedEtcd, PlaygroundError> {
+        self.etcd.as_ref().ok_or_else(|| {
+            PlaygroundError::Other(format!(
+                "{action} needs a playground started with --store etcd"
+            ))
+        })
+    }
+
+    /// Stops one etcd member (`SIGTERM`): `which` (`m0`, `m1`, `m2`), else a running one that
+    /// does not lead. The operators work on while a quorum (two of three) runs.
+    pub async fn stop_etcd_member(&self, which: Option<&str>) -> Result<String, PlaygroundError> {
+        let mut c = self.etcd("stop-etcd-member")?.lock().await;
+        let leader = c.leader().await;
+        let i = match which {
+            Some(name) => (0..c.len()).find(|&i| c.name(i) == name).ok_or_else(|| {
+                PlaygroundError::Other(format!(
+                    "no etcd member {name:?} (members: {})",
+                    (0..c.len())
+                        .map(|i| c.name(i).to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?,
+            None => (0..c.len())
+                .find(|&i| c.running(i) && Some(i) != leader)
+                .or_else(|| (0..c.len()).find(|&i| c.running(i)))
+                .ok_or_else(|| PlaygroundError::Other("no etcd member runs".into()))?,
+        };
+        Ok(stop_member(&mut c, i, leader).await)
+    }
+
+    /// Stops the member the others follow.
+    pub async fn stop_etcd_leader(&self) -> Result<String, PlaygroundError> {
+        let mut c = self.etcd("stop-etcd-leader")?.lock().await;
+        let Some(leader) = c.leader().await else {
+            return Err(PlaygroundError::Other(
+                "the etcd members follow no leader right now (no quorum?)".into(),
+            ));
+        };
+        Ok(stop_member(&mut c, leader, Some(leader)).await)
+    }
+
+    /// Starts every stopped etcd member again, on its data.
+    pub async fn start_etcd_members(&self) -> Result<String, PlaygroundError> {
+        let mut c = self.etcd("start-etcd")?.lock().await;
+        let started = c
+            .start_stopped()
+            .await
+            .map_err(|e| PlaygroundError::Etcd(e.to_string()))?;
+        if started.is_empty() {
+            return Ok("every etcd member runs already".into());
+        }
+        let names: Vec<String> = started.iter().map(|&i| c.name(i).to_string()).collect();
+        Ok(format!("started etcd member(s) {}", names.join(", ")))
+    }
+
+    /// With etcd: the members' client URLs.
+    pub fn etcd_endpoints(&self) -> Option<&[String]> {
+        self.etcd.as_ref().map(|_| self.etcd_urls.as_slice())
+    }
+
+    /// Every operator's name and own plain-HTTP address.
+    pub fn operator_addresses(&self) -> &[(String, String)] {
+        &self.operator_addrs
+    }
+
+    /// The control plane for the dashboard: the store, every operator (running, leading) and
+    /// the etcd members (running, the one the others follow).
+    pub async fn control_view(&self) -> serde_json::Value {
+        let leading = self.leading_index();
+        let running: Vec<(String, u16, bool)> = {
+            let mut ops = self.operators.lock().await;
+            ops.iter_mut()
+                .map(|o| (o.name.clone(), o.http, o.running()))
+                .collect()
+        };
+        // What each operator says of its control plane (`/readyz`: the leader it sees, and
+        // why it cannot lead, e.g. no etcd quorum).
+        let http = crate::control::check_client();
+        let said = futures::future::join_all(running.iter().map(|(_, port, up)| {
+            let http = http.clone();
+            let url = format!("http://127.0.0.1:{port}/readyz");
+            async move {
+                if !*up {
+                    return serde_json::Value::Null;
+                }
+                match http.get(url).send().await {
+                    Ok(r) => r.json::<serde_json::Value>().await.unwrap_or_default(),
+                    Err(_) => serde_json::Value::Null,
+                }
+            }
+        }))
+        .await;
+        let operators: Vec<serde_json::Value> = running
+            .iter()
+            .zip(said)
+            .enumerate()
+            .map(|(i, ((name, port, up), said))| {
+                serde_json::json!({
+                    "name": name,
+                    "http": format!("127.0.0.1:{port}"),
+                    "running": up,
+                    "leading": said["leader"] == true && said["loaded"] == true,
+                    "followedByTheFronts": self.fronts.is_some() && i == leading,
+                    "problem": said["control"]["problem"],
+                })
+            })
+            .collect();
+        let members: Vec<serde_json::Value> = match &self.etcd {
+            None => Vec::new(),
+            Some(e) => {
+                let mut c = e.lock().await;
+                let leader = c.leader().await;
+                (0..c.len())
+                    .map(|i| {
+                        serde_json::json!({
+                            "name": c.name(i),
+                            "endpoint": c.endpoint(i),
+                            "running": c.running(i),
+                            "leader": leader == Some(i),
+                        })
+                    })
+                    .collect()
+            }
+        };
+        let quorum = members.iter().filter(|m| m["running"] == true).count() * 2 > members.len();
+        serde_json::json!({
+            "store": self.opts.store.as_str(),
+            "operators": operators,
+            "etcd": members,
+            "etcdQuorum": self.etcd.is_some().then_some(quorum),
+        })
     }
 
     async fn wait_active(&self, limit: Duration) -> Result<String, PlaygroundError> {
@@ -813,10 +1093,14 @@ impl Playground {
             NAMESPACE,
         ])
         .arg("--operator")
-        .arg(format!(
-            "http://127.0.0.1:{}",
-            self.links[i].to_operator.port()
-        ))
+        .arg(
+            self.links[i]
+                .to_operators
+                .iter()
+                .map(|l| format!("http://127.0.0.1:{}", l.port()))
+                .collect::<Vec<_>>()
+                .join(","),
+        )
         .arg("--mysql")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--mysql-credentials-file")
@@ -922,7 +1206,9 @@ impl Playground {
         let i = Self::site_index(name)?;
         let l = &self.links[i];
         l.sidecar.cut();
-        l.to_operator.cut();
+        for o in &l.to_operators {
+            o.cut();
+        }
         l.mysql.cut_account(&self.failover_user);
         Ok(format!(
             "isolated {name} from the operator: its peers and the replicas still reach it"
@@ -954,7 +1240,9 @@ impl Playground {
     pub fn isolate_operator(&self) -> String {
         for l in &self.links {
             l.sidecar.cut();
-            l.to_operator.cut();
+            for o in &l.to_operators {
+                o.cut();
+            }
             l.mysql.cut_account(&self.failover_user);
         }
         "isolated the operator: it reaches no site, and no sidecar reaches it".into()
@@ -964,7 +1252,9 @@ impl Playground {
     pub fn heal_operator(&self) -> String {
         for l in &self.links {
             l.sidecar.heal();
-            l.to_operator.heal();
+            for o in &l.to_operators {
+                o.heal();
+            }
             l.mysql.heal_account(&self.failover_user);
         }
         "healed the operator's links".into()
@@ -981,7 +1271,7 @@ impl Playground {
 
     async fn annotate(&self, key: &str, value: &str) -> Result<(), PlaygroundError> {
         let k = ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP);
-        match bloodraven_store::set_annotation(&self.store, &k, key, value).await {
+        match bloodraven_store::set_annotation(self.store.as_ref(), &k, key, value).await {
             Ok(_) => Ok(()),
             Err(bloodraven_store::StoreError::NotFound { .. }) => Err(PlaygroundError::Other(
                 "the group is not in the store yet".into(),
@@ -1115,8 +1405,10 @@ impl Playground {
         {
             return Ok(format!("already holding {}", s.config().operation_id));
         }
+        // As a pipeline does (`bloodraven deploy migrate`): wait until the deploy API calls
+        // the group stable, e.g. for the first poll of an operator that just took over.
+        self.wait_stable(Duration::from_secs(10)).await?;
         let token_path = self.dir.join("operator/playground.token");
-        write_private(&token_path, &self.token()?)?;
         let api: Arc<dyn LeaseApi> = Arc::new(
             HttpLeaseApi::new(
                 &self.deploy_url(),
@@ -1208,8 +1500,16 @@ impl Playground {
             "heal-operator" => Ok(self.heal_operator()),
             "stop-operator" => {
                 self.stop_operator().await;
-                Ok("stopped the operator".into())
+                Ok(if self.fronts.is_some() {
+                    "stopped both operators".into()
+                } else {
+                    "stopped the operator".into()
+                })
             }
+            "kill-leading-operator" => self.kill_leading_operator().await,
+            "stop-etcd-member" => self.stop_etcd_member(site).await,
+            "stop-etcd-leader" => self.stop_etcd_leader().await,
+            "start-etcd" => self.start_etcd_members().await,
             "start-operator" => {
                 self.start_operator().await?;
                 Ok("started the operator".into())
@@ -1229,7 +1529,7 @@ impl Playground {
             "update" => self.ordered_update().await,
             "measure-switchover" => Ok(self.measure_switchover(site).await?.to_string()),
             other => Err(PlaygroundError::Other(format!(
-                "unknown action {other:?} (increment, start-writing, stop-writing, failover, measure-switchover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator, heal-operator, stop-operator, start-operator, take-lease, release-lease, revoke-all)"
+                "unknown action {other:?} (increment, start-writing, stop-writing, failover, measure-switchover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator, heal-operator, stop-operator, start-operator, kill-leading-operator, stop-etcd-member, stop-etcd-leader, start-etcd, take-lease, release-lease, revoke-all)"
             ))),
         }
     }
@@ -1279,6 +1579,9 @@ impl Playground {
                 let _ = h.stop(i).await;
             }
         }
+        if let Some(e) = &self.etcd {
+            e.lock().await.shutdown().await;
+        }
         if !self.keep {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -1289,6 +1592,15 @@ impl Playground {
         let mut m = BTreeMap::new();
         m.insert("operator".into(), self.dir.join("logs/operator.log"));
         m.insert("haproxy".into(), self.dir.join("logs/haproxy.log"));
+        if self.etcd.is_some() {
+            m.insert("operator-2".into(), self.dir.join("logs/operator-2.log"));
+            for i in 0..crate::control::ETCD_MEMBERS {
+                m.insert(
+                    format!("etcd-m{i}"),
+                    self.dir.join(format!("etcd/m{i}.log")),
+                );
+            }
+        }
         for s in SITES {
             m.insert(
                 format!("sidecar-{s}"),
@@ -1306,6 +1618,20 @@ async fn stored_active_site(data_dir: &Path) -> Option<String> {
         return None;
     }
     let store = SqliteStore::open(&path, Durability::Full).ok()?;
+    active_in(&store).await
+}
+
+/// The active site recorded in kept etcd members, if any.
+async fn stored_active_in_etcd(endpoints: Vec<String>) -> Option<String> {
+    let client =
+        bloodraven_etcd::EtcdClient::new(&bloodraven_etcd::ClientOptions::new(endpoints)).ok()?;
+    let store = bloodraven_etcd::EtcdStore::connect(client, bloodraven_etcd::DEFAULT_PREFIX)
+        .await
+        .ok()?;
+    active_in(&store).await
+}
+
+async fn active_in(store: &dyn Store) -> Option<String> {
     let obj = store
         .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
         .await
@@ -1314,7 +1640,42 @@ async fn stored_active_site(data_dir: &Path) -> Option<String> {
     Some(body.status.active_site).filter(|s| !s.is_empty())
 }
 
-fn open_log(path: &Path) -> Result<std::fs::File, PlaygroundError> {
+/// The store of the platform the operator's configuration names, as the CLI opens it.
+async fn open_store(config: &Path) -> Result<Arc<dyn Store>, PlaygroundError> {
+    let cfg = bloodraven_operator::config::load(config)
+        .map_err(|e| PlaygroundError::Store(e.to_string()))?;
+    let platform = bloodraven_operator::platform::open(&cfg)
+        .await
+        .map_err(|e| PlaygroundError::Store(e.to_string()))?;
+    Ok(platform.store())
+}
+
+/// Stops etcd member `i` and says what is left.
+async fn stop_member(
+    c: &mut bloodraven_etcd::launcher::EtcdCluster,
+    i: usize,
+    leader: Option<usize>,
+) -> String {
+    c.stop(i).await;
+    let running = (0..c.len()).filter(|&j| c.running(j)).count();
+    let what = if leader == Some(i) {
+        " (the etcd leader)"
+    } else {
+        ""
+    };
+    let quorum = if running * 2 > c.len() {
+        "a quorum remains: the operators work on"
+    } else {
+        "no quorum: the operators act on nothing until a member comes back (start-etcd)"
+    };
+    format!(
+        "stopped etcd member {}{what}; {running} of {} run, {quorum}",
+        c.name(i),
+        c.len()
+    )
+}
+
+pub(crate) fn open_log(path: &Path) -> Result<std::fs::File, PlaygroundError> {
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -1330,7 +1691,7 @@ fn write_private(path: &Path, text: &str) -> Result<(), PlaygroundError> {
 }
 
 /// SIGTERM, then SIGKILL after 10 s.
-async fn terminate(c: &mut Child) {
+pub(crate) async fn terminate(c: &mut Child) {
     if let Some(pid) = c.id().and_then(|p| i32::try_from(p).ok()) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),

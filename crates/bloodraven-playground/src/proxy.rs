@@ -28,7 +28,8 @@ use tokio::task::JoinHandle;
 pub struct LinkProxy {
     pub name: String,
     pub listen: SocketAddr,
-    pub target: SocketAddr,
+    /// Where new connections go ([`Self::retarget`] moves it).
+    target: Arc<std::sync::Mutex<SocketAddr>>,
     cut: Arc<AtomicBool>,
     /// Milliseconds every chunk is held before it is forwarded.
     delay_ms: Arc<AtomicU64>,
@@ -73,9 +74,10 @@ impl LinkProxy {
         let (epoch, epoch_rx) = watch::channel(0u64);
         let (accounts, accounts_rx) = watch::channel(BTreeSet::new());
         let connections = Arc::new(AtomicU64::new(0));
+        let target = Arc::new(std::sync::Mutex::new(target));
         let task = tokio::spawn(accept_loop(
             listener,
-            target,
+            target.clone(),
             Link {
                 cut: cut.clone(),
                 delay_ms: delay_ms.clone(),
@@ -102,6 +104,29 @@ impl LinkProxy {
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
         self.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Sends new connections to `to` from now on and closes the open ones (a client that kept
+    /// a connection to the old target reconnects, and reaches the new one). Nothing happens
+    /// when the target is `to` already.
+    pub fn retarget(&self, to: SocketAddr) {
+        let mut t = self
+            .target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *t != to {
+            *t = to;
+            drop(t);
+            self.epoch.send_modify(|e| *e += 1);
+        }
+    }
+
+    /// Where new connections go.
+    pub fn target(&self) -> SocketAddr {
+        *self
+            .target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Heals the link.
@@ -172,7 +197,7 @@ struct Link {
 
 async fn accept_loop(
     listener: TcpListener,
-    target: SocketAddr,
+    target: Arc<std::sync::Mutex<SocketAddr>>,
     link: Link,
     epoch: watch::Receiver<u64>,
     connections: Arc<AtomicU64>,
@@ -187,6 +212,9 @@ async fn accept_loop(
         }
         let mut epoch = epoch.clone();
         let started = *epoch.borrow_and_update();
+        let target = *target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         connections.fetch_add(1, Ordering::Relaxed);
         let link = link.clone();
         tokio::spawn(async move {
@@ -375,6 +403,59 @@ mod tests {
         let mut c = TcpStream::connect(p.listen).await.unwrap();
         assert!(roundtrip(&mut c).await);
         assert!(p.connections() >= 2);
+    }
+
+    /// A server that says `tag` to each connection, then keeps it open.
+    async fn tagging_server(tag: u8) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let _ = s.write_all(&[tag]).await;
+                    let mut buf = [0u8; 8];
+                    while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        addr
+    }
+
+    async fn first_byte(s: &mut TcpStream) -> Option<u8> {
+        let mut b = [0u8; 1];
+        match tokio::time::timeout(std::time::Duration::from_secs(2), s.read(&mut b)).await {
+            Ok(Ok(1)) => Some(b[0]),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retarget_sends_new_connections_to_the_new_target_and_closes_the_open_ones() {
+        let (a, b) = (tagging_server(b'a').await, tagging_server(b'b').await);
+        let p = LinkProxy::start("front", "127.0.0.1:0".parse().unwrap(), a)
+            .await
+            .unwrap();
+        let mut old = TcpStream::connect(p.listen).await.unwrap();
+        assert_eq!(first_byte(&mut old).await, Some(b'a'));
+        p.retarget(a);
+        let mut same = TcpStream::connect(p.listen).await.unwrap();
+        assert_eq!(first_byte(&mut same).await, Some(b'a'));
+        let mut b1 = [0u8; 1];
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), old.read(&mut b1))
+                .await
+                .is_err(),
+            "retargeting to the same target closes nothing (the read waits, no end of stream)"
+        );
+        p.retarget(b);
+        assert_eq!(p.target(), b);
+        assert_eq!(
+            first_byte(&mut old).await,
+            None,
+            "a connection to the old target is closed"
+        );
+        let mut new = TcpStream::connect(p.listen).await.unwrap();
+        assert_eq!(first_byte(&mut new).await, Some(b'b'));
     }
 
     #[tokio::test]

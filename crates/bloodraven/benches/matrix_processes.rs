@@ -15,7 +15,7 @@ use std::time::Duration;
 use bloodraven_core::config::ReplicationMode;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
-use bloodraven_store::{ObjectKey, Store};
+use bloodraven_store::ObjectKey;
 use bloodraven_testkit::ledger::{self, Probe, Target, Writer};
 use bloodraven_testkit::matrix::{self, Promise, RunResult};
 use nix::sys::signal::{Signal, kill};
@@ -41,16 +41,8 @@ static STARTS: std::sync::Mutex<Vec<Duration>> = std::sync::Mutex::new(Vec::new(
 async fn start(replication: ReplicationMode) -> Arc<Playground> {
     let started = Instant::now();
     let opts = PlaygroundOptions {
-        dir: None,
-        reset: true,
-        app_port: 0,
-        dashboard_port: 0,
-        operator_port: 0,
-        deploy_port: 0,
-        router_port: 0,
-        router_replica_port: 0,
-        exe: env!("CARGO_BIN_EXE_bloodraven").into(),
         replication,
+        ..PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into())
     };
     let pg = Playground::start(opts, &|_| {})
         .await

@@ -89,7 +89,7 @@ fn follow_watch(operator: String, tx: watch::Sender<usize>) -> tokio::task::Join
 }
 
 async fn stored(pg: &Playground) -> bloodraven_core::status::GroupStatus {
-    use bloodraven_store::{ObjectKey, Store};
+    use bloodraven_store::ObjectKey;
     let k = ObjectKey::new(bloodraven_core::resources::KIND_GROUP, NAMESPACE, GROUP);
     pg.store
         .get(&k)
@@ -195,18 +195,7 @@ fn ms(d: Option<Duration>) -> String {
 async fn main() {
     let a = args();
     bloodraven_runtime::tls::install_crypto_provider();
-    let opts = PlaygroundOptions {
-        dir: None,
-        reset: true,
-        app_port: 0,
-        dashboard_port: 0,
-        operator_port: 0,
-        deploy_port: 0,
-        router_port: 0,
-        router_replica_port: 0,
-        exe: env!("CARGO_BIN_EXE_bloodraven").into(),
-        replication: bloodraven_core::config::ReplicationMode::Async,
-    };
+    let opts = PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into());
     let pg = Playground::start(opts, &|m| eprintln!("  {m}"))
         .await
         .expect("the playground starts");

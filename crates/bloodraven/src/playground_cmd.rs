@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use bloodraven_core::config::ReplicationMode;
+use bloodraven_playground::control::StoreChoice;
 use bloodraven_playground::playground::PlaygroundOptions;
 use clap::{Args, Subcommand};
 
@@ -41,6 +42,11 @@ pub struct PlaygroundArgs {
     /// write is lost in an emergency; writes wait while no replica acknowledges).
     #[arg(long, default_value = "async", value_parser = parse_replication)]
     replication: ReplicationMode,
+    /// Where the operators keep the group: `embedded` (one operator, SQLite), or `etcd`
+    /// (three etcd members on private ports and two operators; the printed operator and
+    /// deploy addresses follow whichever leads).
+    #[arg(long, default_value = "embedded", value_parser = StoreChoice::parse)]
+    store: StoreChoice,
 }
 
 /// `--replication`: the mode's name as `spec.replication.mode` spells it.
@@ -59,9 +65,10 @@ enum PlaygroundCommand {
         /// increment, failover, kill-site, restart-site, isolate-site,
         /// isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator,
         /// heal-operator, stop-operator, start-operator, start-writing, stop-writing, take-lease, release-lease,
-        /// revoke-all.
+        /// revoke-all; with --store etcd also kill-leading-operator, stop-etcd-member [MEMBER],
+        /// stop-etcd-leader, start-etcd.
         action: String,
-        /// The site, for the actions that take one.
+        /// The site, for the actions that take one (stop-etcd-member: the member, m0, m1 or m2).
         site: Option<String>,
         /// restart-site only: start the server writable (`read_only=OFF`), the crash case; by
         /// default it boots read-only as every playground server does.
@@ -159,6 +166,7 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                     router_replica_port: args.router_replica_port,
                     exe,
                     replication: args.replication,
+                    store: args.store,
                 }),
             )
         }

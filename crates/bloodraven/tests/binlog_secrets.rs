@@ -9,7 +9,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use bloodraven_core::config::ReplicationMode;
 use bloodraven_playground::playground::{Playground, PlaygroundOptions};
 
 /// Every binary log file of a server's data directory (`<site>-bin.000001`, …).
@@ -37,18 +36,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_password_is_in_any_sites_binary_log_after_a_playground_start() {
     let pg = Playground::start(
-        PlaygroundOptions {
-            dir: None,
-            reset: true,
-            app_port: 0,
-            dashboard_port: 0,
-            operator_port: 0,
-            deploy_port: 0,
-            router_port: 0,
-            router_replica_port: 0,
-            exe: env!("CARGO_BIN_EXE_bloodraven").into(),
-            replication: ReplicationMode::Async,
-        },
+        PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into()),
         &|_| {},
     )
     .await

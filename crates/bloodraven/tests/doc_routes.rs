@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bloodraven_core::config::ReplicationMode;
 use bloodraven_playground::playground::{Playground, PlaygroundOptions};
 use regex::Regex;
 
@@ -166,18 +165,7 @@ async fn every_route_the_docs_name_is_served() {
         "the extraction finds the documented routes: {named:?}"
     );
     let pg = Playground::start(
-        PlaygroundOptions {
-            dir: None,
-            reset: true,
-            app_port: 0,
-            dashboard_port: 0,
-            operator_port: 0,
-            deploy_port: 0,
-            router_port: 0,
-            router_replica_port: 0,
-            exe: env!("CARGO_BIN_EXE_bloodraven").into(),
-            replication: ReplicationMode::Async,
-        },
+        PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into()),
         &|_| {},
     )
     .await

@@ -1314,3 +1314,128 @@ async fn primary_checks_through_an_isolation_end_on_the_fenced_old_primary() {
     chaos(&r, &["heal-site", "iad"]);
     stop(r);
 }
+
+/// The operator that leads, by the dashboard's control view, once exactly one does.
+fn leading_operator(s: &Value) -> Option<String> {
+    let leading: Vec<&Value> = s["control"]["operators"]
+        .as_array()?
+        .iter()
+        .filter(|o| o["leading"] == true)
+        .collect();
+    match leading.as_slice() {
+        [one] => one["name"].as_str().map(str::to_string),
+        _ => None,
+    }
+}
+
+/// `--store etcd`: three etcd members and two operators. The printed addresses follow the
+/// leader through `kill -9` of the leading operator, the new leader carries out a planned
+/// failover, one member down changes nothing, no quorum stops both operators and they say
+/// why, the quorum back brings a leader back; a kept directory refuses the other store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_the_printed_addresses_follow_the_leading_operator_through_kills_and_lost_quorum() {
+    let r = start_in(tempfile::tempdir().unwrap(), &["--store", "etcd"]);
+    let s = wait(&r, "a stable group on iad with one operator leading", |s| {
+        s["activeSite"] == "iad" && s["deploy"]["stable"] == true && leading_operator(s).is_some()
+    })
+    .await;
+    let c = &s["control"];
+    assert_eq!(c["store"], "etcd", "{c}");
+    assert_eq!(c["operators"].as_array().map(Vec::len), Some(2), "{c}");
+    let members = c["etcd"].as_array().cloned().unwrap_or_default();
+    assert_eq!(members.len(), 3, "{c}");
+    assert!(members.iter().all(|m| m["running"] == true), "{c}");
+    assert_eq!(
+        members.iter().filter(|m| m["leader"] == true).count(),
+        1,
+        "{c}"
+    );
+    assert_eq!(c["etcdQuorum"], true, "{c}");
+    let first = leading_operator(&s).unwrap();
+    assert_eq!(increment(&r).await["outcome"], "acknowledged");
+
+    // kill -9 of the leader: the other leads, and the printed addresses reach it (the
+    // dashboard reads the group through the printed operator port; the lease goes through
+    // the printed deploy API port).
+    let said = chaos(&r, &["kill-leading-operator"]);
+    assert!(said.contains(&format!("killed {first}")), "{said}");
+    let s = wait(
+        &r,
+        "the other operator leading, answering on the printed port",
+        |s| {
+            leading_operator(s).is_some_and(|l| l != first)
+                && s["operatorAnswering"] == true
+                && s["deploy"]["stable"] == true
+        },
+    )
+    .await;
+    let second = leading_operator(&s).unwrap();
+    assert!(
+        chaos(&r, &["take-lease"]).contains("holding the migration lease"),
+        "the printed deploy API answers for {second}"
+    );
+    chaos(&r, &["release-lease"]);
+    // The new leader carries out a planned failover.
+    chaos(&r, &["failover", "pdx"]);
+    wait(&r, "a stable group on pdx", |s| {
+        s["activeSite"] == "pdx" && s["deploy"]["stable"] == true
+    })
+    .await;
+    assert!(chaos(&r, &["start-operator"]).contains("started"));
+    wait(&r, "both operators running, one leading", |s| {
+        s["control"]["operators"]
+            .as_array()
+            .is_some_and(|o| o.iter().all(|o| o["running"] == true))
+            && leading_operator(s).is_some()
+    })
+    .await;
+
+    // One member down: a quorum remains, and the group fails over back to iad.
+    let said = chaos(&r, &["stop-etcd-member"]);
+    assert!(said.contains("a quorum remains"), "{said}");
+    chaos(&r, &["failover", "iad"]);
+    wait(&r, "a stable group on iad with one etcd member down", |s| {
+        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
+    })
+    .await;
+
+    // The etcd leader stopped too: no quorum. Neither operator leads, and each says why.
+    let said = chaos(&r, &["stop-etcd-leader"]);
+    assert!(said.contains("no quorum"), "{said}");
+    let s = wait(&r, "no operator leading, each naming the problem", |s| {
+        s["control"]["etcdQuorum"] == false
+            && s["control"]["operators"].as_array().is_some_and(|o| {
+                o.iter()
+                    .all(|o| o["leading"] == false && o["problem"].is_string())
+            })
+    })
+    .await;
+    assert_eq!(s["operatorAnswering"], false, "{}", s["control"]);
+
+    // The quorum back: a leader again, and the group stable where it was.
+    assert!(chaos(&r, &["start-etcd"]).contains("started etcd member"));
+    wait(&r, "a leader again and the group stable on iad", |s| {
+        s["control"]["etcdQuorum"] == true
+            && leading_operator(s).is_some()
+            && s["activeSite"] == "iad"
+            && s["deploy"]["stable"] == true
+    })
+    .await;
+    let dir = stop_keeping_dir(r);
+
+    // The kept directory ran on etcd: started on the embedded store it refuses, changing
+    // nothing.
+    let out = Command::new(BIN)
+        .args(["playground", "--dir"])
+        .arg(dir.path().join("pg"))
+        .args(["--app-port", &free_port().to_string()])
+        .args(["--dashboard-port", &free_port().to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("ran with --store etcd; start it with --store etcd again"),
+        "{err}"
+    );
+}

@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
-use bloodraven_core::config::ReplicationMode;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
-use bloodraven_store::{ObjectKey, Store};
+use bloodraven_store::ObjectKey;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -53,18 +52,7 @@ fn reader(s: &Value) -> &Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_killed_mid_reclone_restarts_the_copy_and_finishes_it() {
-    let opts = PlaygroundOptions {
-        dir: None,
-        reset: true,
-        app_port: 0,
-        dashboard_port: 0,
-        operator_port: 0,
-        deploy_port: 0,
-        router_port: 0,
-        router_replica_port: 0,
-        exe: env!("CARGO_BIN_EXE_bloodraven").into(),
-        replication: ReplicationMode::Async,
-    };
+    let opts = PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into());
     let pg = Playground::start(opts, &|_| {})
         .await
         .expect("the playground starts");

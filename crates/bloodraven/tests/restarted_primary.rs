@@ -10,10 +10,9 @@
 
 use std::time::Duration;
 
-use bloodraven_core::config::ReplicationMode;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
-use bloodraven_store::{ObjectKey, Store};
+use bloodraven_store::ObjectKey;
 use bloodraven_testkit::ledger::{self, Probe, Target};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -51,18 +50,7 @@ async fn read_only(pg: &Playground, i: usize) -> Option<bool> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_old_primary_restarted_writable_while_the_operator_is_down_is_fenced_within_a_tick()
  {
-    let opts = PlaygroundOptions {
-        dir: None,
-        reset: true,
-        app_port: 0,
-        dashboard_port: 0,
-        operator_port: 0,
-        deploy_port: 0,
-        router_port: 0,
-        router_replica_port: 0,
-        exe: env!("CARGO_BIN_EXE_bloodraven").into(),
-        replication: ReplicationMode::Async,
-    };
+    let opts = PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into());
     let pg = Playground::start(opts, &|_| {})
         .await
         .expect("the playground starts");
