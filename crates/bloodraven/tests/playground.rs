@@ -643,6 +643,10 @@ async fn dashboard_in_headless_chromium_increments_and_fails_over() {
     b.wait_text("#router-writes", "iad —").await;
     b.wait_text("#router-primary-iad", "UP").await;
     b.wait_text("#router-primary-pdx", "DOWN").await;
+    // One operator on the embedded store, leading; no etcd panel.
+    b.wait_text("#control-store", "embedded").await;
+    b.wait_text("#operator-operator-1", "leads").await;
+    assert!(b.find("#control-etcd:not([hidden])").await.is_none());
     b.click("#btn-increment").await;
     b.wait_text("#counter-value", "1").await;
     b.wait_text("#counter-tally", "1 / 0 / 0").await;
@@ -1312,6 +1316,42 @@ async fn primary_checks_through_an_isolation_end_on_the_fenced_old_primary() {
     );
     assert_eq!(r.state().await["activeSite"], "pdx");
     chaos(&r, &["heal-site", "iad"]);
+    stop(r);
+}
+
+/// The dashboard of `--store etcd`: the leading operator and the members, the leader killed
+/// from its button and the other shown leading, one member stopped and started from theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_in_headless_chromium_shows_the_etcd_control_plane_and_drives_its_chaos() {
+    let r = start_in(tempfile::tempdir().unwrap(), &["--store", "etcd"]);
+    let s = wait(&r, "a stable group with one operator leading", |s| {
+        s["deploy"]["stable"] == true && leading_operator(s).is_some()
+    })
+    .await;
+    let first = leading_operator(&s).unwrap();
+    let other = if first == "operator-1" {
+        "operator-2"
+    } else {
+        "operator-1"
+    };
+    let b = Browser::start().await;
+    b.goto(&format!("{}/", r.dashboard)).await;
+    b.wait_text("#control-store", "etcd: quorum").await;
+    b.wait_text(&format!("#operator-{first}"), "leads").await;
+    b.wait_text(&format!("#operator-{other}"), "standby").await;
+    b.wait_text("#control-members", "leader").await;
+    b.click("#btn-kill-leading-operator").await;
+    b.wait_text(&format!("#operator-{first}"), "stopped").await;
+    b.wait_text(&format!("#operator-{other}"), "leads").await;
+    b.click("#btn-stop-etcd-member").await;
+    b.wait_text("#control-members", "stopped").await;
+    b.wait_text("#control-store", "etcd: quorum").await;
+    b.click("#btn-start-etcd").await;
+    b.wait_until("#control-members", "every member running", |t| {
+        !t.contains("stopped")
+    })
+    .await;
+    b.close().await;
     stop(r);
 }
 
