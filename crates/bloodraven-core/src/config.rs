@@ -259,6 +259,43 @@ impl ReplicationMode {
     }
 }
 
+/// `spec.emergencyFailover.fencing`: when an emergency promotion may let the new primary take
+/// writes (docs/failover.md, Fencing modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum FencingMode {
+    /// Promote once the old primary is unreachable for the detection budget: an isolated old
+    /// primary keeps taking writes until its sidecar fences it (`leaseTimeout`).
+    #[default]
+    Fast,
+    /// Announce the new view, then promote only when facts prove the old primary fenced or
+    /// bound to be (its fence landed, a peer served it the new view, or nobody answered its
+    /// sidecar for longer than its lease); the primary's sidecar keeps a deadline inside the
+    /// server that fences it by itself.
+    Strict,
+}
+
+impl FencingMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FencingMode::Fast => "fast",
+            FencingMode::Strict => "strict",
+        }
+    }
+}
+
+/// `spec.emergencyFailover`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EmergencyFailoverSpec {
+    /// `fast` (the default) or `strict`: never two writable sites, at the cost of a later
+    /// promotion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing: Option<FencingMode>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[cfg_attr(
@@ -372,6 +409,9 @@ pub struct FailoverGroupSpec {
     /// `Manual`: only a request does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_strategy: Option<UpdateStrategy>,
+    /// How an emergency promotion fences the old primary (`fencing: fast | strict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emergency_failover: Option<EmergencyFailoverSpec>,
 }
 
 /// `spec.restoreInPlace`.
@@ -509,6 +549,8 @@ pub struct GroupConfig {
     pub replication_mode: ReplicationMode,
     /// `spec.updateStrategy`.
     pub update_strategy: UpdateStrategy,
+    /// `spec.emergencyFailover.fencing`.
+    pub fencing: FencingMode,
 }
 
 impl GroupConfig {
@@ -895,6 +937,11 @@ pub fn validate_group(
             .and_then(|r| r.mode)
             .unwrap_or_default(),
         update_strategy: spec.update_strategy.unwrap_or_default(),
+        fencing: spec
+            .emergency_failover
+            .as_ref()
+            .and_then(|e| e.fencing)
+            .unwrap_or_default(),
     })
 }
 

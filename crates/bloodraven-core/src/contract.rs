@@ -22,6 +22,10 @@ pub mod annotations {
     /// On the group: request an ordered update; the value is the request's id (an id runs
     /// once).
     pub const ORDERED_UPDATE: &str = "bloodraven.shipstream.io/ordered-update";
+    /// `fencing: strict`: promote the announced site without proof that the old primary is
+    /// fenced (`bloodraven failover --force`). The value is `<site>:<who asked>`; removed by
+    /// the operator once carried out, or when nothing waits.
+    pub const FORCE_PROMOTION: &str = "bloodraven.shipstream.io/force-promotion";
 }
 
 /// Label keys.

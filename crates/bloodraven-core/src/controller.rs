@@ -65,6 +65,15 @@ pub struct DecideInput<'a> {
     /// active site less than this ago is not re-pointed again because a probe has not seen
     /// it replicating yet.
     pub repoint_settle: Duration,
+    /// `spec.emergencyFailover.fencing`.
+    pub fencing: crate::config::FencingMode,
+    /// `status.awaitingFence`: an announced strict promotion waiting for its proof.
+    pub awaiting_fence: Option<&'a crate::status::AwaitingFence>,
+    /// What the operator gathered to judge it ([`crate::strict::judge`]); `None` when
+    /// nothing awaits.
+    pub fence_facts: Option<crate::strict::Facts<'a>>,
+    /// `bloodraven failover --force`: who asked to promote the awaiting site without proof.
+    pub forced_by: Option<&'a str>,
 }
 
 /// An emergency promotion never waits longer than this for its candidate to drain its relay
@@ -114,6 +123,20 @@ pub enum Action {
         /// not blocked (a failure is retried by the next polls' re-pointing; a blocked site,
         /// or one being recloned, is never re-pointed).
         repoint: Vec<String>,
+        /// `fencing: strict`: announce `to` and leave it read-only (`status.awaitingFence`)
+        /// until [`Action::ConfirmFence`] lifts it; `fast`: lift its fence at once.
+        hold_fence: bool,
+    },
+    /// `fencing: strict`: the old primary is proven fenced (`why`), or a human forced it:
+    /// lift the fence of the announced `site` and clear `status.awaitingFence`.
+    ConfirmFence {
+        site: String,
+        why: String,
+        forced: bool,
+        /// A reachable site holds transactions `site` lacks (the old primary kept writing
+        /// and replicating to it until it was fenced): `site` catches up from it first, so
+        /// nothing it acknowledged before its fence is lost.
+        catch_up: Option<CatchUpPlan>,
     },
     /// Give `site` these semi-synchronous settings (`spec.replication.mode`; see
     /// [`crate::semisync::desired`]).
@@ -153,6 +176,12 @@ pub enum Alert {
     BootstrapWaiting { reason: String },
     /// `semi-sync` mode, and the lossless guarantee does not hold on the active site.
     SemiSyncFallback { site: String, why: String },
+    /// `fencing: strict`: the announced `target` waits; nothing proves `old` fenced yet.
+    FenceUnconfirmed {
+        old: String,
+        target: String,
+        why: String,
+    },
 }
 
 /// Conditions to report (SPEC §2.2).
@@ -354,6 +383,20 @@ pub fn choose_bootstrap<'a>(
 pub fn decide(input: &DecideInput<'_>) -> Decision {
     let mut d = decide_topology(input);
     semi_sync(input, &mut d);
+    let holds: Vec<Alert> = d
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::EmergencyFailover {
+                from,
+                to,
+                hold_fence: true,
+                ..
+            } => Some(held(from, to)),
+            _ => None,
+        })
+        .collect();
+    d.alerts.extend(holds);
     let all = vec![true; d.actions.len()];
     d.conditions = settle(input, &d, &all).conditions;
     d
@@ -384,6 +427,7 @@ fn emergency_failover(input: &DecideInput<'_>, from: &SiteView, to: &SiteView) -
             .filter(|s| s.state != SiteState::Unreachable && !s.recovery_blocked)
             .map(|s| s.name.clone())
             .collect(),
+        hold_fence: input.fencing == crate::config::FencingMode::Strict,
     }
 }
 
@@ -413,6 +457,12 @@ pub fn effects_of(action: &Action) -> Vec<Effect> {
             Effect::ActiveSite(site.clone()),
             Effect::Writable(site.clone()),
         ],
+        // Strict: announced, and still read-only until its fence is confirmed.
+        Action::EmergencyFailover {
+            to,
+            hold_fence: true,
+            ..
+        } => vec![Effect::ActiveSite(to.clone())],
         Action::EmergencyFailover { to, .. } => {
             vec![Effect::ActiveSite(to.clone()), Effect::Writable(to.clone())]
         }
@@ -425,7 +475,9 @@ pub fn effects_of(action: &Action) -> Vec<Effect> {
         }
         Action::BlockDivergent { site } => vec![Effect::Blocked(site.clone())],
         Action::ClearRecoveryBlock { site } => vec![Effect::Unblocked(site.clone())],
-        Action::Reassert { site } => vec![Effect::Writable(site.clone())],
+        Action::Reassert { site } | Action::ConfirmFence { site, .. } => {
+            vec![Effect::Writable(site.clone())]
+        }
         Action::Repoint { site } => vec![Effect::Repointed(site.clone())],
         Action::ConfigureSemiSync { .. } => Vec::new(),
     }
@@ -461,6 +513,25 @@ pub fn settle(input: &DecideInput<'_>, decision: &Decision, succeeded: &[bool]) 
 pub fn announced(input: &DecideInput<'_>, to: &str) -> Conditions {
     let effects = vec![Effect::ActiveSite(to.into()), Effect::Writable(to.into())];
     after(input, effects, &[]).conditions
+}
+
+/// The conditions a strict promotion of `to` announces: `to` active and still read-only, the
+/// fence of `from` unconfirmed.
+pub fn announced_held(input: &DecideInput<'_>, from: &str, to: &str) -> Conditions {
+    after(
+        input,
+        vec![Effect::ActiveSite(to.into())],
+        &[held(from, to)],
+    )
+    .conditions
+}
+
+fn held(from: &str, to: &str) -> Alert {
+    Alert::FenceUnconfirmed {
+        old: from.into(),
+        target: to.into(),
+        why: "announced now; the facts are judged from the next poll".into(),
+    }
 }
 
 /// The group once `effects` hold.
@@ -727,8 +798,57 @@ fn decide_topology(input: &DecideInput<'_>) -> Decision {
                 let rate_ok = input
                     .last_reassertion
                     .is_none_or(|t| input.now >= t.plus(input.reassert_interval));
+                let awaiting = input.awaiting_fence.filter(|w| w.target == active.name);
                 if input.restore_holds_writes {
                     d.deferred_by_restore = true;
+                } else if let Some(w) = awaiting {
+                    // Strict: the announced primary takes writes once the old one is proven
+                    // fenced (or a human forces it), not at the reassertion rate. A site the
+                    // old primary kept replicating to meanwhile is caught up from first.
+                    let wait = input.max_lag_wait.min(EMERGENCY_WAIT_LIMIT);
+                    let catch_up = catch_up_source(sites, active, &w.site).and_then(|s| {
+                        Some(CatchUpPlan {
+                            from: s.name.clone(),
+                            target: s.gtid.clone()?,
+                            bound: wait,
+                        })
+                    });
+                    if !contains_all && catch_up.is_none() {
+                        d.alerts.push(Alert::NoPrimary);
+                    } else if let Some(who) = input.forced_by {
+                        d.actions.push(Action::ConfirmFence {
+                            site: active.name.clone(),
+                            why: format!(
+                                "promotion forced by {who} without proof that {} is fenced",
+                                w.site
+                            ),
+                            forced: true,
+                            catch_up,
+                        });
+                    } else {
+                        match input.fence_facts.as_ref().map(crate::strict::judge) {
+                            Some(crate::strict::Verdict::Proven(p)) => {
+                                d.actions.push(Action::ConfirmFence {
+                                    site: active.name.clone(),
+                                    why: p.describe(&w.site),
+                                    forced: false,
+                                    catch_up,
+                                });
+                            }
+                            Some(crate::strict::Verdict::Unconfirmed(why)) => {
+                                d.alerts.push(Alert::FenceUnconfirmed {
+                                    old: w.site.clone(),
+                                    target: active.name.clone(),
+                                    why,
+                                });
+                            }
+                            None => d.alerts.push(Alert::FenceUnconfirmed {
+                                old: w.site.clone(),
+                                target: active.name.clone(),
+                                why: "no facts gathered this poll".into(),
+                            }),
+                        }
+                    }
                 } else if contains_all && rate_ok {
                     d.actions.push(Action::Reassert {
                         site: active.name.clone(),
@@ -830,6 +950,17 @@ fn conditions(
                     .map(|w| w.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
+            ),
+        )
+    } else if let Some(Alert::FenceUnconfirmed { old, target, why }) = alerts
+        .iter()
+        .find(|a| matches!(a, Alert::FenceUnconfirmed { .. }))
+        .filter(|_| writable.is_empty())
+    {
+        Degraded::new(
+            ConditionReason::FenceUnconfirmed,
+            format!(
+                "{target} is announced and stays read-only until {old} is proven fenced: {why} (bloodraven failover --force promotes it by hand)"
             ),
         )
     } else if writable.is_empty() && !sites.is_empty() {

@@ -15,6 +15,7 @@
 //! | [`status`] | the persisted shapes: `MysqlFailoverGroup.status`, sites, conditions, the planned failover's phases and admission |
 //! | [`view`] | views of the gathered world: a site as one poll saw it, the debounce, the in-memory flags |
 //! | [`resources`] | stored object shapes: metadata, group, database, event bodies |
+//! | [`strict`] | strict fencing: whether an announced emergency promotion may take writes (the three proofs) |
 //! | [`fencing`] | the sidecar's two fencing rules, `TopologyCache` (Set/Adopt) and the lease |
 //! | [`config`] | the failover-group spec and its validation (including the sidecar CEL rules) |
 //! | [`defaults`] | the spec's defaults |
@@ -50,6 +51,7 @@ pub mod routing;
 pub mod schema;
 pub mod semisync;
 pub mod status;
+pub mod strict;
 pub mod time;
 pub mod token;
 pub mod update;

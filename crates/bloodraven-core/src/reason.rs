@@ -122,6 +122,9 @@ names! {
         SemiSyncFallback = "SemiSyncFallback",
         /// `semi-sync` and no replica acknowledges: the guarantee holds, writes wait.
         SemiSyncWritesWait = "SemiSyncWritesWait",
+        /// `fencing: strict`: the new primary is announced and stays read-only until the old
+        /// one is proven fenced (docs/failover.md, Fencing modes).
+        FenceUnconfirmed = "FenceUnconfirmed",
     }
 }
 
@@ -175,6 +178,11 @@ names! {
         RecoveryUnblocked = "RecoveryUnblocked",
         /// Every site was read-only: writability was restored on the last failover target.
         PrimaryReasserted = "PrimaryReasserted",
+        /// `fencing: strict`: an announced emergency promotion waits for proof that the old
+        /// primary is fenced; then it takes writes, with the proof (or by hand, `--force`).
+        FenceUnconfirmed = "FenceUnconfirmed",
+        FenceConfirmed = "FenceConfirmed",
+        ForcedPromotion = "ForcedPromotion",
         /// A replica now follows the active site.
         ReplicaRepointed = "ReplicaRepointed",
         /// A planned failover entered (or re-entered, after a deferral) admission.

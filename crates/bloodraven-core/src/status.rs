@@ -424,6 +424,21 @@ impl Condition {
     }
 }
 
+/// `status.awaitingFence`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AwaitingFence {
+    /// The old primary, whose fence is unconfirmed.
+    pub site: String,
+    /// The announced new primary.
+    pub target: String,
+    /// The announced `topologyGeneration`.
+    pub topology_generation: u64,
+    /// When the promotion was announced.
+    pub since: Timestamp,
+}
+
 /// `MysqlFailoverGroup.status`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -449,6 +464,10 @@ pub struct GroupStatus {
     pub last_failover_target: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub promotion_gtid_executed: String,
+    /// `fencing: strict`: an emergency promotion announced its new primary, which stays
+    /// read-only until the old one is proven fenced (or a human forces it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting_fence: Option<AwaitingFence>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_failover: Option<PlannedFailoverStatus>,
     /// The ordered update (`bloodraven update`), in flight or the last one.

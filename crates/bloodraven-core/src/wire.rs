@@ -39,6 +39,10 @@ pub struct ActiveSite {
     /// `spec.sidecar.peerCheckInterval`, whole seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_check_interval_seconds: Option<u64>,
+    /// `spec.emergencyFailover.fencing` when it is `strict` (the primary's sidecar then keeps
+    /// a deadline inside its server); absent for `fast`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing: Option<crate::config::FencingMode>,
     /// Ed25519 over [`ActiveSite::signed_bytes`], base64url without padding; empty when the
     /// operator has no signing key.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -59,6 +63,9 @@ struct Signed<'a> {
     observed_at: Timestamp,
     lease_timeout_seconds: Option<u64>,
     peer_check_interval_seconds: Option<u64>,
+    /// Absent (not `null`) for `fast`, so views signed before the field existed verify.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fencing: Option<crate::config::FencingMode>,
 }
 
 impl ActiveSite {
@@ -76,6 +83,7 @@ impl ActiveSite {
             namespace: String::new(),
             lease_timeout_seconds: None,
             peer_check_interval_seconds: None,
+            fencing: None,
             signature: String::new(),
             key_id: String::new(),
         }
@@ -93,6 +101,7 @@ impl ActiveSite {
             observed_at: self.observed_at,
             lease_timeout_seconds: self.lease_timeout_seconds,
             peer_check_interval_seconds: self.peer_check_interval_seconds,
+            fencing: self.fencing,
         })
         .unwrap_or_default()
     }
@@ -294,6 +303,14 @@ pub struct SidecarStatus {
     pub last_operator_contact: Option<Timestamp>,
     pub last_peer_contact: Option<Timestamp>,
     pub peers: Vec<SidecarPeer>,
+    /// Per calling site: when this sidecar last answered that site's sidecar (`/peer/ping`,
+    /// `/peer/active-site`) and the newest view it served it, as ages by this sidecar's
+    /// clock when it answered (strict fencing's facts, docs/failover.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub heard_from: BTreeMap<String, HeardFrom>,
+    /// Seconds since this sidecar started (it heard nobody before).
+    #[serde(default)]
+    pub up_seconds: f64,
     pub silent_for_seconds: f64,
     /// The effective timings, as durations (`20s`).
     pub lease_timeout: String,
@@ -351,6 +368,17 @@ pub struct SidecarPeer {
     pub url: String,
     pub answering: Option<bool>,
     pub last_contact: Option<Timestamp>,
+}
+
+/// One entry of a sidecar's `heardFrom`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HeardFrom {
+    pub answered_seconds_ago: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_generation: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_seconds_ago: Option<f64>,
 }
 
 /// The operator's `/status`: every group (or one, with `?group=`).
@@ -472,6 +500,15 @@ mod tests {
         assert_eq!(
             String::from_utf8(v.signed_bytes()).unwrap(),
             r#"{"group":"playground","namespace":"default","activeSite":"iad","topologyGeneration":17,"observedAt":"2026-11-30T10:00:30Z","leaseTimeoutSeconds":20,"peerCheckIntervalSeconds":5}"#
+        );
+        // Strict fencing is signed too (a relaying peer cannot drop it); absent for fast, so
+        // the bytes above (and every view signed before the field) stay as they were.
+        let mut strict = v.clone();
+        strict.fencing = Some(crate::config::FencingMode::Strict);
+        assert!(
+            String::from_utf8(strict.signed_bytes())
+                .unwrap()
+                .ends_with(r#""peerCheckIntervalSeconds":5,"fencing":"strict"}"#)
         );
         // Old clients that know only the three original fields still read it.
         let text = serde_json::to_string(&v).unwrap();

@@ -393,6 +393,10 @@ impl World {
             lease_timeout: Duration::from_secs(20),
             peer_check_interval: Duration::from_secs(5),
             repoint_settle: Duration::from_secs(3),
+            fencing: bloodraven_core::config::FencingMode::Fast,
+            awaiting_fence: None,
+            fence_facts: None,
+            forced_by: None,
         });
         // First sight: every writable site that is not the active one, seen writable by this
         // poll, is fenced by this poll's decision (once the group has an active site and a
@@ -569,6 +573,9 @@ impl World {
                         self.sites[i].read_only = false;
                         self.last_reassertion = Some(self.now);
                     }
+                }
+                Action::ConfirmFence { .. } => {
+                    unreachable!("fast schedules never await a fence")
                 }
                 Action::Repoint { site } => {
                     let i = self.idx(&site);

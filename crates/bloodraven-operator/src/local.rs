@@ -53,6 +53,8 @@ pub struct LocalOptions {
     /// (the embedded store when empty).
     pub etcd_endpoints: Vec<String>,
     pub etcd_lease_ttl: String,
+    /// `spec.emergencyFailover.fencing`.
+    pub fencing: bloodraven_core::config::FencingMode,
 }
 
 impl LocalOptions {
@@ -83,6 +85,7 @@ impl LocalOptions {
             update: None,
             etcd_endpoints: Vec::new(),
             etcd_lease_ttl: "10s".into(),
+            fencing: bloodraven_core::config::FencingMode::Fast,
         }
     }
 }
@@ -289,7 +292,7 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
     }
     let group_doc = |name: &str| {
         format!(
-            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{mode: {mode}, credentials: {{file: {repl}}}}}\n  clone: {{credentials: {{file: {clone}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  sites:\n{sites}",
+            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{mode: {mode}, credentials: {{file: {repl}}}}}\n  clone: {{credentials: {{file: {clone}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  emergencyFailover: {{fencing: {fencing}}}\n  sites:\n{sites}",
             ns = o.namespace,
             poll = o.poll_interval,
             ft = o.failure_threshold,
@@ -302,6 +305,7 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
             lag = o.max_lag_wait,
             lt = o.lease_timeout,
             pci = o.peer_check_interval,
+            fencing = o.fencing.as_str(),
         ) + &o
             .bootstrap_site
             .as_ref()

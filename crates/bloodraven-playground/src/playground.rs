@@ -69,6 +69,8 @@ pub struct PlaygroundOptions {
     /// Where the operators keep the group: one operator on SQLite, or two on three etcd
     /// members.
     pub store: StoreChoice,
+    /// `spec.emergencyFailover.fencing` of the group.
+    pub fencing: bloodraven_core::config::FencingMode,
 }
 
 impl PlaygroundOptions {
@@ -87,6 +89,7 @@ impl PlaygroundOptions {
             exe,
             replication: bloodraven_core::config::ReplicationMode::Async,
             store: StoreChoice::Embedded,
+            fencing: bloodraven_core::config::FencingMode::Fast,
         }
     }
 }
@@ -439,6 +442,7 @@ fn operator_options(
     lo.lease_timeout = "6s".into();
     lo.peer_check_interval = "2s".into();
     lo.replication_mode = opts.replication;
+    lo.fencing = opts.fencing;
     lo.http_listen = loopback(operator_port);
     lo.https_listen = loopback(deploy_port);
     lo
@@ -736,7 +740,9 @@ impl Playground {
     }
 
     /// The group's stored status.
-    async fn stored_status(&self) -> Result<bloodraven_core::status::GroupStatus, PlaygroundError> {
+    pub async fn stored_status(
+        &self,
+    ) -> Result<bloodraven_core::status::GroupStatus, PlaygroundError> {
         let k = ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP);
         match self.store.get(&k).await {
             Ok(Some(o)) => Ok(o

@@ -104,9 +104,12 @@ fn endpoint(base: &str, path: &str, id: Option<&Identity>) -> Result<Url, Contac
     let mut url = Url::parse(&format!("{}{path}", base.trim_end_matches('/')))
         .map_err(|e| ContactError::Request(format!("bad URL {base}{path}: {e}")))?;
     if let Some(id) = id {
+        // `from`: who asks, so the answering party can say when it last answered this site
+        // (strict fencing's facts, docs/failover.md).
         url.query_pairs_mut()
             .append_pair("namespace", &id.namespace)
-            .append_pair("group", &id.group);
+            .append_pair("group", &id.group)
+            .append_pair("from", &id.site);
     }
     Ok(url)
 }
@@ -151,7 +154,7 @@ impl HttpContacts {
                 .iter()
                 .map(|o| {
                     Ok(OperatorUrls {
-                        readyz: endpoint(o, "/readyz", None)?,
+                        readyz: endpoint(o, "/readyz", Some(identity))?,
                         active_site: endpoint(o, "/active-site", Some(identity))?,
                     })
                 })
@@ -337,14 +340,18 @@ mod tests {
             Duration::from_secs(1),
         )
         .unwrap();
-        assert_eq!(c.operators[0].readyz.as_str(), "http://op:8082/readyz");
+        // `from`: who asks (strict fencing's facts: whom each party answered).
+        assert_eq!(
+            c.operators[0].readyz.as_str(),
+            "http://op:8082/readyz?namespace=default&group=playground&from=iad"
+        );
         assert_eq!(
             c.operators[1].active_site.as_str(),
-            "http://op-2:8082/active-site?namespace=default&group=playground"
+            "http://op-2:8082/active-site?namespace=default&group=playground&from=iad"
         );
         assert_eq!(
             c.peers[0].ping.as_str(),
-            "http://10.0.0.2:8080/pdx/peer/ping?namespace=default&group=playground"
+            "http://10.0.0.2:8080/pdx/peer/ping?namespace=default&group=playground&from=iad"
         );
         assert_eq!(c.peer_name(0), "http://10.0.0.2:8080/pdx");
         assert_eq!(c.peer_count(), 1);

@@ -57,6 +57,8 @@ pub const STALE_READS_NOTE: &str = "client writes are refused, but fencing does 
 struct GroupQuery {
     namespace: Option<String>,
     group: Option<String>,
+    /// The calling sidecar's site (recorded for strict fencing's facts).
+    from: Option<String>,
 }
 
 /// `Some(404)` when the query names another group or namespace.
@@ -224,6 +226,9 @@ async fn peer_ping<D: Database>(
     if let Some(r) = wrong_group(&app.shared, &q) {
         return r;
     }
+    if let Some(from) = &q.from {
+        app.shared.heard(from, None);
+    }
     let id = &app.shared.identity;
     axum::Json(json!({"site": id.site, "group": id.group, "namespace": id.namespace}))
         .into_response()
@@ -236,7 +241,12 @@ async fn peer_active_site<D: Database>(
     if let Some(r) = wrong_group(&app.shared, &q) {
         return r;
     }
-    match app.shared.peer_view() {
+    let view = app.shared.peer_view();
+    if let Some(from) = &q.from {
+        app.shared
+            .heard(from, view.as_ref().map(|v| v.topology_generation));
+    }
+    match view {
         Some(v) => axum::Json(v).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     }
@@ -341,6 +351,27 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
                 last_contact: g.peer_contact.get(i).copied().flatten(),
             })
             .collect(),
+        heard_from: {
+            let at = Instant::now();
+            g.heard_from
+                .iter()
+                .map(|(site, h)| {
+                    (
+                        site.clone(),
+                        bloodraven_core::wire::HeardFrom {
+                            answered_seconds_ago: at
+                                .saturating_duration_since(h.answered)
+                                .as_secs_f64(),
+                            served_generation: h.served.map(|(g, _)| g),
+                            served_seconds_ago: h
+                                .served
+                                .map(|(_, t)| at.saturating_duration_since(t).as_secs_f64()),
+                        },
+                    )
+                })
+                .collect()
+        },
+        up_seconds: shared.up_for(Instant::now()).as_secs_f64(),
         silent_for_seconds: g.monitor.lease().silent_for(now).as_secs_f64(),
         lease_timeout: HumanDuration(g.timing.lease_timeout).to_string(),
         peer_check_interval: HumanDuration(g.timing.peer_check_interval).to_string(),

@@ -41,7 +41,22 @@ pub struct Inner {
     /// Per source (`operator` or a peer's URL): why its last view was refused, so a refusal
     /// is logged when it starts or changes, not every tick.
     pub refused: std::collections::BTreeMap<String, String>,
+    /// Per calling site (`from=` on `/peer/ping` and `/peer/active-site`): when this sidecar
+    /// last answered it, and the newest generation it served it and when (strict fencing's
+    /// facts). Bounded: [`MAX_CALLERS`].
+    pub heard_from: std::collections::BTreeMap<String, Heard>,
 }
+
+/// One caller's entry of [`Inner::heard_from`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heard {
+    pub answered: Instant,
+    pub served: Option<(u64, Instant)>,
+}
+
+/// How many calling sites a sidecar remembers (a group has at most a handful; a hostile caller
+/// naming thousands of sites must not grow the map).
+pub const MAX_CALLERS: usize = 32;
 
 /// State shared between the monitor and the HTTP server.
 #[derive(Debug)]
@@ -105,6 +120,7 @@ impl Shared {
                 timing,
                 timings_source,
                 refused: std::collections::BTreeMap::new(),
+                heard_from: std::collections::BTreeMap::new(),
             }),
         })
     }
@@ -143,6 +159,37 @@ impl Shared {
         at.saturating_duration_since(self.origin)
     }
 
+    /// Records that this sidecar answered `from`'s sidecar now, serving it `served` (a
+    /// generation) when it asked for the view. A name that is not a DNS-1123 label, or a new
+    /// one past [`MAX_CALLERS`], is not recorded.
+    pub fn heard(&self, from: &str, served: Option<u64>) {
+        if bloodraven_core::names::check_dns1123_label(from).is_err() {
+            return;
+        }
+        let now = Instant::now();
+        let mut g = self.lock();
+        if !g.heard_from.contains_key(from) && g.heard_from.len() >= MAX_CALLERS {
+            return;
+        }
+        let e = g.heard_from.entry(from.to_string()).or_insert(Heard {
+            answered: now,
+            served: None,
+        });
+        e.answered = now;
+        // When it was *first* served a generation: that is when its sidecar learned the view
+        // (serving the same one again later says nothing new).
+        if let Some(generation) = served
+            && e.served.is_none_or(|(g, _)| generation > g)
+        {
+            e.served = Some((generation, now));
+        }
+    }
+
+    /// How long this sidecar has been running.
+    pub fn up_for(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.origin)
+    }
+
     /// The view `/peer/active-site` serves.
     pub fn peer_view(&self) -> Option<ActiveSite> {
         self.lock().monitor.cache().get().cloned()
@@ -161,5 +208,60 @@ impl Shared {
         let lease = g.monitor.lease();
         let age = |t: Option<Duration>| now.saturating_sub(t.unwrap_or(Duration::ZERO));
         (age(lease.last_operator()), age(lease.last_peer()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Arc<Shared> {
+        Shared::new(
+            Identity {
+                site: "pdx".into(),
+                group: "playground".into(),
+                namespace: "default".into(),
+            },
+            Vec::new(),
+            Timing::new(Duration::from_secs(6), Duration::from_secs(2)),
+            crate::trust::Trust::default(),
+            None,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn callers_are_remembered_with_when_each_first_got_a_generation() {
+        let s = shared();
+        s.heard("iad", Some(2));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // Served the same generation again: when it first learned it is what counts.
+        s.heard("iad", Some(2));
+        s.heard("reader", None);
+        let g = s.lock();
+        let iad = g.heard_from["iad"];
+        let now = Instant::now();
+        assert_eq!(now - iad.answered, Duration::ZERO);
+        assert_eq!(
+            iad.served.map(|(g, at)| (g, now - at)),
+            Some((2, Duration::from_secs(5)))
+        );
+        assert_eq!(g.heard_from["reader"].served, None);
+        drop(g);
+        // A newer generation moves it; an older one does not.
+        s.heard("iad", Some(3));
+        s.heard("iad", Some(1));
+        assert_eq!(s.lock().heard_from["iad"].served.map(|(g, _)| g), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hostile_callers_cannot_grow_the_record() {
+        let s = shared();
+        s.heard("not a site!", None);
+        for i in 0..(MAX_CALLERS + 10) {
+            s.heard(&format!("site-{i}"), None);
+        }
+        let g = s.lock();
+        assert_eq!(g.heard_from.len(), MAX_CALLERS);
+        assert!(!g.heard_from.contains_key("not a site!"));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use bloodraven_core::config::ReplicationMode;
+use bloodraven_core::config::{FencingMode, ReplicationMode};
 use bloodraven_playground::control::StoreChoice;
 use bloodraven_playground::playground::PlaygroundOptions;
 use clap::{Args, Subcommand};
@@ -47,6 +47,19 @@ pub struct PlaygroundArgs {
     /// deploy addresses follow whichever leads).
     #[arg(long, default_value = "embedded", value_parser = StoreChoice::parse)]
     store: StoreChoice,
+    /// The group's `spec.emergencyFailover.fencing`: `fast`, or `strict` (never two writable
+    /// sites: an emergency promotion waits until the old primary is proven fenced).
+    #[arg(long, default_value = "fast", value_parser = parse_fencing)]
+    fencing: FencingMode,
+}
+
+/// `--fencing`: the mode's name as `spec.emergencyFailover.fencing` spells it.
+fn parse_fencing(s: &str) -> Result<FencingMode, String> {
+    match s {
+        "fast" => Ok(FencingMode::Fast),
+        "strict" => Ok(FencingMode::Strict),
+        other => Err(format!("must be fast or strict, got {other:?}")),
+    }
 }
 
 /// `--replication`: the mode's name as `spec.replication.mode` spells it.
@@ -167,6 +180,7 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                     exe,
                     replication: args.replication,
                     store: args.store,
+                    fencing: args.fencing,
                 }),
             )
         }

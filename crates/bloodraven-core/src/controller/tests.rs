@@ -50,6 +50,10 @@ fn input<'a>(sites: &'a [SiteView], active: &'a str, last_target: &'a str) -> De
         lease_timeout: Duration::from_secs(20),
         peer_check_interval: Duration::from_secs(5),
         repoint_settle: Duration::from_secs(3),
+        fencing: crate::config::FencingMode::Fast,
+        awaiting_fence: None,
+        fence_facts: None,
+        forced_by: None,
     }
 }
 
@@ -70,6 +74,7 @@ fn emergency(from: &str, to: &str, repoint: &[&str]) -> Action {
         },
         catch_up: None,
         repoint: repoint.iter().map(|s| (*s).to_string()).collect(),
+        hold_fence: false,
     }
 }
 
@@ -687,6 +692,113 @@ fn reassertion_completes_an_announced_promotion_whose_old_primary_is_gone() {
     );
 }
 
+/// An announced strict promotion of pdx, iad (the old primary) unreachable.
+fn awaiting_trio() -> Vec<SiteView> {
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    sites[0].answered = false;
+    sites[1].state = SiteState::ReadOnly;
+    sites[1].replica = None;
+    sites
+}
+
+#[test]
+fn strict_fencing_announces_and_holds_then_lifts_on_proof_or_force() {
+    use crate::strict::{Facts, SidecarReport, Timings};
+    use std::collections::BTreeMap;
+    // The emergency itself: strict holds the fence of the new primary.
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    sites[0].answered = false;
+    let mut i = input(&sites, "iad", "");
+    i.fencing = crate::config::FencingMode::Strict;
+    let d = decide(&i);
+    assert!(
+        matches!(&d.actions[..], [Action::EmergencyFailover { to, hold_fence: true, .. }] if to == "pdx"),
+        "{:?}",
+        d.actions
+    );
+
+    // Announced, waiting.
+    let sites = awaiting_trio();
+    let awaiting = crate::status::AwaitingFence {
+        site: "iad".into(),
+        target: "pdx".into(),
+        topology_generation: 2,
+        since: t(990),
+    };
+    let names: Vec<String> = ["iad", "pdx", "reader"].map(String::from).to_vec();
+    let quiet = |up: u64| SidecarReport {
+        read_only: Some(true),
+        up_for: Duration::from_secs(up),
+        ..SidecarReport::default()
+    };
+    let mut reports = BTreeMap::from([("pdx".to_string(), quiet(100))]);
+    let judge_with = |reports: &BTreeMap<String, SidecarReport>, operator_silent: u64| {
+        let mut i = input(&sites, "pdx", "pdx");
+        i.fencing = crate::config::FencingMode::Strict;
+        i.awaiting_fence = Some(&awaiting);
+        i.fence_facts = Some(Facts {
+            old_primary: "iad",
+            generation: 2,
+            sites: &names,
+            reports,
+            operator_silent_for: Duration::from_secs(operator_silent),
+            timings: Timings {
+                lease_timeout: Duration::from_secs(6),
+                peer_check_interval: Duration::from_secs(2),
+            },
+        });
+        decide(&i)
+    };
+    // The reader's sidecar is not heard: no promotion, FenceUnconfirmed says why.
+    let d = judge_with(&reports, 100);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert!(
+        matches!(&d.alerts[..], [Alert::FenceUnconfirmed { old, target, why }] if old == "iad" && target == "pdx" && why.contains("reader")),
+        "{:?}",
+        d.alerts
+    );
+    let degraded = d.conditions.degraded.clone().unwrap();
+    assert_eq!(degraded.reason, ConditionReason::FenceUnconfirmed);
+    assert!(degraded.message.contains("--force"), "{}", degraded.message);
+    assert!(!d.conditions.ready);
+    // Everyone quiet long enough: the fence is confirmed and pdx takes writes.
+    reports.insert("reader".into(), quiet(100));
+    let d = judge_with(&reports, 100);
+    assert!(
+        matches!(&d.actions[..], [Action::ConfirmFence { site, forced: false, why, catch_up: None }] if site == "pdx" && why.contains("rule #2")),
+        "{:?}",
+        d.actions
+    );
+    assert!(d.conditions.ready, "the conditions after the action");
+    // Without facts it waits; a human can force it.
+    let mut i = input(&sites, "pdx", "pdx");
+    i.awaiting_fence = Some(&awaiting);
+    let d = decide(&i);
+    assert!(d.actions.is_empty());
+    i.forced_by = Some("alice");
+    let d = decide(&i);
+    assert!(
+        matches!(&d.actions[..], [Action::ConfirmFence { forced: true, why, .. }] if why.contains("alice")),
+        "{:?}",
+        d.actions
+    );
+    // The old primary kept replicating to the reader until it was fenced: pdx catches up
+    // from the reader first, rather than lose what the reader holds.
+    let mut ahead = sites.clone();
+    ahead[2].gtid = Some(g("0-1-105"));
+    let mut i = input(&ahead, "pdx", "pdx");
+    i.awaiting_fence = Some(&awaiting);
+    i.forced_by = Some("alice");
+    let d = decide(&i);
+    assert!(
+        matches!(&d.actions[..], [Action::ConfirmFence { catch_up: Some(c), .. }] if c.from == "reader" && c.target == g("0-1-105")),
+        "{:?}",
+        d.actions
+    );
+}
+
 #[test]
 fn replicas_not_following_the_active_site_are_repointed() {
     let mut sites = healthy_trio();
@@ -1086,6 +1198,7 @@ fn the_emergency_action_carries_its_drain_bound_abort_rule_and_catch_up() {
                 drain,
                 catch_up,
                 repoint,
+                hold_fence: false,
             },
         ] = &d.actions[..]
         else {

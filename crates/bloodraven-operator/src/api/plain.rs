@@ -31,7 +31,33 @@ async fn healthz() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
-async fn readyz(State(state): State<AppState>) -> Response {
+/// `/readyz`'s query: a sidecar says who it is, so strict fencing knows whom this operator
+/// answered as leader.
+#[derive(Deserialize)]
+struct ReadyzQuery {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    group: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
+}
+
+async fn readyz(
+    State(state): State<AppState>,
+    q: Result<Query<ReadyzQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if let Ok(Query(ReadyzQuery {
+        namespace,
+        group: Some(group),
+        from: Some(from),
+    })) = &q
+        && state.is_leader()
+        && let Some(rt) = state.group(group).await
+        && namespace.as_deref().is_none_or(|n| n == rt.namespace)
+    {
+        rt.answered_sidecar(from);
+    }
     let mut body = json!({
         "ready": state.is_ready(),
         "leader": state.is_leader(),
@@ -138,6 +164,9 @@ fn signed_view(
     view.namespace.clone_from(&rt.namespace);
     view.lease_timeout_seconds = Some(rt.config.lease_timeout.as_secs());
     view.peer_check_interval_seconds = Some(rt.config.peer_check_interval.as_secs());
+    if rt.config.fencing == bloodraven_core::config::FencingMode::Strict {
+        view.fencing = Some(rt.config.fencing);
+    }
     if let Some(k) = state.topology_key.get() {
         k.sign(&mut view);
     }

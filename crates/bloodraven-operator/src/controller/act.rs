@@ -26,6 +26,8 @@ struct Emergency<'a> {
     catch_up: Option<&'a CatchUpPlan>,
     repoint: &'a [String],
     announced: &'a Conditions,
+    /// `fencing: strict`: announce, leave `to` read-only, record `status.awaitingFence`.
+    hold_fence: bool,
 }
 
 /// How long the controller's own fence of an intruder may wait.
@@ -54,8 +56,13 @@ impl<S: Site> Controller<S> {
                 drain,
                 catch_up,
                 repoint,
+                hold_fence,
             } => {
-                let announced = controller::announced(input, to);
+                let announced = if *hold_fence {
+                    controller::announced_held(input, from, to)
+                } else {
+                    controller::announced(input, to)
+                };
                 let plan = Emergency {
                     from,
                     to,
@@ -63,6 +70,7 @@ impl<S: Site> Controller<S> {
                     catch_up: catch_up.as_ref(),
                     repoint,
                     announced: &announced,
+                    hold_fence: *hold_fence,
                 };
                 self.emergency(&plan).await
             }
@@ -102,6 +110,15 @@ impl<S: Site> Controller<S> {
                 .await;
                 Ok(())
             }
+            Action::ConfirmFence {
+                site,
+                why,
+                forced,
+                catch_up,
+            } => {
+                self.confirm_fence(site, why, *forced, catch_up.as_ref())
+                    .await
+            }
             Action::Repoint { site } => {
                 self.repoint(site, &status.active_site).await?;
                 tracing::info!(group = %self.group(), site, source = %status.active_site, "re-pointed a replica");
@@ -123,6 +140,58 @@ impl<S: Site> Controller<S> {
                 Ok(())
             }
         }
+    }
+
+    /// Strict fencing: the old primary is proven fenced (or a human forced it): lift the
+    /// announced site's fence, then clear `status.awaitingFence` (and a consumed
+    /// `--force` request).
+    async fn confirm_fence(
+        &mut self,
+        site: &str,
+        why: &str,
+        forced: bool,
+        catch_up: Option<&CatchUpPlan>,
+    ) -> Result<(), ControllerError> {
+        if let Some(plan) = catch_up {
+            self.catch_up_before_promotion(site, plan).await;
+            // The catch-up replicated into it: stop and reset that again (it stays fenced).
+            let settings =
+                bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
+            self.client(site)?
+                .prepare_promotion(Some(settings))
+                .await
+                .map_err(|e| ControllerError::Promote {
+                    site: site.to_string(),
+                    source: e,
+                })?;
+        }
+        self.lift_fence(site).await?;
+        self.rt
+            .update_status(|s| s.awaiting_fence = None)
+            .await
+            .map_err(|e| ControllerError::Persist {
+                what: "the confirmed fence",
+                source: e,
+            })?;
+        if forced {
+            use bloodraven_core::contract::annotations::FORCE_PROMOTION;
+            let _ = self
+                .rt
+                .update(|obj| obj.metadata.annotations.remove(FORCE_PROMOTION).is_some())
+                .await;
+        }
+        tracing::warn!(group = %self.group(), site, forced, "strict fencing: promoted: {why}");
+        self.event(
+            EventType::Warning,
+            if forced {
+                E::ForcedPromotion
+            } else {
+                E::FenceConfirmed
+            },
+            &format!("{site} takes writes: {why}"),
+        )
+        .await;
+        Ok(())
     }
 
     async fn bootstrap(
@@ -451,12 +520,20 @@ impl<S: Site> Controller<S> {
         let now = self.rt.now();
         let gtid = promotion.gtid.to_string();
         let target = to.to_string();
+        let old = from.to_string();
+        let hold = plan.hold_fence;
         let generation = self
             .rt
             .change_active_site(to, |s| {
                 s.last_failover = Some(now);
                 s.last_failover_target.clone_from(&target);
                 s.promotion_gtid_executed.clone_from(&gtid);
+                s.awaiting_fence = hold.then(|| bloodraven_core::status::AwaitingFence {
+                    site: old.clone(),
+                    target: target.clone(),
+                    topology_generation: s.topology_generation,
+                    since: now,
+                });
                 set_conditions(s, plan.announced, now);
             })
             .await
@@ -464,7 +541,12 @@ impl<S: Site> Controller<S> {
                 what: "topologyGeneration",
                 source: e,
             })?;
-        // 5. Clear the fence and confirm.
+        // 5. Clear the fence and confirm; strict: not before the old primary is proven
+        //    fenced (`ConfirmFence`, a later poll).
+        if plan.hold_fence {
+            tracing::warn!(group = %group, site = to, old = from, topologyGeneration = generation, "emergency failover: announced; fencing: strict keeps it read-only until the old primary is proven fenced");
+            return Ok(generation);
+        }
         self.lift_fence(to).await?;
         tracing::info!(group = %group, site = to, "emergency failover: promoted");
         Ok(generation)

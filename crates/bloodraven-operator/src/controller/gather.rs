@@ -42,6 +42,31 @@ fn sidecar_report(s: &SidecarStatus) -> SidecarReport {
                 signed_topology: s.signed_topology,
             }
         }),
+        strict: Some(strict_report(s)),
+    }
+}
+
+/// A sidecar's `/status` as strict fencing reads it (ages by the sidecar's own clock).
+fn strict_report(s: &SidecarStatus) -> bloodraven_core::strict::SidecarReport {
+    let secs = |f: f64| Duration::try_from_secs_f64(f).unwrap_or(Duration::ZERO);
+    bloodraven_core::strict::SidecarReport {
+        read_only: s.mysql.read_only.filter(|_| s.mysql.reachable),
+        up_for: secs(s.up_seconds),
+        answered: s
+            .heard_from
+            .iter()
+            .map(|(site, h)| (site.clone(), secs(h.answered_seconds_ago)))
+            .collect(),
+        served: s
+            .heard_from
+            .iter()
+            .filter_map(|(site, h)| {
+                Some((
+                    site.clone(),
+                    (h.served_generation?, secs(h.served_seconds_ago?)),
+                ))
+            })
+            .collect(),
     }
 }
 

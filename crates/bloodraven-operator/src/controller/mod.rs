@@ -43,7 +43,7 @@ mod restore;
 mod status;
 mod update;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 pub use error::{ControllerError, CredentialsUnavailable};
 
 use crate::events::{self, EventType};
-use crate::group::GroupRuntime;
+use crate::group::{GroupRuntime, GroupSnapshot};
 use crate::metrics::{GroupLabel, Metrics};
 use crate::operator::GroupTask;
 
@@ -101,6 +101,18 @@ pub type Connect<S> = Arc<dyn Fn(&SiteConfig, Credentials, Timeouts) -> S + Send
 struct SidecarReport {
     self_fenced: Option<bool>,
     timings: Option<SidecarTimings>,
+    /// This poll's `/status` as strict fencing reads it (`None`: it did not answer).
+    strict: Option<bloodraven_core::strict::SidecarReport>,
+}
+
+/// What strict fencing judges with, gathered for one poll (borrowed by [`DecideInput`]).
+struct FenceGathered {
+    old_primary: String,
+    generation: u64,
+    names: Vec<String>,
+    reports: BTreeMap<String, bloodraven_core::strict::SidecarReport>,
+    operator_silent_for: Duration,
+    timings: bloodraven_core::strict::Timings,
 }
 
 /// One site: its configuration, its client, and everything the controller knows about it.
@@ -159,6 +171,8 @@ pub struct Controller<S: Site = SiteClient> {
     /// When the held reassertion was last logged.
     restore_deferred_logged: Option<Instant>,
     last_reassertion: Option<Timestamp>,
+    /// When this controller started (its term: it answered nobody's `/readyz` before).
+    started: Instant,
     /// Alerts raised and not yet cleared (each is evented once when it starts).
     raised: BTreeSet<String>,
     http: reqwest::Client,
@@ -217,6 +231,7 @@ impl<S: Site> Controller<S> {
             restore_refused: None,
             restore_deferred_logged: None,
             last_reassertion: None,
+            started: Instant::now(),
             raised: BTreeSet::new(),
             http,
             timeouts,
@@ -432,7 +447,18 @@ impl<S: Site> Controller<S> {
         let views = self.views(&status);
         let promotion = self.promotion_gtid(&status);
         let cfg = self.rt.config.clone();
-        let input = self.decide_input(&status, &views, promotion.as_ref(), &cfg);
+        let fence = self.fence_facts(&status, &cfg);
+        let forced = self.forced_by(&snap, &status).await;
+        let mut input = self.decide_input(&status, &views, promotion.as_ref(), &cfg);
+        input.fence_facts = fence.as_ref().map(|f| bloodraven_core::strict::Facts {
+            old_primary: &f.old_primary,
+            generation: f.generation,
+            sites: &f.names,
+            reports: &f.reports,
+            operator_silent_for: f.operator_silent_for,
+            timings: f.timings,
+        });
+        input.forced_by = forced.as_deref();
         let decision = controller::decide(&input);
         if decision.deferred_by_restore
             && self
@@ -507,7 +533,80 @@ impl<S: Site> Controller<S> {
             lease_timeout: cfg.lease_timeout,
             peer_check_interval: cfg.peer_check_interval,
             repoint_settle: (cfg.poll_interval * 3).max(Duration::from_secs(3)),
+            fencing: cfg.fencing,
+            awaiting_fence: status.awaiting_fence.as_ref(),
+            fence_facts: None,
+            forced_by: None,
         }
+    }
+
+    /// Strict fencing's facts for this poll, when an announced promotion awaits its proof:
+    /// every sidecar's report, and how long this operator has not answered the old primary's
+    /// sidecar. The timings are the larger of the spec's and what the old primary's sidecar
+    /// last reported.
+    fn fence_facts(&self, status: &GroupStatus, cfg: &GroupConfig) -> Option<FenceGathered> {
+        let w = status.awaiting_fence.as_ref()?;
+        let reported = self
+            .sites
+            .iter()
+            .find(|s| s.cfg.name == w.site)
+            .and_then(|s| s.sidecar.timings.as_ref());
+        let parse = |t: &str| bloodraven_core::duration::parse_duration(t).ok();
+        let lease = reported.and_then(|t| parse(&t.lease_timeout));
+        let check = reported.and_then(|t| parse(&t.peer_check_interval));
+        let leading_for = self.started.elapsed();
+        let answered = self
+            .rt
+            .sidecar_answered_ago(&w.site)
+            .map_or(leading_for, |a| a.min(leading_for));
+        Some(FenceGathered {
+            old_primary: w.site.clone(),
+            generation: w.topology_generation,
+            names: self.sites.iter().map(|s| s.cfg.name.clone()).collect(),
+            reports: self
+                .sites
+                .iter()
+                .filter_map(|s| Some((s.cfg.name.clone(), s.sidecar.strict.clone()?)))
+                .collect(),
+            operator_silent_for: answered,
+            timings: bloodraven_core::strict::Timings {
+                lease_timeout: cfg.lease_timeout.max(lease.unwrap_or_default()),
+                peer_check_interval: cfg.peer_check_interval.max(check.unwrap_or_default()),
+            },
+        })
+    }
+
+    /// `bloodraven failover --force`: who asked to promote the awaiting site. A request for
+    /// another site, or while nothing waits, is dropped (and said).
+    async fn forced_by(&mut self, snap: &GroupSnapshot, status: &GroupStatus) -> Option<String> {
+        use bloodraven_core::contract::annotations::FORCE_PROMOTION;
+        let value = snap.annotations.get(FORCE_PROMOTION)?;
+        let (site, who) = value.split_once(':').unwrap_or((value.as_str(), "someone"));
+        let waiting = status
+            .awaiting_fence
+            .as_ref()
+            .filter(|w| w.target == site && status.active_site == site);
+        if waiting.is_some() {
+            return Some(who.to_string());
+        }
+        let why = match &status.awaiting_fence {
+            Some(w) => format!("{} awaits its promotion, not {site}", w.target),
+            None => "no promotion awaits a fence".into(),
+        };
+        tracing::warn!(group = %self.group(), site, who, "forced promotion refused: {why}");
+        self.event(
+            EventType::Warning,
+            bloodraven_core::reason::EventReason::ForcedPromotion,
+            &format!(
+                "{who} asked to force the promotion of {site}, refused: {why}; nothing changed"
+            ),
+        )
+        .await;
+        let _ = self
+            .rt
+            .update(|obj| obj.metadata.annotations.remove(FORCE_PROMOTION).is_some())
+            .await;
+        None
     }
 
     async fn event(

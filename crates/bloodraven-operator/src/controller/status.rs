@@ -254,6 +254,13 @@ impl<S: Site> Controller<S> {
                         "spec.replication.mode is semi-sync, but on the active site {site} the lossless guarantee does not hold: {why}"
                     ),
                 ),
+                Alert::FenceUnconfirmed { old, target, why } => (
+                    format!("fence:{old}:{target}"),
+                    E::FenceUnconfirmed,
+                    format!(
+                        "fencing: strict: {target} is announced and stays read-only until {old} is proven fenced: {why}"
+                    ),
+                ),
                 Alert::FailoverHeld => (
                     "held".into(),
                     E::AutomaticFailoverHeld,

@@ -142,6 +142,9 @@ pub struct GroupRuntime {
     platform: RwLock<Attached>,
     /// The stored `topologyGeneration`, for watchers of the active site (`/active-site?watch`).
     views: tokio::sync::watch::Sender<u64>,
+    /// Per site: when this operator last answered that site's sidecar's `/readyz` as leader
+    /// (strict fencing's facts: who may be suppressing rule #2 there).
+    answered_sidecars: std::sync::Mutex<BTreeMap<String, tokio::time::Instant>>,
 }
 
 /// What the operator's platform gives a group: leadership (checked before every action), the
@@ -196,6 +199,28 @@ fn snapshot_of(obj: &RawObject) -> Result<GroupSnapshot, StoreError> {
 }
 
 impl GroupRuntime {
+    /// Records that this operator just answered `site`'s sidecar `/readyz` as leader. Only a
+    /// site of this group is recorded.
+    pub fn answered_sidecar(&self, site: &str) {
+        if self.config.site(site).is_none() {
+            return;
+        }
+        self.answered_sidecars
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(site.to_string(), tokio::time::Instant::now());
+    }
+
+    /// How long ago this operator last answered `site`'s sidecar as leader (`None`: not
+    /// since it started).
+    pub fn sidecar_answered_ago(&self, site: &str) -> Option<std::time::Duration> {
+        self.answered_sidecars
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(site)
+            .map(tokio::time::Instant::elapsed)
+    }
+
     /// Loads a group and its leases from the store. Leases stamped with an older generation
     /// than the stored status (a crash between the two writes) are revoked now.
     pub async fn load(
@@ -252,6 +277,7 @@ impl GroupRuntime {
                 workloads: Arc::new(crate::platform::embedded::Endpoints),
             }),
             views: tokio::sync::watch::channel(generation).0,
+            answered_sidecars: std::sync::Mutex::new(BTreeMap::new()),
         });
         {
             let snap = rt.snapshot();

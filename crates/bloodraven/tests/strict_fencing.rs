@@ -1,0 +1,155 @@
+//! `spec.emergencyFailover.fencing: strict` at process level: the playground's operator and
+//! sidecars as processes, every link through a cuttable proxy, the ledger's writer and
+//! all-site probe. The primary isolated (from everyone, or from the operator only): the new
+//! primary is announced at once but takes writes only once the old one is proven fenced, so
+//! no probe round ever finds two writable sites; the proof is named in an event.
+
+use std::time::Duration;
+
+use bloodraven_core::config::FencingMode;
+use bloodraven_playground::playground::{Playground, PlaygroundOptions};
+use bloodraven_testkit::ledger::{self, Probe, Target, Writer};
+use tokio::time::Instant;
+
+async fn start() -> std::sync::Arc<Playground> {
+    let opts = PlaygroundOptions {
+        fencing: FencingMode::Strict,
+        ..PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into())
+    };
+    let pg = Playground::start(opts, &|_| {})
+        .await
+        .expect("the playground starts");
+    let h = pg.harness.lock().await;
+    let admin = h.admin(0).unwrap();
+    admin.execute(ledger::WRITES_TABLE_DDL).await.unwrap();
+    admin.execute(ledger::PROBES_TABLE_DDL).await.unwrap();
+    h.wait_replicas_caught_up(0, Duration::from_secs(20))
+        .await
+        .unwrap();
+    drop(h);
+    pg
+}
+
+/// Waits until pdx is the active site and writable; returns when it took writes, and whether
+/// the stored status said `FenceUnconfirmed` (with `awaitingFence`) before that.
+async fn promoted(pg: &Playground, limit: Duration) -> (Duration, bool) {
+    let started = Instant::now();
+    let pdx = pg.harness.lock().await.failover_client(1);
+    let mut waited = false;
+    loop {
+        let s = pg.stored_status().await.unwrap();
+        if s.awaiting_fence.is_some()
+            && s.conditions
+                .iter()
+                .any(|c| c.reason.as_str() == "FenceUnconfirmed")
+        {
+            waited = true;
+        }
+        if s.active_site == "pdx" && pdx.probe().await.is_ok_and(|p| !p.read_only) {
+            return (started.elapsed(), waited);
+        }
+        assert!(
+            started.elapsed() < limit,
+            "pdx did not take writes within {limit:?}: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn story(isolate: impl FnOnce(&Playground)) -> (ledger::Report, Duration, bool, Vec<String>) {
+    let pg = start().await;
+    let sites: Vec<(String, mysql_async::Opts)> = {
+        let h = pg.harness.lock().await;
+        (0..3)
+            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
+            .collect()
+    };
+    let writer = Writer::start(sites.clone(), Duration::from_millis(2));
+    let probe = Probe::start(
+        sites
+            .iter()
+            .map(|(n, o)| Target::new(n.clone(), o.clone()))
+            .collect(),
+        Duration::from_millis(5),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    isolate(&pg);
+    let (took, waited) = promoted(&pg, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pg.heal_site("iad").unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = writer.stop().await;
+    let probe = probe.stop().await;
+    let report = ledger::check(&sites[1].1, &log, Some(&probe))
+        .await
+        .expect("the final primary answers");
+    let events = events(&pg).await;
+    pg.shutdown().await;
+    (report, took, waited, events)
+}
+
+/// The group's events, as `reason: message`.
+async fn events(pg: &Playground) -> Vec<String> {
+    let objs = pg
+        .store
+        .list(bloodraven_core::resources::KIND_EVENT, Some("default"))
+        .await
+        .unwrap_or_default();
+    objs.iter()
+        .filter_map(|o| {
+            let b: bloodraven_core::resources::EventBody = o.decode().ok()?;
+            Some(format!("{}: {}", b.reason, b.message))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_primary_is_silent_for_its_lease_before_the_new_one_takes_writes() {
+    let (report, took, waited, events) = story(|pg| {
+        pg.isolate_site("iad").unwrap();
+    })
+    .await;
+    eprintln!(
+        "isolate-primary, strict: pdx took writes {:.2} s after the cut; {}",
+        took.as_secs_f64(),
+        report.summary()
+    );
+    assert!(waited, "the status said FenceUnconfirmed while it waited");
+    assert_eq!(
+        report.two_writable_rounds,
+        0,
+        "two writable sites: {}",
+        report.summary()
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("FenceConfirmed:") && e.contains("rule #2")),
+        "{events:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_cut_from_the_operator_gets_the_view_from_a_peer_before_the_new_one_takes_writes()
+{
+    let (report, took, waited, events) = story(|pg| {
+        pg.isolate_site_from_operator("iad").unwrap();
+    })
+    .await;
+    eprintln!(
+        "isolate-primary-from-operator, strict: pdx took writes {:.2} s after the cut; {}",
+        took.as_secs_f64(),
+        report.summary()
+    );
+    assert!(waited, "the status said FenceUnconfirmed while it waited");
+    assert_eq!(
+        report.two_writable_rounds,
+        0,
+        "two writable sites: {}",
+        report.summary()
+    );
+    assert!(
+        events.iter().any(|e| e.starts_with("FenceConfirmed:")),
+        "{events:#?}"
+    );
+}
