@@ -263,6 +263,27 @@ pub enum Verdict {
     Nothing,
 }
 
+/// Strict fencing's dead man's switch: how far in the future the primary's sidecar sets the
+/// deadline inside its server (an event that sets `read_only` by itself), or `None` when no
+/// deadline should stand (the view is not strict, this site is not the one it names, the
+/// server is not writable, or a rule fences it now). The deadline is where rule #2 would
+/// fire: `leaseTimeout` after the last answer, at least 1 s ahead and whole seconds (the
+/// event scheduler's resolution). A sidecar that hangs stops moving it, and the server fences
+/// itself when it passes.
+pub fn deadline(s: &Snapshot, verdict: &Verdict) -> Option<Duration> {
+    let cached = s.cached.as_ref()?;
+    let strict = cached.fencing == Some(crate::config::FencingMode::Strict);
+    if !strict
+        || cached.active_site != s.this_site
+        || s.read_only != ReadOnlyState::Writable
+        || *verdict != Verdict::Nothing
+    {
+        return None;
+    }
+    let left = s.lease_timeout.saturating_sub(s.silent_for);
+    Some(Duration::from_secs(left.as_secs().max(1)))
+}
+
 /// The two rules, in their fixed order: read-only → return; rule #1 → fence (the lease is not
 /// consulted); rule #2 → fence; otherwise nothing. There is no third rule.
 pub fn evaluate(s: &Snapshot) -> Verdict {

@@ -127,8 +127,8 @@ impl LauncherOptions {
 pub struct Accounts {
     /// `root` over the Unix socket: setup only.
     pub admin: Credentials,
-    /// The control-plane account: `READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, SLAVE MONITOR,
-    /// BINLOG MONITOR, CONNECTION ADMIN, PROCESS, RELOAD` on `*.*`, no DML.
+    /// The control-plane account: [`FAILOVER_GRANTS`] on `*.*` and `EVENT` on `mysql.*`
+    /// (strict fencing's dead man's switch), no DML.
     pub failover: Credentials,
     /// Replicas authenticate to their source with it: `REPLICATION SLAVE`.
     pub replication: Credentials,
@@ -139,7 +139,7 @@ pub struct Accounts {
 }
 
 /// The grants of the least-privilege control-plane account (documented for users).
-pub const FAILOVER_GRANTS: &str = "READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, REPLICATION MASTER ADMIN, SLAVE MONITOR, BINLOG MONITOR, CONNECTION ADMIN, PROCESS, RELOAD";
+pub const FAILOVER_GRANTS: &str = "READ_ONLY ADMIN, REPLICATION SLAVE ADMIN, REPLICATION MASTER ADMIN, SLAVE MONITOR, BINLOG MONITOR, CONNECTION ADMIN, PROCESS, RELOAD, BINLOG ADMIN";
 /// The grants of the replication account.
 pub const REPLICATION_GRANTS: &str = "REPLICATION SLAVE";
 /// The grants of the application account (on its schema only).
@@ -582,6 +582,8 @@ impl Launcher {
             .arg("--binlog-format=ROW")
             .arg("--log-slave-updates")
             .arg("--gtid-strict-mode=1")
+            // Strict fencing's dead man's switch is an event (docs/mysql.md).
+            .arg("--event-scheduler=ON")
             .arg("--skip-name-resolve")
             .arg(format!("--innodb-buffer-pool-size={buffer_pool}"))
             .arg("--innodb-log-file-size=8M")
@@ -656,6 +658,8 @@ impl Launcher {
                 crate::sql::quote(a.failover.password.expose())
             ),
             format!("GRANT {FAILOVER_GRANTS} ON *.* TO 'bloodraven'@'127.0.0.1'"),
+            // Strict fencing's dead man's switch lives in the mysql schema.
+            "GRANT EVENT ON mysql.* TO 'bloodraven'@'127.0.0.1'".to_string(),
             format!(
                 "CREATE USER IF NOT EXISTS 'repl'@'127.0.0.1' IDENTIFIED BY {}",
                 crate::sql::quote(a.replication.password.expose())

@@ -985,6 +985,27 @@ impl SiteClient {
         })
     }
 
+    /// Strict fencing: sets the dead man's switch `after` from now (whole seconds, at least
+    /// one), with binary logging off. Needs `EVENT` on `mysql.*`, `BINLOG ADMIN` and
+    /// `event_scheduler=ON` (without it the event never fires: [`Self::event_scheduler_on`]).
+    pub async fn arm_fence_deadline(&self, after: Duration) -> Result<(), MysqlError> {
+        let flavor = self.flavor().await?;
+        self.execute_unlogged(flavor.arm_deadline_statements(after.as_secs()))
+            .await
+    }
+
+    /// Drops the dead man's switch, with binary logging off.
+    pub async fn disarm_fence_deadline(&self) -> Result<(), MysqlError> {
+        self.execute_unlogged(vec![crate::sql::DISARM_DEADLINE.to_string()])
+            .await
+    }
+
+    /// Whether the server runs its event scheduler (`@@event_scheduler` is `ON`).
+    pub async fn event_scheduler_on(&self) -> Result<bool, MysqlError> {
+        let v = self.query_string("SELECT @@GLOBAL.event_scheduler").await?;
+        Ok(v.is_some_and(|v| v.eq_ignore_ascii_case("ON")))
+    }
+
     /// Runs `statements` on this server only, with binary logging off for them
     /// (`SET SESSION sql_log_bin = 0`): nothing they do reaches the binary log or a replica,
     /// and no GTID is allocated. For accounts (`CREATE USER … IDENTIFIED BY`), so that no

@@ -36,6 +36,14 @@ impl fmt::Display for Flavor {
     }
 }
 
+/// Strict fencing's dead man's switch: one event in the `mysql` schema, kept by the primary's
+/// sidecar (docs/mysql.md). Created and dropped with binary logging off, so it never reaches
+/// a replica.
+pub const DEADLINE_EVENT: &str = "mysql.bloodraven_fence_deadline";
+
+/// Drops the dead man's switch (nothing when there is none).
+pub const DISARM_DEADLINE: &str = "DROP EVENT IF EXISTS mysql.bloodraven_fence_deadline";
+
 impl Flavor {
     /// Parses `SELECT VERSION()` output, e.g. `10.11.19-MariaDB-0+deb12u1-log` or `8.4.3`.
     pub fn from_version(version: &str) -> Option<Flavor> {
@@ -122,6 +130,37 @@ impl Flavor {
             // super_read_only=ON implies read_only=ON.
             FlavorKind::MySql => "SET GLOBAL super_read_only = ON",
         }
+    }
+
+    /// Sets the dead man's switch `seconds` from now: an event that fences the server by itself
+    /// at that moment unless it is set again (the sidecar does, every tick). MariaDB replaces
+    /// it in one statement; MySQL 8 has no `CREATE OR REPLACE EVENT`, so it drops it first.
+    /// The definer is the sidecar's account, whose fencing right the event uses.
+    pub fn arm_deadline_statements(self, seconds: u64) -> Vec<String> {
+        let seconds = seconds.max(1);
+        match self.kind {
+            FlavorKind::MariaDb => vec![format!(
+                "CREATE OR REPLACE DEFINER = CURRENT_USER EVENT {DEADLINE_EVENT} ON SCHEDULE AT CURRENT_TIMESTAMP + INTERVAL {seconds} SECOND ON COMPLETION NOT PRESERVE DO {}",
+                self.deadline_body()
+            )],
+            FlavorKind::MySql => vec![
+                DISARM_DEADLINE.to_string(),
+                format!(
+                    "CREATE DEFINER = CURRENT_USER EVENT {DEADLINE_EVENT} ON SCHEDULE AT CURRENT_TIMESTAMP + INTERVAL {seconds} SECOND ON COMPLETION NOT PRESERVE DO {}",
+                    self.deadline_body()
+                ),
+            ],
+        }
+    }
+
+    /// What the dead man's switch does when it fires: fence, with binary logging off for its
+    /// session, because the scheduler then drops the spent event in that same session and a
+    /// logged `DROP EVENT` would stop every replica (it has no such event: error 1539).
+    fn deadline_body(self) -> String {
+        format!(
+            "BEGIN SET SESSION sql_log_bin = 0; {}; END",
+            self.fence_statement()
+        )
     }
 
     pub fn unfence_statements(self) -> &'static [&'static str] {
@@ -565,6 +604,24 @@ mod tests {
         assert_eq!(
             f.wait_for_gtid("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", 2.5),
             "SELECT WAIT_FOR_EXECUTED_GTID_SET('3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5', 2.500)"
+        );
+    }
+
+    #[test]
+    fn the_dead_mans_switch_statements_per_flavour() {
+        assert_eq!(
+            maria1011().arm_deadline_statements(6),
+            vec![
+                "CREATE OR REPLACE DEFINER = CURRENT_USER EVENT mysql.bloodraven_fence_deadline ON SCHEDULE AT CURRENT_TIMESTAMP + INTERVAL 6 SECOND ON COMPLETION NOT PRESERVE DO BEGIN SET SESSION sql_log_bin = 0; SET GLOBAL read_only = ON; END"
+            ]
+        );
+        // MySQL 8 has no CREATE OR REPLACE EVENT, and fences with super_read_only.
+        assert_eq!(
+            mysql84().arm_deadline_statements(0),
+            vec![
+                "DROP EVENT IF EXISTS mysql.bloodraven_fence_deadline".to_string(),
+                "CREATE DEFINER = CURRENT_USER EVENT mysql.bloodraven_fence_deadline ON SCHEDULE AT CURRENT_TIMESTAMP + INTERVAL 1 SECOND ON COMPLETION NOT PRESERVE DO BEGIN SET SESSION sql_log_bin = 0; SET GLOBAL super_read_only = ON; END".to_string(),
+            ]
         );
     }
 

@@ -472,3 +472,60 @@ async fn promote_and_repoint_move_replication() {
     }
     let _ = Endpoint::tcp("127.0.0.1", 1);
 }
+
+/// Strict fencing's dead man's switch on a real server: armed, the server fences itself at
+/// the deadline; armed again before it, nothing happens; dropped, nothing happens; never
+/// written to the binary log (a replica gets no event and no GTID).
+#[tokio::test]
+async fn the_dead_mans_switch_fences_the_server_at_its_deadline_unless_renewed() {
+    let h = group().await;
+    let iad = h.failover_client(0);
+    assert!(
+        iad.event_scheduler_on().await.unwrap(),
+        "the launcher starts servers with --event-scheduler=ON"
+    );
+    let gtid_before = h.admin(1).unwrap().probe().await.unwrap().gtid;
+    // Renewed every second for four seconds with a 2 s deadline: it never fires.
+    for _ in 0..4 {
+        iad.arm_fence_deadline(Duration::from_secs(2))
+            .await
+            .unwrap();
+        sleep(Duration::from_secs(1)).await;
+        assert!(!iad.probe().await.unwrap().read_only, "renewed in time");
+    }
+    // Dropped: it never fires.
+    iad.disarm_fence_deadline().await.unwrap();
+    sleep(Duration::from_secs(3)).await;
+    assert!(!iad.probe().await.unwrap().read_only, "dropped");
+    // Armed and left alone (a hung sidecar): the server fences itself.
+    let armed = Instant::now();
+    iad.arm_fence_deadline(Duration::from_secs(1))
+        .await
+        .unwrap();
+    loop {
+        if iad.probe().await.unwrap().read_only {
+            break;
+        }
+        assert!(
+            armed.elapsed() < Duration::from_secs(10),
+            "the event did not fence the server"
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "the dead man's switch fenced the server {} ms after a 1 s deadline was set",
+        armed.elapsed().as_millis()
+    );
+    // Nothing of it reached the binary log: the replica has no new GTID and no event.
+    h.wait_replicas_caught_up(0, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let pdx = h.admin(1).unwrap();
+    assert_eq!(pdx.probe().await.unwrap().gtid, gtid_before);
+    let events = pdx
+        .query_string("SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_NAME = 'bloodraven_fence_deadline'")
+        .await
+        .unwrap();
+    assert_eq!(events.as_deref(), Some("0"));
+    iad.unfence().await.unwrap();
+}

@@ -1696,13 +1696,13 @@ fn write_private(path: &Path, text: &str) -> Result<(), PlaygroundError> {
     Ok(())
 }
 
-/// SIGTERM, then SIGKILL after 10 s.
+/// SIGTERM (and SIGCONT, so a child paused by a scenario handles it now), then SIGKILL
+/// after 10 s.
 pub(crate) async fn terminate(c: &mut Child) {
     if let Some(pid) = c.id().and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+        let pid = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
         if tokio::time::timeout(Duration::from_secs(10), c.wait())
             .await
             .is_err()

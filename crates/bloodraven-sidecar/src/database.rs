@@ -27,6 +27,11 @@ pub trait Database: Send + Sync + 'static {
     ) -> impl Future<Output = Result<KillReport, MysqlError>> + Send;
     /// Everything `/status` shows about the server.
     fn probe(&self) -> impl Future<Output = Result<Probe, MysqlError>> + Send;
+    /// Strict fencing: sets the server's own deadline `after` from now (it fences itself then
+    /// unless set again).
+    fn arm_deadline(&self, after: Duration) -> impl Future<Output = Result<(), MysqlError>> + Send;
+    /// Drops that deadline.
+    fn disarm_deadline(&self) -> impl Future<Output = Result<(), MysqlError>> + Send;
 }
 
 impl Database for SiteClient {
@@ -48,5 +53,13 @@ impl Database for SiteClient {
 
     async fn probe(&self) -> Result<Probe, MysqlError> {
         SiteClient::probe(self).await
+    }
+
+    async fn arm_deadline(&self, after: Duration) -> Result<(), MysqlError> {
+        SiteClient::arm_fence_deadline(self, after).await
+    }
+
+    async fn disarm_deadline(&self) -> Result<(), MysqlError> {
+        SiteClient::disarm_fence_deadline(self).await
     }
 }

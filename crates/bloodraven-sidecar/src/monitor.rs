@@ -362,6 +362,7 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             };
             (fence, None)
         };
+        self.keep_deadline(&observed.snapshot, &verdict).await;
         self.metrics.tick(started.elapsed());
         let (op_age, peer_age) = self.shared.contact_ages(Instant::now());
         self.metrics.contact_ages(op_age, peer_age);
@@ -371,6 +372,43 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             rearmed: observed.rearmed,
             adopted_from,
             restart,
+        }
+    }
+
+    /// Strict fencing's dead man's switch ([`bloodraven_core::fencing::deadline`]): on a
+    /// writable primary whose view is strict, set the server's own deadline where rule #2
+    /// would fire; otherwise drop it once if this sidecar set one. Bounded by the statement
+    /// timeout; a failure is logged and tried again next tick.
+    async fn keep_deadline(
+        &self,
+        snapshot: &bloodraven_core::fencing::Snapshot,
+        verdict: &Verdict,
+    ) {
+        let want = bloodraven_core::fencing::deadline(snapshot, verdict);
+        let armed = self.shared.lock().deadline_armed;
+        if want.is_none() && !armed {
+            return;
+        }
+        let limit = self.shared.timing().mysql_timeouts().statement;
+        let result = match want {
+            Some(after) => timeout(limit, self.db.arm_deadline(after)).await,
+            None => timeout(limit, self.db.disarm_deadline()).await,
+        };
+        match result {
+            Ok(Ok(())) => {
+                let mut g = self.shared.lock();
+                if !armed && want.is_some() {
+                    info!(site = %self.shared.identity.site, "fencing: strict: the server's own deadline is armed (it fences itself if this sidecar stops renewing it)");
+                }
+                g.deadline_armed = want.is_some();
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, armed = want.is_some(), "fencing: strict: could not set the server's own deadline");
+            }
+            Err(_) => warn!(
+                armed = want.is_some(),
+                "fencing: strict: setting the server's own deadline timed out"
+            ),
         }
     }
 

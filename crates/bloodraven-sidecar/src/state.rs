@@ -45,6 +45,8 @@ pub struct Inner {
     /// last answered it, and the newest generation it served it and when (strict fencing's
     /// facts). Bounded: [`MAX_CALLERS`].
     pub heard_from: std::collections::BTreeMap<String, Heard>,
+    /// This sidecar set the server's own deadline (strict fencing) and has not dropped it.
+    pub deadline_armed: bool,
 }
 
 /// One caller's entry of [`Inner::heard_from`].
@@ -121,6 +123,7 @@ impl Shared {
                 timings_source,
                 refused: std::collections::BTreeMap::new(),
                 heard_from: std::collections::BTreeMap::new(),
+                deadline_armed: false,
             }),
         })
     }

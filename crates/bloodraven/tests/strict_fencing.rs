@@ -58,6 +58,21 @@ async fn promoted(pg: &Playground, limit: Duration) -> (Duration, bool) {
 
 async fn story(isolate: impl FnOnce(&Playground)) -> (ledger::Report, Duration, bool, Vec<String>) {
     let pg = start().await;
+    story_on(pg, |pg| {
+        isolate(pg);
+        Box::pin(async {})
+    })
+    .await
+}
+
+/// The story on a started playground: `fault` runs once the load runs.
+async fn story_on(
+    pg: std::sync::Arc<Playground>,
+    fault: impl for<'a> FnOnce(
+        &'a Playground,
+    )
+        -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>,
+) -> (ledger::Report, Duration, bool, Vec<String>) {
     let sites: Vec<(String, mysql_async::Opts)> = {
         let h = pg.harness.lock().await;
         (0..3)
@@ -73,7 +88,7 @@ async fn story(isolate: impl FnOnce(&Playground)) -> (ledger::Report, Duration, 
         Duration::from_millis(5),
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    isolate(&pg);
+    fault(&pg).await;
     let (took, waited) = promoted(&pg, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     pg.heal_site("iad").unwrap();
@@ -138,6 +153,59 @@ async fn a_primary_cut_from_the_operator_gets_the_view_from_a_peer_before_the_ne
     .await;
     eprintln!(
         "isolate-primary-from-operator, strict: pdx took writes {:.2} s after the cut; {}",
+        took.as_secs_f64(),
+        report.summary()
+    );
+    assert!(waited, "the status said FenceUnconfirmed while it waited");
+    assert_eq!(
+        report.two_writable_rounds,
+        0,
+        "two writable sites: {}",
+        report.summary()
+    );
+    assert!(
+        events.iter().any(|e| e.starts_with("FenceConfirmed:")),
+        "{events:#?}"
+    );
+}
+
+fn signal(pid: Option<u32>, sig: nix::sys::signal::Signal) {
+    let pid = pid.expect("the process runs");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()), sig).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_whose_sidecar_hangs_fences_itself_at_its_servers_deadline() {
+    use nix::sys::signal::Signal;
+    let pg = start().await;
+    let iad = pg.harness.lock().await.failover_client(0);
+    // The strict view reached iad's sidecar: its server's deadline is armed.
+    let pid = pg.sidecar_pid(0).await;
+    let (report, took, waited, events) = story_on(pg.clone(), |pg| {
+        Box::pin(async move {
+            // A hung sidecar keeps no lease and fences nothing; then the primary is isolated.
+            signal(pid, Signal::SIGSTOP);
+            let paused = Instant::now();
+            pg.isolate_site("iad").unwrap();
+            loop {
+                if iad.probe().await.is_ok_and(|p| p.read_only) {
+                    break;
+                }
+                assert!(
+                    paused.elapsed() < Duration::from_secs(20),
+                    "the server did not fence itself with its sidecar stopped"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            eprintln!(
+                "sidecar stopped: iad fenced itself {:.2} s later (leaseTimeout 6 s)",
+                paused.elapsed().as_secs_f64()
+            );
+        })
+    })
+    .await;
+    eprintln!(
+        "hung sidecar, strict: pdx took writes {:.2} s after iad fenced itself; {}",
         took.as_secs_f64(),
         report.summary()
     );

@@ -578,3 +578,53 @@ mod props {
         }
     }
 }
+
+#[test]
+fn the_dead_mans_switch_stands_only_on_a_writable_strict_primary_at_rule_twos_deadline() {
+    let strict = |site: &str| {
+        let mut v = view(site, 0);
+        v.fencing = Some(crate::config::FencingMode::Strict);
+        v
+    };
+    let snap = |ro, cached: Option<ActiveSite>, silent: u64| Snapshot {
+        this_site: "iad".into(),
+        read_only: ro,
+        cached,
+        silent_for: secs(silent),
+        lease_timeout: LEASE,
+    };
+    let judge = |s: &Snapshot| deadline(s, &evaluate(s));
+    // The writable strict primary: the deadline is where rule #2 would fire.
+    assert_eq!(
+        judge(&snap(ReadOnlyState::Writable, Some(strict("iad")), 0)),
+        Some(LEASE)
+    );
+    assert_eq!(
+        judge(&snap(ReadOnlyState::Writable, Some(strict("iad")), 15)),
+        Some(secs(5))
+    );
+    // Never less than a second ahead (the scheduler's resolution), never in the past.
+    assert_eq!(
+        judge(&snap(ReadOnlyState::Writable, Some(strict("iad")), 20)),
+        Some(secs(1))
+    );
+    // Nothing to arm: fast views, another site's view, a read-only server, a rule firing.
+    assert_eq!(
+        judge(&snap(ReadOnlyState::Writable, Some(view("iad", 0)), 0)),
+        None
+    );
+    assert_eq!(
+        judge(&snap(ReadOnlyState::Writable, Some(strict("pdx")), 0)),
+        None
+    );
+    assert_eq!(
+        judge(&snap(ReadOnlyState::ReadOnly, Some(strict("iad")), 0)),
+        None
+    );
+    assert_eq!(
+        judge(&snap(ReadOnlyState::Writable, Some(strict("iad")), 21)),
+        None,
+        "rule #2 fences now"
+    );
+    assert_eq!(judge(&snap(ReadOnlyState::Writable, None, 0)), None);
+}

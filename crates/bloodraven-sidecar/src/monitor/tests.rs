@@ -136,6 +136,8 @@ struct DbState {
     fence_calls: Vec<Instant>,
     fenced_at: Vec<Instant>,
     kill_calls: usize,
+    /// Every dead man's switch call: `Some(after)` armed, `None` dropped.
+    deadlines: Vec<Option<Duration>>,
 }
 
 #[derive(Debug, Default)]
@@ -163,6 +165,16 @@ fn unreadable() -> MysqlError {
 }
 
 impl Database for FakeDb {
+    async fn arm_deadline(&self, after: Duration) -> Result<(), MysqlError> {
+        self.state().deadlines.push(Some(after));
+        Ok(())
+    }
+
+    async fn disarm_deadline(&self) -> Result<(), MysqlError> {
+        self.state().deadlines.push(None);
+        Ok(())
+    }
+
     async fn fence_reading(&self) -> Result<FenceReading, MysqlError> {
         let mut s = self.state();
         if s.unreadable {
@@ -656,5 +668,38 @@ async fn an_unreadable_server_still_gets_a_fence_attempt_when_a_rule_fires() {
         Verdict::Fence(Rule::TopologyMismatch { .. })
     ));
     assert_eq!(report.fence, Some(FenceOutcome::Fenced));
+    w.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_strict_primary_keeps_its_servers_deadline_at_rule_twos_and_drops_it_when_not_strict() {
+    let w = World::start(1);
+    let strict = |site: &str, observed: i64| {
+        let mut v = view(site, observed);
+        v.fencing = Some(bloodraven_core::config::FencingMode::Strict);
+        v
+    };
+    // A fast view: nothing is armed.
+    settle().await;
+    sleep(INTERVAL * 2).await;
+    assert!(w.db.state().deadlines.is_empty());
+    // The operator's view turns strict: every tick arms the deadline a lease ahead.
+    w.contacts.operator(Answer::Yes, Some(strict("iad", 10)));
+    sleep(INTERVAL * 3).await;
+    let armed: Vec<Option<Duration>> = w.db.state().deadlines.clone();
+    assert!(armed.len() >= 2, "{armed:?}");
+    assert!(
+        armed
+            .iter()
+            .all(|d| d.is_some_and(|d| d <= LEASE && d + INTERVAL >= LEASE)),
+        "{armed:?}"
+    );
+    // Fast again: the deadline is dropped once, not on every tick.
+    w.contacts.operator(Answer::Yes, Some(view("iad", 20)));
+    sleep(INTERVAL * 3).await;
+    let after: Vec<Option<Duration>> = w.db.state().deadlines[armed.len()..].to_vec();
+    assert!(after.len() <= 2, "{after:?}");
+    assert!(after.contains(&None), "{after:?}");
+    assert!(w.fences().is_empty(), "nothing fenced a healthy primary");
     w.finish().await;
 }
