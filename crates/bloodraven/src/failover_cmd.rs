@@ -2,6 +2,10 @@
 //! `bloodraven.shipstream.io/planned-failover` annotation on the stored group, through the
 //! store of the platform the configuration names: the embedded store, or the Kubernetes API,
 //! where it is exactly `kubectl annotate`) and follows its phases.
+//!
+//! With `--force` it asks instead that a site announced by a strict emergency failover
+//! (`status.awaitingFence`) take writes without proof that the old primary is fenced (the
+//! `bloodraven.shipstream.io/force-promotion` annotation, `<site>:<who asked>`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -37,6 +41,27 @@ pub struct FailoverArgs {
     /// How long to follow the failover; 0s requests it and returns at once.
     #[arg(long, default_value = "5m")]
     wait: String,
+    /// `fencing: strict`: promote the site an emergency failover announced, now, without
+    /// proof that the old primary is fenced (it may still take writes: two writable sites).
+    #[arg(long)]
+    force: bool,
+    /// With --force: who asks, recorded in the request and its event (default: the user and
+    /// host running this command).
+    #[arg(long, requires = "force")]
+    by: Option<String>,
+}
+
+/// Who runs this command: `$USER@host`.
+fn whoami() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("{user}@{host}")
 }
 
 pub fn run(args: &FailoverArgs) -> i32 {
@@ -48,10 +73,96 @@ pub fn run(args: &FailoverArgs) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if args.force {
+        let by = args.by.clone().unwrap_or_else(whoami);
+        if by.trim().is_empty() || by.len() > 128 || by.chars().any(char::is_control) {
+            eprintln!("error: --by: must be 1 to 128 printable characters");
+            return exit::USAGE;
+        }
+        return crate::cli::run(
+            crate::cli::Flavor::CurrentThread,
+            force_and_follow(&cfg, &args.group, &args.to, &by, wait),
+        );
+    }
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,
         request_and_follow(&cfg, &args.group, &args.to, wait),
     )
+}
+
+/// `--force`: refused (changing nothing) unless `to` is the site a strict emergency failover
+/// announced and keeps read-only; then requests it and follows until it takes writes.
+async fn force_and_follow(
+    cfg: &config::LoadedConfig,
+    group: &str,
+    to: &str,
+    by: &str,
+    wait: Duration,
+) -> i32 {
+    use bloodraven_core::contract::annotations::FORCE_PROMOTION;
+    let store = match crate::cli::platform_store(cfg).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let (key, body) = match crate::cli::stored_body(&*store, group).await {
+        Ok(g) => g,
+        Err(code) => return code,
+    };
+    match &body.status.awaiting_fence {
+        Some(w) if w.target == to => {}
+        Some(w) => {
+            eprintln!(
+                "error: --to: {} awaits its promotion (announced after {} stopped answering), not {to}; nothing changed",
+                w.target, w.site
+            );
+            return exit::USAGE;
+        }
+        None => {
+            eprintln!(
+                "error: --force: no promotion of {group} awaits a fence (status.awaitingFence is empty: it happens with spec.emergencyFailover.fencing: strict); nothing changed. Without --force this command requests a planned failover."
+            );
+            return exit::USAGE;
+        }
+    }
+    if let Err(e) =
+        bloodraven_store::set_annotation(&*store, &key, FORCE_PROMOTION, &format!("{to}:{by}"))
+            .await
+    {
+        eprintln!("error: {e}");
+        return exit::ERROR;
+    }
+    eprintln!(
+        "requested that {to} take writes without proof that the old primary is fenced (asked by {by})"
+    );
+    if wait.is_zero() {
+        return exit::SUCCEEDED;
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Some(obj)) = store.get(&key).await
+            && let Ok(b) = obj.decode::<FailoverGroupBody>()
+            && b.status.awaiting_fence.is_none()
+        {
+            if b.status.active_site == to {
+                println!(
+                    "{to} takes writes (forced by {by}); topologyGeneration {}",
+                    b.status.topology_generation
+                );
+                return exit::SUCCEEDED;
+            }
+            println!(
+                "the promotion of {to} no longer awaits (the active site is {:?}): nothing was forced",
+                b.status.active_site
+            );
+            return exit::FAILED;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "not carried out within {} s; the request stands (follow it with `bloodraven status`)",
+        wait.as_secs()
+    );
+    exit::NOT_FINISHED
 }
 
 async fn request_and_follow(

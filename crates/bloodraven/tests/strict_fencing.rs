@@ -221,3 +221,99 @@ async fn a_primary_whose_sidecar_hangs_fences_itself_at_its_servers_deadline() {
         "{events:#?}"
     );
 }
+
+/// `bloodraven failover --force …` as a user runs it.
+fn force(pg: &Playground, to: &str) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bloodraven"))
+        .args([
+            "failover",
+            "--force",
+            "--by",
+            "alice",
+            "--group",
+            "playground",
+            "--to",
+            to,
+        ])
+        .args(["--wait", "30s", "--config"])
+        .arg(&pg.files.config)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_the_operator_cannot_hear_holds_the_promotion_back_until_it_is_forced() {
+    let pg = start().await;
+    // Nothing awaits: --force is refused and changes nothing.
+    let (code, said) = force(&pg, "pdx");
+    assert_eq!(code, 2, "{said}");
+    assert!(
+        said.contains("no promotion of playground awaits a fence"),
+        "{said}"
+    );
+    // The operator loses iad; pdx's sidecar and iad's no longer talk; the reader's sidecar is
+    // cut from the operator but still answers iad's: whether iad heard the new view, nobody
+    // the operator hears can say.
+    pg.isolate_site_from_operator("iad").unwrap();
+    for (i, j) in [(0, 1), (1, 0)] {
+        for (peer, link) in &pg.links[i].to_peers {
+            if *peer == j {
+                link.cut();
+            }
+        }
+    }
+    pg.links[2].sidecar.cut();
+    for l in &pg.links[2].to_operators {
+        l.cut();
+    }
+    let pdx = pg.harness.lock().await.failover_client(1);
+    let started = Instant::now();
+    let mut said_why = String::new();
+    while started.elapsed() < Duration::from_secs(25) {
+        let s = pg.stored_status().await.unwrap();
+        if let Some(c) = s
+            .conditions
+            .iter()
+            .find(|c| c.reason.as_str() == "FenceUnconfirmed")
+        {
+            said_why.clone_from(&c.message);
+        }
+        assert!(
+            pdx.probe().await.unwrap().read_only,
+            "nothing proves iad fenced, yet pdx was promoted: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        said_why.contains("reader"),
+        "FenceUnconfirmed names why: {said_why:?}"
+    );
+    // Another site than the announced one: refused.
+    let (code, said) = force(&pg, "reader");
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("pdx awaits its promotion"), "{said}");
+    // The announced one: promoted, and the event names who asked.
+    let (code, said) = force(&pg, "pdx");
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("pdx takes writes (forced by alice)"),
+        "{said}"
+    );
+    assert!(!pdx.probe().await.unwrap().read_only);
+    let events = events(&pg).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("ForcedPromotion:") && e.contains("alice")),
+        "{events:#?}"
+    );
+    pg.shutdown().await;
+}
