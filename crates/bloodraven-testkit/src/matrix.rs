@@ -269,7 +269,7 @@ pub fn plot(dir: &Path, name: &str, first: &RunResult, gaps_ms: &[f64]) -> Resul
     Ok(())
 }
 
-/// A matrix bench's command line: `--runs N`, `--only NAME`, `--report FILE`, `--keep DIR`.
+/// A matrix bench's command line: `--runs N`, `--only NAME[,NAME…]`, `--report FILE`, `--keep DIR`.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub runs: usize,
@@ -312,7 +312,11 @@ pub fn drive(
     let mut results: Vec<Row<'static>> = Vec::new();
     let mut broken = 0;
     for (name, what, promise) in scenarios.iter().copied() {
-        if opts.only.as_deref().is_some_and(|o| o != name) {
+        if opts
+            .only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|n| n == name))
+        {
             continue;
         }
         let mut rs = Vec::new();

@@ -38,10 +38,14 @@ const FROM_OPERATOR_BOUND: Duration = DETECTION
 /// How long each run's playground took to start (servers, links, operator, sidecars).
 static STARTS: std::sync::Mutex<Vec<Duration>> = std::sync::Mutex::new(Vec::new());
 
-async fn start(replication: ReplicationMode) -> Arc<Playground> {
+async fn start(
+    replication: ReplicationMode,
+    fencing: bloodraven_core::config::FencingMode,
+) -> Arc<Playground> {
     let started = Instant::now();
     let opts = PlaygroundOptions {
         replication,
+        fencing,
         ..PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into())
     };
     let pg = Playground::start(opts, &|_| {})
@@ -157,6 +161,20 @@ async fn fenced_by(pg: &Playground, i: usize, deadline: Instant, what: &str, r: 
     r.violations.push(format!("{what} was still writable"));
 }
 
+/// Strict fencing: waits until site `i` takes writes (the announced primary stays read-only
+/// until the old one is proven fenced), at most until `deadline`.
+async fn writable_by(pg: &Playground, i: usize, deadline: Instant, r: &mut RunResult) {
+    let client = pg.harness.lock().await.failover_client(i);
+    while Instant::now() < deadline {
+        if client.probe().await.is_ok_and(|p| !p.read_only) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    r.violations
+        .push("the announced primary never took writes".into());
+}
+
 struct Load {
     writer: Writer,
     probe: Probe,
@@ -247,7 +265,12 @@ async fn run(name: &str) -> RunResult {
     } else {
         ReplicationMode::Async
     };
-    let pg = start(mode).await;
+    // `-strict`: the same fault with spec.emergencyFailover.fencing: strict.
+    let (name, fencing) = match name.strip_suffix("-strict") {
+        Some(base) => (base, bloodraven_core::config::FencingMode::Strict),
+        None => (name, bloodraven_core::config::FencingMode::Fast),
+    };
+    let pg = start(mode, fencing).await;
     let l = load(&pg).await;
     let fault = Instant::now();
     match name {
@@ -286,6 +309,9 @@ async fn run(name: &str) -> RunResult {
                 bound.as_secs()
             );
             fenced_by(&pg, 0, fault + bound, &what, &mut r).await;
+            if fencing == bloodraven_core::config::FencingMode::Strict {
+                writable_by(&pg, 1, fault + Duration::from_secs(40), &mut r).await;
+            }
             pg.heal_site("iad").unwrap();
             l.judge(&mut r, 1, fault, moved_at).await;
         }
@@ -298,6 +324,9 @@ async fn run(name: &str) -> RunResult {
             let bound = FROM_OPERATOR_BOUND;
             let what = format!("iad {} s after the operator lost it", bound.as_secs());
             fenced_by(&pg, 0, fault + bound, &what, &mut r).await;
+            if fencing == bloodraven_core::config::FencingMode::Strict {
+                writable_by(&pg, 1, fault + Duration::from_secs(40), &mut r).await;
+            }
             pg.heal_site("iad").unwrap();
             l.judge(&mut r, 1, fault, moved_at).await;
         }
@@ -353,6 +382,28 @@ async fn run(name: &str) -> RunResult {
                     .push(format!("the operator did not restart: {e}"));
             }
             let moved_at = moved_to_pdx(&pg, Duration::from_secs(30), &mut r).await;
+            l.judge(&mut r, 1, fault, moved_at).await;
+        }
+        "sidecar-paused-then-isolated" => {
+            // The primary's sidecar hangs (SIGSTOP), then the primary is isolated: with
+            // fencing: strict its server's own deadline fences it, and the new primary takes
+            // writes after the silence bound.
+            let pid = pg.sidecar_pid(0).await;
+            signal(pid, Signal::SIGSTOP);
+            pg.isolate_site("iad").unwrap();
+            let moved_at = moved_to_pdx(&pg, Duration::from_secs(20), &mut r).await;
+            let what = "iad (its sidecar stopped) at its server's deadline".to_string();
+            fenced_by(
+                &pg,
+                0,
+                fault + LEASE_TIMEOUT + Duration::from_secs(2),
+                &what,
+                &mut r,
+            )
+            .await;
+            writable_by(&pg, 1, fault + Duration::from_secs(40), &mut r).await;
+            signal(pid, Signal::SIGCONT);
+            pg.heal_site("iad").unwrap();
             l.judge(&mut r, 1, fault, moved_at).await;
         }
         "sidecar-paused" => {
@@ -459,6 +510,33 @@ fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
                 lost: None,
                 two_writable: None,
                 recovery: Some(FROM_OPERATOR_BOUND),
+            },
+        ),
+        (
+            "isolate-primary-strict",
+            "as isolate-primary, with spec.emergencyFailover.fencing: strict (the new primary takes writes once nobody answered the old one for its lease)",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(LEASE_TIMEOUT + PEER_CHECK * 3 + s(9)),
+            },
+        ),
+        (
+            "isolate-primary-from-operator-strict",
+            "as isolate-primary-from-operator, with spec.emergencyFailover.fencing: strict (a peer serves the old primary the new view first)",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(FROM_OPERATOR_BOUND + PEER_CHECK * 2 + s(2)),
+            },
+        ),
+        (
+            "sidecar-paused-then-isolated-strict",
+            "fencing: strict: the primary's sidecar SIGSTOPped, then every link of the primary cut; its server's own deadline fences it",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(LEASE_TIMEOUT + PEER_CHECK * 3 + s(9)),
             },
         ),
         (
