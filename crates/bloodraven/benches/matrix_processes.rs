@@ -274,6 +274,17 @@ async fn run(name: &str) -> RunResult {
     let l = load(&pg).await;
     let fault = Instant::now();
     match name {
+        "kill-primary" => {
+            // kill -9 of iad's mariadbd (its sidecar stays up): in strict, a peer serves that
+            // sidecar the new view and the promotion follows the fence bound.
+            pg.kill_site("iad").await.unwrap();
+            let moved_at = moved_to_pdx(&pg, Duration::from_secs(20), &mut r).await;
+            if fencing == bloodraven_core::config::FencingMode::Strict {
+                writable_by(&pg, 1, fault + Duration::from_secs(40), &mut r).await;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            l.judge(&mut r, 1, fault, moved_at).await;
+        }
         "kill-primary-semi-sync" => {
             pg.kill_site("iad").await.unwrap();
             let moved_at = moved_to_pdx(&pg, Duration::from_secs(20), &mut r).await;
@@ -510,6 +521,24 @@ fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
                 lost: None,
                 two_writable: None,
                 recovery: Some(FROM_OPERATOR_BOUND),
+            },
+        ),
+        (
+            "kill-primary",
+            "kill -9 iad's mariadbd (asynchronous replication; its sidecar stays up)",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(s(15)),
+            },
+        ),
+        (
+            "kill-primary-strict",
+            "as kill-primary, with spec.emergencyFailover.fencing: strict (a peer serves the dead server's sidecar the new view)",
+            Promise {
+                lost: None,
+                two_writable: Some(0),
+                recovery: Some(s(15) + PEER_CHECK * 3),
             },
         ),
         (
