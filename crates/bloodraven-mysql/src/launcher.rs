@@ -395,6 +395,10 @@ fn template(mariadbd: &Path) -> Result<PathBuf, LaunchError> {
 /// So the port is drawn at random below the ephemeral range (from 15000), where the kernel
 /// never assigns ports on its own, and checked free by binding it. Only when that range is too
 /// small or full does it fall back to `bind(0)`. Never 3306.
+///
+/// A port is handed out at most once per process: callers draw several ports before anything
+/// binds them (a playground draws its operator's, deploy API's, sidecars' and router's ports in
+/// a row), and a port that is still free when drawn a second time would go to two servers.
 pub fn free_port() -> io::Result<u16> {
     const LOW: u16 = 15_000;
     let ephemeral_low = ephemeral_low();
@@ -403,7 +407,10 @@ pub fn free_port() -> io::Result<u16> {
         for _ in 0..200 {
             let offset = RandomState::new().build_hasher().finish() % span;
             let port = LOW + u16::try_from(offset).unwrap_or(0);
-            if port != 3306 && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if port != 3306
+                && TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && first_hand_out(port)
+            {
                 return Ok(port);
             }
         }
@@ -411,10 +418,20 @@ pub fn free_port() -> io::Result<u16> {
     loop {
         let l = TcpListener::bind(("127.0.0.1", 0))?;
         let port = l.local_addr()?.port();
-        if port != 3306 {
+        if port != 3306 && first_hand_out(port) {
             return Ok(port);
         }
     }
+}
+
+/// Records `port` as handed out by [`free_port`]; false when it already was.
+fn first_hand_out(port: u16) -> bool {
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(port)
 }
 
 /// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
@@ -1057,5 +1074,13 @@ mod tests {
             seen.insert(p);
         }
         assert!(seen.len() > 40, "drawn at random: {} distinct", seen.len());
+    }
+
+    #[test]
+    fn a_process_never_gets_the_same_free_port_twice() {
+        // Nothing binds these between draws, as in a playground's start.
+        let drawn: Vec<u16> = (0..500).map(|_| free_port().unwrap()).collect();
+        let distinct: std::collections::BTreeSet<u16> = drawn.iter().copied().collect();
+        assert_eq!(distinct.len(), drawn.len());
     }
 }

@@ -111,8 +111,8 @@ pub enum PlaygroundError {
     Files(#[from] bloodraven_operator::local::LocalError),
     #[error("{what}: {detail}")]
     Io { what: String, detail: String },
-    #[error("the operator did not become ready within {0} s (see {1})")]
-    OperatorNotReady(u64, String),
+    #[error("the operator did not become ready within {0} s (see {1}); its log ends:\n{2}")]
+    OperatorNotReady(u64, String, String),
     #[error(transparent)]
     Router(#[from] crate::router::RouterError),
     #[error("etcd: {0}")]
@@ -230,6 +230,14 @@ fn check_port(port: u16, what: &'static str, flag: &'static str) -> Result<(), P
     TcpListener::bind(("127.0.0.1", port))
         .map(drop)
         .map_err(|_| PlaygroundError::PortInUse { port, what, flag })
+}
+
+/// The last `lines` lines of a log file (empty when it cannot be read), for an error that
+/// should explain itself without a second look.
+fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 fn free_port() -> Result<u16, PlaygroundError> {
@@ -816,7 +824,12 @@ impl Playground {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(PlaygroundError::OperatorNotReady(30, logs.join(", ")))
+        let ends = logs
+            .iter()
+            .map(|l| format!("{l}:\n{}", log_tail(Path::new(l), 15)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Err(PlaygroundError::OperatorNotReady(30, logs.join(", "), ends))
     }
 
     /// Stops every operator process (SIGTERM).
