@@ -148,6 +148,7 @@ struct Rule {
 pub struct Faults {
     rules: Mutex<Vec<Rule>>,
     written: Mutex<Vec<RawObject>>,
+    batches: Mutex<Vec<Vec<RawObject>>>,
     held: AtomicUsize,
 }
 
@@ -190,6 +191,14 @@ impl Faults {
     /// Every object written through this store, in order.
     pub fn written(&self) -> Vec<RawObject> {
         self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// What each applied batch wrote, one entry per batch, in order.
+    pub fn batches(&self) -> Vec<Vec<RawObject>> {
+        self.batches
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -320,9 +329,14 @@ impl Interposer for Faults {
     }
 
     fn after_apply(&self, written: &[Option<RawObject>]) {
+        let batch: Vec<RawObject> = written.iter().flatten().cloned().collect();
         self.written
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .extend(written.iter().flatten().cloned());
+            .extend(batch.iter().cloned());
+        self.batches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(batch);
     }
 }

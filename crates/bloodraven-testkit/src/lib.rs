@@ -5,6 +5,7 @@
 //! | [`ledger`] | the application's-eye ledger: a writer that records every answer, a probe that tries a write on every site, a checker of what the final primary holds |
 //! | [`fake_k8s`] | a stateful fake Kubernetes API server over real HTTP |
 //! | [`faults`] | one fault-injecting store: delays, stalls, gates and lost races by rule, and a record of every write |
+//! | [`contention`] | clients contending for a migration lease, and the check that no two beliefs of holding it overlap |
 //! | [`etcd`] | a real etcd cluster of `n` members on loopback ports: stop, kill, pause, resume, restart by pid |
 //! | [`link`] | a TCP link a test can cut and heal |
 //! | [`matrix`] | the fault matrix's promises, judging, results table and plots, shared by the benches that inject faults |
@@ -14,6 +15,7 @@
 // Test tooling panics on a broken setup, by design: the test that used it fails there.
 #![allow(clippy::missing_panics_doc)]
 
+pub mod contention;
 pub mod etcd;
 pub mod fake_k8s;
 pub mod faults;

@@ -12,12 +12,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bloodraven_core::lease::LeaseKind;
-use bloodraven_deploy::lease::{ApiError, HttpLeaseApi, LeaseApi as _};
+use bloodraven_deploy::lease::LeaseApi as _;
+use bloodraven_testkit::contention::{self, Contention, overlapping};
 use bloodraven_testkit::etcd::EtcdCluster;
 use bloodraven_testkit::ledger::{Probe, Target, Writer};
 use serde_json::Value;
@@ -283,152 +281,34 @@ fn fail_over(config: &Path, site: &str) {
     );
 }
 
-/// One client's belief that it held the migration lease: from the grant's answer until it
-/// sent its release, never past what it was granted (its grant's or renewal's *send* time
-/// plus the TTL: the operator cannot have expired the lease before then).
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    client: usize,
-    from: Instant,
-    until: Instant,
-}
-
-/// Clients contending for the migration lease through every operator's address: each asks
-/// for it with its own operation, holds it briefly (renewing once), releases it and asks
-/// again, until stopped.
-struct Contention {
-    stop: Arc<AtomicBool>,
-    held: Arc<Mutex<Vec<Held>>>,
-    lost: Arc<std::sync::atomic::AtomicUsize>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-/// The lease TTL the contending clients ask for (the API's minimum).
-const LEASE_TTL: u32 = 5;
-
-impl Contention {
-    fn start(s: &Setup, ops: &[&Op], clients: usize) -> Contention {
-        let bases = ops
-            .iter()
-            .map(|o| format!("https://127.0.0.1:{}", o.https))
-            .collect::<Vec<_>>()
-            .join(",");
-        let token_file = s.dir.path().join("deploy.token");
-        std::fs::write(&token_file, token(s)).unwrap();
-        let ca = s.dir.path().join("tls/ca.crt");
-        let stop = Arc::new(AtomicBool::new(false));
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let lost = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let ttl = Duration::from_secs(u64::from(LEASE_TTL));
-        let tasks = (0..clients)
-            .map(|client| {
-                let api = HttpLeaseApi::new(
-                    &bases,
-                    &ca,
-                    &token_file,
-                    "playground",
-                    Duration::from_secs(2),
-                )
-                .unwrap();
-                let (stop, held, lost) = (stop.clone(), held.clone(), lost.clone());
-                tokio::spawn(async move {
-                    let mut k = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        k += 1;
-                        let op = format!("contender-{client}-{k}");
-                        let sent = Instant::now();
-                        match api
-                            .grant(LeaseKind::Migration, &op, "counter-app", LEASE_TTL)
-                            .await
-                        {
-                            Ok(g) => {
-                                let from = Instant::now();
-                                let mut until = sent + ttl;
-                                tokio::time::sleep(Duration::from_millis(60)).await;
-                                let renewed = Instant::now();
-                                if api
-                                    .renew(LeaseKind::Migration, &op, &g.token, Some(LEASE_TTL))
-                                    .await
-                                    .is_ok()
-                                {
-                                    until = until.max(renewed + ttl);
-                                }
-                                tokio::time::sleep(Duration::from_millis(60)).await;
-                                let until = until.min(Instant::now());
-                                held.lock().unwrap().push(Held {
-                                    client,
-                                    from,
-                                    until,
-                                });
-                                if let Err(ApiError::AnswerLost { .. }) =
-                                    api.release(LeaseKind::Migration, &op, &g.token).await
-                                {
-                                    lost.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                            Err(e) => {
-                                if matches!(e, ApiError::AnswerLost { .. }) {
-                                    lost.fetch_add(1, Ordering::Relaxed);
-                                }
-                                let pause = 15 + (client as u64 * 7 + k * 13) % 40;
-                                tokio::time::sleep(Duration::from_millis(pause)).await;
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        Contention {
-            stop,
-            held,
-            lost,
-            tasks,
-        }
-    }
-
-    /// Grants whose answer came after `t`.
-    fn granted_after(&self, t: Instant) -> usize {
-        self.held
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|h| h.from > t)
-            .count()
-    }
-
-    /// Stops the clients and returns every belief, with how many answers were lost.
-    async fn stop(self) -> (Vec<Held>, usize) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.tasks {
-            t.await.unwrap();
-        }
-        let held = self.held.lock().unwrap().clone();
-        (held, self.lost.load(Ordering::Relaxed))
-    }
-}
-
-/// Pairs of beliefs that overlapped in time: two clients that both thought they held the
-/// group-wide mutex at once.
-fn overlapping(mut held: Vec<Held>) -> Vec<(Held, Held)> {
-    held.sort_by_key(|h| h.from);
-    let mut out = Vec::new();
-    for (i, a) in held.iter().enumerate() {
-        for b in &held[i + 1..] {
-            if b.from >= a.until {
-                break;
-            }
-            out.push((*a, *b));
-        }
-    }
-    out
-}
-
 fn count(path: &Path, needle: &str) -> usize {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .filter(|l| l.contains(needle))
         .count()
+}
+
+/// Clients contending for the migration lease through every operator's address.
+fn contend(s: &Setup, ops: &[&Op], clients: usize) -> Contention {
+    let bases = ops
+        .iter()
+        .map(|o| format!("https://127.0.0.1:{}", o.https))
+        .collect::<Vec<_>>()
+        .join(",");
+    let token_file = s.dir.path().join("deploy.token");
+    std::fs::write(&token_file, token(s)).unwrap();
+    let ca = s.dir.path().join("tls/ca.crt");
+    Contention::start(
+        &contention::Target {
+            bases: &bases,
+            ca: &ca,
+            token_file: &token_file,
+            group: "playground",
+            instance: "counter-app",
+        },
+        clients,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -578,7 +458,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
     let probe = probe_every_site(&s);
     // Sixteen clients contend for the migration lease through both addresses, the leader's
     // first.
-    let contention = Contention::start(&s, &[&a, &b], 16);
+    let contention = contend(&s, &[&a, &b], 16);
     let before = Instant::now();
     let deadline = before + Duration::from_secs(20);
     while contention.granted_after(before) < 5 {
@@ -630,7 +510,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
     }
     // Clients contend again with the resumed process first in their list: it answers as a
     // follower (or not at all), never with a stale grant.
-    let contention = Contention::start(&s, &[&a, &b], 16);
+    let contention = contend(&s, &[&a, &b], 16);
     let again = Instant::now();
     let deadline = again + Duration::from_secs(30);
     while contention.granted_after(again) < 5 {

@@ -558,7 +558,7 @@ async fn lease(
         // not act for) is answered exactly like an operation that does not exist: renewal
         // `404`, release `204` (nothing released), so operation ids do not leak across
         // instances.
-        let known_instance = rt.instance_of(&operation).await;
+        let known_instance = rt.instance_of(&operation);
         if let Some(i) = &known_instance {
             log.instance.clone_from(i);
         }

@@ -130,6 +130,12 @@ pub struct GroupRuntime {
     group: tokio::sync::Mutex<RawObject>,
     snapshot: RwLock<Arc<GroupSnapshot>>,
     leases: tokio::sync::Mutex<LeaseState>,
+    /// Lease requests waiting for the next group commit (see [`leases`]).
+    lease_queue: leases::LeaseQueue,
+    /// Operation → instance of every live lease and tombstone, as last stored: what
+    /// authorization reads, so a request never waits for the lease lock (and the commit
+    /// holding it) to learn whose operation it names.
+    lease_instances: std::sync::RwLock<BTreeMap<String, String>>,
     flags: Flags,
     /// Serializes [`Self::react`]: the watch, the sweep and startup all react, and one revoke
     /// request must revoke once, not once per caller that saw the annotation.
@@ -267,7 +273,9 @@ impl GroupRuntime {
             metrics,
             group: tokio::sync::Mutex::new(obj),
             snapshot: RwLock::new(Arc::new(snap)),
+            lease_instances: std::sync::RwLock::new(leases::instances(&engine)),
             leases: tokio::sync::Mutex::new(LeaseState { engine, objects }),
+            lease_queue: leases::LeaseQueue::default(),
             flags: Flags::default(),
             reacting: tokio::sync::Mutex::new(()),
             live: RwLock::new(None),
