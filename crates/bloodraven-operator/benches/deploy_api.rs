@@ -1,7 +1,8 @@
 //! Load on the deploy API: N concurrent clients, each with its own HTTPS connection
 //! (keep-alive) and its own group, cycling grant → renew ×3 → release. Prints requests per
 //! second and p50/p99 latency for N = 1, 16, 64, with the store's commits synchronous (the
-//! default) and, for comparison only, with sync off; then, on the same machine in the same
+//! default) and, for comparison only, with sync off; then N = 1, 16, 64, 256 clients renewing
+//! one lease of one group (where group commit joins decisions); then, on the same machine in the same
 //! run, etcd's durable writes (Debian's `etcd-server`, one member, its gRPC gateway's
 //! `/v3/kv/put` over keep-alive HTTP) driven by the same client counts; then the deploy API
 //! on the etcd platform (`store.backend: etcd`, a three-member cluster, every decision a
@@ -44,8 +45,17 @@ fn config(dir: &std::path::Path, n: usize, store: &str) -> std::path::PathBuf {
     p
 }
 
+/// A started operator with `n` healthy groups, and what a client needs to call it.
+struct Started {
+    op: bloodraven_operator::OperatorHandle,
+    base: String,
+    bearer: String,
+    ca: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
 /// `store` is the configuration's `store:` value (YAML flow style).
-async fn run(n: usize, store: &str, secs: u64) -> (f64, Duration, Duration, usize) {
+async fn start(n: usize, store: &str) -> Started {
     let dir = tempfile::tempdir().unwrap();
     let cfg = bloodraven_operator::config::load(&config(dir.path(), n, store)).unwrap();
     let op = bloodraven_operator::start(cfg, bloodraven_runtime::clock::system(), Vec::new())
@@ -77,6 +87,25 @@ async fn run(n: usize, store: &str, secs: u64) -> (f64, Duration, Duration, usiz
     .unwrap();
     let base = format!("https://{}", op.https_addr.unwrap());
     let ca = dir.path().join("tls/ca.crt");
+    Started {
+        op,
+        base,
+        bearer,
+        ca,
+        _dir: dir,
+    }
+}
+
+/// N clients, each with its own connection and its own group, cycling grant → renew ×3 →
+/// release: every request a decision of its own group, so group commit has nothing to join.
+async fn run(n: usize, store: &str, secs: u64) -> (f64, Duration, Duration, usize) {
+    let Started {
+        op,
+        base,
+        bearer,
+        ca,
+        _dir,
+    } = start(n, store).await;
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for i in 0..n {
@@ -109,6 +138,65 @@ async fn run(n: usize, store: &str, secs: u64) -> (f64, Duration, Duration, usiz
                 let t = Instant::now();
                 let r = http.delete(format!("{leases}/migration/{op}")).bearer_auth(&bearer).header("x-lease-token", &token).send().await.unwrap();
                 assert_eq!(r.status().as_u16(), 204);
+                lat.push(t.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    op.stop().await;
+    summarize(all, secs)
+}
+
+/// N clients, each with its own connection, renewing one lease of one group with its token
+/// (what a pipeline's heartbeats look like from many runners): every renewal is a durable
+/// decision, and those that arrive while a commit is in flight are stored by the next one
+/// together (group commit).
+async fn run_shared(n: usize, store: &str, secs: u64) -> (f64, Duration, Duration, usize) {
+    let Started {
+        op,
+        base,
+        bearer,
+        ca,
+        _dir,
+    } = start(1, store).await;
+    let http = bloodraven_runtime::tls::http_client(Some(&ca), Duration::from_secs(30)).unwrap();
+    let leases = format!("{base}/deploy/v1/groups/g0/leases");
+    let r = http
+        .post(&leases)
+        .bearer_auth(&bearer)
+        .header("content-type", "application/json")
+        .body(r#"{"kind":"migration","operationId":"shared","instance":"db0","ttlSeconds":60}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let body = format!(r#"{{"token":"{}"}}"#, v["token"].as_str().unwrap());
+    let url = format!("{leases}/migration/shared");
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let http =
+            bloodraven_runtime::tls::http_client(Some(&ca), Duration::from_secs(30)).unwrap();
+        let (url, bearer, body) = (url.clone(), bearer.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let r = http
+                    .put(&url)
+                    .bearer_auth(&bearer)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status().as_u16(), 200);
+                let _ = r.bytes().await;
                 lat.push(t.elapsed());
             }
             lat
@@ -287,6 +375,14 @@ async fn main() {
             let r = run(n, &format!("{{durability: {durability}}}"), secs).await;
             rows.push((format!("deploy API, sync {durability}"), n, Some(r)));
         }
+    }
+    for n in [1usize, 16, 64, 256] {
+        let r = run_shared(n, "{durability: full}", secs).await;
+        rows.push((
+            "deploy API, one lease renewed by all, sync full".to_string(),
+            n,
+            Some(r),
+        ));
     }
     let mut perf = Vec::new();
     if let Some(bin) = etcd_binary() {
