@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::reason::EventReason;
-use bloodraven_core::resources::KIND_GROUP;
+use bloodraven_core::resources::{KIND_DATABASE, KIND_GROUP};
 use bloodraven_runtime::clock::SharedClock;
 use bloodraven_store::{RawObject, Store, StoreError, WatchEvent, WriteOp};
 use tokio::sync::{RwLock, watch};
@@ -221,6 +221,7 @@ pub async fn start_on(
         topology_key,
         secrets: secrets.clone(),
         workloads: platform.workloads(),
+        databases: Arc::default(),
     };
     let mut tasks = Vec::new();
     if reload_tls.is_some() || reload_topology.is_some() {
@@ -498,6 +499,19 @@ async fn lead(
     }
 }
 
+/// Loads the deploy API's copy of the `MysqlDatabase` objects (see
+/// [`crate::api::databases`]); when the list fails the copy is forgotten, so requests read the
+/// store until the next resync loads it.
+async fn load_databases(state: &AppState) {
+    match state.store.list(KIND_DATABASE, None).await {
+        Ok(all) => state.databases.load(&all),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the MysqlDatabase objects; authorizing from the store until the next resync");
+            state.databases.clear();
+        }
+    }
+}
+
 /// One leadership term: let the group source write what it defines into the store (the
 /// configuration file's groups, in embedded mode), load every group, then follow the store's
 /// changes and sweep expired leases every [`SWEEP_INTERVAL`]. Returns `true` when leadership
@@ -546,6 +560,7 @@ async fn term(
     for obj in &stored {
         groups.start(obj).await;
     }
+    load_databases(state).await;
     state.loaded.send_replace(true);
     tracing::info!(groups = groups.running.len(), "operator ready");
     let sweep_state = state.clone();
@@ -575,8 +590,11 @@ async fn term(
                 Ok(WatchEvent::Deleted(obj)) if obj.kind == KIND_GROUP && source.dynamic() => {
                     groups.stop(&(obj.metadata.namespace.clone(), obj.metadata.name.clone())).await;
                 }
+                Ok(WatchEvent::Put(obj)) if obj.kind == KIND_DATABASE => state.databases.put(&obj),
+                Ok(WatchEvent::Deleted(obj)) if obj.kind == KIND_DATABASE => state.databases.delete(&obj),
                 Ok(WatchEvent::Resync) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                     groups.resync().await;
+                    load_databases(state).await;
                 }
                 Ok(_) => {}
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break false,
@@ -590,6 +608,7 @@ async fn term(
         }
     };
     sweeper.abort();
+    state.databases.clear();
     let keys: Vec<(String, String)> = groups.running.keys().cloned().collect();
     for key in keys {
         groups.stop(&key).await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
 use bloodraven_core::reason::EventReason;
-use bloodraven_core::resources::{KIND_EVENT, KIND_GROUP, KIND_LEASE};
+use bloodraven_core::resources::{KIND_DATABASE, KIND_EVENT, KIND_GROUP, KIND_LEASE};
 use bloodraven_core::time::{Clock, Timestamp};
 use bloodraven_operator::auth;
 use bloodraven_store::{ObjectKey, Store};
@@ -1156,4 +1156,76 @@ async fn an_unparsable_content_length_is_a_bare_400_that_changes_nothing() {
     // Well-formed, the same request is the API's.
     let g = f.grant("migration", "op-bad", "counter-app", 30).await;
     assert_eq!(g.status, StatusCode::CREATED, "{}", g.text);
+}
+
+/// Authorization reads the `MysqlDatabase` objects kept from the store's watch: with the
+/// store's lists of them stalled, requests are still answered, and a database written later
+/// (or a client removed from one) takes effect once the watch delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authorization_follows_the_watch_without_reading_the_store() {
+    let env = Env::new();
+    let faults = Faults::new();
+    let store: Arc<dyn Store> = Arc::new(env.open_store());
+    let op = env.start_with_store(faults.over(store.clone())).await;
+    let rt = op.group(GROUP).await.unwrap();
+    bootstrap(&rt, env.clock.now()).await;
+    let client = Client::new(&env.ca, op.https_addr.unwrap());
+    // From here on a list of databases never returns.
+    faults.on(When::list(KIND_DATABASE), Fault::Stall);
+    let deployer = env.token("ci", "deployer");
+    let g = client
+        .grant(&deployer, "migration", "op-1", "counter-app", 30)
+        .await;
+    assert_eq!(g.status, StatusCode::CREATED, "{}", g.text);
+    let lease = g.body["token"].as_str().unwrap().to_string();
+    let newcomer = env.token("ci", "newcomer");
+    let o = client.observe(&newcomer, GROUP).await;
+    assert_eq!(o.status, StatusCode::FORBIDDEN, "{}", o.text);
+    // A database naming the newcomer, written by another writer of the store.
+    let db = |clients: serde_json::Value| {
+        bloodraven_store::RawObject::from_body(
+            bloodraven_core::resources::API_VERSION,
+            KIND_DATABASE,
+            bloodraven_core::resources::ObjectMeta::named("default", "newcomer-db"),
+            &json!({"spec": {"failoverGroupRef": {"name": GROUP}, "deploymentClients": clients}}),
+        )
+        .unwrap()
+    };
+    let written = bloodraven_store::StoreExt::create(
+        &*store,
+        db(json!([{"namespace": "ci", "serviceAccount": "newcomer"}])),
+    )
+    .await
+    .unwrap();
+    let status_until = |token: String, want: StatusCode| {
+        let client = &client;
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let a = client.observe(&token, GROUP).await;
+                if a.status == want {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "still {} ({})",
+                    a.status,
+                    a.text
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    status_until(newcomer.clone(), StatusCode::OK).await;
+    // The newcomer removed from it: forbidden again.
+    let mut changed = db(json!([]));
+    changed.metadata.resource_version = written.metadata.resource_version.clone();
+    bloodraven_store::StoreExt::replace(&*store, changed)
+        .await
+        .unwrap();
+    status_until(newcomer, StatusCode::FORBIDDEN).await;
+    // The deployer's lease still renews; nothing waited for the stalled list.
+    let r = client.renew(&deployer, "migration", "op-1", &lease).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(faults.held(), 0, "a request listed the databases");
 }

@@ -210,25 +210,32 @@ async fn authorize_group(
     group: &str,
     id: &Identity,
 ) -> Result<(Arc<GroupRuntime>, Vec<String>), Response> {
-    let dbs = state
-        .store
-        .list(KIND_DATABASE, None)
-        .await
-        .map_err(|e| unavailable(&format!("cannot read MysqlDatabase objects: {e}")))?;
     let Some(runtime) = state.group(group).await else {
         return Err(forbidden());
     };
-    let instances: Vec<String> = dbs
-        .iter()
-        .filter(|o| o.metadata.namespace == runtime.namespace)
-        .filter(|o| {
-            o.decode::<DatabaseBody>().is_ok_and(|body| {
-                body.spec
-                    .authorizes(group, &id.namespace, &id.service_account)
+    let instances = match state.databases.authorized(
+        &runtime.namespace,
+        group,
+        &id.namespace,
+        &id.service_account,
+    ) {
+        Some(v) => v,
+        // Not loaded yet (the term is starting): read the store.
+        None => state
+            .store
+            .list(KIND_DATABASE, Some(&runtime.namespace))
+            .await
+            .map_err(|e| unavailable(&format!("cannot read MysqlDatabase objects: {e}")))?
+            .iter()
+            .filter(|o| {
+                o.decode::<DatabaseBody>().is_ok_and(|body| {
+                    body.spec
+                        .authorizes(group, &id.namespace, &id.service_account)
+                })
             })
-        })
-        .map(|o| o.metadata.name.clone())
-        .collect();
+            .map(|o| o.metadata.name.clone())
+            .collect(),
+    };
     if instances.is_empty() {
         return Err(forbidden());
     }

@@ -14,6 +14,7 @@ use tokio::sync::RwLock;
 use crate::group::GroupRuntime;
 use crate::metrics::Metrics;
 
+pub mod databases;
 pub mod deploy;
 pub mod plain;
 
@@ -40,6 +41,9 @@ pub struct AppState {
     pub secrets: Arc<dyn crate::secrets::SecretStore>,
     /// The sites' workloads (Pods in Kubernetes mode): labelled with their role.
     pub workloads: Arc<dyn crate::platform::SiteWorkloads>,
+    /// The `MysqlDatabase` objects, from the store's watch while this process leads: what
+    /// the deploy API authorizes against.
+    pub databases: Arc<databases::Databases>,
 }
 
 impl std::fmt::Debug for AppState {
