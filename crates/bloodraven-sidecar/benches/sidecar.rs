@@ -317,6 +317,15 @@ async fn main() {
             status_kb(pid, "VmRSS:"),
             status_kb(pid, "VmHWM:")
         );
+        // Where it goes: heap and stacks (anonymous) against the binary's own pages mapped in
+        // (file-backed, shared by every process running the same binary).
+        bloodraven_testkit::figure!(
+            "idle sidecar's resident memory: anonymous {} kB, file-backed {} kB, shared memory {} kB; {} threads",
+            status_kb(pid, "RssAnon:"),
+            status_kb(pid, "RssFile:"),
+            status_kb(pid, "RssShmem:"),
+            status_kb(pid, "Threads:")
+        );
         bloodraven_testkit::figure!(
             "CPU per tick over {ticks} ticks: {cpu_ms_stat:.3} ms (utime+stime, {hz} Hz) / {cpu_ms_sched:.3} ms (schedstat, all threads); mean tick wall time {:.2} ms",
             (s1 - s0) / ticks * 1e3

@@ -2,9 +2,16 @@
 //!
 //! Tables: `objects` (current state, keyed by kind/namespace/name), `changes` (one row per
 //! write, keyed by the store-wide resource version: the watch feed), `meta` (schema version and
-//! the resource-version counter). Every [`Store::apply`] call is one transaction. Watchers are
+//! the resource-version counter). Every [`Store::apply`] call is all or nothing. Watchers are
 //! fed by a poller that reads `changes` after every local write and every 100 ms, so writes
 //! made by another process on the same file are seen too.
+//!
+//! Group commit: batches that arrive while a commit is being made durable wait together, and
+//! the next writer to take the connection applies all of them in one transaction, each inside
+//! a savepoint of its own. A batch that fails (a conflict) rolls back to its savepoint alone
+//! and gets its error; the others commit. One `fsync` then makes all of them durable, and only
+//! then is any of them answered. Order is arrival order, so a batch sees every batch that was
+//! answered before it was sent.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -33,9 +40,22 @@ pub enum Durability {
     Off,
 }
 
+/// A batch waiting for the next group commit, and where its result goes.
+struct Queued {
+    ops: Vec<WriteOp>,
+    answer: tokio::sync::oneshot::Sender<Result<Vec<Option<RawObject>>, StoreError>>,
+}
+
+/// The most batches one transaction commits together.
+const MAX_GROUP: usize = 256;
+
 struct Inner {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// Batches waiting for the connection (see the module's group commit).
+    queued: Mutex<std::collections::VecDeque<Queued>>,
+    /// Transactions committed by this handle's writes.
+    commits: std::sync::atomic::AtomicU64,
     events: broadcast::Sender<WatchEvent>,
     /// The newest resource version already broadcast.
     seen: Mutex<i64>,
@@ -122,6 +142,8 @@ impl SqliteStore {
         let inner = Arc::new(Inner {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            queued: Mutex::new(std::collections::VecDeque::new()),
+            commits: std::sync::atomic::AtomicU64::new(0),
             events,
             seen: Mutex::new(current),
             wake: Notify::new(),
@@ -129,6 +151,14 @@ impl SqliteStore {
         let weak = Arc::downgrade(&inner);
         tokio::spawn(poll_changes(weak));
         Ok(SqliteStore { inner })
+    }
+
+    /// How many transactions this handle's writes have committed (batches committed
+    /// together count once): with the number of batches, how much group commit joined.
+    pub fn commits(&self) -> u64 {
+        self.inner
+            .commits
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn path(&self) -> &Path {
@@ -255,6 +285,71 @@ fn validate(obj: &RawObject) -> Result<(), StoreError> {
         });
     }
     Ok(())
+}
+
+/// Takes the connection, then commits every queued batch (up to [`MAX_GROUP`]) in one
+/// transaction, each in its own savepoint, and answers them once the commit is durable. An
+/// empty queue means another caller committed this caller's batch already.
+fn commit_queued(inner: &Inner) {
+    let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+    let batch: Vec<Queued> = {
+        let mut q = inner.queued.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = q.len().min(MAX_GROUP);
+        q.drain(..n).collect()
+    };
+    if batch.is_empty() {
+        return;
+    }
+    let (ops, answers): (Vec<_>, Vec<_>) = batch.into_iter().map(|q| (q.ops, q.answer)).unzip();
+    let group = apply_group(&mut conn, ops);
+    if group.is_ok() {
+        inner
+            .commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let results = match group {
+        Ok(results) => results,
+        Err(e) => answers.iter().map(|_| Err(e.clone())).collect(),
+    };
+    for (r, a) in results.into_iter().zip(answers) {
+        // The caller may have gone away; the batch is committed either way.
+        let _ = a.send(r);
+    }
+}
+
+type Applied = Result<Vec<Option<RawObject>>, StoreError>;
+
+/// One transaction over every batch, a result per batch; the transaction's own failure
+/// (begin or commit) fails all of them.
+fn apply_group(
+    conn: &mut Connection,
+    batches: Vec<Vec<WriteOp>>,
+) -> Result<Vec<Applied>, StoreError> {
+    let mut tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend("begin a transaction"))?;
+    let results = batches
+        .into_iter()
+        .map(|ops| apply_savepoint(&mut tx, ops))
+        .collect();
+    tx.commit().map_err(backend("commit"))?;
+    Ok(results)
+}
+
+/// One batch inside the group's transaction: all of it, or (rolled back to its savepoint)
+/// none of it.
+fn apply_savepoint(
+    tx: &mut rusqlite::Transaction<'_>,
+    ops: Vec<WriteOp>,
+) -> Result<Vec<Option<RawObject>>, StoreError> {
+    let sp = tx.savepoint().map_err(backend("begin a savepoint"))?;
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        // Dropping the savepoint on an error rolls the batch back.
+        out.push(apply_op(&sp, op)?);
+    }
+    sp.commit().map_err(backend("release a savepoint"))?;
+    Ok(out)
 }
 
 fn apply_op(tx: &Connection, op: WriteOp) -> Result<Option<RawObject>, StoreError> {
@@ -505,26 +600,33 @@ impl Store for SqliteStore {
     fn apply(&self, ops: Vec<WriteOp>) -> StoreFuture<'_, Vec<Option<RawObject>>> {
         let inner = self.inner.clone();
         Box::pin(async move {
-            let wake = inner.clone();
-            let out = blocking(move || {
-                let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(backend("begin a transaction"))?;
-                let mut out = Vec::with_capacity(ops.len());
-                for op in ops {
-                    out.push(apply_op(&tx, op)?);
-                }
-                tx.commit().map_err(backend("commit"))?;
-                Ok(out)
+            let (answer, rx) = tokio::sync::oneshot::channel();
+            inner
+                .queued
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_back(Queued { ops, answer });
+            // Whoever takes the connection next commits what is queued, this batch among it;
+            // the task runs to its end even if this future is dropped.
+            let committer = inner.clone();
+            blocking(move || {
+                commit_queued(&committer);
+                Ok(())
             })
             .await?;
-            wake.wake.notify_one();
+            let out = rx.await.unwrap_or_else(|_| {
+                Err(StoreError::Unconfirmed {
+                    operation: "commit a batch",
+                    detail: "the task committing it stopped before answering".into(),
+                })
+            })?;
+            inner.wake.notify_one();
             Ok(out)
         })
     }
 
-    /// One SQLite transaction per batch (`BEGIN IMMEDIATE`): all of it or nothing.
+    /// Each batch is all of it or nothing (its own savepoint in a `BEGIN IMMEDIATE`
+    /// transaction).
     fn transactional(&self) -> bool {
         true
     }
@@ -533,5 +635,97 @@ impl Store for SqliteStore {
         let rx = self.inner.events.subscribe();
         self.inner.wake.notify_one();
         rx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StoreExt as _;
+    use bloodraven_core::resources::ObjectMeta;
+
+    fn object(name: &str) -> RawObject {
+        RawObject::from_body(
+            "v1",
+            "ConfigMap",
+            ObjectMeta::named("default", name),
+            &serde_json::json!({"data": {"n": name}}),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batches_queued_behind_a_commit_share_one_transaction_and_fail_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db"), Durability::Full).unwrap();
+        let existing = store.create(object("taken")).await.unwrap();
+        let before = store.commits();
+        // A commit in flight: the connection is held (by a thread of its own).
+        let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let inner = store.inner.clone();
+        let holder = tokio::task::spawn_blocking(move || {
+            let _held = inner.conn.lock().unwrap();
+            locked_tx.send(()).unwrap();
+            release_rx.recv().ok();
+        });
+        locked_rx.await.unwrap();
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    // Batch 7 conflicts (creates what exists) and must fail alone, its other
+                    // write rolled back with it.
+                    let ops = if i == 7 {
+                        vec![
+                            WriteOp::Create(object("from-the-failed-batch")),
+                            WriteOp::Create(object("taken")),
+                        ]
+                    } else {
+                        vec![WriteOp::Create(object(&format!("o{i}")))]
+                    };
+                    store.apply(ops).await
+                })
+            })
+            .collect();
+        while store.inner.queued.lock().unwrap().len() < 20 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        release_tx.send(()).unwrap();
+        holder.await.unwrap();
+        for (i, t) in tasks.into_iter().enumerate() {
+            let r = t.await.unwrap();
+            if i == 7 {
+                assert!(matches!(r, Err(StoreError::AlreadyExists { .. })), "{r:?}");
+            } else {
+                assert_eq!(r.unwrap().len(), 1);
+            }
+        }
+        assert_eq!(
+            store.commits() - before,
+            1,
+            "twenty batches, one transaction"
+        );
+        let names: Vec<String> = store
+            .list("ConfigMap", Some("default"))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.metadata.name)
+            .collect();
+        assert_eq!(names.len(), 20, "{names:?}");
+        assert!(!names.contains(&"from-the-failed-batch".to_string()));
+        let taken = store
+            .get(&ObjectKey::new("ConfigMap", "default", "taken"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            taken.metadata.resource_version,
+            existing.metadata.resource_version
+        );
+        // Durable: another handle on the file reads all of them.
+        let reopened = SqliteStore::open(&dir.path().join("s.db"), Durability::Full).unwrap();
+        assert_eq!(reopened.list("ConfigMap", None).await.unwrap().len(), 20);
     }
 }
