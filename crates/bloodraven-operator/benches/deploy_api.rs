@@ -156,27 +156,14 @@ async fn run(n: usize, store: &str, secs: u64) -> (f64, Duration, Duration, usiz
 /// decision, and those that arrive while a commit is in flight are stored by the next one
 /// together (group commit).
 async fn run_shared(n: usize, store: &str, secs: u64) -> (f64, Duration, Duration, usize) {
+    let (started, url, body) = shared_lease(store).await;
     let Started {
         op,
-        base,
         bearer,
         ca,
         _dir,
-    } = start(1, store).await;
-    let http = bloodraven_runtime::tls::http_client(Some(&ca), Duration::from_secs(30)).unwrap();
-    let leases = format!("{base}/deploy/v1/groups/g0/leases");
-    let r = http
-        .post(&leases)
-        .bearer_auth(&bearer)
-        .header("content-type", "application/json")
-        .body(r#"{"kind":"migration","operationId":"shared","instance":"db0","ttlSeconds":60}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201);
-    let v: serde_json::Value = r.json().await.unwrap();
-    let body = format!(r#"{{"token":"{}"}}"#, v["token"].as_str().unwrap());
-    let url = format!("{leases}/migration/shared");
+        ..
+    } = started;
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for _ in 0..n {
@@ -208,6 +195,97 @@ async fn run_shared(n: usize, store: &str, secs: u64) -> (f64, Duration, Duratio
     }
     op.stop().await;
     summarize(all, secs)
+}
+
+/// An operator with one group whose migration lease is granted: the renewal URL and body.
+async fn shared_lease(store: &str) -> (Started, String, String) {
+    let started = start(1, store).await;
+    let http =
+        bloodraven_runtime::tls::http_client(Some(&started.ca), Duration::from_secs(30)).unwrap();
+    let leases = format!("{}/deploy/v1/groups/g0/leases", started.base);
+    let r = http
+        .post(&leases)
+        .bearer_auth(&started.bearer)
+        .header("content-type", "application/json")
+        .body(r#"{"kind":"migration","operationId":"shared","instance":"db0","ttlSeconds":60}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let body = format!(r#"{{"token":"{}"}}"#, v["token"].as_str().unwrap());
+    (started, format!("{leases}/migration/shared"), body)
+}
+
+/// `wrk` (Debian's, an outside client in its own process: 2 threads, `conns` keep-alive
+/// connections, TLS without verification) sending `method url` with `body` and `headers` for
+/// `secs`: requests/s, p50, p99 and the count, or why there is no figure.
+async fn run_wrk(
+    method: &str,
+    url: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+    conns: usize,
+    secs: u64,
+) -> Result<(f64, Duration, Duration, usize), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut script = format!("wrk.method = \"{method}\"\nwrk.body = '{body}'\n");
+    for (k, v) in headers {
+        let _ = writeln!(script, "wrk.headers[\"{k}\"] = \"{v}\"");
+    }
+    let path = dir.path().join("request.lua");
+    std::fs::write(&path, script).map_err(|e| e.to_string())?;
+    let out = tokio::process::Command::new("wrk")
+        .args([
+            "-t2",
+            &format!("-c{conns}"),
+            &format!("-d{secs}s"),
+            "--latency",
+            "-s",
+        ])
+        .arg(&path)
+        .arg(url)
+        .output()
+        .await
+        .map_err(|_| "no wrk (install Debian's wrk)".to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    if let Some(bad) = text.lines().find(|l| l.contains("Non-2xx")) {
+        return Err(format!("wrk saw errors: {}", bad.trim()));
+    }
+    let rps = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .ok_or_else(|| format!("no Requests/sec in wrk's output: {text}"))?;
+    let count = text
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .split_once(" requests in ")
+                .map(|(n, _)| n.to_string())
+        })
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let pct = |p: &str| -> Option<Duration> {
+        let v = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(p).map(str::trim))?
+            .to_string();
+        let (num, scale) = if let Some(n) = v.strip_suffix("us") {
+            (n.to_string(), 1e-6)
+        } else if let Some(n) = v.strip_suffix("ms") {
+            (n.to_string(), 1e-3)
+        } else if let Some(n) = v.strip_suffix('s') {
+            (n.to_string(), 1.0)
+        } else {
+            return None;
+        };
+        Some(Duration::from_secs_f64(num.parse::<f64>().ok()? * scale))
+    };
+    match (pct("50%"), pct("99%")) {
+        (Some(p50), Some(p99)) => Ok((rps, p50, p99, count)),
+        _ => Err(format!("no latency distribution in wrk's output: {text}")),
+    }
 }
 
 /// Operations per second over `secs`, p50 and p99 latency, and the count.
@@ -384,12 +462,40 @@ async fn main() {
             Some(r),
         ));
     }
+    let mut notes = Vec::new();
+    for n in [16usize, 64] {
+        let (started, url, body) = shared_lease("{durability: full}").await;
+        let auth = format!("Bearer {}", started.bearer);
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Authorization", &auth),
+        ];
+        match run_wrk("PUT", &url, &body, &headers, n, secs).await {
+            Ok(r) => rows.push((
+                "wrk → deploy API, one lease, sync full".to_string(),
+                n,
+                Some(r),
+            )),
+            Err(e) => notes.push(format!("wrk → deploy API at {n}: {e}")),
+        }
+        started.op.stop().await;
+    }
     let mut perf = Vec::new();
     if let Some(bin) = etcd_binary() {
         let etcd = start_etcd(&bin).await;
         for n in [1usize, 16, 64] {
             let r = run_etcd(&etcd, n, secs).await;
             rows.push(("etcd 3.4 (one member)".to_string(), n, Some(r)));
+        }
+        for n in [16usize, 64] {
+            use base64::Engine as _;
+            let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+            let body = format!(r#"{{"key":"{}","value":"{}"}}"#, b64("bench/wrk"), b64("v"));
+            let url = format!("{}/v3/kv/put", etcd.url);
+            match run_wrk("POST", &url, &body, &[], n, secs).await {
+                Ok(r) => rows.push(("wrk → etcd 3.4 (one member)".to_string(), n, Some(r))),
+                Err(e) => notes.push(format!("wrk → etcd at {n}: {e}")),
+            }
         }
         drop(etcd);
         let cluster = bloodraven_testkit::etcd::EtcdCluster::start(3)
@@ -428,6 +534,9 @@ async fn main() {
         )
     };
     println!("{perf_text}");
+    for n in &notes {
+        eprintln!("{n}");
+    }
     for (server, n, r) in &rows {
         match r {
             Some((rps, p50, p99, count)) => {
@@ -449,6 +558,9 @@ async fn main() {
         }
     }
     let _ = writeln!(table, "\n{perf_text}");
+    for n in &notes {
+        let _ = writeln!(table, "\n{n}.");
+    }
     if let Some(path) = report {
         if let Err(e) = bloodraven_testkit::report::splice(&path, BEGIN, END, &table) {
             eprintln!("error: {e}");
