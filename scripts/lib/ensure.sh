@@ -145,6 +145,11 @@ ensure_etcdctl() {
   apt_install etcd-client || say "etcdctl could not be installed: the bench leaves etcd's own figures out"
 }
 
+ensure_wrk() {
+  if command -v wrk >/dev/null 2>&1; then return 0; fi
+  apt_install wrk || say "wrk could not be installed: the deploy API bench leaves the outside client's rows out"
+}
+
 ensure_etcd() {
   if [ -n "${BLOODRAVEN_ETCD:-}" ] || command -v etcd >/dev/null 2>&1; then return 0; fi
   apt_install etcd-server || true
