@@ -16,6 +16,9 @@ use tokio::time::Instant;
 
 const QUEUED: usize = 31;
 
+/// A renewal in flight: the TTL it asked for and, once answered, the answer.
+type Renewing = tokio::task::JoinHandle<(u32, support::Answer)>;
+
 struct Fixture {
     env: Env,
     op: bloodraven_operator::OperatorHandle,
@@ -50,11 +53,7 @@ async fn fixture() -> Fixture {
 
 impl Fixture {
     /// A renewal asking for `ttl`, so every decision changes the stored record.
-    fn renew(
-        &self,
-        lease_token: &str,
-        ttl: u32,
-    ) -> tokio::task::JoinHandle<(u32, support::Answer)> {
+    fn renew(&self, lease_token: &str, ttl: u32) -> Renewing {
         let (client, token) = (self.client.clone(), self.token.clone());
         let body = format!(r#"{{"token":"{lease_token}","ttlSeconds":{ttl}}}"#);
         tokio::spawn(async move {
@@ -101,6 +100,21 @@ impl Fixture {
         }
     }
 
+    /// The first renewal's commit stalls at the (closed) gate, holding the lease lock, and
+    /// [`QUEUED`] more renewals queue behind it, each asking for another TTL.
+    async fn queue_behind_a_stalled_commit(&self, lease_token: &str) -> (Renewing, Vec<Renewing>) {
+        self.gate.send_replace(true);
+        self.env.clock.advance(Duration::from_secs(1));
+        let first = self.renew(lease_token, 40);
+        self.wait_held().await;
+        self.env.clock.advance(Duration::from_secs(1));
+        let queued: Vec<_> = (0..QUEUED)
+            .map(|i| self.renew(lease_token, 41 + u32::try_from(i).unwrap()))
+            .collect();
+        self.wait_queued(QUEUED).await;
+        (first, queued)
+    }
+
     /// Grants `op-1`'s migration lease and returns its token.
     async fn grant(&self) -> String {
         let g = self
@@ -118,17 +132,7 @@ async fn requests_queued_behind_a_commit_are_stored_in_one_batch_and_answered_af
     let lease_token = f.grant().await;
     let before = f.lease_batches();
 
-    // The first renewal's commit stalls at the gate, holding the lease lock.
-    f.gate.send_replace(true);
-    f.env.clock.advance(Duration::from_secs(1));
-    let first = f.renew(&lease_token, 40);
-    f.wait_held().await;
-    // Every other renewal queues behind it.
-    f.env.clock.advance(Duration::from_secs(1));
-    let queued: Vec<_> = (0..QUEUED)
-        .map(|i| f.renew(&lease_token, 41 + u32::try_from(i).unwrap()))
-        .collect();
-    f.wait_queued(QUEUED).await;
+    let (first, queued) = f.queue_behind_a_stalled_commit(&lease_token).await;
     // Nothing is answered before its batch is stored.
     assert!(!first.is_finished());
     assert!(queued.iter().all(|h| !h.is_finished()));
@@ -174,15 +178,7 @@ async fn requests_queued_behind_a_commit_are_stored_in_one_batch_and_answered_af
 async fn a_batch_whose_clients_went_away_is_decided_and_stored_whole() {
     let f = fixture().await;
     let lease_token = f.grant().await;
-    f.gate.send_replace(true);
-    f.env.clock.advance(Duration::from_secs(1));
-    let first = f.renew(&lease_token, 40);
-    f.wait_held().await;
-    f.env.clock.advance(Duration::from_secs(1));
-    let queued: Vec<_> = (0..QUEUED)
-        .map(|i| f.renew(&lease_token, 41 + u32::try_from(i).unwrap()))
-        .collect();
-    f.wait_queued(QUEUED).await;
+    let (first, queued) = f.queue_behind_a_stalled_commit(&lease_token).await;
     // Every other client gives up: its connection closes and the server drops its handler.
     let mut kept = Vec::new();
     for (i, h) in queued.into_iter().enumerate() {

@@ -36,38 +36,31 @@ impl Databases {
     /// A created or replaced object (ignored unless it is a database and the copy is loaded;
     /// one that no longer decodes authorizes nobody, as when read from the store).
     pub fn put(&self, o: &RawObject) {
-        if o.kind != KIND_DATABASE {
-            return;
-        }
-        if let Some(map) = self
-            .0
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-        {
-            match o.decode::<DatabaseBody>() {
-                Ok(body) => {
-                    map.insert(key(o), body.spec);
-                }
-                Err(_) => {
-                    map.remove(&key(o));
-                }
-            }
-        }
+        self.change(o, o.decode::<DatabaseBody>().ok().map(|b| b.spec));
     }
 
     /// A deleted object.
     pub fn delete(&self, o: &RawObject) {
+        self.change(o, None);
+    }
+
+    /// Sets (or, with `None`, removes) `o`'s entry when it is a database and the copy is
+    /// loaded.
+    fn change(&self, o: &RawObject, spec: Option<DatabaseSpec>) {
         if o.kind != KIND_DATABASE {
             return;
         }
-        if let Some(map) = self
-            .0
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_mut()
-        {
-            map.remove(&key(o));
+        let mut guard = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(map) = guard.as_mut() else {
+            return;
+        };
+        match spec {
+            Some(spec) => {
+                map.insert(key(o), spec);
+            }
+            None => {
+                map.remove(&key(o));
+            }
         }
     }
 
