@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The Bloodraven image: the `bloodraven` binary on Debian bookworm, with the MariaDB client that
+# The Bloodraven image: the `bloodraven` binary (and `bloodraven-sidecar`, the sidecar alone) on Debian bookworm, with the MariaDB client that
 # `bloodraven deploy migrate -- mariadb …` runs.
 #
 #   docker build -t bloodraven .
@@ -24,7 +24,8 @@ COPY charts charts
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p bloodraven \
- && install -D -m 0755 target/release/bloodraven /out/bloodraven
+ && install -D -m 0755 target/release/bloodraven /out/bloodraven \
+ && install -D -m 0755 target/release/bloodraven-sidecar /out/bloodraven-sidecar
 
 # ---- runtime --------------------------------------------------------------------------------
 FROM debian:bookworm-slim
@@ -42,8 +43,10 @@ RUN groupadd --gid 65532 bloodraven \
  && useradd --no-log-init --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
       --shell /usr/sbin/nologin bloodraven \
  && install -d -o 65532 -g 65532 -m 0750 /var/lib/bloodraven
-# The binary comes last: it changes most often, and this keeps the layers above cached.
+# The binaries come last: they change most often, and this keeps the layers above cached.
+# bloodraven-sidecar is the sidecar alone, for the container next to every MySQL server.
 COPY --from=build /out/bloodraven /usr/local/bin/bloodraven
+COPY --from=build /out/bloodraven-sidecar /usr/local/bin/bloodraven-sidecar
 LABEL org.opencontainers.image.title="bloodraven"
 LABEL org.opencontainers.image.description="Keeps exactly one MySQL/MariaDB site of a failover group writable."
 LABEL org.opencontainers.image.source="https://github.com/shipstream/bloodraven"

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use bloodraven_core::wire::ActiveSite;
 use bloodraven_mysql::SiteClient;
 use bloodraven_mysql::launcher::Launcher;
 use bloodraven_testkit::ledger::percentile;
@@ -41,6 +42,9 @@ use tokio::time::{Instant, sleep};
 const SITE: &str = "iad";
 const LEASE: Duration = Duration::from_secs(3);
 const TICK: Duration = Duration::from_secs(1);
+/// The target for one sidecar: resident memory idle and while fencing, CPU per tick.
+const TARGET_RSS_KB: u64 = 10 * 1024;
+const TARGET_TICK_MS: f64 = 0.5;
 
 fn show(label: &str, v: &mut [Duration]) {
     let p50 = percentile(v, 50.0).unwrap_or_default();
@@ -76,14 +80,38 @@ fn show_ms(label: &str, v: &mut [f64]) {
     );
 }
 
-fn binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("BLOODRAVEN_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/deps/sidecar-<hash> → target/<profile>/bloodraven
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    dir.join("bloodraven")
+/// A sidecar binary and whether it needs the `sidecar` subcommand.
+#[derive(Clone, Debug)]
+struct Binary {
+    path: PathBuf,
+    subcommand: bool,
+}
+
+/// The single `bloodraven` binary (`$BLOODRAVEN_BIN`, else the `release` directory this bench
+/// runs from), and the sidecar-only `bloodraven-sidecar` next to it (`$BLOODRAVEN_SIDECAR_BIN`)
+/// when it was built.
+fn binaries() -> (Binary, Option<Binary>) {
+    let full = std::env::var_os("BLOODRAVEN_BIN").map_or_else(
+        || {
+            let exe = std::env::current_exe().expect("current exe");
+            // target/<profile>/deps/sidecar-<hash> → target/<profile>/bloodraven
+            let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+            dir.join("bloodraven")
+        },
+        PathBuf::from,
+    );
+    let only = std::env::var_os("BLOODRAVEN_SIDECAR_BIN")
+        .map_or_else(|| full.with_file_name("bloodraven-sidecar"), PathBuf::from);
+    (
+        Binary {
+            path: full,
+            subcommand: true,
+        },
+        only.is_file().then_some(Binary {
+            path: only,
+            subcommand: false,
+        }),
+    )
 }
 
 /// `utime + stime` in clock ticks, and the sum of every thread's run time in ns.
@@ -183,7 +211,7 @@ struct Sidecar {
 /// Spawns the sidecar binary for harness server 0 and waits until it is healthy and the safety
 /// net has cleared the fence.
 async fn spawn(
-    bin: &Path,
+    bin: &Binary,
     h: &Launcher,
     creds: &Path,
     op: &FakeParty,
@@ -192,9 +220,11 @@ async fn spawn(
 ) -> Sidecar {
     let listen = format!("127.0.0.1:{}", free_port());
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut cmd = Command::new(bin);
+    let mut cmd = Command::new(&bin.path);
+    if bin.subcommand {
+        cmd.arg("sidecar");
+    }
     cmd.args([
-        "sidecar",
         "--site",
         SITE,
         "--group",
@@ -250,6 +280,78 @@ impl Drop for Sidecar {
     }
 }
 
+/// The idle sidecar's resident memory (kB) and CPU per tick (ms, from the threads' nanosecond
+/// run times: `utime + stime` counts in 10 ms steps), printed with where the memory goes.
+async fn idle(
+    bin: &Binary,
+    h: &Launcher,
+    creds: &Path,
+    views: [ActiveSite; 2],
+    idle_secs: u64,
+) -> (u64, f64) {
+    let [op_view, pdx_view] = views;
+    let op = FakeParty::start_keep_alive(Some(op_view)).await;
+    let pdx = FakeParty::start_keep_alive(Some(pdx_view)).await;
+    let reader = FakeParty::start_keep_alive(None).await;
+    let sidecar = spawn(bin, h, creds, &op, &pdx, &reader).await;
+    let pid = sidecar.child.id();
+    bloodraven_testkit::figure!(
+        "idle sidecar pid {pid}, {} (2 peers, tick 1 s, lease 3 s)",
+        name(bin)
+    );
+    sleep(Duration::from_secs(3)).await;
+    let metrics_url = format!("http://{}/metrics", sidecar.listen);
+    let ticks_name = "bloodraven_sidecar_tick_duration_seconds_count";
+    let sum_name = "bloodraven_sidecar_tick_duration_seconds_sum";
+    let (t0, n0) = (metric(&metrics_url, ticks_name).await, cpu(pid));
+    let s0 = metric(&metrics_url, sum_name).await;
+    sleep(Duration::from_secs(idle_secs)).await;
+    let (t1, n1) = (metric(&metrics_url, ticks_name).await, cpu(pid));
+    let s1 = metric(&metrics_url, sum_name).await;
+    let ticks = t1 - t0;
+    let hz = clock_ticks_per_second();
+    #[allow(clippy::cast_precision_loss)]
+    let (cpu_ms_stat, cpu_ms_sched) = (
+        (n1.0 - n0.0) as f64 * 1e3 / hz as f64 / ticks,
+        (n1.1 - n0.1) as f64 / 1e6 / ticks,
+    );
+    bloodraven_testkit::figure!(
+        "{}: idle VmRSS {} kB, VmHWM {} kB",
+        name(bin),
+        status_kb(pid, "VmRSS:"),
+        status_kb(pid, "VmHWM:")
+    );
+    // Where it goes: heap and stacks (anonymous) against the binary's own pages mapped in
+    // (file-backed, shared by every process running the same binary).
+    bloodraven_testkit::figure!(
+        "{}: idle resident memory: anonymous {} kB, file-backed {} kB, shared memory {} kB; {} threads",
+        name(bin),
+        status_kb(pid, "RssAnon:"),
+        status_kb(pid, "RssFile:"),
+        status_kb(pid, "RssShmem:"),
+        status_kb(pid, "Threads:")
+    );
+    bloodraven_testkit::figure!(
+        "{}: CPU per tick over {ticks} ticks: {cpu_ms_stat:.3} ms (utime+stime, {hz} Hz) / {cpu_ms_sched:.3} ms (schedstat, all threads); mean tick wall time {:.2} ms",
+        name(bin),
+        (s1 - s0) / ticks * 1e3
+    );
+    (status_kb(pid, "VmRSS:"), cpu_ms_sched)
+}
+
+/// `bloodraven sidecar` or `bloodraven-sidecar`, as the figures name them.
+fn name(bin: &Binary) -> String {
+    let file = bin
+        .path
+        .file_name()
+        .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+    if bin.subcommand {
+        format!("{file} sidecar")
+    } else {
+        file
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     bloodraven_runtime::tls::install_crypto_provider();
@@ -258,11 +360,11 @@ async fn main() {
         .filter_map(|a| a.parse::<u64>().ok());
     let runs = usize::try_from(args.next().unwrap_or(20)).unwrap_or(20);
     let idle_secs = args.next().unwrap_or(60);
-    let bin = binary();
-    if !bin.is_file() {
+    let (full, only) = binaries();
+    if !full.path.is_file() {
         eprintln!(
             "{} not found: run `cargo build --release -p bloodraven` first (or set BLOODRAVEN_BIN)",
-            bin.display()
+            full.path.display()
         );
         std::process::exit(1);
     }
@@ -285,58 +387,33 @@ async fn main() {
         observed += 10;
         view(site, generation, at(observed))
     };
-    // 1. Idle: memory and CPU per tick, with parties that keep connections alive.
-    {
-        let op = FakeParty::start_keep_alive(Some(next_view(SITE))).await;
-        let pdx = FakeParty::start_keep_alive(Some(next_view(SITE))).await;
-        let reader = FakeParty::start_keep_alive(None).await;
-        let sidecar = spawn(&bin, &h, creds.path(), &op, &pdx, &reader).await;
-        let pid = sidecar.child.id();
+    // 1. Idle: memory and CPU per tick of each binary, with parties that keep connections
+    // alive, next to the target.
+    let mut idle_figures = Vec::new();
+    for b in std::iter::once(&full).chain(only.as_ref()) {
+        let views = [next_view(SITE), next_view(SITE)];
+        idle_figures.push((b.clone(), idle(b, &h, creds.path(), views, idle_secs).await));
+    }
+    for (b, (rss_kb, cpu_ms)) in &idle_figures {
+        let verdict = if *rss_kb <= TARGET_RSS_KB && *cpu_ms <= TARGET_TICK_MS {
+            "met"
+        } else {
+            "not met"
+        };
         bloodraven_testkit::figure!(
-            "sidecar pid {pid}, {} (2 peers, tick 1 s, lease 3 s), {runs} runs",
-            bin.display()
-        );
-        sleep(Duration::from_secs(3)).await;
-        let metrics_url = format!("http://{}/metrics", sidecar.listen);
-        let ticks_name = "bloodraven_sidecar_tick_duration_seconds_count";
-        let sum_name = "bloodraven_sidecar_tick_duration_seconds_sum";
-        let (t0, n0) = (metric(&metrics_url, ticks_name).await, cpu(pid));
-        let s0 = metric(&metrics_url, sum_name).await;
-        sleep(Duration::from_secs(idle_secs)).await;
-        let (t1, n1) = (metric(&metrics_url, ticks_name).await, cpu(pid));
-        let s1 = metric(&metrics_url, sum_name).await;
-        let ticks = t1 - t0;
-        let hz = clock_ticks_per_second();
-        #[allow(clippy::cast_precision_loss)]
-        let (cpu_ms_stat, cpu_ms_sched) = (
-            (n1.0 - n0.0) as f64 * 1e3 / hz as f64 / ticks,
-            (n1.1 - n0.1) as f64 / 1e6 / ticks,
-        );
-        bloodraven_testkit::figure!(
-            "idle sidecar: VmRSS {} kB, VmHWM {} kB",
-            status_kb(pid, "VmRSS:"),
-            status_kb(pid, "VmHWM:")
-        );
-        // Where it goes: heap and stacks (anonymous) against the binary's own pages mapped in
-        // (file-backed, shared by every process running the same binary).
-        bloodraven_testkit::figure!(
-            "idle sidecar's resident memory: anonymous {} kB, file-backed {} kB, shared memory {} kB; {} threads",
-            status_kb(pid, "RssAnon:"),
-            status_kb(pid, "RssFile:"),
-            status_kb(pid, "RssShmem:"),
-            status_kb(pid, "Threads:")
-        );
-        bloodraven_testkit::figure!(
-            "CPU per tick over {ticks} ticks: {cpu_ms_stat:.3} ms (utime+stime, {hz} Hz) / {cpu_ms_sched:.3} ms (schedstat, all threads); mean tick wall time {:.2} ms",
-            (s1 - s0) / ticks * 1e3
+            "target (≤ {TARGET_RSS_KB} kB RSS, ≤ {TARGET_TICK_MS} ms CPU per tick): {} idle {rss_kb} kB, {cpu_ms:.3} ms per tick: {verdict}",
+            name(b)
         );
     }
 
+    // The fencing runs use the sidecar-only binary when it was built (what the container runs).
+    let bin = only.unwrap_or(full);
     let op = FakeParty::start(Some(next_view(SITE))).await;
     let pdx = FakeParty::start(Some(next_view(SITE))).await;
     let reader = FakeParty::start(None).await;
     let sidecar = spawn(&bin, &h, creds.path(), &op, &pdx, &reader).await;
     let pid = sidecar.child.id();
+    bloodraven_testkit::figure!("fencing runs: {} pid {pid}, {runs} runs", name(&bin));
 
     // 2. Rule #1.
     let mut from_switch = Vec::new();
@@ -417,7 +494,8 @@ async fn main() {
     }
     bloodraven_testkit::figure!("re-fenced after a re-arm: {refenced} (expected 0)");
     bloodraven_testkit::figure!(
-        "sidecar after the runs: VmRSS {} kB, VmHWM {} kB",
+        "{} after the fencing runs: VmRSS {} kB, VmHWM {} kB",
+        name(&bin),
         status_kb(pid, "VmRSS:"),
         status_kb(pid, "VmHWM:")
     );

@@ -3,6 +3,7 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`cli`] | the command line of `bloodraven sidecar` and `bloodraven-sidecar`: flags, exit codes, one-thread runtime |
 //! | [`config`] | flags → validated [`config::Settings`]; derived timings |
 //! | [`contacts`] | the operator's and peers' endpoints ([`contacts::Contacts`], reqwest) |
 //! | [`database`] | the sidecar's MySQL operations ([`database::Database`], the adapter) |
@@ -21,6 +22,7 @@
 //! constructed and before the listener binds.
 
 pub mod announcements;
+pub mod cli;
 pub mod config;
 pub mod contacts;
 pub mod database;

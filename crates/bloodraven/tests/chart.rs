@@ -513,16 +513,22 @@ fn the_snippets_users_paste_are_valid() {
         &std::fs::read_to_string(dir.join("sidecar-container.yaml")).unwrap(),
     )
     .unwrap();
+    // The sidecar-only binary the image installs (scripts/image, the Dockerfile).
+    assert_eq!(
+        sidecar.command.as_deref(),
+        Some(&["/usr/local/bin/bloodraven-sidecar".to_string()][..])
+    );
     let args = sidecar.args.unwrap();
-    assert_eq!(args[0], "sidecar");
-    // Every flag is one `bloodraven sidecar` knows, and the required ones are there.
-    let help =
-        String::from_utf8(run(Command::new(BIN).args(["sidecar", "--help"])).stdout).unwrap();
-    for a in &args[1..] {
+    // Every flag is one `bloodraven-sidecar` knows, and the required ones are there.
+    let help = String::from_utf8(
+        run(Command::new(env!("CARGO_BIN_EXE_bloodraven-sidecar")).arg("--help")).stdout,
+    )
+    .unwrap();
+    for a in &args {
         let flag = a.split('=').next().unwrap();
         assert!(
             help.contains(&format!("{flag} ")),
-            "bloodraven sidecar has no {flag}"
+            "bloodraven-sidecar has no {flag}"
         );
     }
     for required in [

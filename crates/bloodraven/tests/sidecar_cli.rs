@@ -1,6 +1,7 @@
-//! `bloodraven sidecar` as a process: bad values exit 2 naming the flag and the rule; against a
-//! real MariaDB server and a fake operator it runs the safety net, serves HTTP, fences, logs
-//! JSON lines without secrets and stops cleanly on SIGTERM.
+//! `bloodraven sidecar` and the sidecar-only `bloodraven-sidecar` as processes, each held to
+//! the same story: bad values exit 2 naming the flag and the rule; against a real MariaDB
+//! server and a fake operator it runs the safety net, serves HTTP, fences, logs JSON lines
+//! without secrets and stops cleanly on SIGTERM.
 
 mod common;
 #[path = "../../bloodraven-sidecar/tests/support/mod.rs"]
@@ -32,9 +33,27 @@ const ENV: [&str; 12] = [
     "BLOODRAVEN_LOG_FORMAT",
 ];
 
-fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bloodraven"));
-    cmd.arg("sidecar").args(args).stdin(Stdio::null());
+/// The two ways to run the sidecar.
+#[derive(Clone, Copy, Debug)]
+enum Binary {
+    /// `bloodraven sidecar`.
+    Full,
+    /// `bloodraven-sidecar` (no subcommand).
+    SidecarOnly,
+}
+
+const BOTH: [Binary; 2] = [Binary::Full, Binary::SidecarOnly];
+
+fn command(bin: Binary, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = match bin {
+        Binary::Full => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_bloodraven"));
+            c.arg("sidecar");
+            c
+        }
+        Binary::SidecarOnly => Command::new(env!("CARGO_BIN_EXE_bloodraven-sidecar")),
+    };
+    cmd.args(args).stdin(Stdio::null());
     for k in ENV {
         cmd.env_remove(k);
     }
@@ -44,8 +63,8 @@ fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
     cmd
 }
 
-fn output(args: &[&str], env: &[(&str, &str)]) -> Output {
-    command(args, env).output().unwrap()
+fn output(bin: Binary, args: &[&str], env: &[(&str, &str)]) -> Output {
+    command(bin, args, env).output().unwrap()
 }
 
 fn creds(text: &str) -> tempfile::NamedTempFile {
@@ -60,6 +79,13 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_values_exit_2_naming_the_flag_and_the_rule() {
+    for bin in BOTH {
+        bad_values(bin);
+    }
+}
+
+fn bad_values(bin: Binary) {
+    let output = |args: &[&str], env: &[(&str, &str)]| output(bin, args, env);
     let f = creds("username=bloodraven\npassword=pw\n");
     let path = f.path().to_str().unwrap();
     let base = [
@@ -167,8 +193,31 @@ impl Drop for Running {
     }
 }
 
+#[test]
+fn the_sidecar_only_binary_names_itself_and_its_version() {
+    let o = output(Binary::SidecarOnly, &["--version"], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        out.trim(),
+        format!("bloodraven-sidecar {}", env!("CARGO_PKG_VERSION"))
+    );
+    // No subcommand: `sidecar` is an unexpected argument, refused with the usage code.
+    let o = output(Binary::SidecarOnly, &["sidecar"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_the_safety_net_serves_fences_and_stops_on_sigterm() {
+    story(Binary::Full).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecar_only_binary_runs_the_same_story() {
+    story(Binary::SidecarOnly).await;
+}
+
+async fn story(bin: Binary) {
     bloodraven_runtime::tls::install_crypto_provider();
     let site = "cli-iad";
     let h = Launcher::start_group(&[site]).await.unwrap();
@@ -181,6 +230,7 @@ async fn runs_the_safety_net_serves_fences_and_stops_on_sigterm() {
     let mysql = format!("127.0.0.1:{}", h.port(0));
     let listen = format!("127.0.0.1:{port}");
     let mut cmd = command(
+        bin,
         &[
             "--site",
             site,
