@@ -62,8 +62,23 @@ async fn wait_holds(h: &Launcher, target: usize, primary: usize) {
         "{} caught up",
         h.name(target)
     );
-    let p = t.probe().await.unwrap();
-    let r = p.replica.expect("a replica");
+    // Caught up says nothing about the I/O thread: with no write since the copy the seeded
+    // position already equals the primary's while the thread still reports `Connecting`.
+    // What must hold is that both threads end up running, so wait for that state.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let p = loop {
+        let p = t.probe().await.unwrap();
+        let r = p.replica.as_ref().expect("a replica");
+        if (r.io_running && r.sql_running) || tokio::time::Instant::now() > deadline {
+            break p;
+        }
+        assert!(
+            r.io_connecting || r.io_running,
+            "replication stopped: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let r = p.replica.as_ref().expect("a replica");
     assert!(r.io_running && r.sql_running, "{r:?}");
     assert!(p.read_only, "a recloned site stays fenced");
 }

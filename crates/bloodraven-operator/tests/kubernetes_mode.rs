@@ -33,6 +33,9 @@ fn settled(site: &'static str, generation: u64) -> impl Fn(&Value) -> bool {
             && st["conditions"].as_array().is_some_and(|c| {
                 c.iter()
                     .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    && !c
+                        .iter()
+                        .any(|c| c["type"] == "Degraded" && c["status"] == "True")
             })
             && st["sites"].as_array().is_some_and(|s| {
                 s.iter()
@@ -72,7 +75,7 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     let api = Client::new(&live.ca, op.https_addr.unwrap());
     let bearer = c.token("ci", "deployer");
     let m = api
-        .grant(&bearer, "migration", "op-1", "counter-app", 60)
+        .grant_when_stable(&bearer, "migration", "op-1", "counter-app", 60)
         .await;
     assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
     let r = api.renew(&bearer, "migration", "op-1", &token(&m)).await;
@@ -108,11 +111,11 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
 
     // A planned failover deferred by a hold, then proceeding once the hold is released.
     let m2 = api
-        .grant(&bearer, "migration", "op-2", "counter-app", 60)
+        .grant_when_stable(&bearer, "migration", "op-2", "counter-app", 60)
         .await;
     assert_eq!(m2.status, StatusCode::CREATED, "{}", m2.text);
     let h2 = api
-        .grant(&bearer, "failover-hold", "op-2", "counter-app", 60)
+        .grant_when_stable(&bearer, "failover-hold", "op-2", "counter-app", 60)
         .await;
     assert_eq!(h2.status, StatusCode::CREATED, "{}", h2.text);
     c.annotate(GROUP, PLANNED_FAILOVER, "pdx");
@@ -153,7 +156,7 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
 
     // An emergency failover revokes every lease (TopologyChanged).
     let m3 = api
-        .grant(&bearer, "migration", "op-3", "counter-app", 60)
+        .grant_when_stable(&bearer, "migration", "op-3", "counter-app", 60)
         .await;
     assert_eq!(m3.status, StatusCode::CREATED, "{}", m3.text);
     let mut live = live;
@@ -226,7 +229,7 @@ async fn groups_come_and_go_while_the_operator_runs() {
     let api = Client::new(&live.ca, op.https_addr.unwrap());
     let bearer = c.token("ci", "deployer");
     let m = api
-        .grant(&bearer, "migration", "op-1", "counter-app", 60)
+        .grant_when_stable(&bearer, "migration", "op-1", "counter-app", 60)
         .await;
     assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
     assert!(

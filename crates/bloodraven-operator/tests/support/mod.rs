@@ -298,6 +298,29 @@ impl Client {
         .await
     }
 
+    /// [`Client::grant`] as a pipeline calls it: a `423` says the group is between confirmed
+    /// states (a replica re-pointed after a failover can report a lag spike for a poll or
+    /// two, and the group is honestly `Degraded` then), so it waits the `retryAfterSeconds`
+    /// the answer names and asks again, for at most 30 s. Any other answer is returned.
+    pub async fn grant_when_stable(
+        &self,
+        token: &str,
+        kind: &str,
+        op: &str,
+        instance: &str,
+        ttl: i64,
+    ) -> Answer {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let a = self.grant(token, kind, op, instance, ttl).await;
+            if a.status != StatusCode::LOCKED || tokio::time::Instant::now() > deadline {
+                return a;
+            }
+            let wait = a.body["retryAfterSeconds"].as_u64().unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+        }
+    }
+
     pub async fn renew(&self, token: &str, kind: &str, op: &str, lease_token: &str) -> Answer {
         let body = format!(r#"{{"token":"{lease_token}"}}"#);
         self.call(
