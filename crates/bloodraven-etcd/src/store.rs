@@ -29,9 +29,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bloodraven_core::resources::has_status_subresource;
-use bloodraven_store::{ObjectKey, RawObject, Store, StoreError, StoreFuture, WatchEvent, WriteOp};
-use serde_json::Value;
+use bloodraven_store::{
+    ObjectKey, RawObject, Store, StoreError, StoreFuture, WatchEvent, WriteOp, semantics,
+};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -139,14 +139,6 @@ fn write_error(e: EtcdError) -> StoreError {
     }
 }
 
-fn new_uid() -> String {
-    let mut b = [0u8; 16];
-    // The uid only has to be unique; without randomness from the OS it is all zeros but for
-    // the version bits (as the embedded store does).
-    let _ = getrandom::fill(&mut b);
-    bloodraven_core::names::uuid_v4(b)
-}
-
 /// What a key holds: the object, with its `resourceVersion` set from the key.
 #[derive(Clone, Debug)]
 struct Stored {
@@ -176,15 +168,6 @@ fn encode(obj: &RawObject) -> Result<Vec<u8>, StoreError> {
     })
 }
 
-fn validate(obj: &RawObject) -> Result<(), StoreError> {
-    if obj.metadata.name.is_empty() || obj.kind.is_empty() {
-        return Err(StoreError::Invalid {
-            reason: "an object needs a kind and metadata.name".into(),
-        });
-    }
-    Ok(())
-}
-
 fn check_key(key: &ObjectKey) -> Result<(), StoreError> {
     if key.kind.is_empty() || key.name.is_empty() {
         return Err(StoreError::Invalid {
@@ -200,11 +183,6 @@ fn check_key(key: &ObjectKey) -> Result<(), StoreError> {
         });
     }
     Ok(())
-}
-
-/// What `metadata.generation` counts: the body without the status.
-fn without_status(obj: &RawObject) -> Vec<(&String, &Value)> {
-    obj.body.iter().filter(|(k, _)| *k != "status").collect()
 }
 
 /// The rv a caller passes, as a revision: an rv this store never wrote matches nothing.
@@ -268,7 +246,7 @@ fn plan(
         };
         match op {
             WriteOp::Create(obj) => {
-                validate(obj)?;
+                semantics::validate(obj)?;
                 match view {
                     View::Read(Some(_)) | View::Batch(Some(_)) => {
                         return Err(StoreError::AlreadyExists { key }.into());
@@ -278,16 +256,12 @@ fn plan(
                 }
                 let mut obj = obj.clone();
                 obj.metadata.resource_version.clear();
-                obj.metadata.uid = new_uid();
-                obj.metadata.generation = 1;
-                if has_status_subresource(&obj.kind) {
-                    obj.body.remove("status");
-                }
+                semantics::on_create(&mut obj);
                 batch.insert(k, Some(obj.clone()));
                 outputs.push(Some(obj));
             }
             WriteOp::Replace(obj) => {
-                validate(obj)?;
+                semantics::validate(obj)?;
                 let current = current_for_swap(
                     &view,
                     &key,
@@ -297,29 +271,12 @@ fn plan(
                 )?;
                 let mut obj = obj.clone();
                 obj.metadata.resource_version.clear();
-                obj.metadata.uid.clone_from(&current.metadata.uid);
-                obj.metadata.creation_timestamp = current.metadata.creation_timestamp;
-                if has_status_subresource(&obj.kind) {
-                    match current.body.get("status") {
-                        Some(st) => obj.body.insert("status".into(), st.clone()),
-                        None => obj.body.remove("status"),
-                    };
-                }
-                obj.metadata.generation = if without_status(&obj) == without_status(&current) {
-                    current.metadata.generation
-                } else {
-                    current.metadata.generation + 1
-                };
+                semantics::on_replace(&mut obj, &current);
                 batch.insert(k, Some(obj.clone()));
                 outputs.push(Some(obj));
             }
             WriteOp::ReplaceStatus(obj) => {
-                if !has_status_subresource(&key.kind) {
-                    return Err(StoreError::Invalid {
-                        reason: format!("{} has no status subresource", key.kind),
-                    }
-                    .into());
-                }
+                semantics::check_status_write(&key)?;
                 let mut current = current_for_swap(
                     &view,
                     &key,
@@ -328,10 +285,7 @@ fn plan(
                     &mut compares,
                 )?;
                 current.metadata.resource_version.clear();
-                match obj.body.get("status") {
-                    Some(st) => current.body.insert("status".into(), st.clone()),
-                    None => current.body.remove("status"),
-                };
+                semantics::on_status_write(&mut current, obj);
                 batch.insert(k, Some(current.clone()));
                 outputs.push(Some(current));
             }
@@ -1090,7 +1044,7 @@ mod tests {
             out.metadata.generation, g.metadata.generation,
             "no spec change"
         );
-        let stored_json: Value =
+        let stored_json: serde_json::Value =
             serde_json::from_slice(p.writes["/br/MysqlFailoverGroup/ns/g"].as_ref().unwrap())
                 .unwrap();
         assert!(

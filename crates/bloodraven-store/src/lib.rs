@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub mod interpose;
+pub mod semantics;
 pub mod sqlite;
 
 pub use interpose::{Interposed, Interposer};

@@ -17,12 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use bloodraven_core::resources::has_status_subresource;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
 
-use crate::{ObjectKey, RawObject, Store, StoreError, StoreFuture, WatchEvent, WriteOp};
+use crate::{ObjectKey, RawObject, Store, StoreError, StoreFuture, WatchEvent, WriteOp, semantics};
 
 const SCHEMA_VERSION: i64 = 1;
 /// Change rows kept for watchers that reconnect; older rows are compacted away.
@@ -81,14 +79,6 @@ fn backend(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
         operation,
         detail: e.to_string(),
     }
-}
-
-fn new_uid() -> String {
-    let mut b = [0u8; 16];
-    // The uid only has to be unique; if the OS cannot provide randomness, fall back to zeros
-    // plus the resource version mixed in by the caller.
-    let _ = getrandom::fill(&mut b);
-    bloodraven_core::names::uuid_v4(b)
 }
 
 impl SqliteStore {
@@ -273,20 +263,6 @@ fn record(tx: &Connection, rv: i64, obj: &RawObject, op: &str) -> Result<(), Sto
     Ok(())
 }
 
-/// What `metadata.generation` counts: the body without the status.
-fn without_status(obj: &RawObject) -> Vec<(&String, &Value)> {
-    obj.body.iter().filter(|(k, _)| *k != "status").collect()
-}
-
-fn validate(obj: &RawObject) -> Result<(), StoreError> {
-    if obj.metadata.name.is_empty() || obj.kind.is_empty() {
-        return Err(StoreError::Invalid {
-            reason: "an object needs a kind and metadata.name".into(),
-        });
-    }
-    Ok(())
-}
-
 /// Takes the connection, then commits every queued batch (up to [`MAX_GROUP`]) in one
 /// transaction, each in its own savepoint, and answers them once the commit is durable. An
 /// empty queue means another caller committed this caller's batch already.
@@ -352,78 +328,56 @@ fn apply_savepoint(
     Ok(out)
 }
 
+/// The stored object at `key`, which a replace or a status write expects at
+/// `resource_version`: `NotFound` without one, `Conflict` when it has moved on.
+fn load_at(
+    tx: &Connection,
+    key: ObjectKey,
+    resource_version: &str,
+) -> Result<RawObject, StoreError> {
+    let Some(current) = load(tx, &key)? else {
+        return Err(StoreError::NotFound { key });
+    };
+    if resource_version != current.metadata.resource_version {
+        return Err(StoreError::Conflict {
+            key,
+            expected: resource_version.to_string(),
+            actual: current.metadata.resource_version,
+        });
+    }
+    Ok(current)
+}
+
 fn apply_op(tx: &Connection, op: WriteOp) -> Result<Option<RawObject>, StoreError> {
     match op {
         WriteOp::Create(mut obj) => {
-            validate(&obj)?;
+            semantics::validate(&obj)?;
             let key = obj.key();
             if load(tx, &key)?.is_some() {
                 return Err(StoreError::AlreadyExists { key });
             }
             let rv = next_rv(tx)?;
             obj.metadata.resource_version = rv.to_string();
-            obj.metadata.uid = new_uid();
-            obj.metadata.generation = 1;
-            if has_status_subresource(&obj.kind) {
-                obj.body.remove("status");
-            }
+            semantics::on_create(&mut obj);
             record(tx, rv, &obj, "put")?;
             Ok(Some(obj))
         }
         WriteOp::Replace(mut obj) => {
-            validate(&obj)?;
-            let key = obj.key();
-            let Some(current) = load(tx, &key)? else {
-                return Err(StoreError::NotFound { key });
-            };
-            if obj.metadata.resource_version != current.metadata.resource_version {
-                return Err(StoreError::Conflict {
-                    key,
-                    expected: obj.metadata.resource_version,
-                    actual: current.metadata.resource_version,
-                });
-            }
+            semantics::validate(&obj)?;
+            let current = load_at(tx, obj.key(), &obj.metadata.resource_version)?;
             let rv = next_rv(tx)?;
             obj.metadata.resource_version = rv.to_string();
-            obj.metadata.uid.clone_from(&current.metadata.uid);
-            obj.metadata.creation_timestamp = current.metadata.creation_timestamp;
-            if has_status_subresource(&obj.kind) {
-                match current.body.get("status") {
-                    Some(st) => obj.body.insert("status".into(), st.clone()),
-                    None => obj.body.remove("status"),
-                };
-            }
-            obj.metadata.generation = if without_status(&obj) == without_status(&current) {
-                current.metadata.generation
-            } else {
-                current.metadata.generation + 1
-            };
+            semantics::on_replace(&mut obj, &current);
             record(tx, rv, &obj, "put")?;
             Ok(Some(obj))
         }
         WriteOp::ReplaceStatus(obj) => {
             let key = obj.key();
-            if !has_status_subresource(&key.kind) {
-                return Err(StoreError::Invalid {
-                    reason: format!("{} has no status subresource", key.kind),
-                });
-            }
-            let Some(mut current) = load(tx, &key)? else {
-                return Err(StoreError::NotFound { key });
-            };
-            if obj.metadata.resource_version != current.metadata.resource_version {
-                return Err(StoreError::Conflict {
-                    key,
-                    expected: obj.metadata.resource_version,
-                    actual: current.metadata.resource_version,
-                });
-            }
+            semantics::check_status_write(&key)?;
+            let mut current = load_at(tx, key, &obj.metadata.resource_version)?;
             let rv = next_rv(tx)?;
             current.metadata.resource_version = rv.to_string();
-            match obj.body.get("status") {
-                Some(st) => current.body.insert("status".into(), st.clone()),
-                None => current.body.remove("status"),
-            };
+            semantics::on_status_write(&mut current, &obj);
             record(tx, rv, &current, "put")?;
             Ok(Some(current))
         }
