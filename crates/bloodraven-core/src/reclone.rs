@@ -146,6 +146,13 @@ pub fn request_value(site: &str, confirm: &str) -> String {
 
 /// The operation that keeps a new one from starting, if any.
 pub fn operation_in_progress(status: &GroupStatus) -> Option<String> {
+    running_operation(status, true)
+}
+
+/// [`operation_in_progress`], a restore-in-place counted only when `with_restore` (a restore
+/// asks what else runs besides itself). In order: a planned failover, an ordered update, a
+/// restore-in-place, a reclone.
+pub(crate) fn running_operation(status: &GroupStatus, with_restore: bool) -> Option<String> {
     if let Some(p) = status
         .planned_failover
         .as_ref()
@@ -156,10 +163,11 @@ pub fn operation_in_progress(status: &GroupStatus) -> Option<String> {
     if let Some(u) = status.update_phase.as_ref().filter(|u| u.in_flight()) {
         return Some(format!("an ordered update ({})", u.request_id));
     }
-    if status
-        .restore_in_place
-        .as_ref()
-        .is_some_and(RestoreStatusExt::in_flight)
+    if with_restore
+        && status
+            .restore_in_place
+            .as_ref()
+            .is_some_and(RestoreStatusExt::in_flight)
     {
         return Some("a restore-in-place".into());
     }

@@ -149,21 +149,7 @@ pub fn admit_confirm(req: &RestoreInPlaceSpec, status: &GroupStatus) -> Result<b
 
 /// Another operation that keeps a restore from starting.
 fn other_operation(status: &GroupStatus) -> Option<String> {
-    if let Some(p) = status
-        .planned_failover
-        .as_ref()
-        .filter(|p| !p.phase.is_terminal())
-    {
-        return Some(format!("a planned failover to {}", p.target));
-    }
-    if let Some(u) = status.update_phase.as_ref().filter(|u| u.in_flight()) {
-        return Some(format!("an ordered update ({})", u.request_id));
-    }
-    status
-        .sites
-        .iter()
-        .find(|s| s.reclone.as_ref().is_some_and(|r| !r.phase.is_terminal()))
-        .map(|s| format!("a reclone of {}", s.name))
+    crate::reclone::running_operation(status, false)
 }
 
 /// What [`step`] looks at besides the status.

@@ -685,6 +685,16 @@ fn operator_settings(
         ),
         ("store.leaderElection", d.store.leader_election.is_some()),
     ];
+    let refuse_kubernetes_only = |errs: &mut Vec<(String, String)>| {
+        for (field, set) in kubernetes_only {
+            if set {
+                errs.push((
+                    field.into(),
+                    "applies only with store.backend: kubernetes".into(),
+                ));
+            }
+        }
+    };
     if d.store.etcd.is_some() && d.store.backend.as_deref() != Some("etcd") {
         errs.push((
             "store.etcd".into(),
@@ -693,14 +703,7 @@ fn operator_settings(
     }
     let store = match d.store.backend.as_deref() {
         Some("etcd") => {
-            for (field, set) in kubernetes_only {
-                if set {
-                    errs.push((
-                        field.into(),
-                        "applies only with store.backend: kubernetes".into(),
-                    ));
-                }
-            }
+            refuse_kubernetes_only(&mut errs);
             match &d.store.etcd {
                 None => {
                     errs.push((
@@ -735,23 +738,7 @@ fn operator_settings(
             }
         }
         None | Some("embedded") => {
-            for (field, set) in [
-                ("store.namespace", d.store.namespace.is_some()),
-                ("store.kubeconfig", d.store.kubeconfig.is_some()),
-                ("store.context", d.store.context.is_some()),
-                (
-                    "store.operatorNamespace",
-                    d.store.operator_namespace.is_some(),
-                ),
-                ("store.leaderElection", d.store.leader_election.is_some()),
-            ] {
-                if set {
-                    errs.push((
-                        field.into(),
-                        "applies only with store.backend: kubernetes".into(),
-                    ));
-                }
-            }
+            refuse_kubernetes_only(&mut errs);
             StoreBackend::Embedded
         }
         Some("kubernetes") => {

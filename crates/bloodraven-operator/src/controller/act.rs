@@ -166,13 +166,8 @@ impl<S: Site> Controller<S> {
                 })?;
         }
         self.lift_fence(site).await?;
-        self.rt
-            .update_status(|s| s.awaiting_fence = None)
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "the confirmed fence",
-                source: e,
-            })?;
+        self.persist_status("the confirmed fence", |s| s.awaiting_fence = None)
+            .await?;
         if forced {
             use bloodraven_core::contract::annotations::FORCE_PROMOTION;
             let _ = self

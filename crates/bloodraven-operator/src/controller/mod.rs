@@ -191,6 +191,38 @@ pub struct Controller<S: Site = SiteClient> {
 const CREDENTIALS_EVERY: Duration = crate::secrets::RELOAD_EVERY;
 
 impl<S: Site> Controller<S> {
+    /// Writes `change` into the stored status (nothing when it changes nothing); a failed
+    /// write is [`ControllerError::Persist`] of `what`.
+    pub(super) async fn persist_status(
+        &self,
+        what: &'static str,
+        change: impl FnMut(&mut GroupStatus),
+    ) -> Result<(), ControllerError> {
+        match self.rt.update_status(change).await {
+            Ok(_) => Ok(()),
+            Err(source) => Err(ControllerError::Persist { what, source }),
+        }
+    }
+
+    /// Removes the request annotation `key` from the stored group (the request is taken); a
+    /// failed write is [`ControllerError::Persist`] of `what`.
+    pub(super) async fn consume_annotation(
+        &self,
+        key: &str,
+        what: &'static str,
+    ) -> Result<(), ControllerError> {
+        match self
+            .rt
+            .update(|obj| obj.metadata.annotations.remove(key).is_some())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(source) => Err(ControllerError::Persist { what, source }),
+        }
+    }
+}
+
+impl<S: Site> Controller<S> {
     /// A controller for `rt`'s group whose sites' clients `connect` makes.
     pub fn new(rt: Arc<GroupRuntime>, connect: Connect<S>) -> Controller<S> {
         let cfg = rt.config.clone();

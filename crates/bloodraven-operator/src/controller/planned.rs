@@ -61,7 +61,46 @@ impl Slot {
     }
 }
 
+/// The operations a poll advances step by step, each as far as it can go now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stepped {
+    Planned,
+    Restore,
+    Update,
+}
+
+impl Stepped {
+    fn label(self) -> &'static str {
+        match self {
+            Stepped::Planned => "planned failover",
+            Stepped::Restore => "restore-in-place",
+            Stepped::Update => "ordered update",
+        }
+    }
+}
+
 impl<S: Site> Controller<S> {
+    /// Advances `op` by at most [`MAX_STEPS_PER_POLL`] transitions, stopping where it waits;
+    /// a step that fails is logged and tried again next poll (every step starts from the
+    /// stored phase, so nothing is half-applied).
+    pub(super) async fn advance_steps(&mut self, op: Stepped) {
+        for _ in 0..MAX_STEPS_PER_POLL {
+            let advanced = match op {
+                Stepped::Planned => self.advance(Slot::Planned).await,
+                Stepped::Restore => self.advance_restore().await,
+                Stepped::Update => self.advance_update().await,
+            };
+            match advanced {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::warn!(group = %self.group(), step = e.step(), error = %e, "{}: a step failed; retried next poll", op.label());
+                    return;
+                }
+            }
+        }
+    }
+
     /// Takes a request (the annotation), then advances the planned failover as far as it can
     /// go now.
     pub(super) async fn planned_step(&mut self) {
@@ -69,16 +108,7 @@ impl<S: Site> Controller<S> {
             tracing::warn!(group = %self.group(), step = e.step(), error = %e, "cannot accept the planned failover request");
             return;
         }
-        for _ in 0..MAX_STEPS_PER_POLL {
-            match self.advance(Slot::Planned).await {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(e) => {
-                    tracing::warn!(group = %self.group(), step = e.step(), error = %e, "planned failover: a step failed; retried next poll");
-                    return;
-                }
-            }
-        }
+        self.advance_steps(Stepped::Planned).await;
     }
 
     /// Consumes a `planned-failover` annotation in two writes, status first: the accepted
@@ -102,21 +132,13 @@ impl<S: Site> Controller<S> {
             ),
         };
         if let Request::Accept(pf) = &decision {
-            self.rt
-                .update_status(|s| s.planned_failover = Some(pf.clone()))
-                .await
-                .map_err(|e| ControllerError::Persist {
-                    what: "the planned failover request",
-                    source: e,
-                })?;
+            self.persist_status("the planned failover request", |s| {
+                s.planned_failover = Some(pf.clone());
+            })
+            .await?;
         }
-        self.rt
-            .update(|obj| obj.metadata.annotations.remove(PLANNED_FAILOVER).is_some())
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "the consumed planned failover annotation",
-                source: e,
-            })?;
+        self.consume_annotation(PLANNED_FAILOVER, "the consumed planned failover annotation")
+            .await?;
         match decision {
             Request::Accept(_) => {
                 tracing::info!(group = %self.group(), target = %target, "planned failover requested");

@@ -215,13 +215,8 @@ impl<S: Site> Controller<S> {
                     source: e,
                 })?;
         }
-        self.rt
-            .update(|obj| obj.metadata.annotations.remove(RECLONE_SITE).is_some())
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "the consumed reclone annotation",
-                source: e,
-            })?;
+        self.consume_annotation(RECLONE_SITE, "the consumed reclone annotation")
+            .await?;
         match verdict {
             Ok(Some((site, _))) => {
                 tracing::info!(group = %self.group(), site = %site, "reclone requested");

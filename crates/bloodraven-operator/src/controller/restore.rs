@@ -21,7 +21,7 @@ use bloodraven_mysql::{FenceOutcome, Site};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::planned::MAX_STEPS_PER_POLL;
+use super::planned::Stepped;
 use super::{Controller, ControllerError};
 use crate::events::EventType;
 
@@ -50,16 +50,7 @@ impl<S: Site> Controller<S> {
             tracing::warn!(group = %self.group(), step = e.step(), error = %e, "cannot take the restore-in-place request");
             return;
         }
-        for _ in 0..MAX_STEPS_PER_POLL {
-            match self.advance_restore().await {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => {
-                    tracing::warn!(group = %self.group(), step = e.step(), error = %e, "restore-in-place: a step failed; retried next poll");
-                    break;
-                }
-            }
-        }
+        self.advance_steps(Stepped::Restore).await;
     }
 
     async fn take_restore_request(&mut self) -> Result<(), ControllerError> {
@@ -87,13 +78,10 @@ impl<S: Site> Controller<S> {
                 Ok(())
             }
             Request::Accept(r) => {
-                self.rt
-                    .update_status(|s| s.restore_in_place = Some(r.clone()))
-                    .await
-                    .map_err(|e| ControllerError::Persist {
-                        what: "the restore-in-place request",
-                        source: e,
-                    })?;
+                self.persist_status("the restore-in-place request", |s| {
+                    s.restore_in_place = Some(r.clone());
+                })
+                .await?;
                 tracing::info!(group = %self.group(), target = %r.target_site, source = %r.source, confirm = %r.confirm_token_used, "restore-in-place requested");
                 Ok(())
             }
@@ -101,7 +89,7 @@ impl<S: Site> Controller<S> {
     }
 
     /// One step of the restore in flight; `Ok(true)` when the next can run at once.
-    async fn advance_restore(&mut self) -> Result<bool, ControllerError> {
+    pub(super) async fn advance_restore(&mut self) -> Result<bool, ControllerError> {
         let snap = self.rt.snapshot();
         let status = snap.status().clone();
         let Some(r) = status.restore_in_place.clone() else {
@@ -400,13 +388,10 @@ impl<S: Site> Controller<S> {
             self.restore_run = None;
         }
         let (phase, message) = (next.phase, next.message.clone());
-        self.rt
-            .update_status(|s| s.restore_in_place = Some(next.clone()))
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "the restore-in-place phase",
-                source: e,
-            })?;
+        self.persist_status("the restore-in-place phase", |s| {
+            s.restore_in_place = Some(next.clone());
+        })
+        .await?;
         tracing::info!(group = %self.group(), phase = phase.as_str(), message = %message, "restore-in-place: phase");
         for n in notes {
             let t = match n.severity {

@@ -26,7 +26,7 @@ use bloodraven_mysql::Site;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::planned::{MAX_STEPS_PER_POLL, Slot};
+use super::planned::{MAX_STEPS_PER_POLL, Slot, Stepped};
 use super::{Controller, ControllerError};
 use crate::events::EventType;
 
@@ -107,16 +107,7 @@ impl<S: Site> Controller<S> {
             tracing::warn!(group = %self.group(), step = e.step(), error = %e, "cannot start the ordered update a drift asks for");
             return;
         }
-        for _ in 0..MAX_STEPS_PER_POLL {
-            match self.advance_update().await {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(e) => {
-                    tracing::warn!(group = %self.group(), step = e.step(), error = %e, "ordered update: a step failed; retried next poll");
-                    break;
-                }
-            }
-        }
+        self.advance_steps(Stepped::Update).await;
         let phase = self
             .rt
             .snapshot()
@@ -151,21 +142,13 @@ impl<S: Site> Controller<S> {
             self.rt.now(),
         );
         if let Request::Accept(u) = &decision {
-            self.rt
-                .update_status(|s| s.update_phase = Some(u.clone()))
-                .await
-                .map_err(|e| ControllerError::Persist {
-                    what: "the ordered update request",
-                    source: e,
-                })?;
+            self.persist_status("the ordered update request", |s| {
+                s.update_phase = Some(u.clone());
+            })
+            .await?;
         }
-        self.rt
-            .update(|obj| obj.metadata.annotations.remove(ORDERED_UPDATE).is_some())
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "the consumed ordered update annotation",
-                source: e,
-            })?;
+        self.consume_annotation(ORDERED_UPDATE, "the consumed ordered update annotation")
+            .await?;
         match decision {
             Request::Accept(_) => {
                 tracing::info!(group = %self.group(), request = %id, "ordered update requested");
@@ -226,13 +209,10 @@ impl<S: Site> Controller<S> {
             // Taken: this drift was updated (or failed) already; `bloodraven update` retries.
             return Ok(());
         };
-        self.rt
-            .update_status(|s| s.update_phase = Some(u.clone()))
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "the ordered update a drift started",
-                source: e,
-            })?;
+        self.persist_status("the ordered update a drift started", |s| {
+            s.update_phase = Some(u.clone());
+        })
+        .await?;
         let drifted: Vec<String> = needs
             .drifted
             .iter()
@@ -243,7 +223,7 @@ impl<S: Site> Controller<S> {
     }
 
     /// One step of the update in flight; `Ok(true)` when the next can run at once.
-    async fn advance_update(&mut self) -> Result<bool, ControllerError> {
+    pub(super) async fn advance_update(&mut self) -> Result<bool, ControllerError> {
         let status = self.rt.snapshot().status().clone();
         let Some(u) = status.update_phase.clone() else {
             self.update_run = None;
@@ -373,13 +353,10 @@ impl<S: Site> Controller<S> {
         if next.phase.is_terminal() {
             self.update_run = None;
         }
-        self.rt
-            .update_status(|s| s.update_phase = Some(next.clone()))
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "the ordered update phase",
-                source: e,
-            })?;
+        self.persist_status("the ordered update phase", |s| {
+            s.update_phase = Some(next.clone());
+        })
+        .await?;
         tracing::info!(group = %self.group(), phase = phase.as_str(), site = %site, message = %next.message, "ordered update: phase");
         for n in notes {
             self.update_note(n).await;

@@ -26,7 +26,6 @@ use crate::config::{DatabaseDoc, DeployApiSettings, GroupDoc, LoadedConfig};
 use crate::leader::Leadership;
 use crate::lease_objects::LABEL_GROUP;
 use crate::operator::STORE_FILE;
-use crate::secrets::{NoSecrets, SecretStore};
 
 /// The embedded platform.
 #[derive(Debug)]
@@ -74,20 +73,8 @@ impl Platform for EmbeddedPlatform {
         self.store.clone()
     }
 
-    fn secrets(&self) -> Arc<dyn SecretStore> {
-        Arc::new(NoSecrets)
-    }
-
-    fn operator_namespace(&self) -> &'static str {
-        ""
-    }
-
     fn groups(&self) -> Arc<dyn GroupSource> {
         self.groups.clone()
-    }
-
-    fn workloads(&self) -> Arc<dyn SiteWorkloads> {
-        Arc::new(Endpoints)
     }
 
     fn elect(
@@ -104,15 +91,6 @@ impl Platform for EmbeddedPlatform {
         clock: &SharedClock,
     ) -> Result<Arc<dyn Authenticator>, PlatformError> {
         hmac_tokens(deploy, clock)
-    }
-
-    fn serve(
-        &self,
-        _leadership: &Leadership,
-        _loaded: watch::Receiver<bool>,
-        _shutdown: watch::Receiver<bool>,
-    ) -> Vec<JoinHandle<()>> {
-        Vec::new()
     }
 }
 

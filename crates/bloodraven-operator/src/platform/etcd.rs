@@ -24,12 +24,11 @@ use bloodraven_store::Store;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::embedded::{ConfiguredGroups, Endpoints};
-use super::{GroupSource, Platform, PlatformError, SiteWorkloads};
+use super::embedded::ConfiguredGroups;
+use super::{GroupSource, Platform, PlatformError};
 use crate::auth::Authenticator;
 use crate::config::{DeployApiSettings, LoadedConfig};
 use crate::leader::Leadership;
-use crate::secrets::{NoSecrets, SecretStore};
 
 /// The etcd platform.
 pub struct EtcdPlatform {
@@ -105,20 +104,8 @@ impl Platform for EtcdPlatform {
         ))
     }
 
-    fn secrets(&self) -> Arc<dyn SecretStore> {
-        Arc::new(NoSecrets)
-    }
-
-    fn operator_namespace(&self) -> &'static str {
-        ""
-    }
-
     fn groups(&self) -> Arc<dyn GroupSource> {
         self.groups.clone()
-    }
-
-    fn workloads(&self) -> Arc<dyn SiteWorkloads> {
-        Arc::new(Endpoints)
     }
 
     fn elect(
@@ -161,16 +148,6 @@ impl Platform for EtcdPlatform {
         clock: &SharedClock,
     ) -> Result<Arc<dyn Authenticator>, PlatformError> {
         super::embedded::hmac_tokens(deploy, clock)
-    }
-
-    fn serve(
-        &self,
-        _leadership: &Leadership,
-        _loaded: watch::Receiver<bool>,
-        _shutdown: watch::Receiver<bool>,
-    ) -> Vec<JoinHandle<()>> {
-        // The campaign is the only task beside the operator, and it is `elect`'s.
-        Vec::new()
     }
 }
 

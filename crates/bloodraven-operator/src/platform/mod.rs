@@ -69,15 +69,24 @@ pub trait Platform: Send + Sync + fmt::Debug {
     fn leader_store(&self) -> Arc<dyn Store> {
         self.store()
     }
-    /// Where secrets named by the configuration and the groups live.
-    fn secrets(&self) -> Arc<dyn SecretStore>;
+    /// Where secrets named by the configuration and the groups live. Outside Kubernetes
+    /// there is no secret object: secrets are files the configuration names.
+    fn secrets(&self) -> Arc<dyn SecretStore> {
+        Arc::new(crate::secrets::NoSecrets)
+    }
     /// The namespace of the operator's own objects (its Secrets, its leader Lease); empty
-    /// where namespaces mean nothing.
-    fn operator_namespace(&self) -> &str;
+    /// where namespaces mean nothing (outside Kubernetes).
+    // `&str`, not `&'static str`: Kubernetes answers with its configured namespace.
+    #[allow(clippy::unnecessary_literal_bound)]
+    fn operator_namespace(&self) -> &str {
+        ""
+    }
     /// Where the groups come from.
     fn groups(&self) -> Arc<dyn GroupSource>;
-    /// The sites' workloads.
-    fn workloads(&self) -> Arc<dyn SiteWorkloads>;
+    /// The sites' workloads. Outside Kubernetes a site's workload is its configured endpoint.
+    fn workloads(&self) -> Arc<dyn SiteWorkloads> {
+        Arc::new(embedded::Endpoints)
+    }
     /// Starts competing for leadership; the task ends after `shutdown`, releasing it.
     fn elect(
         &self,
@@ -92,13 +101,16 @@ pub trait Platform: Send + Sync + fmt::Debug {
     ) -> Result<Arc<dyn Authenticator>, PlatformError>;
     /// Tasks that run beside the operator on this platform, given whether it leads and whether
     /// it has loaded its groups (Kubernetes: the Pod's leader label). They end by themselves
-    /// after `shutdown`.
+    /// after `shutdown`. None by default (etcd's campaign is [`Platform::elect`]'s own).
     fn serve(
         &self,
         leadership: &Leadership,
         loaded: watch::Receiver<bool>,
         shutdown: watch::Receiver<bool>,
-    ) -> Vec<JoinHandle<()>>;
+    ) -> Vec<JoinHandle<()>> {
+        let _ = (leadership, loaded, shutdown);
+        Vec::new()
+    }
 }
 
 /// Opens the platform `cfg` names: the embedded store in its data directory, or the Kubernetes
