@@ -18,6 +18,14 @@ pub mod exit {
     pub const ERROR: i32 = 1;
     /// Bad command-line input (also clap's own code).
     pub const USAGE: i32 = 2;
+    /// The commands that request an operation and follow it (`failover`, `update`,
+    /// `restore-in-place`, `site reclone`): it ended in `Failed`.
+    pub const FAILED: i32 = 3;
+    /// They too: `--wait` passed before it finished (it goes on without the command).
+    pub const NOT_FINISHED: i32 = 4;
+    /// They too: the request was refused (the rule it breaks is printed); nothing was
+    /// written.
+    pub const REFUSED: i32 = 5;
 }
 
 /// How a command runs its async code.
@@ -81,6 +89,27 @@ pub fn load_config(
         eprintln!("error: {e}");
         exit::USAGE
     })
+}
+
+/// `--wait` and `--config` of a command that requests an operation and follows it, checked
+/// in that order. `Err` carries the exit code; the message is already printed.
+pub fn request_flags(
+    wait: &str,
+    config: &std::path::Path,
+) -> Result<(std::time::Duration, LoadedConfig), i32> {
+    Ok((wait_flag(wait)?, load_config(config)?))
+}
+
+/// The store of the platform `cfg` names and the group `name` in it, spec and status
+/// ([`platform_store`] then [`stored_body`]). `Err` carries the exit code; the message is
+/// already printed.
+pub async fn open_group(
+    cfg: &LoadedConfig,
+    name: &str,
+) -> Result<(Arc<dyn Store>, ObjectKey, FailoverGroupBody), i32> {
+    let store = platform_store(cfg).await?;
+    let (key, body) = stored_body(&*store, name).await?;
+    Ok((store, key, body))
 }
 
 /// The stored group named `name` (in whichever namespace holds it), with its spec. `Err`

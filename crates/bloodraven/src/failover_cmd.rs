@@ -20,11 +20,7 @@ use clap::Args;
 
 /// Exit codes of `bloodraven failover`.
 pub mod exit {
-    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, USAGE};
-    /// The failover ended in `Failed`.
-    pub const FAILED: i32 = 3;
-    /// `--wait` passed before it finished (it goes on without this command).
-    pub const NOT_FINISHED: i32 = 4;
+    pub use crate::cli::exit::{ERROR, FAILED, NOT_FINISHED, OK as SUCCEEDED, USAGE};
 }
 
 #[derive(Debug, Args)]
@@ -65,12 +61,8 @@ fn whoami() -> String {
 }
 
 pub fn run(args: &FailoverArgs) -> i32 {
-    let wait = match crate::cli::wait_flag(&args.wait) {
-        Ok(d) => d,
-        Err(code) => return code,
-    };
-    let cfg = match crate::cli::load_config(&args.config) {
-        Ok(c) => c,
+    let (wait, cfg) = match crate::cli::request_flags(&args.wait, &args.config) {
+        Ok(f) => f,
         Err(code) => return code,
     };
     if args.force {
@@ -100,11 +92,7 @@ async fn force_and_follow(
     wait: Duration,
 ) -> i32 {
     use bloodraven_core::contract::annotations::FORCE_PROMOTION;
-    let store = match crate::cli::platform_store(cfg).await {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let (key, body) = match crate::cli::stored_body(&*store, group).await {
+    let (store, key, body) = match crate::cli::open_group(cfg, group).await {
         Ok(g) => g,
         Err(code) => return code,
     };
@@ -171,14 +159,11 @@ async fn request_and_follow(
     to: &str,
     wait: Duration,
 ) -> i32 {
-    let store = match crate::cli::platform_store(cfg).await {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let (key, spec) = match crate::cli::stored_group(&*store, group).await {
-        Ok(g) => g,
-        Err(code) => return code,
-    };
+    let (store, key, FailoverGroupBody { spec, .. }) =
+        match crate::cli::open_group(cfg, group).await {
+            Ok(g) => g,
+            Err(code) => return code,
+        };
     let key = &key;
     if !spec.sites.iter().any(|s| s.name == to) {
         eprintln!(

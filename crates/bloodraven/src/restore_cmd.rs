@@ -14,21 +14,15 @@ use std::time::Duration;
 use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_core::status::{RestorePhase, RestoreStatus};
 use bloodraven_core::time::{Clock as _, Timestamp};
-use bloodraven_operator::config;
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_store::{StoreError, StoreExt as _};
 use clap::Args;
 
 /// Exit codes of `bloodraven restore-in-place`.
 pub mod exit {
-    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, USAGE};
-    /// The restore ended in `Failed`.
-    pub const FAILED: i32 = 3;
-    /// `--wait` passed before it finished (it goes on without this command).
-    pub const NOT_FINISHED: i32 = 4;
-    /// Refused (the dump is incomplete, the confirm is not new, another operation runs):
-    /// nothing was written.
-    pub const REFUSED: i32 = 5;
+    /// `REFUSED` here: the dump is incomplete, the confirm is not new, another operation
+    /// runs.
+    pub use crate::cli::exit::{ERROR, FAILED, NOT_FINISHED, OK as SUCCEEDED, REFUSED, USAGE};
 }
 
 #[derive(Debug, Args)]
@@ -115,18 +109,11 @@ async fn go(args: &RestoreArgs, wait: Duration) -> i32 {
         );
         return exit::USAGE;
     };
-    let cfg = match config::load(config_path) {
+    let cfg = match crate::cli::load_config(config_path) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::USAGE;
-        }
-    };
-    let store = match crate::cli::platform_store(&cfg).await {
-        Ok(s) => s,
         Err(code) => return code,
     };
-    let (key, _) = match crate::cli::stored_group(&*store, &args.group).await {
+    let (store, key, _) = match crate::cli::open_group(&cfg, &args.group).await {
         Ok(g) => g,
         Err(code) => return code,
     };

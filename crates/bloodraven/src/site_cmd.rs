@@ -20,13 +20,7 @@ use clap::{Args, Subcommand};
 
 /// Exit codes of `bloodraven site reclone`.
 pub mod exit {
-    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED};
-    /// The reclone ended in `Failed`.
-    pub const FAILED: i32 = 3;
-    /// `--wait` passed before it finished (it goes on without this command).
-    pub const NOT_FINISHED: i32 = 4;
-    /// The request was refused (a rule it breaks is printed); nothing was written.
-    pub const REFUSED: i32 = 5;
+    pub use crate::cli::exit::{ERROR, FAILED, NOT_FINISHED, OK as SUCCEEDED, REFUSED};
 }
 
 #[derive(Debug, Args)]
@@ -71,12 +65,8 @@ pub fn run(args: &SiteArgs) -> i32 {
 }
 
 fn run_reclone(args: &RecloneArgs) -> i32 {
-    let wait = match crate::cli::wait_flag(&args.wait) {
-        Ok(d) => d,
-        Err(code) => return code,
-    };
-    let cfg = match crate::cli::load_config(&args.config) {
-        Ok(c) => c,
+    let (wait, cfg) = match crate::cli::request_flags(&args.wait, &args.config) {
+        Ok(f) => f,
         Err(code) => return code,
     };
     crate::cli::run(
@@ -86,12 +76,8 @@ fn run_reclone(args: &RecloneArgs) -> i32 {
 }
 
 async fn request_and_follow(cfg: &config::LoadedConfig, args: &RecloneArgs, wait: Duration) -> i32 {
-    let store = match crate::cli::platform_store(cfg).await {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let (key, FailoverGroupBody { spec, status }) =
-        match crate::cli::stored_body(&*store, &args.group).await {
+    let (store, key, FailoverGroupBody { spec, status }) =
+        match crate::cli::open_group(cfg, &args.group).await {
             Ok(g) => g,
             Err(code) => return code,
         };

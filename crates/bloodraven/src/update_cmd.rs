@@ -23,13 +23,7 @@ use clap::Args;
 
 /// Exit codes of `bloodraven update`.
 pub mod exit {
-    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, USAGE};
-    /// The update ended in `Failed`.
-    pub const FAILED: i32 = 3;
-    /// `--wait` passed before it finished (it goes on without this command).
-    pub const NOT_FINISHED: i32 = 4;
-    /// The request was refused (the rule it breaks is printed).
-    pub const REFUSED: i32 = 5;
+    pub use crate::cli::exit::{ERROR, FAILED, NOT_FINISHED, OK as SUCCEEDED, REFUSED, USAGE};
 }
 
 #[derive(Debug, Args)]
@@ -77,12 +71,8 @@ pub fn run(args: &UpdateArgs) -> i32 {
 }
 
 async fn request_and_follow(cfg: &config::LoadedConfig, args: &UpdateArgs, wait: Duration) -> i32 {
-    let store = match crate::cli::platform_store(cfg).await {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let (key, FailoverGroupBody { spec, status }) =
-        match crate::cli::stored_body(&*store, &args.group).await {
+    let (store, key, FailoverGroupBody { spec, status }) =
+        match crate::cli::open_group(cfg, &args.group).await {
             Ok(g) => g,
             Err(code) => return code,
         };
