@@ -21,7 +21,7 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicySpec,
 };
 use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -440,94 +440,92 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
     }
 }
 
-fn rbac(v: &Values, r: &Release) -> Result<Vec<Value>, ManifestsError> {
-    const RBAC: &str = "rbac.authorization.k8s.io/v1";
-    let full = r.fullname();
-    let ns = Some(r.namespace.as_str());
-    let cluster_name = format!("{}-{full}", r.namespace);
-    let mut out = vec![
+const RBAC: &str = "rbac.authorization.k8s.io/v1";
+
+/// A `Role` `name` in `namespace` with `rules`, and its `RoleBinding` to the release's service
+/// account.
+fn role_and_binding(
+    r: &Release,
+    name: &str,
+    namespace: &str,
+    rules: Vec<PolicyRule>,
+) -> Result<[Value; 2], ManifestsError> {
+    let ns = Some(namespace);
+    Ok([
         to_value(
             "Role",
             RBAC,
             &Role {
-                metadata: r.meta(&full, ns),
-                rules: Some(policy_rules(
-                    Scope::Operator,
-                    v.auxiliary.deploy_api.enabled,
-                )),
+                metadata: r.meta(name, ns),
+                rules: Some(rules),
             },
         )?,
         to_value(
             "RoleBinding",
             RBAC,
             &RoleBinding {
-                metadata: r.meta(&full, ns),
-                role_ref: role_ref("Role", &full),
+                metadata: r.meta(name, ns),
+                role_ref: role_ref("Role", name),
                 subjects: Some(subject(r)),
             },
         )?,
-    ];
-    let watched = policy_rules(Scope::Watched, v.auxiliary.deploy_api.enabled);
+    ])
+}
+
+/// A `ClusterRole` `name` with `rules`, and its `ClusterRoleBinding` to the release's service
+/// account.
+fn cluster_role_and_binding(
+    r: &Release,
+    name: &str,
+    rules: Vec<PolicyRule>,
+) -> Result<[Value; 2], ManifestsError> {
+    Ok([
+        to_value(
+            "ClusterRole",
+            RBAC,
+            &ClusterRole {
+                metadata: r.meta(name, None),
+                rules: Some(rules),
+                ..ClusterRole::default()
+            },
+        )?,
+        to_value(
+            "ClusterRoleBinding",
+            RBAC,
+            &ClusterRoleBinding {
+                metadata: r.meta(name, None),
+                role_ref: role_ref("ClusterRole", name),
+                subjects: Some(subject(r)),
+            },
+        )?,
+    ])
+}
+
+fn rbac(v: &Values, r: &Release) -> Result<Vec<Value>, ManifestsError> {
+    let full = r.fullname();
+    let cluster_name = format!("{}-{full}", r.namespace);
+    let deploy_api = v.auxiliary.deploy_api.enabled;
+    let mut out = Vec::new();
+    out.extend(role_and_binding(
+        r,
+        &full,
+        &r.namespace,
+        policy_rules(Scope::Operator, deploy_api),
+    )?);
+    let watched = policy_rules(Scope::Watched, deploy_api);
     if v.watch_namespace.is_empty() {
         let name = format!("{cluster_name}-watched");
-        out.push(to_value(
-            "ClusterRole",
-            RBAC,
-            &ClusterRole {
-                metadata: r.meta(&name, None),
-                rules: Some(watched),
-                ..ClusterRole::default()
-            },
-        )?);
-        out.push(to_value(
-            "ClusterRoleBinding",
-            RBAC,
-            &ClusterRoleBinding {
-                metadata: r.meta(&name, None),
-                role_ref: role_ref("ClusterRole", &name),
-                subjects: Some(subject(r)),
-            },
-        )?);
+        out.extend(cluster_role_and_binding(r, &name, watched)?);
     } else {
         let name = format!("{full}-watched");
-        let wns = Some(v.watch_namespace.as_str());
-        out.push(to_value(
-            "Role",
-            RBAC,
-            &Role {
-                metadata: r.meta(&name, wns),
-                rules: Some(watched),
-            },
-        )?);
-        out.push(to_value(
-            "RoleBinding",
-            RBAC,
-            &RoleBinding {
-                metadata: r.meta(&name, wns),
-                role_ref: role_ref("Role", &name),
-                subjects: Some(subject(r)),
-            },
-        )?);
+        out.extend(role_and_binding(r, &name, &v.watch_namespace, watched)?);
     }
-    if v.auxiliary.deploy_api.enabled {
+    if deploy_api {
         let name = format!("{cluster_name}-tokenreview");
-        out.push(to_value(
-            "ClusterRole",
-            RBAC,
-            &ClusterRole {
-                metadata: r.meta(&name, None),
-                rules: Some(policy_rules(Scope::Cluster, true)),
-                ..ClusterRole::default()
-            },
-        )?);
-        out.push(to_value(
-            "ClusterRoleBinding",
-            RBAC,
-            &ClusterRoleBinding {
-                metadata: r.meta(&name, None),
-                role_ref: role_ref("ClusterRole", &name),
-                subjects: Some(subject(r)),
-            },
+        out.extend(cluster_role_and_binding(
+            r,
+            &name,
+            policy_rules(Scope::Cluster, true),
         )?);
     }
     Ok(out)
