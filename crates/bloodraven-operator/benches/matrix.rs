@@ -645,21 +645,7 @@ fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
 }
 
 fn main() {
-    bloodraven_runtime::tls::install_crypto_provider();
-    let opts = matrix::Options::from_args();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap();
-    let code = matrix::drive(
-        &opts,
-        &scenarios(),
-        (BEGIN, END),
-        "scripts/bench",
-        &bloodraven_runtime::clock::system().now().to_string(),
-        |name| rt.block_on(run(name)),
-    );
+    let code = matrix::drive_from_args(&scenarios(), (BEGIN, END), run);
     std::process::exit(code);
 }
 

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{GROUP, Live, Timings, bootstrapped, request_failover, wait_status};
+use support::{GROUP, Live, Timings, request_failover};
 use tokio::time::Instant;
 
 /// Reads server-sent events from `resp` until one carries a view, returning it.
@@ -36,11 +36,7 @@ async fn next_view(resp: &mut reqwest::Response, buf: &mut String) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_watch_sees_each_announcement_and_a_long_poll_answers_after_it() {
     let live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(15), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     let base = format!("http://{}", op.http_addr);
     let http = reqwest::Client::new();
     let mut resp = http

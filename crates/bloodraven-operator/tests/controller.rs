@@ -82,11 +82,7 @@ async fn bootstrap_sets_generation_one_and_reports_the_sites() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
     let mut live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     let client = Client::new(&live.ca, op.https_addr.unwrap());
     let token = live.token();
     let m = client
@@ -101,12 +97,7 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
         StatusCode::CREATED,
         "a live hold; emergency failover must not read it"
     );
-    let writer = Writer::start(
-        (0..3)
-            .map(|i| (live.harness.name(i).to_string(), live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(2),
-    );
+    let writer = Writer::start(live.writer_targets(), Duration::from_millis(2));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     live.harness.kill(0).unwrap();
@@ -265,43 +256,9 @@ async fn a_returning_primary_that_comes_back_read_only_with_divergent_transactio
 async fn divergent_primary_returns(read_only_at_start: bool) {
     let mut live = Live::start(Timings::default()).await;
     let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
-    // Cut replication, then write on iad: these transactions exist only on iad.
-    for i in [1, 2] {
-        live.harness
-            .admin(i)
-            .unwrap()
-            .execute("STOP SLAVE")
-            .await
-            .unwrap();
-    }
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(0))
-        .await
-        .unwrap();
-    c.query_drop("INSERT INTO app.writes (id, site) VALUES (9001, 'iad-only'), (9002, 'iad-only')")
-        .await
-        .unwrap();
-    drop(c);
-    live.harness.kill(0).unwrap();
-    wait_status(&op, Duration::from_secs(20), "failover to pdx", |s| {
-        s.active_site == "pdx"
-    })
-    .await;
-    // pdx writes more than iad's extra transactions: its position is numerically ahead.
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
-        .await
-        .unwrap();
-    for id in 9100..9105 {
-        c.query_drop(format!(
-            "INSERT INTO app.writes (id, site) VALUES ({id}, 'pdx')"
-        ))
-        .await
-        .unwrap();
-    }
-    drop(c);
+    // Cut replication, then write on iad: these transactions exist only on iad; pdx then
+    // writes more than iad's extra transactions (its position is numerically ahead).
+    support::diverge_and_fail_over(&mut live, &op).await;
     live.harness.set_read_only_at_start(read_only_at_start);
     live.harness.restart(0).await.unwrap();
     let s = wait_status(&op, Duration::from_secs(20), "iad blocked", |s| {
@@ -335,20 +292,10 @@ async fn divergent_primary_returns(read_only_at_start: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     let live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     let client = Client::new(&live.ca, op.https_addr.unwrap());
     let token = live.token();
-    let m = client
-        .grant(&token, "migration", "mig-2", "counter-app", 30)
-        .await;
-    let h = client
-        .grant(&token, "failover-hold", "mig-2", "counter-app", 30)
-        .await;
-    assert_eq!(h.status, StatusCode::CREATED);
+    let (m, h) = client.migration_with_hold(&token, "mig-2", 30).await;
     request_failover(&op, "pdx").await;
     let s = wait_status(
         &op,
@@ -484,17 +431,8 @@ async fn twenty_planned_switchovers_through_the_operator_lose_nothing() {
         ..Timings::default()
     })
     .await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
-    let writer = Writer::start(
-        (0..3)
-            .map(|i| (live.harness.name(i).to_string(), live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(1),
-    );
+    let op = support::replicating(&live).await;
+    let writer = Writer::start(live.writer_targets(), Duration::from_millis(1));
     let mut target = "pdx";
     for n in 0..20u64 {
         wait_status(
@@ -566,11 +504,7 @@ async fn twenty_planned_switchovers_through_the_operator_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn intruders_are_fenced_and_a_stale_fence_on_the_primary_is_reasserted() {
     let live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     // Give the group failover history.
     request_failover(&op, "pdx").await;
     wait_status(&op, Duration::from_secs(20), "on pdx", |s| {
@@ -815,11 +749,7 @@ async fn a_request_whose_annotation_was_not_consumed_runs_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_source_refuses_it_is_repointed_once_per_settle_period() {
     let live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     let before = events(&op)
         .await
         .iter()
@@ -960,11 +890,7 @@ async fn a_pooled_connection_to_a_demoted_primary_errors_instead_of_reading_stal
         ..Timings::default()
     })
     .await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     let mut pooled = mysql_async::Conn::new(live.harness.app_opts(0))
         .await
         .unwrap();

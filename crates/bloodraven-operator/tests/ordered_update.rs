@@ -15,10 +15,10 @@ use bloodraven_core::reason::{DeferReason, EventReason, UpdateFailure};
 use bloodraven_core::status::{GroupStatus, UpdatePhase};
 use bloodraven_mysql::update_desk::UpdateDesk;
 use bloodraven_operator::OperatorHandle;
-use bloodraven_testkit::ledger::{Probe, Target, Writer, check};
+use bloodraven_testkit::ledger::{Probe, Writer, check};
 use mysql_async::prelude::Queryable;
 use reqwest::StatusCode;
-use support::{GROUP, Live, Timings, bootstrapped, event_messages, wait_status};
+use support::{GROUP, Live, Timings, event_messages, wait_status};
 
 const SITES: [&str; 3] = ["iad", "pdx", "reader"];
 
@@ -33,11 +33,7 @@ async fn start() -> (Live, UpdateDesk, OperatorHandle) {
         o.update = Some((command, "60s".into()));
     })
     .await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(15), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     (live, desk, op)
 }
 
@@ -103,22 +99,8 @@ async fn max_connections(live: &Live, i: usize) -> u64 {
 async fn the_group_is_updated_one_site_at_a_time_with_one_switchover_and_nothing_lost() {
     let (mut live, desk, op) = start().await;
     let before = status(&op.group(GROUP).await.unwrap()).topology_generation;
-    let writer = Writer::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(2),
-    );
-    let probe = Probe::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(5),
-    );
+    let writer = Writer::start(live.writer_targets(), Duration::from_millis(2));
+    let probe = Probe::start(live.probe_targets(), Duration::from_millis(5));
     request(&op, "u1").await;
     let (s, served) = serve_until(
         &mut live,
@@ -240,14 +222,7 @@ async fn an_update_behind_a_failover_hold_waits_deferred_and_a_restarted_operato
     let api = support::Client::new(&live.ca, op.https_addr.unwrap());
     // A failover-hold is held beside its migration lease; the hold defers the switchover
     // until the earlier of the two expires.
-    let m = api
-        .grant(&token, "migration", "release-9", "counter-app", 60)
-        .await;
-    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    let hold = api
-        .grant(&token, "failover-hold", "release-9", "counter-app", 60)
-        .await;
-    assert_eq!(hold.status, StatusCode::CREATED, "{}", hold.text);
+    let (m, hold) = api.migration_with_hold(&token, "release-9", 60).await;
     let migration_token = m.body["token"].as_str().unwrap().to_string();
     let lease_token = hold.body["token"].as_str().unwrap().to_string();
     request(&op, "u3").await;

@@ -20,7 +20,7 @@ use bloodraven_core::contract::annotations::ORDERED_UPDATE;
 use bloodraven_core::reason::EventReason;
 use bloodraven_core::status::{GroupStatus, UpdatePhase};
 use bloodraven_testkit::fake_k8s::statefulset::{REVISION_LABEL, STATEFULSETS};
-use bloodraven_testkit::ledger::{Probe, Target, Writer, check};
+use bloodraven_testkit::ledger::{Probe, Writer, check};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use mysql_async::prelude::Queryable;
 use serde_json::json;
@@ -217,22 +217,8 @@ impl Story {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_lost() {
     let mut story = start(UpdateStrategy::Ordered).await;
-    let writer = Writer::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| ((*n).to_string(), story.live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(2),
-    );
-    let probe = Probe::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, story.live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(5),
-    );
+    let writer = Writer::start(story.live.writer_targets(), Duration::from_millis(2));
+    let probe = Probe::start(story.live.probe_targets(), Duration::from_millis(5));
     tokio::time::sleep(Duration::from_millis(500)).await;
     story.change_templates().await;
     let (s, started) = story.serve_until_ended().await;

@@ -240,14 +240,7 @@ async fn a_target_that_broke_while_deferred_fails_admission_with_its_reason() {
     let (mut live, op) = live_group("5s").await;
     let client = support::Client::new(&live.ca, op.https_addr.unwrap());
     let token = live.token();
-    let m = client
-        .grant(&token, "migration", "mig-9", "counter-app", 60)
-        .await;
-    assert_eq!(m.status, reqwest::StatusCode::CREATED, "{}", m.text);
-    let h = client
-        .grant(&token, "failover-hold", "mig-9", "counter-app", 60)
-        .await;
-    assert_eq!(h.status, reqwest::StatusCode::CREATED, "{}", h.text);
+    let (_migration, h) = client.migration_with_hold(&token, "mig-9", 60).await;
     request_failover(&op, "pdx").await;
     wait_status(
         &op,

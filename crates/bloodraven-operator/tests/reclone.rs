@@ -13,11 +13,9 @@ use bloodraven_core::contract::annotations::RECLONE_SITE;
 use bloodraven_core::reason::{ConditionType, RecloneFailure, RecoveryState};
 use bloodraven_core::status::{Condition, GroupStatus, ReclonePhase, SiteState};
 use bloodraven_operator::OperatorHandle;
-use bloodraven_testkit::ledger::{Probe, Target};
+use bloodraven_testkit::ledger::Probe;
 use mysql_async::prelude::Queryable;
 use support::{GROUP, Live, Timings, bootstrapped, event_messages, wait_event, wait_status};
-
-const SITES: [&str; 3] = ["iad", "pdx", "reader"];
 
 async fn request(op: &OperatorHandle, site: &str, confirm: &str) {
     op.group(GROUP)
@@ -68,42 +66,8 @@ async fn taken(op: &OperatorHandle) {
 async fn a_returning_old_primary_blocked_by_a_divergent_write_is_recloned() {
     let mut live = Live::start(Timings::default()).await;
     let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
     // iad writes two rows nobody else receives, then dies; pdx takes over and writes more.
-    for i in [1, 2] {
-        live.harness
-            .admin(i)
-            .unwrap()
-            .execute("STOP SLAVE")
-            .await
-            .unwrap();
-    }
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(0))
-        .await
-        .unwrap();
-    c.query_drop("INSERT INTO app.writes (id, site) VALUES (9001, 'iad-only'), (9002, 'iad-only')")
-        .await
-        .unwrap();
-    drop(c);
-    live.harness.kill(0).unwrap();
-    wait_status(&op, Duration::from_secs(20), "failover to pdx", |s| {
-        s.active_site == "pdx"
-    })
-    .await;
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
-        .await
-        .unwrap();
-    for id in 9100..9105 {
-        c.query_drop(format!(
-            "INSERT INTO app.writes (id, site) VALUES ({id}, 'pdx')"
-        ))
-        .await
-        .unwrap();
-    }
-    drop(c);
+    support::diverge_and_fail_over(&mut live, &op).await;
     live.harness.restart(0).await.unwrap();
     let blocked = wait_status(
         &op,
@@ -128,14 +92,7 @@ async fn a_returning_old_primary_blocked_by_a_divergent_write_is_recloned() {
     assert_eq!(ids_on(&live, 0, "site = 'iad-only'").await, [9001, 9002]);
 
     // The application's view from here on: a probe tries a write on every site.
-    let probe = Probe::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(5),
-    );
+    let probe = Probe::start(live.probe_targets(), Duration::from_millis(5));
 
     // A wrong confirmation and the active site are refused; nothing changes.
     request(&op, "iad", "0-9-99999999").await;
@@ -229,11 +186,7 @@ async fn a_returning_old_primary_blocked_by_a_divergent_write_is_recloned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_source_purged_its_binary_logs_is_recloned_and_catches_up() {
     let mut live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     live.harness.kill(2).unwrap();
     let mut c = mysql_async::Conn::new(live.harness.app_opts(0))
         .await
@@ -327,11 +280,7 @@ async fn a_replica_whose_source_purged_its_binary_logs_is_recloned_and_catches_u
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_emergency_failover_during_a_copy_stops_it_and_a_second_reclone_finishes() {
     let mut live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     // A root session on reader holds a lock the load's DROP DATABASE waits behind.
     let mut lock = mysql_async::Conn::new(
         mysql_async::OptsBuilder::default()

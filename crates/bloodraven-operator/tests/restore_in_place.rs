@@ -18,10 +18,9 @@ use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_core::status::{GroupStatus, RestorePhase};
 use bloodraven_operator::OperatorHandle;
 use bloodraven_store::StoreExt as _;
-use bloodraven_testkit::ledger::{Outcome, Probe, Target, Writer};
+use bloodraven_testkit::ledger::{Outcome, Probe, Writer};
 use mysql_async::prelude::Queryable;
-use reqwest::StatusCode;
-use support::{GROUP, Live, Timings, bootstrapped, event_messages, wait_event, wait_status};
+use support::{GROUP, Live, Timings, event_messages, wait_event, wait_status};
 use tokio::time::Instant;
 
 const SITES: [&str; 3] = ["iad", "pdx", "reader"];
@@ -136,11 +135,7 @@ const C1: &str = "2027-01-15T10:00:00Z";
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dump_is_restored_into_the_live_group_behind_the_hold_with_one_generation_bump() {
     let live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(15), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     prepare_data(&live).await;
     let file: PathBuf = live.dir.path().join("orders.sql");
     dump(&live, &file);
@@ -154,34 +149,12 @@ async fn a_dump_is_restored_into_the_live_group_behind_the_hold_with_one_generat
     // A migration lease and its failover-hold, held before the request.
     let token = live.token();
     let api = support::Client::new(&live.ca, op.https_addr.unwrap());
-    let m = api
-        .grant(&token, "migration", "mig-7", "counter-app", 60)
-        .await;
-    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    let h = api
-        .grant(&token, "failover-hold", "mig-7", "counter-app", 60)
-        .await;
-    assert_eq!(h.status, StatusCode::CREATED, "{}", h.text);
+    let (m, h) = api.migration_with_hold(&token, "mig-7", 60).await;
     let m_token = m.body["token"].as_str().unwrap().to_string();
     let h_token = h.body["token"].as_str().unwrap().to_string();
 
-    let writer = Writer::start_from(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(2),
-        10_000,
-    );
-    let probe = Probe::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(5),
-    );
+    let writer = Writer::start_from(live.writer_targets(), Duration::from_millis(2), 10_000);
+    let probe = Probe::start(live.probe_targets(), Duration::from_millis(5));
     request(&op, C1, &file).await;
     let s = wait_status(
         &op,
@@ -299,11 +272,7 @@ async fn a_dump_is_restored_into_the_live_group_behind_the_hold_with_one_generat
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_truncated_dump_fails_with_the_target_fenced_and_the_old_data_intact() {
     let live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(15), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     prepare_data(&live).await;
     let whole = live.dir.path().join("whole.sql");
     dump(&live, &whole);

@@ -7,26 +7,8 @@ mod support;
 use std::time::Duration;
 
 use bloodraven_core::status::{GroupStatus, SiteState};
-use bloodraven_testkit::ledger::{self, Probe, ProbeLog, Target, Writer, WriterLog};
+use bloodraven_testkit::ledger::{self, Probe, ProbeLog, Writer, WriterLog};
 use support::{GROUP, Live, Timings, bootstrapped, bootstrapped_on, event_messages, wait_status};
-
-const SITES: [&str; 3] = ["iad", "pdx", "reader"];
-
-fn writer_sites(live: &Live) -> Vec<(String, mysql_async::Opts)> {
-    SITES
-        .iter()
-        .enumerate()
-        .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
-        .collect()
-}
-
-fn probe_targets(live: &Live) -> Vec<Target> {
-    SITES
-        .iter()
-        .enumerate()
-        .map(|(i, n)| Target::new(*n, live.harness.app_opts(i)))
-        .collect()
-}
 
 /// The application's traffic for one phase: a writer every millisecond, a probe every 5 ms.
 struct Traffic {
@@ -37,8 +19,8 @@ struct Traffic {
 impl Traffic {
     fn start(live: &Live, first_id: u64) -> Traffic {
         Traffic {
-            writer: Writer::start_from(writer_sites(live), Duration::from_millis(1), first_id),
-            probe: Probe::start(probe_targets(live), Duration::from_millis(5)),
+            writer: Writer::start_from(live.writer_targets(), Duration::from_millis(1), first_id),
+            probe: Probe::start(live.probe_targets(), Duration::from_millis(5)),
         }
     }
 
@@ -268,7 +250,7 @@ async fn a_group_whose_sites_all_boot_read_only_gets_its_bootstrap_site() {
         .join("\n");
     assert!(m.contains("spec.bootstrapSite"), "{m}");
     // The application writes on pdx, and the writes reach the others.
-    let w = Writer::start(writer_sites(&live), Duration::from_millis(2));
+    let w = Writer::start(live.writer_targets(), Duration::from_millis(2));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let log = w.stop().await;
     assert!(log.acked.iter().all(|a| a.site == 1) && !log.acked.is_empty());

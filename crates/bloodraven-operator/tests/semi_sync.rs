@@ -10,32 +10,16 @@ use bloodraven_core::config::ReplicationMode;
 use bloodraven_core::semisync::SemiSyncState;
 use bloodraven_core::status::GroupStatus;
 use bloodraven_mysql::SiteClient;
-use bloodraven_testkit::ledger::{self, Probe, Target, Writer};
+use bloodraven_testkit::ledger::{self, Probe, Writer};
 use support::{Live, Timings, bootstrapped, event_messages, wait_status};
 use tokio::time::{Instant, sleep};
 
-const SITES: [&str; 3] = ["iad", "pdx", "reader"];
-
 fn writer(live: &Live) -> Writer {
-    Writer::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(1),
-    )
+    Writer::start(live.writer_targets(), Duration::from_millis(1))
 }
 
 fn probe(live: &Live) -> Probe {
-    Probe::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(5),
-    )
+    Probe::start(live.probe_targets(), Duration::from_millis(5))
 }
 
 async fn wait_semi_sync(c: &SiteClient, what: &str, pred: impl Fn(&SemiSyncState) -> bool) {
@@ -155,11 +139,7 @@ async fn semi_sync_loses_nothing_acknowledged_when_the_primary_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_candidate_behind_the_reader_catches_up_from_it_and_the_reader_is_not_blocked() {
     let mut live = Live::start(Timings::default()).await;
-    let op = bootstrapped(&live).await;
-    wait_status(&op, Duration::from_secs(20), "replication", |s| {
-        s.replication_running()
-    })
-    .await;
+    let op = support::replicating(&live).await;
     live.harness
         .admin(1)
         .unwrap()

@@ -764,6 +764,38 @@ impl Playground {
         }
     }
 
+    /// The group's stored status as JSON, `Null` while the group is not stored (or cannot be
+    /// read): what stories and benches poll for a phase, in the wire's own field names.
+    pub async fn status_value(&self) -> serde_json::Value {
+        self.store
+            .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|o| o.body.get("status").cloned())
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Polls [`Playground::status_value`] every 20 ms until `pred` holds (`Ok` with that
+    /// status) or `limit` passes (`Err` with the last status seen).
+    pub async fn wait_status(
+        &self,
+        limit: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value, serde_json::Value> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let s = self.status_value().await;
+            if pred(&s) {
+                return Ok(s);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(s);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits until the deploy API's observation of the group says `stable` (what a
     /// `bloodraven deploy migrate` started from the printed lines checks first), so the
     /// playground says it is ready only when a pipeline would be admitted.
@@ -853,6 +885,17 @@ impl Playground {
             .await
             .get_mut(i)
             .and_then(OperatorProc::pid)
+    }
+
+    /// SIGKILLs the leading operator process and reaps it: a crash mid-operation, for the
+    /// restart stories. Returns its pid; `None` when it does not run.
+    pub async fn kill_operator(&self) -> Option<u32> {
+        let i = self.leading_index();
+        let mut ops = self.operators.lock().await;
+        let op = ops.get_mut(i)?;
+        let pid = op.pid()?;
+        op.kill().await;
+        Some(pid)
     }
 
     /// SIGKILLs the operator that leads (`--store etcd`): the standby takes the group over

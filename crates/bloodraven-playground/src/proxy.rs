@@ -380,14 +380,20 @@ mod tests {
         ) && &buf == b"ping"
     }
 
-    #[tokio::test]
-    async fn forwards_cuts_and_heals() {
+    /// A proxy in front of an echo server, and a connection through it that carried data.
+    async fn linked() -> (LinkProxy, TcpStream) {
         let target = test_server(false).await;
         let p = LinkProxy::start("test", "127.0.0.1:0".parse().unwrap(), target)
             .await
             .unwrap();
         let mut a = TcpStream::connect(p.listen).await.unwrap();
         assert!(roundtrip(&mut a).await);
+        (p, a)
+    }
+
+    #[tokio::test]
+    async fn forwards_cuts_and_heals() {
+        let (p, mut a) = linked().await;
         p.cut();
         assert!(p.is_cut());
         assert!(
@@ -460,12 +466,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_delay_holds_data_both_ways_on_open_connections() {
-        let target = test_server(false).await;
-        let p = LinkProxy::start("test", "127.0.0.1:0".parse().unwrap(), target)
-            .await
-            .unwrap();
-        let mut a = TcpStream::connect(p.listen).await.unwrap();
-        assert!(roundtrip(&mut a).await);
+        let (p, mut a) = linked().await;
         p.set_delay(std::time::Duration::from_millis(300));
         let started = tokio::time::Instant::now();
         assert!(roundtrip(&mut a).await, "a delayed link still carries data");

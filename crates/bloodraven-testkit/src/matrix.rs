@@ -295,6 +295,31 @@ impl Options {
     }
 }
 
+/// A matrix bench's `main`: installs the TLS provider, reads the [`Options`] from the
+/// command line, and [`drive`]s `scenarios` on a 4-worker runtime, each run `run(name)`,
+/// the report stamped now and made by `scripts/bench`. Returns the exit code.
+pub fn drive_from_args<F, Fut>(
+    scenarios: &[(&'static str, &'static str, Promise)],
+    markers: (&str, &str),
+    run: F,
+) -> i32
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: std::future::Future<Output = RunResult>,
+{
+    bloodraven_runtime::tls::install_crypto_provider();
+    let opts = Options::from_args();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let now = bloodraven_runtime::clock::system().now().to_string();
+    drive(&opts, scenarios, markers, "scripts/bench", &now, |name| {
+        rt.block_on(run(name))
+    })
+}
+
 /// Runs each of `scenarios` `opts.runs` times with `run`, says how each run went, keeps what
 /// a run that broke its promise measured under `opts.keep`, prints the table and, with
 /// `opts.report`, writes it with the plots between `markers` in that file (the plots into the
@@ -306,7 +331,7 @@ pub fn drive(
     markers: (&str, &str),
     command: &str,
     measured_at: &str,
-    mut run: impl FnMut(&str) -> RunResult,
+    mut run: impl FnMut(&'static str) -> RunResult,
 ) -> i32 {
     let runs = opts.runs;
     let mut results: Vec<Row<'static>> = Vec::new();

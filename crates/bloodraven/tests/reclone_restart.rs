@@ -6,22 +6,9 @@
 
 use std::time::Duration;
 
-use bloodraven_core::resources::KIND_GROUP;
-use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
-use bloodraven_store::ObjectKey;
+use bloodraven_playground::playground::{Playground, PlaygroundOptions};
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
-use tokio::time::Instant;
-
-async fn status(pg: &Playground) -> Value {
-    pg.store
-        .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
-        .await
-        .ok()
-        .flatten()
-        .and_then(|o| o.body.get("status").cloned())
-        .unwrap_or(Value::Null)
-}
 
 async fn until(
     pg: &Playground,
@@ -29,18 +16,8 @@ async fn until(
     what: &str,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let s = status(pg).await;
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up waiting for {what}; status {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let waited = pg.wait_status(limit, pred).await;
+    waited.unwrap_or_else(|s| panic!("gave up waiting for {what}; status {s}"))
 }
 
 fn reader(s: &Value) -> &Value {
@@ -78,19 +55,10 @@ async fn an_operator_killed_mid_reclone_restarts_the_copy_and_finishes_it() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pid = pg.operator_pid().await.expect("the operator runs");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pg.operator_running().await {
-        assert!(Instant::now() < deadline, "the operator did not die");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    pg.kill_operator().await.expect("the operator runs");
+    assert!(!pg.operator_running().await, "the operator died");
     // Dead mid-copy: the status says where it stopped.
-    let s = status(&pg).await;
+    let s = pg.status_value().await;
     assert_eq!(reader(&s)["reclone"]["phase"], "Copying", "{s}");
     assert_eq!(reader(&s)["reclone"]["attempts"], 1, "{s}");
 

@@ -10,9 +10,7 @@
 
 use std::time::Duration;
 
-use bloodraven_core::resources::KIND_GROUP;
-use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions};
-use bloodraven_store::ObjectKey;
+use bloodraven_playground::playground::{Playground, PlaygroundOptions};
 use bloodraven_testkit::ledger::{self, Probe, Target};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -20,26 +18,9 @@ use tokio::time::Instant;
 /// The playground's sidecar `peerCheckInterval` (docs/playground.md).
 const PEER_CHECK: Duration = Duration::from_secs(2);
 
-async fn status(pg: &Playground) -> Value {
-    pg.store
-        .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
-        .await
-        .ok()
-        .flatten()
-        .and_then(|o| o.body.get("status").cloned())
-        .unwrap_or(Value::Null)
-}
-
 async fn until(pg: &Playground, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let s = status(pg).await;
-        if pred(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting; status {s}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let waited = pg.wait_status(limit, pred).await;
+    waited.unwrap_or_else(|s| panic!("gave up waiting; status {s}"))
 }
 
 async fn read_only(pg: &Playground, i: usize) -> Option<bool> {

@@ -6,23 +6,9 @@
 
 use std::time::Duration;
 
-use bloodraven_core::resources::KIND_GROUP;
-use bloodraven_playground::playground::{
-    FIRST_MAX_CONNECTIONS, GROUP, NAMESPACE, Playground, PlaygroundOptions,
-};
-use bloodraven_store::ObjectKey;
+use bloodraven_playground::playground::{FIRST_MAX_CONNECTIONS, Playground, PlaygroundOptions};
 use serde_json::Value;
 use tokio::time::Instant;
-
-async fn status(pg: &Playground) -> Value {
-    pg.store
-        .get(&ObjectKey::new(KIND_GROUP, NAMESPACE, GROUP))
-        .await
-        .ok()
-        .flatten()
-        .and_then(|o| o.body.get("status").cloned())
-        .unwrap_or(Value::Null)
-}
 
 async fn until(
     pg: &Playground,
@@ -30,32 +16,13 @@ async fn until(
     what: &str,
     pred: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let s = status(pg).await;
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up waiting for {what}; status {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let waited = pg.wait_status(limit, pred).await;
+    waited.unwrap_or_else(|s| panic!("gave up waiting for {what}; status {s}"))
 }
 
 async fn kill_operator(pg: &Playground) {
-    let pid = pg.operator_pid().await.expect("the operator runs");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pg.operator_running().await {
-        assert!(Instant::now() < deadline, "the operator did not die");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    pg.kill_operator().await.expect("the operator runs");
+    assert!(!pg.operator_running().await, "the operator died");
 }
 
 fn phase(s: &Value) -> &str {
@@ -87,7 +54,9 @@ async fn an_operator_killed_mid_update_resumes_and_finishes_it() {
     let pg = Playground::start(opts, &|_| {})
         .await
         .expect("the playground starts");
-    let generation = status(&pg).await["topologyGeneration"].as_u64().unwrap();
+    let generation = pg.status_value().await["topologyGeneration"]
+        .as_u64()
+        .unwrap();
 
     // 1. Killed while a replica is being updated: the desk is held (its servers' lock), so
     //    pdx's update command waits for its restart.
@@ -99,7 +68,7 @@ async fn an_operator_killed_mid_update_resumes_and_finishes_it() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     kill_operator(&pg).await;
-    let s = status(&pg).await;
+    let s = pg.status_value().await;
     assert_eq!(phase(&s), "UpdatingReplicas", "{s}");
     assert_eq!(s["updatePhase"]["site"], "pdx", "{s}");
     drop(held);

@@ -321,6 +321,18 @@ impl Client {
         }
     }
 
+    /// A migration lease for `op` on `counter-app` and its failover-hold, as a pipeline takes
+    /// them before a migration, each asserted granted (`201`). Returns (migration, hold).
+    pub async fn migration_with_hold(&self, token: &str, op: &str, ttl: i64) -> (Answer, Answer) {
+        let m = self.grant(token, "migration", op, "counter-app", ttl).await;
+        assert_eq!(m.status, StatusCode::CREATED, "migration: {}", m.text);
+        let h = self
+            .grant(token, "failover-hold", op, "counter-app", ttl)
+            .await;
+        assert_eq!(h.status, StatusCode::CREATED, "failover-hold: {}", h.text);
+        (m, h)
+    }
+
     pub async fn renew(&self, token: &str, kind: &str, op: &str, lease_token: &str) -> Answer {
         let body = format!(r#"{{"token":"{lease_token}"}}"#);
         self.call(
@@ -386,6 +398,25 @@ impl Default for Timings {
 }
 
 impl Live {
+    /// Every site's name and application connection, for a `Writer` (`iad`, `pdx`, `reader`).
+    pub fn writer_targets(&self) -> Vec<(String, mysql_async::Opts)> {
+        (0..self.harness.len())
+            .map(|i| (self.harness.name(i).to_string(), self.harness.app_opts(i)))
+            .collect()
+    }
+
+    /// The same for a `Probe`.
+    pub fn probe_targets(&self) -> Vec<bloodraven_testkit::ledger::Target> {
+        (0..self.harness.len())
+            .map(|i| {
+                bloodraven_testkit::ledger::Target::new(
+                    self.harness.name(i),
+                    self.harness.app_opts(i),
+                )
+            })
+            .collect()
+    }
+
     pub async fn start(t: Timings) -> Live {
         Live::start_with(t, |_| {}).await
     }
@@ -571,6 +602,16 @@ pub async fn bootstrapped(live: &Live) -> OperatorHandle {
     op
 }
 
+/// [`bootstrapped`], then waits until every replica replicates from iad.
+pub async fn replicating(live: &Live) -> OperatorHandle {
+    let op = bootstrapped(live).await;
+    wait_status(&op, Duration::from_secs(20), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    op
+}
+
 /// Waits until `pred` holds for the group's status (or panics after `limit`).
 pub async fn wait_status(
     op: &OperatorHandle,
@@ -591,6 +632,41 @@ pub async fn wait_status(
             serde_json::to_string_pretty(&s).unwrap()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The story of a returning old primary with divergent transactions, up to its return:
+/// replication cut on pdx and the reader, two rows written on iad only (9001, 9002), iad
+/// killed, the failover to pdx, and five rows written on pdx (9100-9104), so pdx's position
+/// is numerically ahead of iad's. The caller restarts iad as its story needs.
+pub async fn diverge_and_fail_over(live: &mut Live, op: &OperatorHandle) {
+    use mysql_async::prelude::Queryable as _;
+    wait_status(op, Duration::from_secs(10), "replication running", |s| {
+        s.replication_running()
+    })
+    .await;
+    for i in [1, 2] {
+        let admin = live.harness.admin(i).unwrap();
+        admin.execute("STOP SLAVE").await.unwrap();
+    }
+    let mut c = mysql_async::Conn::new(live.harness.app_opts(0))
+        .await
+        .unwrap();
+    c.query_drop("INSERT INTO app.writes (id, site) VALUES (9001, 'iad-only'), (9002, 'iad-only')")
+        .await
+        .unwrap();
+    drop(c);
+    live.harness.kill(0).unwrap();
+    wait_status(op, Duration::from_secs(20), "failover to pdx", |s| {
+        s.active_site == "pdx"
+    })
+    .await;
+    let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
+        .await
+        .unwrap();
+    for id in 9100..9105 {
+        let row = format!("INSERT INTO app.writes (id, site) VALUES ({id}, 'pdx')");
+        c.query_drop(row).await.unwrap();
     }
 }
 
