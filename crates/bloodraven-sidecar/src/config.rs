@@ -156,7 +156,7 @@ fn required<'a>(e: &mut Errors, flag: &str, v: Option<&'a String>) -> Option<&'a
 /// Checks a base URL: `http://` or `https://`, a host, no credentials, no query or fragment.
 /// Returns it without a trailing `/`.
 pub fn check_base_url(url: &str) -> Result<String, &'static str> {
-    let parsed = reqwest::Url::parse(url).map_err(|_| "must be an http:// or https:// URL")?;
+    let parsed = url::Url::parse(url).map_err(|_| "must be an http:// or https:// URL")?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err("must be an http:// or https:// URL");
     }

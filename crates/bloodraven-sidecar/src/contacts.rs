@@ -10,19 +10,23 @@
 //! first `/active-site` a leader serves (followers answer `503 not_leader`).
 //!
 //! [`Contacts`] is the boundary the monitor and the safety net talk to; [`HttpContacts`] is the
-//! real one (reqwest, short per-request timeouts, bounded bodies, connections reused), and the
+//! real one ([`crate::http1`]: short per-request timeouts, bounded bodies, one kept-alive
+//! connection per party, a party's two questions of a tick sent in one write), and the
 //! monitor's tests use in-memory fakes. Every request carries `namespace` and `group`, so a
 //! sidecar or operator serving another group answers `404` instead of lending its view.
 //! This module decides nothing: answers are reported as they came.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bloodraven_core::names::check_dns1123_label;
 use bloodraven_core::wire::ActiveSite;
-use reqwest::{StatusCode, Url};
+use url::{Position, Url};
 
 use crate::config::limits;
+use crate::http1::{Answer, Client, HttpError, Request};
 use crate::identity::Identity;
 
 /// Why a contact did not give a usable answer.
@@ -57,6 +61,36 @@ pub trait Contacts: Send + Sync + 'static {
         &self,
         peer: usize,
     ) -> impl Future<Output = Result<Option<ActiveSite>, ContactError>> + Send;
+    /// A tick's questions to the operators: [`Contacts::operator_healthz`] into
+    /// `round`'s first answer and [`Contacts::operator_active_site`] into its second, each
+    /// recorded the moment it is known. The default asks them apart; the real contacts ask
+    /// the operator that led last both in one write. A round is bounded by its caller (the
+    /// tick's one deadline), which keeps whatever it recorded before then.
+    fn operator_round<'a>(
+        &'a self,
+        round: &'a Round<(), ActiveSite>,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        async move {
+            futures::join!(
+                async { round.first(self.operator_healthz().await) },
+                async { round.second(self.operator_active_site().await) },
+            );
+        }
+    }
+    /// A tick's questions to one peer: [`Contacts::peer_ping`] into `round`'s first answer
+    /// and [`Contacts::peer_active_site`] into its second, as
+    /// [`Contacts::operator_round`] does for the operators.
+    fn peer_round<'a>(
+        &'a self,
+        peer: usize,
+        round: &'a Round<(), Option<ActiveSite>>,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        async move {
+            futures::join!(async { round.first(self.peer_ping(peer).await) }, async {
+                round.second(self.peer_active_site(peer).await);
+            },);
+        }
+    }
     /// `GET /active-site?after=N` on the operator: waits until it serves a view newer than
     /// generation `after` and returns it, or `None` when it answered `204` (nothing newer
     /// within its wait). The default has no watch: it never answers.
@@ -69,34 +103,96 @@ pub trait Contacts: Send + Sync + 'static {
     }
 }
 
+/// A party's two answers of a tick, each kept the moment it is known: a round its caller cuts
+/// short still counts the answer it had (a peer that answered `/peer/ping` and hangs on
+/// `/peer/active-site` has answered).
+#[derive(Debug)]
+pub struct Round<A, B> {
+    first: Mutex<Option<Result<A, ContactError>>>,
+    second: Mutex<Option<Result<B, ContactError>>>,
+}
+
+impl<A, B> Default for Round<A, B> {
+    fn default() -> Self {
+        Round {
+            first: Mutex::new(None),
+            second: Mutex::new(None),
+        }
+    }
+}
+
+impl<A, B> Round<A, B> {
+    /// Records the first answer (the first one recorded stays).
+    pub fn first(&self, answer: Result<A, ContactError>) {
+        lock(&self.first).get_or_insert(answer);
+    }
+
+    /// Records the second answer (the first one recorded stays).
+    pub fn second(&self, answer: Result<B, ContactError>) {
+        lock(&self.second).get_or_insert(answer);
+    }
+
+    fn has_first(&self) -> bool {
+        lock(&self.first).is_some()
+    }
+
+    fn has_second(&self) -> bool {
+        lock(&self.second).is_some()
+    }
+
+    /// Both answers; one never recorded timed out after `limit`.
+    pub fn into_answers(
+        self,
+        limit: Duration,
+    ) -> (Result<A, ContactError>, Result<B, ContactError>) {
+        (
+            into_inner(self.first).unwrap_or(Err(ContactError::TimedOut(limit))),
+            into_inner(self.second).unwrap_or(Err(ContactError::TimedOut(limit))),
+        )
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn into_inner<T>(m: Mutex<T>) -> T {
+    m.into_inner().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// How long a watch request may wait for the operator's answer: past the operator's own wait
 /// (30 s, then `204`).
 pub const WATCH_TIMEOUT: Duration = Duration::from_secs(40);
 
-/// The real contacts, over HTTP.
-#[derive(Debug, Clone)]
+/// The real contacts, over HTTP ([`crate::http1`]: one kept-alive connection per party, a
+/// party's two questions of a tick in one write).
+#[derive(Debug)]
 pub struct HttpContacts {
-    client: reqwest::Client,
-    /// For the long-polled watch: its requests outlive `timeout` by design.
-    watch_client: reqwest::Client,
     timeout: Duration,
-    operators: Vec<OperatorUrls>,
+    operators: Vec<OperatorParty>,
     /// The operator that last answered as the leader (asked first next time).
-    leader: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    peers: Vec<PeerUrls>,
+    leader: AtomicUsize,
+    peers: Vec<PeerParty>,
 }
 
-#[derive(Debug, Clone)]
-struct OperatorUrls {
-    readyz: Url,
-    active_site: Url,
+#[derive(Debug)]
+struct OperatorParty {
+    client: Client,
+    /// For the long-polled watch: its requests outlive `timeout` by design, so they have a
+    /// connection of their own.
+    watch: Client,
+    readyz: Request,
+    active_site: Request,
+    /// `/active-site?…` as a path and query, for the watch's `after=`.
+    active_site_path: String,
 }
 
-#[derive(Debug, Clone)]
-struct PeerUrls {
+#[derive(Debug)]
+struct PeerParty {
     base: String,
-    ping: Url,
-    active_site: Url,
+    client: Client,
+    ping: Request,
+    active_site: Request,
 }
 
 /// `base` + `path` with the group's `namespace` and `group` as query parameters.
@@ -114,95 +210,106 @@ fn endpoint(base: &str, path: &str, id: Option<&Identity>) -> Result<Url, Contac
     Ok(url)
 }
 
+/// The path and query of `url`, as a request line names them.
+fn path_and_query(url: &Url) -> &str {
+    &url[Position::BeforePath..]
+}
+
+impl From<HttpError> for ContactError {
+    fn from(e: HttpError) -> Self {
+        match e {
+            HttpError::TimedOut(d) => ContactError::TimedOut(d),
+            HttpError::TooLarge { limit, .. } => {
+                ContactError::BadBody(format!("larger than {limit} bytes"))
+            }
+            other => ContactError::Request(other.to_string()),
+        }
+    }
+}
+
+/// The TLS configuration for `https://` parties: the platform's trust roots (built only when
+/// a party speaks TLS: loading them is most of a plain sidecar's start-up work).
+fn platform_tls() -> Result<Arc<rustls::ClientConfig>, ContactError> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    bloodraven_runtime::tls::install_crypto_provider();
+    let config = rustls::ClientConfig::builder()
+        .with_platform_verifier()
+        .map_err(|e| ContactError::Request(format!("cannot load the TLS trust roots: {e}")))?
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 impl HttpContacts {
     /// Contacts for `identity`'s group: the operators at `operators`, peers at `peers` (base
-    /// URLs). Every request is bounded by `timeout`.
+    /// URLs). Every request is bounded by `timeout`; `https://` parties are checked against
+    /// the platform's trust roots.
     pub fn new(
         identity: &Identity,
         operators: &[String],
         peers: &[String],
         timeout: Duration,
     ) -> Result<Self, ContactError> {
-        bloodraven_runtime::tls::install_crypto_provider();
-        let build = |request_timeout: Duration, idle: usize| {
-            reqwest::Client::builder()
-                .timeout(request_timeout)
-                .connect_timeout(timeout)
-                .no_proxy()
-                .redirect(reqwest::redirect::Policy::none())
-                .pool_max_idle_per_host(idle)
-                .build()
-                .map_err(|e| ContactError::Request(format!("cannot build the HTTP client: {e}")))
+        let any_tls = operators.iter().chain(peers).any(|u| {
+            u.get(..8)
+                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        });
+        let tls = if any_tls { Some(platform_tls()?) } else { None };
+        Self::with_tls(identity, operators, peers, timeout, tls.as_ref())
+    }
+
+    /// Like [`HttpContacts::new`], with `tls` for `https://` parties (e.g. one that trusts a
+    /// private CA).
+    pub fn with_tls(
+        identity: &Identity,
+        operators: &[String],
+        peers: &[String],
+        timeout: Duration,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, ContactError> {
+        let client = |url: &Url| {
+            Client::new(url, tls.cloned(), timeout, limits::MAX_BODY_BYTES)
+                .map_err(ContactError::from)
         };
-        let client = build(timeout, 2)?;
-        let watch_client = build(WATCH_TIMEOUT, 1)?;
         let peers = peers
             .iter()
             .map(|p| {
-                Ok(PeerUrls {
+                let ping = endpoint(p, "/peer/ping", Some(identity))?;
+                let active_site = endpoint(p, "/peer/active-site", Some(identity))?;
+                let client = client(&ping)?;
+                Ok(PeerParty {
                     base: p.clone(),
-                    ping: endpoint(p, "/peer/ping", Some(identity))?,
-                    active_site: endpoint(p, "/peer/active-site", Some(identity))?,
+                    ping: client.request(path_and_query(&ping)),
+                    active_site: client.request(path_and_query(&active_site)),
+                    client,
+                })
+            })
+            .collect::<Result<_, ContactError>>()?;
+        let operators = operators
+            .iter()
+            .map(|o| {
+                let readyz = endpoint(o, "/readyz", Some(identity))?;
+                let active_site = endpoint(o, "/active-site", Some(identity))?;
+                let client = client(&readyz)?;
+                Ok(OperatorParty {
+                    readyz: client.request(path_and_query(&readyz)),
+                    active_site: client.request(path_and_query(&active_site)),
+                    active_site_path: path_and_query(&active_site).to_string(),
+                    watch: Client::new(&readyz, tls.cloned(), timeout, limits::MAX_BODY_BYTES)?,
+                    client,
                 })
             })
             .collect::<Result<_, ContactError>>()?;
         Ok(HttpContacts {
-            client,
-            watch_client,
             timeout,
-            operators: operators
-                .iter()
-                .map(|o| {
-                    Ok(OperatorUrls {
-                        readyz: endpoint(o, "/readyz", Some(identity))?,
-                        active_site: endpoint(o, "/active-site", Some(identity))?,
-                    })
-                })
-                .collect::<Result<_, ContactError>>()?,
-            leader: std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            operators,
+            leader: AtomicUsize::new(0),
             peers,
         })
     }
 
-    async fn get(&self, url: &Url) -> Result<(StatusCode, Vec<u8>), ContactError> {
-        self.get_with(&self.client, self.timeout, url).await
-    }
-
-    async fn get_with(
-        &self,
-        client: &reqwest::Client,
-        timeout: Duration,
-        url: &Url,
-    ) -> Result<(StatusCode, Vec<u8>), ContactError> {
-        let request_error = |e: reqwest::Error| {
-            if e.is_timeout() {
-                ContactError::TimedOut(timeout)
-            } else {
-                ContactError::Request(e.to_string())
-            }
-        };
-        let mut resp = client
-            .get(url.clone())
-            .send()
-            .await
-            .map_err(request_error)?;
-        let status = resp.status();
-        let mut body = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(request_error)? {
-            if body.len() + chunk.len() > limits::MAX_BODY_BYTES {
-                return Err(ContactError::BadBody(format!(
-                    "larger than {} bytes",
-                    limits::MAX_BODY_BYTES
-                )));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok((status, body))
-    }
-
     /// The operators, the last leader first.
-    fn operators_leader_first(&self) -> impl Iterator<Item = (usize, &OperatorUrls)> {
-        let first = self.leader.load(std::sync::atomic::Ordering::Relaxed);
+    fn operators_leader_first(&self) -> impl Iterator<Item = (usize, &OperatorParty)> {
+        let first = self.leader.load(Ordering::Relaxed);
         let n = self.operators.len();
         (0..n).map(move |k| {
             let i = (first + k) % n.max(1);
@@ -210,16 +317,76 @@ impl HttpContacts {
         })
     }
 
-    fn peer(&self, peer: usize) -> Result<&PeerUrls, ContactError> {
+    fn peer(&self, peer: usize) -> Result<&PeerParty, ContactError> {
         self.peers
             .get(peer)
             .ok_or_else(|| ContactError::Request(format!("no peer with index {peer}")))
     }
+
+    /// Whether one of the operators' `/readyz` answers (leader first) says it leads; the
+    /// one that does is asked first next time.
+    fn leading(
+        &self,
+        answers: impl IntoIterator<Item = (usize, Result<Answer, HttpError>)>,
+    ) -> Result<(), ContactError> {
+        let mut last = ContactError::Request("no operator configured".into());
+        for (i, a) in answers {
+            match a {
+                Ok(a) if leads(&a.body) => {
+                    self.leader.store(i, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Ok(a) => last = ContactError::NotLeader(a.status),
+                Err(e) => last = e.into(),
+            }
+        }
+        Err(last)
+    }
+
+    /// The view in operator `i`'s `/active-site` answer, when it serves one (`200`).
+    fn served_view(
+        &self,
+        i: usize,
+        answer: Result<Answer, HttpError>,
+    ) -> Result<ActiveSite, ContactError> {
+        match answer {
+            Ok(a) if a.status == 200 => {
+                self.leader.store(i, Ordering::Relaxed);
+                parse_view(&a.body)
+            }
+            Ok(a) => Err(ContactError::Status(a.status)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// `/active-site` of each operator in turn (leader first, skipping `skip`), until one
+    /// serves a view.
+    async fn view_in_turn(
+        &self,
+        skip: Option<usize>,
+        mut last: ContactError,
+    ) -> Result<ActiveSite, ContactError> {
+        for (i, o) in self.operators_leader_first() {
+            if Some(i) == skip {
+                continue;
+            }
+            match self.served_view(i, o.client.get(&o.active_site, self.timeout).await) {
+                Ok(v) => return Ok(v),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
 }
 
-/// Whether a `/readyz` body says the operator leads.
+/// Whether a `/readyz` body says the operator leads (`"leader": true`, a JSON boolean).
 fn leads(body: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(body).is_ok_and(|v| v["leader"] == true)
+    #[derive(serde::Deserialize)]
+    struct Readyz {
+        #[serde(default)]
+        leader: bool,
+    }
+    serde_json::from_slice::<Readyz>(body).is_ok_and(|r| r.leader)
 }
 
 /// Parses and checks an active-site body: the site is empty or a DNS-1123 label.
@@ -232,6 +399,23 @@ pub fn parse_view(body: &[u8]) -> Result<ActiveSite, ContactError> {
         return Err(ContactError::BadBody(format!("activeSite {rule}")));
     }
     Ok(v)
+}
+
+/// A peer's `/peer/ping` answer.
+fn pinged(answer: Result<Answer, HttpError>) -> Result<(), ContactError> {
+    match answer? {
+        a if a.status == 200 => Ok(()),
+        a => Err(ContactError::Status(a.status)),
+    }
+}
+
+/// A peer's `/peer/active-site` answer (or the watch's): a view, or none on `204`.
+fn relayed_view(answer: Result<Answer, HttpError>) -> Result<Option<ActiveSite>, ContactError> {
+    match answer? {
+        a if a.status == 200 => parse_view(&a.body).map(Some),
+        a if a.status == 204 => Ok(None),
+        a => Err(ContactError::Status(a.status)),
+    }
 }
 
 impl Contacts for HttpContacts {
@@ -250,44 +434,99 @@ impl Contacts for HttpContacts {
         // each in turn would spend the tick's bound on the ones that do not lead.
         let answers = futures::future::join_all(
             self.operators_leader_first()
-                .map(|(i, o)| async move { (i, self.get(&o.readyz).await) }),
+                .map(|(i, o)| async move { (i, o.client.get(&o.readyz, self.timeout).await) }),
         )
         .await;
-        let mut last = ContactError::Request("no operator configured".into());
-        for (i, a) in answers {
-            match a {
-                Ok((_, body)) if leads(&body) => {
-                    self.leader.store(i, std::sync::atomic::Ordering::Relaxed);
-                    return Ok(());
-                }
-                Ok((s, _)) => last = ContactError::NotLeader(s.as_u16()),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
+        self.leading(answers)
     }
 
     async fn operator_active_site(&self) -> Result<ActiveSite, ContactError> {
-        let mut last = ContactError::Request("no operator configured".into());
-        for (i, o) in self.operators_leader_first() {
-            match self.get(&o.active_site).await {
-                Ok((StatusCode::OK, body)) => {
-                    self.leader.store(i, std::sync::atomic::Ordering::Relaxed);
-                    return parse_view(&body);
-                }
-                Ok((s, _)) => last = ContactError::Status(s.as_u16()),
-                Err(e) => last = e,
+        self.view_in_turn(None, ContactError::Request("no operator configured".into()))
+            .await
+    }
+
+    async fn operator_round(&self, round: &Round<(), ActiveSite>) {
+        // The operator that led last is asked both questions in one write; the others only
+        // whether they lead, all at once. The first that says it leads answers for the
+        // operator at once. Only when the first does not serve a view are the others asked
+        // for one, in turn (a follower answers `503` at once).
+        let first = self.operators_leader_first().next().map(|(i, _)| i);
+        let refusals: Vec<Mutex<Option<ContactError>>> =
+            self.operators.iter().map(|_| Mutex::new(None)).collect();
+        let view_refused = Mutex::new(None);
+        futures::future::join_all(self.operators_leader_first().map(|(i, o)| {
+            let (refusals, view_refused) = (&refusals, &view_refused);
+            async move {
+                let asked: &[&Request] = if Some(i) == first {
+                    &[&o.readyz, &o.active_site]
+                } else {
+                    &[&o.readyz]
+                };
+                o.client
+                    .ask_each(asked, |k, answer| {
+                        if k == 0 {
+                            match self.leading([(i, answer)]) {
+                                Ok(()) => round.first(Ok(())),
+                                Err(e) => *lock(&refusals[i]) = Some(e),
+                            }
+                        } else {
+                            match self.served_view(i, answer) {
+                                Ok(v) => round.second(Ok(v)),
+                                Err(e) => *lock(view_refused) = Some(e),
+                            }
+                        }
+                    })
+                    .await;
             }
+        }))
+        .await;
+        if !round.has_first() {
+            // Nobody leads: say why, as the leader-first order last saw it.
+            let why = self
+                .operators_leader_first()
+                .filter_map(|(i, _)| lock(&refusals[i]).take())
+                .last()
+                .unwrap_or_else(|| ContactError::Request("no operator configured".into()));
+            round.first(Err(why));
         }
-        Err(last)
+        if !round.has_second() {
+            let refused = into_inner(view_refused)
+                .unwrap_or_else(|| ContactError::Request("no operator configured".into()));
+            round.second(if self.operators.len() > 1 {
+                self.view_in_turn(first, refused).await
+            } else {
+                Err(refused)
+            });
+        }
     }
 
     async fn peer_ping(&self, peer: usize) -> Result<(), ContactError> {
-        let url = &self.peer(peer)?.ping;
-        match self.get(url).await? {
-            (StatusCode::OK, _) => Ok(()),
-            (s, _) => Err(ContactError::Status(s.as_u16())),
-        }
+        let p = self.peer(peer)?;
+        pinged(p.client.get(&p.ping, self.timeout).await)
+    }
+
+    async fn peer_active_site(&self, peer: usize) -> Result<Option<ActiveSite>, ContactError> {
+        let p = self.peer(peer)?;
+        relayed_view(p.client.get(&p.active_site, self.timeout).await)
+    }
+
+    async fn peer_round(&self, peer: usize, round: &Round<(), Option<ActiveSite>>) {
+        let p = match self.peer(peer) {
+            Ok(p) => p,
+            Err(e) => {
+                round.first(Err(e.clone()));
+                return round.second(Err(e));
+            }
+        };
+        p.client
+            .ask_each(&[&p.ping, &p.active_site], |k, answer| {
+                if k == 0 {
+                    round.first(pinged(answer));
+                } else {
+                    round.second(relayed_view(answer));
+                }
+            })
+            .await;
     }
 
     async fn operator_view_after(&self, after: u64) -> Result<Option<ActiveSite>, ContactError> {
@@ -296,26 +535,10 @@ impl Contacts for HttpContacts {
         let Some((_, o)) = self.operators_leader_first().next() else {
             return Err(ContactError::Request("no operator configured".into()));
         };
-        let mut url = o.active_site.clone();
-        url.query_pairs_mut()
-            .append_pair("after", &after.to_string());
-        match self
-            .get_with(&self.watch_client, WATCH_TIMEOUT, &url)
-            .await?
-        {
-            (StatusCode::OK, body) => parse_view(&body).map(Some),
-            (StatusCode::NO_CONTENT, _) => Ok(None),
-            (s, _) => Err(ContactError::Status(s.as_u16())),
-        }
-    }
-
-    async fn peer_active_site(&self, peer: usize) -> Result<Option<ActiveSite>, ContactError> {
-        let url = &self.peer(peer)?.active_site;
-        match self.get(url).await? {
-            (StatusCode::OK, body) => parse_view(&body).map(Some),
-            (StatusCode::NO_CONTENT, _) => Ok(None),
-            (s, _) => Err(ContactError::Status(s.as_u16())),
-        }
+        let request = o
+            .watch
+            .request(&format!("{}&after={after}", o.active_site_path));
+        relayed_view(o.watch.get(&request, WATCH_TIMEOUT).await)
     }
 }
 
@@ -341,17 +564,20 @@ mod tests {
         )
         .unwrap();
         // `from`: who asks (strict fencing's facts: whom each party answered).
+        assert_eq!(c.operators[0].client.party(), "op:8082");
         assert_eq!(
-            c.operators[0].readyz.as_str(),
-            "http://op:8082/readyz?namespace=default&group=playground&from=iad"
+            c.operators[0].readyz.target(),
+            "/readyz?namespace=default&group=playground&from=iad"
         );
+        assert_eq!(c.operators[1].client.party(), "op-2:8082");
         assert_eq!(
-            c.operators[1].active_site.as_str(),
-            "http://op-2:8082/active-site?namespace=default&group=playground&from=iad"
+            c.operators[1].active_site.target(),
+            "/active-site?namespace=default&group=playground&from=iad"
         );
+        assert_eq!(c.peers[0].client.party(), "10.0.0.2:8080");
         assert_eq!(
-            c.peers[0].ping.as_str(),
-            "http://10.0.0.2:8080/pdx/peer/ping?namespace=default&group=playground&from=iad"
+            c.peers[0].ping.target(),
+            "/pdx/peer/ping?namespace=default&group=playground&from=iad"
         );
         assert_eq!(c.peer_name(0), "http://10.0.0.2:8080/pdx");
         assert_eq!(c.peer_count(), 1);
@@ -409,8 +635,26 @@ mod tests {
             1,
             "the leader is asked first next time"
         );
+        // The same in one round: the follower is asked first (it led last), so the view comes
+        // from the leader after the follower's 503, and the leader is asked first next time.
+        both.leader.store(0, Ordering::Relaxed);
+        let round = Round::default();
+        both.operator_round(&round).await;
+        let (healthz, view) = round.into_answers(Duration::from_secs(1));
+        assert_eq!(healthz, Ok(()));
+        assert_eq!(view.unwrap().active_site, "pdx");
+        assert_eq!(both.leader.load(Ordering::Relaxed), 1);
         // A follower alone is not the operator: its answer suppresses nothing.
         let alone = HttpContacts::new(&id(), &[follower], &[], Duration::from_secs(1)).unwrap();
+        let round = Round::default();
+        alone.operator_round(&round).await;
+        assert_eq!(
+            round.into_answers(Duration::from_secs(1)),
+            (
+                Err(ContactError::NotLeader(200)),
+                Err(ContactError::Status(503))
+            )
+        );
         assert_eq!(
             alone.operator_healthz().await,
             Err(ContactError::NotLeader(200))
@@ -422,6 +666,45 @@ mod tests {
         assert!(
             !leads(b"<html>") && !leads(br#"{"leader":"true"}"#) && leads(br#"{"leader":true}"#)
         );
+    }
+
+    #[tokio::test]
+    async fn a_peer_round_cut_short_keeps_the_ping_it_was_answered() {
+        use axum::routing::get;
+        let app = axum::Router::new()
+            .route("/peer/ping", get(|| async { "pong" }))
+            .route(
+                "/peer/active-site",
+                get(std::future::pending::<&'static str>),
+            );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let c = HttpContacts::new(
+            &id(),
+            &[],
+            &[format!("http://{addr}")],
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let round = Round::default();
+        let limit = Duration::from_millis(300);
+        assert!(
+            tokio::time::timeout(limit, c.peer_round(0, &round))
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            round.into_answers(limit),
+            (Ok(()), Err(ContactError::TimedOut(limit)))
+        );
+        // A peer that is not configured answers nothing, at once.
+        let round = Round::default();
+        c.peer_round(7, &round).await;
+        assert!(matches!(
+            round.into_answers(limit),
+            (Err(ContactError::Request(_)), Err(ContactError::Request(_)))
+        ));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! |---|---|
 //! | [`cli`] | the command line of `bloodraven sidecar` and `bloodraven-sidecar`: flags, exit codes, one-thread runtime |
 //! | [`config`] | flags → validated [`config::Settings`]; derived timings |
-//! | [`contacts`] | the operator's and peers' endpoints ([`contacts::Contacts`], reqwest) |
+//! | [`contacts`] | the operator's and peers' endpoints ([`contacts::Contacts`]) |
+//! | [`http1`] | the small HTTP/1.1 client those endpoints are asked with (kept-alive, pipelined) |
 //! | [`database`] | the sidecar's MySQL operations ([`database::Database`], the adapter) |
 //! | [`identity`] | who this sidecar is (site, group, namespace) |
 //! | [`safety_net`] | `RunSafetyNet`: fence first, ask the operator, clear only for this site |
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod config;
 pub mod contacts;
 pub mod database;
+pub mod http1;
 pub mod identity;
 pub mod metrics;
 pub mod monitor;

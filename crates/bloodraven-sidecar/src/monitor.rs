@@ -2,8 +2,8 @@
 //!
 //! - **Gather**: first the server's fence variable (with its `server_id` and uptime), then the
 //!   operator's `/healthz` and `/active-site`, every peer's `/peer/ping` and
-//!   `/peer/active-site`, all at once, each bounded by the request timeout (so one slow peer
-//!   cannot stall the tick). The fence comes first because the operator announces a new
+//!   `/peer/active-site`, every party at once, each party's round bounded by the request
+//!   timeout (so one slow peer cannot stall the tick). The fence comes first because the operator announces a new
 //!   active site before it lifts `read_only` there: views asked for after the server was seen
 //!   writable already name it.
 //! - **Decide**: [`MonitorState::observe`](bloodraven_core::fencing::MonitorState::observe) and
@@ -36,7 +36,7 @@ use futures::future::join_all;
 use tokio::time::{Instant, MissedTickBehavior, timeout};
 use tracing::{debug, error, info, warn};
 
-use crate::contacts::{ContactError, Contacts};
+use crate::contacts::{ContactError, Contacts, Round};
 use crate::database::Database;
 use crate::metrics::Metrics;
 use crate::state::Shared;
@@ -74,13 +74,35 @@ pub struct FencingMonitor<C, D> {
     clock: SharedClock,
 }
 
-async fn bounded<T>(
+type Answers<A, B> = (Result<A, ContactError>, Result<B, ContactError>);
+
+/// Every party's round at once, under one deadline `limit` from now: what a party had not
+/// answered by then timed out, and every answer given before it counts (one slow peer cannot
+/// cost the tick the others, nor a slow `/active-site` the `/peer/ping` before it). One
+/// deadline, not one per request: each timer set while the runtime is awake wakes its driver
+/// once more.
+async fn gather<C: Contacts>(
+    c: &C,
     limit: Duration,
-    f: impl Future<Output = Result<T, ContactError>>,
-) -> Result<T, ContactError> {
-    timeout(limit, f)
-        .await
-        .unwrap_or(Err(ContactError::TimedOut(limit)))
+) -> (
+    Answers<(), ActiveSite>,
+    Vec<Answers<(), Option<ActiveSite>>>,
+) {
+    let operator = Round::default();
+    let peers: Vec<Round<(), Option<ActiveSite>>> =
+        (0..c.peer_count()).map(|_| Round::default()).collect();
+    let _ = timeout(
+        limit,
+        futures::future::join(
+            c.operator_round(&operator),
+            join_all(peers.iter().enumerate().map(|(i, r)| c.peer_round(i, r))),
+        ),
+    )
+    .await;
+    (
+        operator.into_answers(limit),
+        peers.into_iter().map(|r| r.into_answers(limit)).collect(),
+    )
 }
 
 /// A party's reachability changed: logged once per change, not every tick.
@@ -211,16 +233,11 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
         let wall = self.clock.now();
         let limit = self.shared.timing().request_timeout;
         let c = &*self.contacts;
-        let n = c.peer_count();
         // The fence first, then the views (see the module docs).
         let fence_read = self.db.fence_reading().await;
         let read_at = Instant::now();
-        let (healthz, view, pings, views) = tokio::join!(
-            bounded(limit, c.operator_healthz()),
-            bounded(limit, c.operator_active_site()),
-            join_all((0..n).map(|i| bounded(limit, c.peer_ping(i)))),
-            join_all((0..n).map(|i| bounded(limit, c.peer_active_site(i)))),
-        );
+        let ((healthz, view), rounds) = gather(c, limit).await;
+        let (pings, views): (Vec<_>, Vec<_>) = rounds.into_iter().unzip();
         let read_only = match &fence_read {
             Ok(r) if r.fenced => ReadOnlyState::ReadOnly,
             Ok(_) => ReadOnlyState::Writable,

@@ -35,6 +35,8 @@ struct Party {
     answer: Answer,
     /// The operator: `None` answers 503. A peer: `None` answers 204 (no view).
     view: Option<ActiveSite>,
+    /// `/active-site` (`/peer/active-site`) never answers, whatever `answer` says.
+    view_hangs: bool,
 }
 
 #[derive(Debug)]
@@ -52,6 +54,7 @@ impl FakeContacts {
         let party = || Party {
             answer: Answer::Yes,
             view: None,
+            view_hangs: false,
         };
         Arc::new(FakeContacts {
             operator: Mutex::new(party()),
@@ -60,11 +63,29 @@ impl FakeContacts {
     }
 
     fn operator(&self, answer: Answer, view: Option<ActiveSite>) {
-        *lock(&self.operator) = Party { answer, view };
+        *lock(&self.operator) = Party {
+            answer,
+            view,
+            view_hangs: false,
+        };
     }
 
     fn peer(&self, i: usize, answer: Answer, view: Option<ActiveSite>) {
-        *lock(&self.peers[i]) = Party { answer, view };
+        *lock(&self.peers[i]) = Party {
+            answer,
+            view,
+            view_hangs: false,
+        };
+    }
+
+    /// Every party answers `/healthz` and `/peer/ping` as `answer` says, and never answers
+    /// for its view.
+    fn views_hang(&self, answer: Answer) {
+        for p in std::iter::once(&self.operator).chain(&self.peers) {
+            let mut p = lock(p);
+            p.answer = answer;
+            p.view_hangs = true;
+        }
     }
 
     fn all(&self, answer: Answer) {
@@ -102,7 +123,10 @@ impl Contacts for FakeContacts {
     async fn operator_active_site(&self) -> Result<ActiveSite, ContactError> {
         let (answer, view) = {
             let p = lock(&self.operator);
-            (p.answer, p.view.clone())
+            (
+                if p.view_hangs { Answer::Hang } else { p.answer },
+                p.view.clone(),
+            )
         };
         respond(answer, view.ok_or(ContactError::Status(503))).await
     }
@@ -115,7 +139,10 @@ impl Contacts for FakeContacts {
     async fn peer_active_site(&self, peer: usize) -> Result<Option<ActiveSite>, ContactError> {
         let (answer, view) = {
             let p = lock(&self.peers[peer]);
-            (p.answer, p.view.clone())
+            (
+                if p.view_hangs { Answer::Hang } else { p.answer },
+                p.view.clone(),
+            )
         };
         respond(answer, Ok(view)).await
     }
@@ -385,6 +412,30 @@ async fn isolated_primary_fences_only_after_the_lease_timeout() {
         w.assert_fences_counted("lease-expiry", 1);
         w.finish().await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_given_before_a_hang_in_the_same_round_counts() {
+    // Every party answers its ping (and the operator /healthz) but never serves its view: the
+    // tick's deadline cuts every round short, and the answers given before it still count,
+    // so the lease never runs out.
+    let w = World::start(2);
+    sleep(INTERVAL).await;
+    w.contacts.views_hang(Answer::Yes);
+    sleep(LEASE * 4).await;
+    assert!(w.fences().is_empty(), "{:?}", w.fences());
+    {
+        let g = w.shared.lock();
+        assert!(g.ticks >= 16, "{} ticks", g.ticks);
+        assert_eq!(g.operator_up, Some(true));
+        assert_eq!(g.peer_up, vec![Some(true), Some(true)]);
+    }
+    // The pings stop too: now nothing answers, and rule #2 fires after the lease.
+    w.contacts.views_hang(Answer::Hang);
+    sleep(LEASE * 2).await;
+    assert_eq!(w.fences().len(), 1);
+    w.assert_fences_counted("lease-expiry", 1);
+    w.finish().await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -229,6 +229,9 @@ impl FakeParty {
     }
 
     async fn start_with(view: Option<ActiveSite>, close: bool) -> Arc<FakeParty> {
+        // The tests ask with reqwest, which needs the process's TLS provider (the sidecar's
+        // own client no longer installs it).
+        bloodraven_runtime::tls::install_crypto_provider();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(PartyState {
