@@ -266,16 +266,17 @@ impl HttpContacts {
         timeout: Duration,
         tls: Option<&Arc<rustls::ClientConfig>>,
     ) -> Result<Self, ContactError> {
-        let client = |url: &Url| {
-            Client::new(url, tls.cloned(), timeout, limits::MAX_BODY_BYTES)
-                .map_err(ContactError::from)
+        // A party's client and its two questions of a tick, rendered once.
+        let party = |base: &str, paths: [&str; 2]| -> Result<(Client, [Url; 2]), ContactError> {
+            let [first, second] = paths.map(|path| endpoint(base, path, Some(identity)));
+            let urls = [first?, second?];
+            let client = Client::new(&urls[0], tls.cloned(), timeout, limits::MAX_BODY_BYTES)?;
+            Ok((client, urls))
         };
         let peers = peers
             .iter()
             .map(|p| {
-                let ping = endpoint(p, "/peer/ping", Some(identity))?;
-                let active_site = endpoint(p, "/peer/active-site", Some(identity))?;
-                let client = client(&ping)?;
+                let (client, [ping, active_site]) = party(p, ["/peer/ping", "/peer/active-site"])?;
                 Ok(PeerParty {
                     base: p.clone(),
                     ping: client.request(path_and_query(&ping)),
@@ -287,9 +288,7 @@ impl HttpContacts {
         let operators = operators
             .iter()
             .map(|o| {
-                let readyz = endpoint(o, "/readyz", Some(identity))?;
-                let active_site = endpoint(o, "/active-site", Some(identity))?;
-                let client = client(&readyz)?;
+                let (client, [readyz, active_site]) = party(o, ["/readyz", "/active-site"])?;
                 Ok(OperatorParty {
                     readyz: client.request(path_and_query(&readyz)),
                     active_site: client.request(path_and_query(&active_site)),
@@ -606,10 +605,7 @@ mod tests {
                     }
                 }),
             );
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(l, app).await });
-        format!("http://{addr}")
+        crate::testing::serve(app).await
     }
 
     #[tokio::test]
@@ -677,16 +673,8 @@ mod tests {
                 "/peer/active-site",
                 get(std::future::pending::<&'static str>),
             );
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(l, app).await });
-        let c = HttpContacts::new(
-            &id(),
-            &[],
-            &[format!("http://{addr}")],
-            Duration::from_secs(5),
-        )
-        .unwrap();
+        let peer = crate::testing::serve(app).await;
+        let c = HttpContacts::new(&id(), &[], &[peer], Duration::from_secs(5)).unwrap();
         let round = Round::default();
         let limit = Duration::from_millis(300);
         assert!(

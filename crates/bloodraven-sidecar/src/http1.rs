@@ -31,6 +31,7 @@
 //! error, a dropped future) is never reused: it is taken out of its slot for the exchange and
 //! put back only after every answer on it was read in full.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -283,60 +284,52 @@ impl Client {
     }
 
     async fn connect(&self) -> Result<Conn, HttpError> {
-        let party = || self.party.clone();
-        let connecting = async {
-            match &self.target {
-                Target::Addr(a) => TcpStream::connect(a).await,
-                Target::Name(host, port) => TcpStream::connect((host.as_str(), *port)).await,
-            }
-        };
-        let tcp = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                return Err(HttpError::Connect {
-                    party: party(),
-                    detail: e.to_string(),
-                });
-            }
-            Err(_) => {
-                return Err(HttpError::ConnectTimedOut {
-                    party: party(),
-                    limit: self.connect_timeout,
-                });
-            }
-        };
+        let tcp = self
+            .connecting(
+                async {
+                    match &self.target {
+                        Target::Addr(a) => TcpStream::connect(a).await,
+                        Target::Name(host, port) => {
+                            TcpStream::connect((host.as_str(), *port)).await
+                        }
+                    }
+                },
+                |party, detail| HttpError::Connect { party, detail },
+            )
+            .await?;
         // Questions are small and answered at once: never hold one back for the next.
         let _ = tcp.set_nodelay(true);
         let stream = match &self.tls {
             None => Stream::Plain(tcp),
-            Some((connector, name)) => {
-                match tokio::time::timeout(
-                    self.connect_timeout,
-                    connector.connect(name.clone(), tcp),
-                )
-                .await
-                {
-                    Ok(Ok(s)) => Stream::Tls(Box::new(s)),
-                    Ok(Err(e)) => {
-                        return Err(HttpError::Tls {
-                            party: party(),
-                            detail: e.to_string(),
-                        });
-                    }
-                    Err(_) => {
-                        return Err(HttpError::ConnectTimedOut {
-                            party: party(),
-                            limit: self.connect_timeout,
-                        });
-                    }
-                }
-            }
+            Some((connector, name)) => Stream::Tls(Box::new(
+                self.connecting(connector.connect(name.clone(), tcp), |party, detail| {
+                    HttpError::Tls { party, detail }
+                })
+                .await?,
+            )),
         };
         Ok(Conn {
             stream,
             buf: Vec::with_capacity(READ_CHUNK),
             start: 0,
         })
+    }
+
+    /// `step` of making a connection, within the connect timeout; its error becomes
+    /// `failed(party, detail)`.
+    async fn connecting<T>(
+        &self,
+        step: impl Future<Output = std::io::Result<T>>,
+        failed: fn(String, String) -> HttpError,
+    ) -> Result<T, HttpError> {
+        match tokio::time::timeout(self.connect_timeout, step).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(failed(self.party.clone(), e.to_string())),
+            Err(_) => Err(HttpError::ConnectTimedOut {
+                party: self.party.clone(),
+                limit: self.connect_timeout,
+            }),
+        }
     }
 
     fn take_idle(&self) -> Option<Conn> {

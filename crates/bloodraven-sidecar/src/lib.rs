@@ -36,6 +36,18 @@ pub mod server;
 pub mod state;
 pub mod trust;
 
+/// Helpers for this crate's unit tests.
+#[cfg(test)]
+mod testing {
+    /// Serves `app` on a free loopback port: its base URL.
+    pub async fn serve(app: axum::Router) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await });
+        format!("http://{addr}")
+    }
+}
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -123,8 +123,28 @@ async fn scripted(reply: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Scr
     }
 }
 
+/// `then` for request `n`, `otherwise` for every other.
+fn except(n: usize, then: Reply, otherwise: Reply) -> impl Fn(usize) -> Reply + Send + Sync {
+    move |i| {
+        if i == n {
+            then.clone()
+        } else {
+            otherwise.clone()
+        }
+    }
+}
+
 fn client(url: &Url) -> Client {
     Client::new(url, None, LIMIT, MAX_BODY).unwrap()
+}
+
+/// Asks `s` the same question twice: both answers are `want`, over `connections` connections.
+async fn asked_twice(s: &Scripted, want: &str, connections: usize) {
+    let c = client(&s.url);
+    let r = c.request("/");
+    assert_eq!(body(&c.get(&r, LIMIT).await), want);
+    assert_eq!(body(&c.get(&r, LIMIT).await), want);
+    assert_eq!(s.connections.load(Ordering::SeqCst), connections);
 }
 
 fn body(r: &Result<Answer, HttpError>) -> &str {
@@ -175,11 +195,7 @@ async fn answers_that_end_with_the_connection_are_read_to_the_end_and_not_reused
         )
     })
     .await;
-    let c = client(&s.url);
-    let r = c.request("/");
-    assert_eq!(body(&c.get(&r, LIMIT).await), "to the end");
-    assert_eq!(body(&c.get(&r, LIMIT).await), "to the end");
-    assert_eq!(s.connections.load(Ordering::SeqCst), 2);
+    asked_twice(&s, "to the end", 2).await;
 }
 
 #[tokio::test]
@@ -223,19 +239,8 @@ async fn a_party_that_closes_after_each_answer_gets_the_rest_of_a_pair_again() {
 async fn a_kept_alive_connection_the_party_closed_is_replaced_once() {
     // The second request finds its kept-alive connection closed by the party (it restarted):
     // it is sent again on a new one.
-    let s = scripted(|n| {
-        if n == 1 {
-            Reply::Close
-        } else {
-            Reply::Send(ok("fresh"))
-        }
-    })
-    .await;
-    let c = client(&s.url);
-    let r = c.request("/");
-    assert_eq!(body(&c.get(&r, LIMIT).await), "fresh");
-    assert_eq!(body(&c.get(&r, LIMIT).await), "fresh");
-    assert_eq!(s.connections.load(Ordering::SeqCst), 2);
+    let s = scripted(except(1, Reply::Close, Reply::Send(ok("fresh")))).await;
+    asked_twice(&s, "fresh", 2).await;
 }
 
 #[tokio::test]
@@ -252,14 +257,7 @@ async fn a_party_that_hangs_up_on_every_new_connection_is_an_error_not_a_loop() 
 
 #[tokio::test]
 async fn a_silent_party_times_out_and_its_connection_is_not_reused() {
-    let s = scripted(|n| {
-        if n == 0 {
-            Reply::Hang
-        } else {
-            Reply::Send(ok("late"))
-        }
-    })
-    .await;
+    let s = scripted(except(0, Reply::Hang, Reply::Send(ok("late")))).await;
     let c = client(&s.url);
     let (a, b) = (c.request("/a"), c.request("/b"));
     let limit = Duration::from_millis(200);
@@ -374,10 +372,7 @@ async fn a_real_server_answers_a_pipelined_pair_on_one_connection() {
             "/peer/active-site",
             get(|| async { (axum::http::StatusCode::NO_CONTENT, "") }),
         );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let url = Url::parse(&format!("http://{addr}")).unwrap();
+    let url = Url::parse(&crate::testing::serve(app).await).unwrap();
     let c = client(&url);
     let (ping, view) = (c.request("/peer/ping"), c.request("/peer/active-site"));
     for _ in 0..3 {
