@@ -299,23 +299,8 @@ fn plan(
                     (View::Assumed | View::Read(Some(_)), None) => {
                         compares.push(Compare::present(k.clone()));
                     }
-                    (View::Assumed, Some(rv)) => {
-                        let Some(r) = revision_of(rv) else {
-                            return Err(Unplanned::NeedsRead);
-                        };
-                        compares.push(Compare::modified_at(k.clone(), r));
-                    }
-                    (View::Read(Some(s)), Some(rv)) => {
-                        if *rv != s.obj.metadata.resource_version {
-                            return Err(StoreError::Conflict {
-                                key,
-                                expected: rv.clone(),
-                                actual: s.obj.metadata.resource_version.clone(),
-                            }
-                            .into());
-                        }
-                        compares.push(Compare::modified_at(k.clone(), s.mod_revision));
-                    }
+                    (View::Assumed, Some(rv)) => assumed_at(rv, &k, &mut compares)?,
+                    (View::Read(Some(s)), Some(rv)) => read_at(s, &key, rv, &k, &mut compares)?,
                     (View::Batch(Some(_)), None) => {}
                     (View::Batch(Some(_)), Some(rv)) => {
                         return Err(written_in_batch(key, rv).into());
@@ -335,22 +320,9 @@ fn plan(
                     View::Read(None) | View::Batch(None) => {
                         return Err(StoreError::NotFound { key }.into());
                     }
-                    View::Assumed => {
-                        let Some(r) = revision_of(resource_version) else {
-                            return Err(Unplanned::NeedsRead);
-                        };
-                        compares.push(Compare::modified_at(k.clone(), r));
-                    }
+                    View::Assumed => assumed_at(resource_version, &k, &mut compares)?,
                     View::Read(Some(s)) => {
-                        if *resource_version != s.obj.metadata.resource_version {
-                            return Err(StoreError::Conflict {
-                                key,
-                                expected: resource_version.clone(),
-                                actual: s.obj.metadata.resource_version.clone(),
-                            }
-                            .into());
-                        }
-                        compares.push(Compare::modified_at(k.clone(), s.mod_revision));
+                        read_at(s, &key, resource_version, &k, &mut compares)?;
                     }
                     View::Batch(Some(_)) => {
                         return Err(written_in_batch(key, resource_version).into());
@@ -381,6 +353,35 @@ fn written_in_batch(key: ObjectKey, expected: &str) -> StoreError {
     }
 }
 
+/// A write at `rv` of an object read in this batch: it holds only if the object is still
+/// at the revision read (its compare recorded); a different `rv` is a conflict at once.
+fn read_at(
+    s: &Stored,
+    key: &ObjectKey,
+    rv: &str,
+    k: &str,
+    compares: &mut Vec<Compare>,
+) -> Result<(), Unplanned> {
+    if rv != s.obj.metadata.resource_version {
+        return Err(StoreError::Conflict {
+            key: key.clone(),
+            expected: rv.to_string(),
+            actual: s.obj.metadata.resource_version.clone(),
+        }
+        .into());
+    }
+    compares.push(Compare::modified_at(k.to_string(), s.mod_revision));
+    Ok(())
+}
+
+/// A write at `rv` of an object not read: its compare is `rv` itself, when `rv` is a revision
+/// (otherwise the object must be read first).
+fn assumed_at(rv: &str, k: &str, compares: &mut Vec<Compare>) -> Result<(), Unplanned> {
+    let r = revision_of(rv).ok_or(Unplanned::NeedsRead)?;
+    compares.push(Compare::modified_at(k.to_string(), r));
+    Ok(())
+}
+
 /// The stored object a compare-and-swap at `rv` replaces, recording its compare.
 fn current_for_swap(
     view: &View<'_>,
@@ -395,15 +396,7 @@ fn current_for_swap(
             Err(StoreError::NotFound { key: key.clone() }.into())
         }
         View::Read(Some(s)) => {
-            if rv != s.obj.metadata.resource_version {
-                return Err(StoreError::Conflict {
-                    key: key.clone(),
-                    expected: rv.to_string(),
-                    actual: s.obj.metadata.resource_version.clone(),
-                }
-                .into());
-            }
-            compares.push(Compare::modified_at(k.to_string(), s.mod_revision));
+            read_at(s, key, rv, k, compares)?;
             Ok(s.obj.clone())
         }
         View::Batch(Some(_)) => Err(written_in_batch(key.clone(), rv).into()),

@@ -581,30 +581,54 @@ mod tests {
     }
 
     #[test]
-    fn mysql_statements() {
-        let f = mysql84();
-        assert_eq!(f.fence_statement(), "SET GLOBAL super_read_only = ON");
-        assert_eq!(
-            f.unfence_statements(),
-            &[
-                "SET GLOBAL super_read_only = OFF",
-                "SET GLOBAL read_only = OFF"
-            ]
-        );
-        assert_eq!(f.replica_status_query(), "SHOW REPLICA STATUS");
-        assert_eq!(f.stop_replica(), "STOP REPLICA");
-        assert_eq!(f.reset_replica_all(), "RESET REPLICA ALL");
-        assert!(f.variables_query().contains("@@global.gtid_executed"));
-        assert!(f.variables_query().contains("@@global.super_read_only"));
-        assert_eq!(f.prepare_replica_position(), None);
-        assert_eq!(
-            f.change_source("10.0.0.1", 3306, "repl", "p'w"),
-            "CHANGE REPLICATION SOURCE TO SOURCE_HOST='10.0.0.1', SOURCE_PORT=3306, SOURCE_USER='repl', SOURCE_PASSWORD='p''w', SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, GET_SOURCE_PUBLIC_KEY=1"
-        );
-        assert_eq!(
-            f.wait_for_gtid("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", 2.5),
-            "SELECT WAIT_FOR_EXECUTED_GTID_SET('3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5', 2.500)"
-        );
+    fn statements_per_flavour() {
+        // (flavour, fence, unfence, replica status, re-point, GTID wait)
+        let cases = [
+            (
+                mysql84(),
+                "SET GLOBAL super_read_only = ON",
+                &[
+                    "SET GLOBAL super_read_only = OFF",
+                    "SET GLOBAL read_only = OFF",
+                ][..],
+                "SHOW REPLICA STATUS",
+                ("10.0.0.1", 3306, "p'w"),
+                "CHANGE REPLICATION SOURCE TO SOURCE_HOST='10.0.0.1', SOURCE_PORT=3306, SOURCE_USER='repl', SOURCE_PASSWORD='p''w', SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, GET_SOURCE_PUBLIC_KEY=1",
+                ("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", 2.5),
+                "SELECT WAIT_FOR_EXECUTED_GTID_SET('3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5', 2.500)",
+            ),
+            (
+                maria1011(),
+                "SET GLOBAL read_only = ON",
+                &["SET GLOBAL read_only = OFF"][..],
+                "SHOW SLAVE STATUS",
+                ("127.0.0.1", 3307, "a\\b"),
+                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=3307, MASTER_USER='repl', MASTER_PASSWORD='a\\\\b', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+                ("0-1-5", 1.0),
+                "SELECT MASTER_GTID_WAIT('0-1-5', 1.000)",
+            ),
+        ];
+        for (f, fence, unfence, status, (host, port, password), repoint, (gtid, secs), wait) in
+            cases
+        {
+            assert_eq!(f.fence_statement(), fence, "{f}");
+            assert_eq!(f.unfence_statements(), unfence, "{f}");
+            assert_eq!(f.replica_status_query(), status, "{f}");
+            assert_eq!(
+                f.change_source(host, port, "repl", password),
+                repoint,
+                "{f}"
+            );
+            assert_eq!(f.wait_for_gtid(gtid, secs), wait, "{f}");
+        }
+        let (mysql, maria) = (mysql84(), maria1011());
+        assert_eq!(mysql.stop_replica(), "STOP REPLICA");
+        assert_eq!(mysql.reset_replica_all(), "RESET REPLICA ALL");
+        assert!(mysql.variables_query().contains("@@global.gtid_executed"));
+        assert!(mysql.variables_query().contains("@@global.super_read_only"));
+        assert_eq!(mysql.prepare_replica_position(), None);
+        assert!(maria.variables_query().contains("gtid_current_pos"));
+        assert!(!maria.has_super_read_only());
     }
 
     #[test]
@@ -622,24 +646,6 @@ mod tests {
                 "DROP EVENT IF EXISTS mysql.bloodraven_fence_deadline".to_string(),
                 "CREATE DEFINER = CURRENT_USER EVENT mysql.bloodraven_fence_deadline ON SCHEDULE AT CURRENT_TIMESTAMP + INTERVAL 1 SECOND ON COMPLETION NOT PRESERVE DO BEGIN SET SESSION sql_log_bin = 0; SET GLOBAL super_read_only = ON; END".to_string(),
             ]
-        );
-    }
-
-    #[test]
-    fn mariadb_statements() {
-        let f = maria1011();
-        assert_eq!(f.fence_statement(), "SET GLOBAL read_only = ON");
-        assert_eq!(f.unfence_statements(), &["SET GLOBAL read_only = OFF"]);
-        assert_eq!(f.replica_status_query(), "SHOW SLAVE STATUS");
-        assert!(f.variables_query().contains("gtid_current_pos"));
-        assert!(!f.has_super_read_only());
-        assert_eq!(
-            f.change_source("127.0.0.1", 3307, "repl", "a\\b"),
-            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=3307, MASTER_USER='repl', MASTER_PASSWORD='a\\\\b', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1"
-        );
-        assert_eq!(
-            f.wait_for_gtid("0-1-5", 1.0),
-            "SELECT MASTER_GTID_WAIT('0-1-5', 1.000)"
         );
     }
 

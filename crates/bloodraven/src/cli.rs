@@ -163,6 +163,45 @@ pub enum Progress {
     },
 }
 
+/// Where a followed operation's status stands, as [`Progress::at`] reads it.
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome<'a> {
+    Running,
+    Succeeded,
+    /// Failed, with the status's reason when it gives one.
+    Failed(Option<&'a str>),
+}
+
+impl Progress {
+    /// How a look at an operation reads: `line` while it runs; when it ended, `what` (e.g.
+    /// "reclone of pdx") succeeded or failed with its reason, and `message`.
+    pub fn at(what: &str, line: String, outcome: Outcome<'_>, message: &str) -> Progress {
+        match outcome {
+            Outcome::Running => Progress::Line(line),
+            Outcome::Succeeded => Progress::Ended {
+                line,
+                outcome: format!("{what} succeeded: {message}"),
+                code: exit::OK,
+            },
+            Outcome::Failed(reason) => Progress::Ended {
+                line,
+                outcome: format!("{what} failed: {}: {message}", reason.unwrap_or("unknown")),
+                code: exit::FAILED,
+            },
+        }
+    }
+
+    /// The operator took the request and refused it; `event` is the reason of the event that
+    /// says why.
+    pub fn refused(event: &str) -> Progress {
+        Progress::Ended {
+            line: String::new(),
+            outcome: format!("the operator refused the request (see the group's {event} event)"),
+            code: exit::REFUSED,
+        }
+    }
+}
+
 /// Follows an operation on the stored group `key` for up to `wait`, looking every 250 ms:
 /// prints each new progress line on stderr and the outcome on stdout, and returns its exit
 /// code, or `not_finished` when `wait` passes first.

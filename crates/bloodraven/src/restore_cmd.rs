@@ -22,7 +22,7 @@ use clap::Args;
 pub mod exit {
     /// `REFUSED` here: the dump is incomplete, the confirm is not new, another operation
     /// runs.
-    pub use crate::cli::exit::{ERROR, FAILED, NOT_FINISHED, OK as SUCCEEDED, REFUSED, USAGE};
+    pub use crate::cli::exit::{ERROR, NOT_FINISHED, OK as SUCCEEDED, REFUSED, USAGE};
 }
 
 #[derive(Debug, Args)]
@@ -204,7 +204,7 @@ async fn follow(
     confirm: &str,
     wait: Duration,
 ) -> i32 {
-    use crate::cli::Progress;
+    use crate::cli::{Outcome, Progress};
     crate::cli::follow(store, key, wait, exit::NOT_FINISHED, |_, body| {
         let Some(r) = body
             .status
@@ -214,24 +214,20 @@ async fn follow(
         else {
             return Progress::Nothing;
         };
-        let line = progress_line(r);
-        match r.phase {
-            RestorePhase::Succeeded => Progress::Ended {
-                line,
-                outcome: format!("restore-in-place succeeded: {}", r.message),
-                code: exit::SUCCEEDED,
-            },
-            RestorePhase::Failed => Progress::Ended {
-                line,
-                outcome: format!(
-                    "restore-in-place failed: {}: {}",
-                    r.reason.as_ref().map_or("unknown", |x| x.as_str()),
-                    r.message
+        Progress::at(
+            "restore-in-place",
+            progress_line(r),
+            match r.phase {
+                RestorePhase::Succeeded => Outcome::Succeeded,
+                RestorePhase::Failed => Outcome::Failed(
+                    r.reason
+                        .as_ref()
+                        .map(bloodraven_core::reason::RestoreFailure::as_str),
                 ),
-                code: exit::FAILED,
+                _ => Outcome::Running,
             },
-            _ => Progress::Line(line),
-        }
+            &r.message,
+        )
     })
     .await
 }

@@ -20,7 +20,7 @@ use clap::{Args, Subcommand};
 
 /// Exit codes of `bloodraven site reclone`.
 pub mod exit {
-    pub use crate::cli::exit::{ERROR, FAILED, NOT_FINISHED, OK as SUCCEEDED, REFUSED};
+    pub use crate::cli::exit::{ERROR, NOT_FINISHED, OK as SUCCEEDED, REFUSED};
 }
 
 #[derive(Debug, Args)]
@@ -107,7 +107,7 @@ async fn follow(
     before: Option<RecloneStatus>,
     wait: Duration,
 ) -> i32 {
-    use crate::cli::Progress;
+    use crate::cli::{Outcome, Progress};
     // The request is taken on the operator's next poll: until then the reclone shown (if
     // any) is an earlier one; its start is recognised by the annotation's removal.
     let mut taken = false;
@@ -120,33 +120,22 @@ async fn follow(
             .and_then(|s| s.reclone.as_ref())
             .filter(|r| taken && Some(*r) != before.as_ref());
         match current {
-            Some(r) => {
-                let line = progress_line(r);
+            Some(r) => Progress::at(
+                &format!("reclone of {site}"),
+                progress_line(r),
                 match r.phase {
-                    ReclonePhase::Succeeded => Progress::Ended {
-                        line,
-                        outcome: format!("reclone of {site} succeeded: {}", r.message),
-                        code: exit::SUCCEEDED,
-                    },
-                    ReclonePhase::Failed => Progress::Ended {
-                        line,
-                        outcome: format!(
-                            "reclone of {site} failed: {}: {}",
-                            r.reason.as_ref().map_or("unknown", |x| x.as_str()),
-                            r.message
-                        ),
-                        code: exit::FAILED,
-                    },
-                    _ => Progress::Line(line),
-                }
-            }
+                    ReclonePhase::Succeeded => Outcome::Succeeded,
+                    ReclonePhase::Failed => Outcome::Failed(
+                        r.reason
+                            .as_ref()
+                            .map(bloodraven_core::reason::RecloneFailure::as_str),
+                    ),
+                    _ => Outcome::Running,
+                },
+                &r.message,
+            ),
             // Taken and refused (an event says why): the annotation is gone, no reclone.
-            None if taken => Progress::Ended {
-                line: String::new(),
-                outcome: "the operator refused the request (see the group's RecloneRefused event)"
-                    .into(),
-                code: exit::REFUSED,
-            },
+            None if taken => Progress::refused("RecloneRefused"),
             None => Progress::Nothing,
         }
     })

@@ -23,7 +23,7 @@ use clap::Args;
 
 /// Exit codes of `bloodraven update`.
 pub mod exit {
-    pub use crate::cli::exit::{ERROR, FAILED, NOT_FINISHED, OK as SUCCEEDED, REFUSED, USAGE};
+    pub use crate::cli::exit::{ERROR, NOT_FINISHED, OK as SUCCEEDED, REFUSED, USAGE};
 }
 
 #[derive(Debug, Args)]
@@ -134,7 +134,7 @@ async fn follow(
     id: &str,
     wait: Duration,
 ) -> i32 {
-    use crate::cli::Progress;
+    use crate::cli::{Outcome, Progress};
     crate::cli::follow(store, key, wait, exit::NOT_FINISHED, |obj, body| {
         let pending = obj.metadata.annotations.contains_key(ORDERED_UPDATE);
         match body
@@ -143,33 +143,21 @@ async fn follow(
             .as_ref()
             .filter(|u| u.request_id == id)
         {
-            Some(u) => {
-                let line = progress_line(u);
+            Some(u) => Progress::at(
+                &format!("ordered update {id}"),
+                progress_line(u),
                 match u.phase {
-                    UpdatePhase::Succeeded => Progress::Ended {
-                        line,
-                        outcome: format!("ordered update {id} succeeded: {}", u.message),
-                        code: exit::SUCCEEDED,
-                    },
-                    UpdatePhase::Failed => Progress::Ended {
-                        line,
-                        outcome: format!(
-                            "ordered update {id} failed: {}: {}",
-                            u.reason.as_ref().map_or("unknown", |r| r.as_str()),
-                            u.message
-                        ),
-                        code: exit::FAILED,
-                    },
-                    _ => Progress::Line(line),
-                }
-            }
-            None if !pending => Progress::Ended {
-                line: String::new(),
-                outcome:
-                    "the operator refused the request (see the group's OrderedUpdateRejected event)"
-                        .into(),
-                code: exit::REFUSED,
-            },
+                    UpdatePhase::Succeeded => Outcome::Succeeded,
+                    UpdatePhase::Failed => Outcome::Failed(
+                        u.reason
+                            .as_ref()
+                            .map(bloodraven_core::reason::UpdateFailure::as_str),
+                    ),
+                    _ => Outcome::Running,
+                },
+                &u.message,
+            ),
+            None if !pending => Progress::refused("OrderedUpdateRejected"),
             None => Progress::Nothing,
         }
     })

@@ -705,3 +705,19 @@ fn received(p: &bloodraven_mysql::Probe) -> Option<bloodraven_core::gtid::GtidSe
     let io = bloodraven_core::gtid::GtidSet::parse(p.flavor.gtid_flavor(), &r.gtid_io_pos).ok()?;
     (io.contains(&p.gtid) && !p.gtid.contains(&io)).then_some(io)
 }
+
+/// The operation in a status slot while it runs. `None` when there is none or it ended; then
+/// its executor's `run` is forgotten too (nothing may still run for it).
+fn in_flight<T: Clone, R>(
+    slot: Option<&T>,
+    ended: impl FnOnce(&T) -> bool,
+    run: &mut Option<R>,
+) -> Option<T> {
+    match slot {
+        Some(op) if !ended(op) => Some(op.clone()),
+        _ => {
+            *run = None;
+            None
+        }
+    }
+}

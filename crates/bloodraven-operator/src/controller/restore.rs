@@ -92,14 +92,13 @@ impl<S: Site> Controller<S> {
     pub(super) async fn advance_restore(&mut self) -> Result<bool, ControllerError> {
         let snap = self.rt.snapshot();
         let status = snap.status().clone();
-        let Some(r) = status.restore_in_place.clone() else {
-            self.restore_run = None;
+        let Some(r) = super::in_flight(
+            status.restore_in_place.as_ref(),
+            |r| r.phase.is_terminal(),
+            &mut self.restore_run,
+        ) else {
             return Ok(false);
         };
-        if r.phase.is_terminal() {
-            self.restore_run = None;
-            return Ok(false);
-        }
         let names = snap.site_names();
         // Admission holds the lease lock until its verdict is persisted: a failover-hold is
         // either seen here or refused (the group is not stable once the restore is stored).
@@ -121,13 +120,8 @@ impl<S: Site> Controller<S> {
         );
         match step {
             Step::Idle | Step::Wait => Ok(false),
-            Step::Persist {
-                next,
-                notes,
-                count,
-                again,
-            } => {
-                self.persist_restore(next, notes, count).await?;
+            step @ Step::Persist { .. } => {
+                let again = self.persist_step(step).await?;
                 drop(leases);
                 Ok(again)
             }
@@ -364,7 +358,13 @@ impl<S: Site> Controller<S> {
         r: &RestoreStatus,
         done: Done,
     ) -> Result<bool, ControllerError> {
-        match restore::finish(r, done, self.rt.now()) {
+        self.persist_step(restore::finish(r, done, self.rt.now()))
+            .await
+    }
+
+    /// Persists a [`Step::Persist`]: `Ok(again)`. Any other step does nothing here.
+    async fn persist_step(&mut self, step: Step) -> Result<bool, ControllerError> {
+        match step {
             Step::Persist {
                 next,
                 notes,

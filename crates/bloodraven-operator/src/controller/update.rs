@@ -225,15 +225,14 @@ impl<S: Site> Controller<S> {
     /// One step of the update in flight; `Ok(true)` when the next can run at once.
     pub(super) async fn advance_update(&mut self) -> Result<bool, ControllerError> {
         let status = self.rt.snapshot().status().clone();
-        let Some(u) = status.update_phase.clone() else {
-            self.update_run = None;
+        // Ended (by this operator, or one before it): nothing may still run for it.
+        let Some(u) = super::in_flight(
+            status.update_phase.as_ref(),
+            |u| u.phase.is_terminal(),
+            &mut self.update_run,
+        ) else {
             return Ok(false);
         };
-        if u.phase.is_terminal() {
-            // Ended (by this operator, or one before it): nothing may still run for it.
-            self.update_run = None;
-            return Ok(false);
-        }
         let views = self.views(&status);
         let in_progress = (!u.site.is_empty()).then_some(u.site.as_str());
         let needs = match self.needs(in_progress).await {
