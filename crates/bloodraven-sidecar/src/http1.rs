@@ -17,6 +17,11 @@
 //! bounded by [`MAX_HEAD_BYTES`] and the body by the caller's limit. It never follows a
 //! redirect, never uses a proxy and never sends a body.
 //!
+//! **Pipelining.** HTTP/1.1 lets a client send questions without waiting for each answer,
+//! and the operator and the sidecars (hyper) answer them in order. Some proxies answer only
+//! the first of such a batch and drop the rest; a party whose batch was cut short after part
+//! of it was answered is asked one question at a time from then on ([`Progress`]).
+//!
 //! **Retrying.** A `GET` is safe to send again, and these are the only requests it sends.
 //! Requests whose answers had not begun when their connection ended are sent again on a new
 //! connection: a kept-alive connection the party had already closed (it restarted, or dropped
@@ -34,6 +39,7 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -117,6 +123,8 @@ pub struct Client {
     connect_timeout: Duration,
     max_body: usize,
     idle: Mutex<Option<Conn>>,
+    /// Whether the party answers pipelined questions (see [`Progress`]).
+    pipelines: AtomicBool,
 }
 
 impl std::fmt::Debug for Client {
@@ -172,6 +180,7 @@ impl Client {
             connect_timeout,
             max_body,
             idle: Mutex::new(None),
+            pipelines: AtomicBool::new(true),
         })
     }
 
@@ -225,62 +234,88 @@ impl Client {
         mut each: impl FnMut(usize, Result<Answer, HttpError>) + Send,
     ) {
         let n = requests.len();
-        let mut answered = 0;
+        let mut progress = Progress {
+            client: self,
+            n,
+            answered: 0,
+            pipelined: false,
+        };
         // Every request not yet answered gets `e`.
-        let give_up =
-            |each: &mut dyn FnMut(usize, Result<Answer, HttpError>), from: usize, e: &HttpError| {
-                for i in from..n {
-                    each(i, Err(e.clone()));
-                }
-            };
+        let give_up = |each: &mut dyn FnMut(usize, Result<Answer, HttpError>),
+                       progress: &mut Progress<'_>,
+                       e: &HttpError| {
+            for i in progress.answered..n {
+                each(i, Err(e.clone()));
+            }
+            progress.answered = n;
+        };
         // Each pass either answers at least one request, or ran on a reused connection (which
         // the next pass does not, unless another exchange put one back meanwhile): bounded.
         let mut passes = 0;
-        while answered < n {
+        while progress.answered < n {
             passes += 1;
             let (mut conn, reused) = match self.take_idle() {
                 Some(c) => (c, true),
                 None => match self.connect().await {
                     Ok(c) => (c, false),
-                    Err(e) => return give_up(&mut each, answered, &e),
+                    Err(e) => return give_up(&mut each, &mut progress, &e),
                 },
             };
-            let before = answered;
-            let mut keep = true;
-            let mut failed = None;
-            if let Err(e) = conn.send(&requests[answered..]).await {
-                failed = Some(ended_or(&e, &self.party, true));
-            } else {
-                while answered < n {
-                    match conn.read_answer(&self.party, self.max_body).await {
-                        Ok((answer, keep_alive)) => {
-                            each(answered, Ok(answer));
-                            answered += 1;
-                            if !keep_alive {
-                                keep = false;
-                                break;
-                            }
-                        }
-                        Err(e) => {
-                            failed = Some(e);
-                            break;
-                        }
-                    }
-                }
-            }
+            let before = progress.answered;
+            let (failed, keep) = self
+                .on_connection(&mut conn, requests, &mut progress, &mut each)
+                .await;
             match failed {
-                None if keep && answered == n => self.put_idle(conn),
+                None if keep && progress.answered == n => self.put_idle(conn),
                 None => {}
-                Some(Failure::Ended) if (reused || answered > before) && passes <= 2 * n + 1 => {}
+                Some(Failure::Ended)
+                    if (reused || progress.answered > before) && passes <= 2 * n + 1 => {}
                 Some(Failure::Ended) => {
                     let closed = HttpError::Closed {
                         party: self.party.clone(),
                     };
-                    return give_up(&mut each, answered, &closed);
+                    return give_up(&mut each, &mut progress, &closed);
                 }
-                Some(Failure::Error(e)) => return give_up(&mut each, answered, &e),
+                Some(Failure::Error(e)) => return give_up(&mut each, &mut progress, &e),
             }
         }
+    }
+
+    /// Asks what is still unanswered on `conn`: every question in one write while the party
+    /// takes pipelined questions, one at a time otherwise. Returns how it failed, if it did,
+    /// and whether the connection may carry more.
+    async fn on_connection(
+        &self,
+        conn: &mut Conn,
+        requests: &[&Request],
+        progress: &mut Progress<'_>,
+        each: &mut (impl FnMut(usize, Result<Answer, HttpError>) + Send),
+    ) -> (Option<Failure>, bool) {
+        let n = requests.len();
+        while progress.answered < n {
+            let end = if self.pipelines.load(Ordering::Relaxed) {
+                n
+            } else {
+                progress.answered + 1
+            };
+            progress.pipelined |= end - progress.answered > 1;
+            if let Err(e) = conn.send(&requests[progress.answered..end]).await {
+                return (Some(ended_or(&e, &self.party, true)), true);
+            }
+            while progress.answered < end {
+                match conn.read_answer(&self.party, self.max_body).await {
+                    Ok((answer, keep_alive)) => {
+                        each(progress.answered, Ok(answer));
+                        progress.answered += 1;
+                        if !keep_alive {
+                            return (None, false);
+                        }
+                    }
+                    Err(e) => return (Some(e), true),
+                }
+            }
+        }
+        (None, true)
     }
 
     async fn connect(&self) -> Result<Conn, HttpError> {
@@ -343,6 +378,34 @@ impl Client {
         let mut slot = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.is_none() && conn.start == conn.buf.len() {
             *slot = Some(conn);
+        }
+    }
+}
+
+/// How far an exchange got. An exchange its caller gave up on (dropped) after part of a
+/// pipelined batch was answered tells of a party, or something between, that answers only the
+/// first of pipelined questions (some proxies drop the rest and keep the connection open):
+/// from then on that party is asked one question at a time.
+struct Progress<'a> {
+    client: &'a Client,
+    n: usize,
+    answered: usize,
+    pipelined: bool,
+}
+
+impl Drop for Progress<'_> {
+    fn drop(&mut self) {
+        if self.pipelined
+            && self.answered > 0
+            && self.answered < self.n
+            && self.client.pipelines.swap(false, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                party = %self.client.party,
+                answered = self.answered,
+                asked = self.n,
+                "the party answered only part of the questions sent together before the deadline; asking it one question at a time from now on"
+            );
         }
     }
 }

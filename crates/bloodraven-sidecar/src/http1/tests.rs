@@ -23,6 +23,9 @@ enum Reply {
     Close,
     /// Never answers (keeps the connection open).
     Hang,
+    /// Reads the request and drops it: no answer, the connection stays open, and later
+    /// requests are answered (a proxy that drops pipelined requests).
+    Drop,
 }
 
 struct Scripted {
@@ -83,6 +86,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 Reply::Hang => {
                     std::future::pending::<()>().await;
                 }
+                Reply::Drop => {}
             }
         }
         if in_batch > 0 {
@@ -217,6 +221,26 @@ async fn a_pipelined_pair_goes_in_one_write_and_is_answered_in_order() {
         "{:?}",
         s.batches.lock().unwrap()
     );
+}
+
+#[tokio::test]
+async fn a_party_that_drops_pipelined_questions_is_asked_one_at_a_time_from_then_on() {
+    // The second question of the first pair is read and dropped, as some proxies do.
+    let s = scripted(except(1, Reply::Drop, Reply::Send(ok("answered")))).await;
+    let c = client(&s.url);
+    let (a, b) = (c.request("/a"), c.request("/b"));
+    let limit = Duration::from_millis(300);
+    let got = c.get_all(&[&a, &b], limit).await;
+    assert_eq!(body(&got[0]), "answered");
+    assert_eq!(got[1], Err(HttpError::TimedOut(limit)));
+    for _ in 0..2 {
+        let got = c.get_all(&[&a, &b], LIMIT).await;
+        assert_eq!(body(&got[0]), "answered");
+        assert_eq!(body(&got[1]), "answered");
+    }
+    // The first batch held both questions; every later one held one.
+    assert_eq!(*s.batches.lock().unwrap(), vec![2, 1, 1, 1, 1]);
+    assert_eq!(s.connections.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
