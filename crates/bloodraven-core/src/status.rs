@@ -84,80 +84,94 @@ pub struct SiteStatus {
     pub reclone: Option<RecloneStatus>,
 }
 
-/// Phases of a reclone: accepted, copying from the donor into the target, the target
-/// catching up from the active site, and the two ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum ReclonePhase {
-    Pending,
-    Copying,
-    CatchingUp,
-    Succeeded,
-    Failed,
+/// What every operation's phase enum shares: it ends `Succeeded` or `Failed`, and its name
+/// on the wire is the variant's.
+pub trait OperationPhase: Copy + Eq + 'static {
+    const SUCCEEDED: Self;
+    const FAILED: Self;
+    /// Every phase, in the order an operation goes through them.
+    const ALL: &'static [Self];
+    /// The phase's name, as `status` holds it.
+    fn as_str(self) -> &'static str;
+    /// `Succeeded` and `Failed` end an operation; every other phase is in flight.
+    fn is_terminal(self) -> bool {
+        self == Self::SUCCEEDED || self == Self::FAILED
+    }
 }
 
-impl ReclonePhase {
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "Pending",
-            Self::Copying => "Copying",
-            Self::CatchingUp => "CatchingUp",
-            Self::Succeeded => "Succeeded",
-            Self::Failed => "Failed",
+/// A phase enum of an operation: the given phases, then `Succeeded` and `Failed`; serde and
+/// `as_str` use the variants' names; [`OperationPhase`] and inherent `as_str`/`is_terminal`.
+macro_rules! phases {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident, )*
         }
-    }
-}
-
-/// Phases of an ordered update (`status.updatePhase.phase`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum UpdatePhase {
-    Pending,
-    /// The update's switchover waits for admission (`admission` says why, until when).
-    Deferred,
-    /// A site other than the active one is being updated (`site`).
-    UpdatingReplicas,
-    /// `site` is updated; waiting for it to be a caught-up replica again.
-    WaitingForReplica,
-    /// The switchover to an updated candidate runs (`switchover`).
-    FailingOver,
-    /// The old primary, now a replica, is being updated and waited for.
-    UpdatingOldPrimary,
-    Succeeded,
-    Failed,
-}
-
-impl UpdatePhase {
-    pub const ALL: [UpdatePhase; 8] = [
-        Self::Pending,
-        Self::Deferred,
-        Self::UpdatingReplicas,
-        Self::WaitingForReplica,
-        Self::FailingOver,
-        Self::UpdatingOldPrimary,
-        Self::Succeeded,
-        Self::Failed,
-    ];
-
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "Pending",
-            Self::Deferred => "Deferred",
-            Self::UpdatingReplicas => "UpdatingReplicas",
-            Self::WaitingForReplica => "WaitingForReplica",
-            Self::FailingOver => "FailingOver",
-            Self::UpdatingOldPrimary => "UpdatingOldPrimary",
-            Self::Succeeded => "Succeeded",
-            Self::Failed => "Failed",
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )*
+            Succeeded,
+            Failed,
         }
+
+        impl OperationPhase for $name {
+            const SUCCEEDED: Self = $name::Succeeded;
+            const FAILED: Self = $name::Failed;
+            const ALL: &'static [Self] = &[$($name::$variant,)* $name::Succeeded, $name::Failed];
+
+            fn as_str(self) -> &'static str {
+                match self {
+                    $( $name::$variant => stringify!($variant), )*
+                    $name::Succeeded => "Succeeded",
+                    $name::Failed => "Failed",
+                }
+            }
+        }
+
+        impl $name {
+            /// Every phase, in the order an operation goes through them.
+            pub const ALL: &'static [Self] = <Self as OperationPhase>::ALL;
+
+            /// The phase's name, as `status` holds it.
+            pub fn as_str(self) -> &'static str {
+                OperationPhase::as_str(self)
+            }
+
+            /// `Succeeded` and `Failed` end an operation; every other phase is in flight.
+            pub fn is_terminal(self) -> bool {
+                OperationPhase::is_terminal(self)
+            }
+        }
+    };
+}
+
+phases! {
+    /// Phases of a reclone: accepted, copying from the donor into the target, the target
+    /// catching up from the active site, and the two ends.
+    pub enum ReclonePhase {
+        Pending,
+        Copying,
+        CatchingUp,
+    }
+}
+
+phases! {
+    /// Phases of an ordered update (`status.updatePhase.phase`).
+    pub enum UpdatePhase {
+        Pending,
+        /// The update's switchover waits for admission (`admission` says why, until when).
+        Deferred,
+        /// A site other than the active one is being updated (`site`).
+        UpdatingReplicas,
+        /// `site` is updated; waiting for it to be a caught-up replica again.
+        WaitingForReplica,
+        /// The switchover to an updated candidate runs (`switchover`).
+        FailingOver,
+        /// The old primary, now a replica, is being updated and waited for.
+        UpdatingOldPrimary,
     }
 }
 
@@ -231,52 +245,20 @@ impl UpdateStatus {
     }
 }
 
-/// Phases of a restore-in-place (`status.restoreInPlace.phase`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum RestorePhase {
-    Pending,
-    /// Admission waits (`admission` says why, until when).
-    Deferred,
-    /// Writes are being fenced on every site.
-    Fencing,
-    /// The dump streams into the target, binary logging off.
-    Loading,
-    /// The target is announced (one `topologyGeneration` bump) and its writes lifted.
-    Promoting,
-    /// Every other site is being recloned from the target.
-    Recloning,
-    Succeeded,
-    Failed,
-}
-
-impl RestorePhase {
-    pub const ALL: [RestorePhase; 8] = [
-        Self::Pending,
-        Self::Deferred,
-        Self::Fencing,
-        Self::Loading,
-        Self::Promoting,
-        Self::Recloning,
-        Self::Succeeded,
-        Self::Failed,
-    ];
-
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "Pending",
-            Self::Deferred => "Deferred",
-            Self::Fencing => "Fencing",
-            Self::Loading => "Loading",
-            Self::Promoting => "Promoting",
-            Self::Recloning => "Recloning",
-            Self::Succeeded => "Succeeded",
-            Self::Failed => "Failed",
-        }
+phases! {
+    /// Phases of a restore-in-place (`status.restoreInPlace.phase`).
+    pub enum RestorePhase {
+        Pending,
+        /// Admission waits (`admission` says why, until when).
+        Deferred,
+        /// Writes are being fenced on every site.
+        Fencing,
+        /// The dump streams into the target, binary logging off.
+        Loading,
+        /// The target is announced (one `topologyGeneration` bump) and its writes lifted.
+        Promoting,
+        /// Every other site is being recloned from the target.
+        Recloning,
     }
 }
 
@@ -611,27 +593,20 @@ impl GroupStatus {
     }
 }
 
-/// Phases of a planned failover (SPEC §2.6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum PlannedFailoverPhase {
-    Pending,
-    Admitting,
-    Deferred,
-    Draining,
-    WaitingForLag,
-    Promoting,
-    Resuming,
-    Succeeded,
-    Failed,
+phases! {
+    /// Phases of a planned failover (SPEC §2.6).
+    pub enum PlannedFailoverPhase {
+        Pending,
+        Admitting,
+        Deferred,
+        Draining,
+        WaitingForLag,
+        Promoting,
+        Resuming,
+    }
 }
 
 impl PlannedFailoverPhase {
-    /// `Succeeded` and `Failed` end an operation; every other phase is in flight.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed)
-    }
-
     /// Phases past admission, in which the operation is moving the primary. The group's
     /// topology is reserved: automatic failover is held and lease renewals answer `423`.
     pub fn is_executing(self) -> bool {
@@ -645,20 +620,6 @@ impl PlannedFailoverPhase {
     /// persisted, so a failover-hold is either seen or refused.
     pub fn admits(self) -> bool {
         matches!(self, Self::Admitting | Self::Deferred)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "Pending",
-            Self::Admitting => "Admitting",
-            Self::Deferred => "Deferred",
-            Self::Draining => "Draining",
-            Self::WaitingForLag => "WaitingForLag",
-            Self::Promoting => "Promoting",
-            Self::Resuming => "Resuming",
-            Self::Succeeded => "Succeeded",
-            Self::Failed => "Failed",
-        }
     }
 }
 

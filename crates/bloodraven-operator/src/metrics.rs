@@ -615,7 +615,7 @@ impl Metrics {
 
     /// Sets the ordered-update phase gauge: 1 for `phase`, 0 for every other.
     pub fn set_update_phase(&self, group: &str, phase: Option<UpdatePhase>) {
-        for p in UpdatePhase::ALL {
+        for &p in UpdatePhase::ALL {
             self.ordered_update_phase
                 .get_or_create(&GroupPhase {
                     group: group.to_string(),

@@ -172,6 +172,22 @@ pub enum Outcome<'a> {
     Failed(Option<&'a str>),
 }
 
+impl<'a> Outcome<'a> {
+    /// Where an operation at `phase` stands; `reason` is its failure's, when it failed.
+    pub fn of<P: bloodraven_core::status::OperationPhase>(
+        phase: P,
+        reason: Option<&'a str>,
+    ) -> Self {
+        if phase == P::SUCCEEDED {
+            Outcome::Succeeded
+        } else if phase == P::FAILED {
+            Outcome::Failed(reason)
+        } else {
+            Outcome::Running
+        }
+    }
+}
+
 impl Progress {
     /// How a look at an operation reads: `line` while it runs; when it ended, `what` (e.g.
     /// "reclone of pdx") succeeded or failed with its reason, and `message`.

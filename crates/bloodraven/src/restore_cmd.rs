@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bloodraven_core::resources::FailoverGroupBody;
-use bloodraven_core::status::{RestorePhase, RestoreStatus};
+use bloodraven_core::status::RestoreStatus;
 use bloodraven_core::time::{Clock as _, Timestamp};
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_store::{StoreError, StoreExt as _};
@@ -217,15 +217,12 @@ async fn follow(
         Progress::at(
             "restore-in-place",
             progress_line(r),
-            match r.phase {
-                RestorePhase::Succeeded => Outcome::Succeeded,
-                RestorePhase::Failed => Outcome::Failed(
-                    r.reason
-                        .as_ref()
-                        .map(bloodraven_core::reason::RestoreFailure::as_str),
-                ),
-                _ => Outcome::Running,
-            },
+            Outcome::of(
+                r.phase,
+                r.reason
+                    .as_ref()
+                    .map(bloodraven_core::reason::RestoreFailure::as_str),
+            ),
             &r.message,
         )
     })

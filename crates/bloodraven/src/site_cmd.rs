@@ -14,7 +14,7 @@ use std::time::Duration;
 use bloodraven_core::contract::annotations::RECLONE_SITE;
 use bloodraven_core::reclone;
 use bloodraven_core::resources::FailoverGroupBody;
-use bloodraven_core::status::{ReclonePhase, RecloneStatus};
+use bloodraven_core::status::RecloneStatus;
 use bloodraven_operator::config;
 use clap::{Args, Subcommand};
 
@@ -123,15 +123,12 @@ async fn follow(
             Some(r) => Progress::at(
                 &format!("reclone of {site}"),
                 progress_line(r),
-                match r.phase {
-                    ReclonePhase::Succeeded => Outcome::Succeeded,
-                    ReclonePhase::Failed => Outcome::Failed(
-                        r.reason
-                            .as_ref()
-                            .map(bloodraven_core::reason::RecloneFailure::as_str),
-                    ),
-                    _ => Outcome::Running,
-                },
+                Outcome::of(
+                    r.phase,
+                    r.reason
+                        .as_ref()
+                        .map(bloodraven_core::reason::RecloneFailure::as_str),
+                ),
                 &r.message,
             ),
             // Taken and refused (an event says why): the annotation is gone, no reclone.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bloodraven_core::config::validate_group;
 use bloodraven_core::contract::annotations::ORDERED_UPDATE;
 use bloodraven_core::resources::FailoverGroupBody;
-use bloodraven_core::status::{UpdatePhase, UpdateStatus};
+use bloodraven_core::status::UpdateStatus;
 use bloodraven_core::time::Clock as _;
 use bloodraven_core::update::{self, Request, Updatable};
 use bloodraven_operator::config;
@@ -146,15 +146,12 @@ async fn follow(
             Some(u) => Progress::at(
                 &format!("ordered update {id}"),
                 progress_line(u),
-                match u.phase {
-                    UpdatePhase::Succeeded => Outcome::Succeeded,
-                    UpdatePhase::Failed => Outcome::Failed(
-                        u.reason
-                            .as_ref()
-                            .map(bloodraven_core::reason::UpdateFailure::as_str),
-                    ),
-                    _ => Outcome::Running,
-                },
+                Outcome::of(
+                    u.phase,
+                    u.reason
+                        .as_ref()
+                        .map(bloodraven_core::reason::UpdateFailure::as_str),
+                ),
                 &u.message,
             ),
             None if !pending => Progress::refused("OrderedUpdateRejected"),
