@@ -15,7 +15,7 @@ use bloodraven_core::config::ReplicationMode;
 use bloodraven_core::semisync;
 use bloodraven_mysql::FenceOutcome;
 use bloodraven_mysql::launcher::{Launcher, LauncherOptions};
-use bloodraven_testkit::ledger::{Outcome, WRITES_TABLE_DDL, Writer, percentile};
+use bloodraven_testkit::ledger::{self, Outcome, Writer, percentile};
 use tokio::time::{Instant, sleep};
 
 fn show(label: &str, v: &mut [Duration]) {
@@ -58,10 +58,7 @@ async fn main() {
     let h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .expect("harness");
-    h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
-    h.wait_replicas_caught_up(0, Duration::from_secs(10))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL]).await;
     let clients: Vec<_> = (0..3).map(|i| h.failover_client(i)).collect();
 
     // 2. Fence latency.

@@ -7,7 +7,7 @@ use bloodraven_mysql::launcher::Launcher;
 use bloodraven_mysql::{
     Cause, Credentials, Endpoint, FenceOutcome, MysqlError, SiteClient, Timeouts,
 };
-use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
+use bloodraven_testkit::ledger;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 use tokio::time::{Instant, sleep};
@@ -21,10 +21,7 @@ async fn group() -> Launcher {
         "3 servers started and wired in {} ms",
         t.elapsed().as_millis()
     );
-    h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
-    h.wait_replicas_caught_up(0, Duration::from_secs(10))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL]).await;
     h
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bloodraven_core::semisync::{self, Guarantee, SemiSyncState, Settings};
 use bloodraven_mysql::SiteClient;
 use bloodraven_mysql::launcher::{Launcher, LauncherOptions};
-use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
+use bloodraven_testkit::ledger;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tokio::time::{Instant, sleep, timeout};
@@ -26,11 +26,7 @@ const REPLICA: Settings = Settings {
 async fn semi_sync_group(opts: LauncherOptions) -> Launcher {
     let mut h = Launcher::start(opts).await.expect("harness");
     h.wire(0).await.expect("wire");
-    let admin = h.admin(0).unwrap();
-    admin.execute(WRITES_TABLE_DDL).await.unwrap();
-    h.wait_replicas_caught_up(0, Duration::from_secs(10))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL]).await;
     // Through the control plane's own account, as the operator does.
     h.failover_client(0)
         .configure_semi_sync(PRIMARY)
@@ -201,10 +197,7 @@ async fn a_candidate_catches_up_from_a_reader_that_is_ahead_of_it() {
     let h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .expect("harness");
-    h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
-    h.wait_replicas_caught_up(0, Duration::from_secs(10))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL]).await;
     // pdx stops receiving; the reader goes on.
     h.admin(1).unwrap().execute("STOP SLAVE").await.unwrap();
     for id in 1..=20 {

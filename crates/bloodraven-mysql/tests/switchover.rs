@@ -9,7 +9,7 @@ use bloodraven_core::planned::Undo;
 use bloodraven_mysql::FenceOutcome;
 use bloodraven_mysql::launcher::Launcher;
 use bloodraven_mysql::switchover::{CatchUp, Undone, catch_up, drain, repoint_all, undo};
-use bloodraven_testkit::ledger::{self, WRITES_TABLE_DDL, Writer};
+use bloodraven_testkit::ledger::{self, Writer};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use tokio::time::sleep;
@@ -18,14 +18,8 @@ async fn group() -> Launcher {
     let h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .expect("harness");
-    let admin = h.admin(0).unwrap();
-    admin.execute(WRITES_TABLE_DDL).await.unwrap();
-    for sql in ledger::LOCKABLE_TABLE_SETUP {
-        admin.execute(sql).await.unwrap();
-    }
-    h.wait_replicas_caught_up(0, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let [lockable, grant] = ledger::LOCKABLE_TABLE_SETUP;
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL, lockable, grant]).await;
     h
 }
 

@@ -17,7 +17,7 @@ use bloodraven_core::status::GroupStatus;
 use bloodraven_mysql::launcher::Launcher;
 use bloodraven_operator::OperatorHandle;
 use bloodraven_operator::local::{LocalOptions, write_files};
-use bloodraven_testkit::ledger::{WRITES_TABLE_DDL, Writer, percentile};
+use bloodraven_testkit::ledger::{self, Writer, percentile};
 use tokio::time::Instant;
 
 async fn wait(
@@ -60,10 +60,7 @@ async fn main() {
     let mut h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .unwrap();
-    h.admin(0).unwrap().execute(WRITES_TABLE_DDL).await.unwrap();
-    h.wait_replicas_caught_up(0, Duration::from_secs(10))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL]).await;
     let dir = tempfile::tempdir().unwrap();
     let o = LocalOptions::new(
         "playground",

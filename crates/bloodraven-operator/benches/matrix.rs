@@ -221,15 +221,7 @@ impl Ctx {
         )
         .await
         .unwrap();
-        r.lost = report.lost.len();
-        r.ambiguous = report.ambiguous;
-        r.two_writable = report.two_writable_rounds;
-        r.gaps_ms = report
-            .gaps
-            .iter()
-            .map(|g| g.duration().as_secs_f64() * 1e3)
-            .collect();
-        r.notes.push(report.summary());
+        r.take_report(&report);
     }
 }
 
@@ -265,18 +257,8 @@ impl bloodraven_core::time::Clock for SkewedClock {
 impl Ctx {
     /// Adds `log`'s attempts to the run's timeline.
     fn record(&self, r: &mut RunResult, log: &WriterLog, moved: Option<Instant>) {
-        let Some(zero) = self.fault else { return };
-        let at = |t: Instant| {
-            if t >= zero {
-                (t - zero).as_secs_f64()
-            } else {
-                -(zero - t).as_secs_f64()
-            }
-        };
-        r.timeline
-            .extend(log.attempts.iter().map(|a| (at(a.sent), a.site, a.outcome)));
-        if let Some(m) = moved {
-            r.moved_at.get_or_insert(at(m));
+        if let Some(fault) = self.fault {
+            r.add_timeline(log, fault, moved);
         }
     }
 }

@@ -35,6 +35,34 @@ pub const LOCKABLE_TABLE_SETUP: [&str; 2] = [
     "GRANT LOCK TABLES ON app.* TO 'app'@'127.0.0.1'",
 ];
 
+/// Runs `statements` (the tables a story needs: [`WRITES_TABLE_DDL`], [`PROBES_TABLE_DDL`],
+/// [`LOCKABLE_TABLE_SETUP`]) on `h`'s first site, the primary, as an administrator, and waits
+/// (up to 20 s) until every replica has applied them.
+pub async fn set_up_primary(h: &bloodraven_mysql::launcher::Launcher, statements: &[&str]) {
+    let admin = h.admin(0).unwrap();
+    for sql in statements {
+        admin.execute(*sql).await.unwrap();
+    }
+    h.wait_replicas_caught_up(0, Duration::from_secs(20))
+        .await
+        .unwrap();
+}
+
+/// Every site of `h` as a [`Writer`] reaches it: its name and the application's connection.
+pub fn sites(h: &bloodraven_mysql::launcher::Launcher) -> Vec<(String, Opts)> {
+    (0..h.len())
+        .map(|i| (h.name(i).to_string(), h.app_opts(i)))
+        .collect()
+}
+
+/// `sites` (as [`sites`] gives them) as a [`Probe`]'s targets.
+pub fn targets(sites: &[(String, Opts)]) -> Vec<Target> {
+    sites
+        .iter()
+        .map(|(name, opts)| Target::new(name.clone(), opts.clone()))
+        .collect()
+}
+
 /// How long one connection attempt may take before the site counts as not answering.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long one insert may take before its outcome counts as ambiguous.

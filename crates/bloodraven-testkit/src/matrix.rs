@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ledger::{Outcome, percentile};
+use crate::ledger::{Outcome, Report, WriterLog, percentile};
 
 /// What a scenario promises. `None`: not promised (reported, never judged).
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +40,39 @@ pub struct RunResult {
     pub timeline: Vec<(f64, usize, Outcome)>,
     /// Seconds since the fault of the change of primary, if any.
     pub moved_at: Option<f64>,
+}
+
+impl RunResult {
+    /// Takes the checker's verdict: writes lost, ambiguous, probe rounds with two writable
+    /// sites, the write gaps (ms), and its summary as a note.
+    pub fn take_report(&mut self, report: &Report) {
+        self.lost = report.lost.len();
+        self.ambiguous = report.ambiguous;
+        self.two_writable = report.two_writable_rounds;
+        self.gaps_ms = report
+            .gaps
+            .iter()
+            .map(|g| g.duration().as_secs_f64() * 1e3)
+            .collect();
+        self.notes.push(report.summary());
+    }
+
+    /// Adds `log`'s attempts to the timeline, and `moved` (the change of primary, unless one
+    /// is recorded already), in seconds since `fault` (negative before it).
+    pub fn add_timeline(&mut self, log: &WriterLog, fault: Instant, moved: Option<Instant>) {
+        let at = |t: Instant| {
+            if t >= fault {
+                (t - fault).as_secs_f64()
+            } else {
+                -(fault - t).as_secs_f64()
+            }
+        };
+        self.timeline
+            .extend(log.attempts.iter().map(|a| (at(a.sent), a.site, a.outcome)));
+        if let Some(m) = moved {
+            self.moved_at.get_or_insert(at(m));
+        }
+    }
 }
 
 /// Whether `r` kept `promise` (and broke no promise of its own kind).

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bloodraven_core::config::ReplicationMode;
 use bloodraven_playground::playground::{Playground, PlaygroundOptions};
-use bloodraven_testkit::ledger::{self, Probe, Target, Writer};
+use bloodraven_testkit::ledger::{self, Probe, Writer};
 use bloodraven_testkit::matrix::{self, Promise, RunResult};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -54,12 +54,7 @@ async fn start(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .push(started.elapsed());
     let h = pg.harness.lock().await;
-    let admin = h.admin(0).unwrap();
-    admin.execute(ledger::WRITES_TABLE_DDL).await.unwrap();
-    admin.execute(ledger::PROBES_TABLE_DDL).await.unwrap();
-    h.wait_replicas_caught_up(0, Duration::from_secs(20))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL, ledger::PROBES_TABLE_DDL]).await;
     if replication == ReplicationMode::SemiSync {
         // The operator configures the group within a poll or two of its bootstrap.
         let iad = h.failover_client(0);
@@ -161,19 +156,9 @@ struct Load {
 }
 
 async fn load(pg: &Playground) -> Load {
-    let h = pg.harness.lock().await;
-    let sites: Vec<(String, mysql_async::Opts)> = (0..3)
-        .map(|i| (h.name(i).to_string(), h.app_opts(i)))
-        .collect();
-    drop(h);
+    let sites = ledger::sites(&*pg.harness.lock().await);
     let writer = Writer::start(sites.clone(), Duration::from_millis(2));
-    let probe = Probe::start(
-        sites
-            .iter()
-            .map(|(n, o)| Target::new(n.clone(), o.clone()))
-            .collect(),
-        Duration::from_millis(5),
-    );
+    let probe = Probe::start(ledger::targets(&sites), Duration::from_millis(5));
     tokio::time::sleep(Duration::from_millis(300)).await;
     Load {
         writer,
@@ -194,34 +179,12 @@ impl Load {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let log = self.writer.stop().await;
         let probe = self.probe.stop().await;
-        let at = |t: Instant| {
-            if t >= fault {
-                (t - fault).as_secs_f64()
-            } else {
-                -(fault - t).as_secs_f64()
-            }
-        };
-        r.timeline = log
-            .attempts
-            .iter()
-            .map(|a| (at(a.sent), a.site, a.outcome))
-            .collect();
-        r.moved_at = moved.map(at);
+        r.add_timeline(&log, fault, moved);
         if moved.is_some() {
             r.recovery = log.first_ack_on(final_primary, fault).map(|t| t - fault);
         }
         match ledger::check(&self.sites[final_primary].1, &log, Some(&probe)).await {
-            Ok(report) => {
-                r.lost = report.lost.len();
-                r.ambiguous = report.ambiguous;
-                r.two_writable = report.two_writable_rounds;
-                r.gaps_ms = report
-                    .gaps
-                    .iter()
-                    .map(|g| g.duration().as_secs_f64() * 1e3)
-                    .collect();
-                r.notes.push(report.summary());
-            }
+            Ok(report) => r.take_report(&report),
             Err(e) => r
                 .violations
                 .push(format!("cannot read the final primary: {e}")),

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bloodraven_core::status::PlannedFailoverPhase;
 use bloodraven_playground::playground::{GROUP, NAMESPACE, Playground, PlaygroundOptions, SITES};
-use bloodraven_testkit::ledger::{self, Probe, Route, Target, Writer, percentile};
+use bloodraven_testkit::ledger::{self, Probe, Route, Writer, percentile};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -130,11 +130,7 @@ async fn one_run(pg: &Playground, client: &str, first_id: u64) -> Run {
     let active = settled(pg).await;
     let target = if active == "iad" { "pdx" } else { "iad" };
     let h = pg.harness.lock().await;
-    let sites: Vec<(String, mysql_async::Opts)> = SITES
-        .iter()
-        .enumerate()
-        .map(|(i, n)| ((*n).to_string(), h.app_opts(i)))
-        .collect();
+    let sites = ledger::sites(&h);
     let target_opts = h.app_opts(SITES.iter().position(|s| *s == target).unwrap());
     drop(h);
     let interval = Duration::from_millis(2);
@@ -200,18 +196,9 @@ async fn main() {
         .await
         .expect("the playground starts");
     let h = pg.harness.lock().await;
-    let admin = h.admin(0).unwrap();
-    admin.execute(ledger::WRITES_TABLE_DDL).await.unwrap();
-    admin.execute(ledger::PROBES_TABLE_DDL).await.unwrap();
-    h.wait_replicas_caught_up(0, Duration::from_secs(20))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL, ledger::PROBES_TABLE_DDL]).await;
     let probe = Probe::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, h.app_opts(i)))
-            .collect(),
+        ledger::targets(&ledger::sites(&h)),
         Duration::from_millis(5),
     );
     drop(h);

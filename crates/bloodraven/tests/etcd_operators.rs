@@ -17,7 +17,7 @@ use std::time::Duration;
 use bloodraven_deploy::lease::LeaseApi as _;
 use bloodraven_testkit::contention::{self, Contention, overlapping};
 use bloodraven_testkit::etcd::EtcdCluster;
-use bloodraven_testkit::ledger::{Probe, Target, Writer};
+use bloodraven_testkit::ledger::{self, Probe, Writer};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -180,32 +180,17 @@ async fn wait_stable(s: &Setup, op: &Op) {
 
 /// The ledger's tables on the primary (iad), replicated.
 async fn ledger_tables(s: &Setup) {
-    let admin = s.harness.admin(0).unwrap();
-    admin
-        .execute(bloodraven_testkit::ledger::WRITES_TABLE_DDL)
-        .await
-        .unwrap();
-    admin
-        .execute(bloodraven_testkit::ledger::PROBES_TABLE_DDL)
-        .await
-        .unwrap();
-    s.harness
-        .wait_replicas_caught_up(0, Duration::from_secs(20))
-        .await
-        .unwrap();
+    ledger::set_up_primary(
+        &s.harness,
+        &[ledger::WRITES_TABLE_DDL, ledger::PROBES_TABLE_DDL],
+    )
+    .await;
 }
-
-/// The harness's sites, in its order.
-const SITES: [&str; 3] = ["iad", "pdx", "reader"];
 
 /// A probe trying a write on every site every 10 ms.
 fn probe_every_site(s: &Setup) -> Probe {
     Probe::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| Target::new(*n, s.harness.app_opts(i)))
-            .collect(),
+        ledger::targets(&ledger::sites(&s.harness)),
         Duration::from_millis(10),
     )
 }
@@ -373,14 +358,7 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
     assert!(both.observe().await.unwrap().stable);
 
     // The application writes on; the probe tries every site.
-    let writer = Writer::start(
-        SITES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| ((*n).to_string(), s.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(5),
-    );
+    let writer = Writer::start(ledger::sites(&s.harness), Duration::from_millis(5));
     let probe = probe_every_site(&s);
     tokio::time::sleep(Duration::from_millis(500)).await;
 

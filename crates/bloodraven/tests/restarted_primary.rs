@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use bloodraven_playground::playground::{Playground, PlaygroundOptions};
-use bloodraven_testkit::ledger::{self, Probe, Target};
+use bloodraven_testkit::ledger::{self, Probe};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -35,19 +35,10 @@ async fn a_fenced_old_primary_restarted_writable_while_the_operator_is_down_is_f
     let pg = Playground::start(opts, &|_| {})
         .await
         .expect("the playground starts");
-    let sites: Vec<(String, mysql_async::Opts)> = {
+    let sites = {
         let h = pg.harness.lock().await;
-        h.admin(0)
-            .unwrap()
-            .execute(ledger::PROBES_TABLE_DDL)
-            .await
-            .unwrap();
-        h.wait_replicas_caught_up(0, Duration::from_secs(20))
-            .await
-            .unwrap();
-        (0..3)
-            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
-            .collect()
+        ledger::set_up_primary(&h, &[ledger::PROBES_TABLE_DDL]).await;
+        ledger::sites(&h)
     };
 
     // A planned failover to pdx; iad is fenced and its sidecar holds the view naming pdx.
@@ -63,13 +54,7 @@ async fn a_fenced_old_primary_restarted_writable_while_the_operator_is_down_is_f
 
     // The operator goes away; nobody will announce anything from now on.
     pg.stop_operator().await;
-    let probe = Probe::start(
-        sites
-            .iter()
-            .map(|(n, o)| Target::new(n.clone(), o.clone()))
-            .collect(),
-        Duration::from_millis(5),
-    );
+    let probe = Probe::start(ledger::targets(&sites), Duration::from_millis(5));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // iad's mariadbd dies and comes back writable (no read_only=ON in its configuration).

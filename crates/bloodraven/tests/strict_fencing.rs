@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bloodraven_core::config::FencingMode;
 use bloodraven_playground::playground::{Playground, PlaygroundOptions};
-use bloodraven_testkit::ledger::{self, Probe, Target, Writer};
+use bloodraven_testkit::ledger::{self, Probe, Writer};
 use tokio::time::Instant;
 
 async fn start() -> std::sync::Arc<Playground> {
@@ -20,12 +20,7 @@ async fn start() -> std::sync::Arc<Playground> {
         .await
         .expect("the playground starts");
     let h = pg.harness.lock().await;
-    let admin = h.admin(0).unwrap();
-    admin.execute(ledger::WRITES_TABLE_DDL).await.unwrap();
-    admin.execute(ledger::PROBES_TABLE_DDL).await.unwrap();
-    h.wait_replicas_caught_up(0, Duration::from_secs(20))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL, ledger::PROBES_TABLE_DDL]).await;
     drop(h);
     pg
 }
@@ -73,20 +68,9 @@ async fn story_on(
     )
         -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>,
 ) -> (ledger::Report, Duration, bool, Vec<String>) {
-    let sites: Vec<(String, mysql_async::Opts)> = {
-        let h = pg.harness.lock().await;
-        (0..3)
-            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
-            .collect()
-    };
+    let sites = ledger::sites(&*pg.harness.lock().await);
     let writer = Writer::start(sites.clone(), Duration::from_millis(2));
-    let probe = Probe::start(
-        sites
-            .iter()
-            .map(|(n, o)| Target::new(n.clone(), o.clone()))
-            .collect(),
-        Duration::from_millis(5),
-    );
+    let probe = Probe::start(ledger::targets(&sites), Duration::from_millis(5));
     tokio::time::sleep(Duration::from_millis(500)).await;
     fault(&pg).await;
     let (took, waited) = promoted(&pg, Duration::from_secs(60)).await;

@@ -21,6 +21,7 @@ use bloodraven_operator::operator::{self, OperatorHandle};
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_store::{Durability, SqliteStore, Store};
 use bloodraven_testkit::faults::{Fault, Faults, When};
+use bloodraven_testkit::ledger;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -400,21 +401,12 @@ impl Default for Timings {
 impl Live {
     /// Every site's name and application connection, for a `Writer` (`iad`, `pdx`, `reader`).
     pub fn writer_targets(&self) -> Vec<(String, mysql_async::Opts)> {
-        (0..self.harness.len())
-            .map(|i| (self.harness.name(i).to_string(), self.harness.app_opts(i)))
-            .collect()
+        ledger::sites(&self.harness)
     }
 
     /// The same for a `Probe`.
-    pub fn probe_targets(&self) -> Vec<bloodraven_testkit::ledger::Target> {
-        (0..self.harness.len())
-            .map(|i| {
-                bloodraven_testkit::ledger::Target::new(
-                    self.harness.name(i),
-                    self.harness.app_opts(i),
-                )
-            })
-            .collect()
+    pub fn probe_targets(&self) -> Vec<ledger::Target> {
+        ledger::targets(&self.writer_targets())
     }
 
     pub async fn start(t: Timings) -> Live {
@@ -430,22 +422,11 @@ impl Live {
         let harness = bloodraven_mysql::launcher::Launcher::start_group(&["iad", "pdx", "reader"])
             .await
             .unwrap();
-        harness
-            .admin(0)
-            .unwrap()
-            .execute(bloodraven_testkit::ledger::WRITES_TABLE_DDL)
-            .await
-            .unwrap();
-        harness
-            .admin(0)
-            .unwrap()
-            .execute(bloodraven_testkit::ledger::PROBES_TABLE_DDL)
-            .await
-            .unwrap();
-        harness
-            .wait_replicas_caught_up(0, Duration::from_secs(10))
-            .await
-            .unwrap();
+        ledger::set_up_primary(
+            &harness,
+            &[ledger::WRITES_TABLE_DDL, ledger::PROBES_TABLE_DDL],
+        )
+        .await;
         let dir = tempfile::tempdir().unwrap();
         let mut o = bloodraven_operator::local::LocalOptions::new(
             GROUP,
