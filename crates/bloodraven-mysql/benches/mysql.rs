@@ -31,10 +31,7 @@ fn show(label: &str, v: &mut [Duration]) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let runs: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(20);
+    let runs: usize = bloodraven_testkit::report::number_arg(20);
 
     // 1. Start-up.
     let mut start = Vec::new();

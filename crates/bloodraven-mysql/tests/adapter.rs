@@ -155,14 +155,7 @@ async fn fence_is_bounded_behind_lock_tables_and_reports_the_truth() {
     let admin = h.admin(0).unwrap();
     // Another session holds LOCK TABLES ... WRITE: without a short lock_wait_timeout the fence
     // would wait a day.
-    let mut locker = Conn::new(
-        OptsBuilder::default()
-            .socket(Some(h.servers()[0].socket.display().to_string()))
-            .user(Some("root"))
-            .pass(Some("")),
-    )
-    .await
-    .unwrap();
+    let mut locker = bloodraven_testkit::server::root_session(&h, 0).await;
     locker
         .query_drop("LOCK TABLES app.writes WRITE")
         .await

@@ -38,12 +38,7 @@ async fn the_steps_move_the_primary_through_a_held_lock_and_lose_nothing() {
         h.failover_client(1),
         h.failover_client(2),
     );
-    let writer = Writer::start(
-        (0..3)
-            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
-            .collect(),
-        Duration::from_millis(1),
-    );
+    let writer = Writer::start(ledger::sites(&h), Duration::from_millis(1));
     sleep(Duration::from_millis(200)).await;
     let mut holder = lock_held(&h, 0).await;
 

@@ -5,10 +5,13 @@
 //! | [`ledger`] | the application's-eye ledger: a writer that records every answer, a probe that tries a write on every site, a checker of what the final primary holds |
 //! | [`fake_k8s`] | a stateful fake Kubernetes API server over real HTTP |
 //! | [`faults`] | one fault-injecting store: delays, stalls, gates and lost races by rule, and a record of every write |
+//! | [`server`] | a harness server as root: a session over its socket, a `mariadb-dump` of a database |
 //! | [`contention`] | clients contending for a migration lease, and the check that no two beliefs of holding it overlap |
 //! | [`etcd`] | a real etcd cluster of `n` members on loopback ports: stop, kill, pause, resume, restart by pid |
 //! | [`link`] | a TCP link a test can cut and heal |
 //! | [`matrix`] | the fault matrix's promises, judging, results table and plots, shared by the benches that inject faults |
+//! | [`sse`] | server-sent events as a client reads them off a stream |
+//! | [`process`] | a child process killed and reaped when dropped |
 //! | [`report`] | benchmark figures written into the generated part of a Markdown page |
 //! | [`store_conformance`] | the store contract as cases every back-end runs ([`conformance_tests!`]) |
 
@@ -22,7 +25,10 @@ pub mod faults;
 pub mod ledger;
 pub mod link;
 pub mod matrix;
+pub mod process;
 pub mod report;
+pub mod server;
+pub mod sse;
 pub mod store_conformance;
 
 pub use ledger::percentile;

@@ -25,6 +25,15 @@ pub fn keep(line: String) {
         .push(line);
 }
 
+/// The bench's first argument that parses as a number (`cargo bench --bench NAME -- 40`: runs,
+/// seconds, megabytes, as the bench says), or `default`.
+pub fn number_arg<T: std::str::FromStr>(default: T) -> T {
+    std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(default)
+}
+
 /// With `--report FILE` among the process's arguments, writes every line printed with
 /// [`figure!`](crate::figure) so far, as a text block under a line saying when, where and with
 /// which `command` it was measured, between `begin` and `end` in FILE. Exits 2 when FILE
