@@ -11,6 +11,8 @@
 //! The model's delays: a sidecar's fence lands up to the fence bound after its rule fires; the
 //! server's own deadline fires up to 1 s after its moment (the event scheduler's resolution).
 
+mod rng;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use bloodraven_core::fencing::{ReadOnlyState, Snapshot, Verdict as RuleVerdict, 
 use bloodraven_core::strict::{Facts, SidecarReport, Timings, Verdict, fence_bound, judge};
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::wire::ActiveSite;
+use rng::Rng;
 
 /// Milliseconds of simulated time.
 type Ms = u64;
@@ -31,24 +34,6 @@ const STEP: Ms = 100;
 
 fn d(ms: Ms) -> Duration {
     Duration::from_millis(ms)
-}
-
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
 }
 
 /// One peer's sidecar.
@@ -74,7 +59,7 @@ struct Outcome {
 /// One schedule, judged with `timings` (the operator's) while the sidecar runs with the real
 /// `leaseTimeout` and `peerCheckInterval`.
 fn run(seed: u64, timings: Timings) -> Outcome {
-    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut r = Rng::new(seed);
     let fault: Ms = 10_000;
     let announce = fault + DETECTION;
     let phase = r.below(CHECK / STEP) * STEP;

@@ -7,6 +7,8 @@
 //! what the store restores to, every answer must be one the lease engine gives (never a `503`
 //! while the store is healthy), and the group must still take a new migration lease.
 
+#[path = "../../bloodraven-core/tests/rng/mod.rs"]
+mod rng;
 mod support;
 
 use std::collections::BTreeMap;
@@ -18,30 +20,13 @@ use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_core::time::Clock;
 use bloodraven_store::ObjectKey;
 use reqwest::{Method, StatusCode};
+use rng::Rng;
 use support::{Env, GROUP, bootstrap, healthy, wait_leases_synced};
 
 const CLIENTS: usize = 24;
 const REQUESTS_PER_CLIENT: usize = 40;
 const BURSTS: u64 = 5;
 const OPERATIONS: [&str; 3] = ["op-a", "op-b", "op-c"];
-
-/// A small deterministic generator (xorshift), so a failing burst can be replayed by seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The last token each client saw per (kind, operation).
 type Tokens = Arc<Mutex<BTreeMap<(String, String), String>>>;
