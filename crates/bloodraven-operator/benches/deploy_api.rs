@@ -303,16 +303,9 @@ fn summarize(mut all: Vec<Duration>, secs: u64) -> (f64, Duration, Duration, usi
 
 /// A one-member etcd in a temporary directory, stopped when dropped.
 struct Etcd {
-    child: std::process::Child,
+    _child: bloodraven_testkit::process::KillOnDrop,
     url: String,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn etcd_binary() -> Option<std::path::PathBuf> {
@@ -355,7 +348,7 @@ async fn start_etcd(bin: &std::path::Path) -> Etcd {
         .spawn()
         .unwrap();
     let etcd = Etcd {
-        child,
+        _child: bloodraven_testkit::process::KillOnDrop(child),
         url,
         _dir: dir,
     };

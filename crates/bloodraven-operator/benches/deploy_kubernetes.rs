@@ -39,10 +39,7 @@ fn lease_writes(c: &support::kube::Cluster) -> usize {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let secs: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(5);
+    let secs: u64 = bloodraven_testkit::report::number_arg(5);
     let live = Live::start(Timings::default()).await;
     let c = cluster().await;
     c.apply(&live, GROUP).await;
@@ -53,14 +50,9 @@ async fn main() {
     .await;
     let addr = op.https_addr.expect("the deploy API listens");
     let bearer = c.token("ci", "deployer");
-    let granted = Client::new(&live.ca, addr)
-        .grant(&bearer, "migration", "bench-op", "counter-app", 120)
+    let lease_token = Client::new(&live.ca, addr)
+        .granted_migration(&bearer, "bench-op", 120)
         .await;
-    assert_eq!(granted.status.as_u16(), 201, "{}", granted.text);
-    let lease_token = granted.body["token"]
-        .as_str()
-        .expect("the grant carries its token")
-        .to_string();
     bloodraven_testkit::figure!(
         "Kubernetes mode (fake API server), one lease renewed by N clients, {secs} s per row:"
     );

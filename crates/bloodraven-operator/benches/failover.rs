@@ -53,10 +53,7 @@ fn show(label: &str, v: &mut [Duration]) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     bloodraven_runtime::tls::install_crypto_provider();
-    let runs: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(20);
+    let runs: usize = bloodraven_testkit::report::number_arg(20);
     let mut h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
         .unwrap();
@@ -88,12 +85,7 @@ async fn main() {
     let rt = op.group("playground").await.unwrap();
 
     // Planned switchovers.
-    let writer = Writer::start(
-        (0..3)
-            .map(|i| (h.name(i).to_string(), h.app_opts(i)))
-            .collect(),
-        Duration::from_millis(1),
-    );
+    let writer = Writer::start(ledger::sites(&h), Duration::from_millis(1));
     let mut target = "pdx";
     let mut durations = Vec::new();
     for n in 0..runs {
@@ -168,9 +160,7 @@ async fn main() {
         }
         let victim = h.index_of(&s.active_site).unwrap();
         let writer = Writer::start_from(
-            (0..3)
-                .map(|i| (h.name(i).to_string(), h.app_opts(i)))
-                .collect(),
+            ledger::sites(&h),
             Duration::from_millis(1),
             (u64::try_from(run).unwrap() + 1) * 100_000_000,
         );

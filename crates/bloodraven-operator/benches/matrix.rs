@@ -22,7 +22,7 @@ use std::time::Duration;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::status::GroupStatus;
 use bloodraven_operator::OperatorHandle;
-use bloodraven_testkit::ledger::{self, Probe, Report, Target, Writer, WriterLog};
+use bloodraven_testkit::ledger::{self, Probe, Report, Writer, WriterLog};
 use bloodraven_testkit::matrix::{self, Promise, RunResult};
 use mysql_async::prelude::Queryable;
 use support::{Live, Timings, request_failover};
@@ -52,12 +52,6 @@ const TIMINGS: Timings = Timings {
     drain: "5s",
     max_lag_wait: "20s",
 };
-
-fn sites(live: &Live) -> Vec<(String, mysql_async::Opts)> {
-    (0..3)
-        .map(|i| (live.harness.name(i).to_string(), live.harness.app_opts(i)))
-        .collect()
-}
 
 async fn status(op: &OperatorHandle) -> GroupStatus {
     op.group(support::GROUP)
@@ -102,14 +96,7 @@ impl Ctx {
     ) -> Ctx {
         let live = Live::start(TIMINGS).await;
         if tweak_lockable {
-            let admin = live.harness.admin(0).unwrap();
-            for sql in ledger::LOCKABLE_TABLE_SETUP {
-                admin.execute(sql).await.unwrap();
-            }
-            live.harness
-                .wait_replicas_caught_up(0, Duration::from_secs(10))
-                .await
-                .unwrap();
+            ledger::set_up_primary(&live.harness, &ledger::LOCKABLE_TABLE_SETUP).await;
         }
         if bootstrap_read_only {
             for i in 0..3 {
@@ -121,7 +108,7 @@ impl Ctx {
                     .unwrap();
             }
         }
-        let op = operator_with(&live, clock).await;
+        let op = live.operator_reading(clock).await;
         until(&op, Duration::from_secs(30), |s| {
             s.active_site == "iad" && s.replication_running()
         })
@@ -139,31 +126,20 @@ impl Ctx {
     }
 
     async fn load(&mut self) {
-        self.writer = Some(Writer::start(sites(&self.live), Duration::from_millis(2)));
+        self.writer = Some(Writer::start(
+            self.live.writer_targets(),
+            Duration::from_millis(2),
+        ));
         self.probe = Some(Probe::start(
-            sites(&self.live)
-                .into_iter()
-                .map(|(n, o)| Target::new(n, o))
-                .collect(),
+            self.live.probe_targets(),
             Duration::from_millis(5),
         ));
         let client = support::Client::new(&self.live.ca, self.op.https_addr.unwrap());
         let token = self.live.token();
-        // As a pipeline does: `423` says the group is between confirmed states; retry after
-        // the time it names.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let g = loop {
-            let g = client
-                .grant(&token, "migration", "matrix-op", "counter-app", 60)
-                .await;
-            if g.status != reqwest::StatusCode::LOCKED || Instant::now() > deadline {
-                break g;
-            }
-            let wait = g.body["retryAfterSeconds"].as_u64().unwrap_or(1);
-            tokio::time::sleep(Duration::from_secs(wait)).await;
-        };
-        assert_eq!(g.status, reqwest::StatusCode::CREATED, "{}", g.text);
-        let lease_token = g.body["token"].as_str().unwrap().to_string();
+        let g = client
+            .grant_when_stable(&token, "migration", "matrix-op")
+            .await;
+        let lease_token = g.lease_token().to_string();
         let granted_generation = g.body["topologyGeneration"].as_u64().unwrap_or(0);
         let stop = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn({
@@ -225,22 +201,6 @@ impl Ctx {
     }
 }
 
-/// The operator of `live`, reading wall time from `clock`.
-async fn operator_with(
-    live: &Live,
-    clock: bloodraven_runtime::clock::SharedClock,
-) -> OperatorHandle {
-    let h = bloodraven_operator::start(
-        live.config(),
-        clock,
-        vec![Arc::new(bloodraven_operator::controller::ControllerTask)],
-    )
-    .await
-    .unwrap();
-    assert!(h.wait_leading(Duration::from_secs(10)).await);
-    h
-}
-
 /// The system clock moved by an offset that can change while the operator runs.
 #[derive(Debug, Default)]
 struct SkewedClock(std::sync::atomic::AtomicI64);
@@ -263,27 +223,6 @@ impl Ctx {
     }
 }
 
-async fn hold_lock(live: &Live) -> (mysql_async::Conn, tokio::task::JoinHandle<()>) {
-    let mut holder = mysql_async::Conn::new(live.harness.app_opts(0))
-        .await
-        .unwrap();
-    holder
-        .query_drop("LOCK TABLES app.locked WRITE")
-        .await
-        .unwrap();
-    let opts = live.harness.app_opts(0);
-    let queued = tokio::spawn(async move {
-        if let Ok(mut c) = mysql_async::Conn::new(opts).await {
-            let _ = c.query_drop("SET SESSION lock_wait_timeout = 40").await;
-            let _ = c.query_drop("INSERT INTO app.locked VALUES (1)").await;
-        }
-    });
-    live.harness
-        .wait_app_statement_running(0, "INSERT INTO app.locked", Duration::from_secs(10))
-        .await;
-    (holder, queued)
-}
-
 fn planned_done(s: &GroupStatus) -> bool {
     s.planned_failover
         .as_ref()
@@ -299,7 +238,7 @@ async fn run(name: &str) -> RunResult {
             let mut c = Ctx::start(false, lockable).await;
             c.load().await;
             let _held = if name == "planned-lock-tables" {
-                Some(hold_lock(&c.live).await)
+                Some(c.live.hold_a_long_lock().await)
             } else {
                 None
             };
@@ -401,7 +340,7 @@ async fn run(name: &str) -> RunResult {
                 let log = w.stop().await;
                 let first = log.first_ack_on(1, fault).map(|t| t - fault);
                 c.writer = Some(Writer::start_from(
-                    sites(&c.live),
+                    c.live.writer_targets(),
                     Duration::from_millis(2),
                     1_000_000_000,
                 ));
@@ -428,7 +367,7 @@ async fn run(name: &str) -> RunResult {
             // data directory and must finish or undo the failover.
             let mut c = Ctx::start(false, true).await;
             c.load().await;
-            let _held = hold_lock(&c.live).await;
+            let _held = c.live.hold_a_long_lock().await;
             let fault = Instant::now();
             c.fault = Some(fault);
             request_failover(&c.op, "pdx").await;
@@ -452,7 +391,7 @@ async fn run(name: &str) -> RunResult {
             } = c;
             op.stop().await;
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let op = operator_with(&live, bloodraven_runtime::clock::system()).await;
+            let op = live.operator().await;
             let mut c = Ctx {
                 live,
                 op,

@@ -44,10 +44,7 @@ async fn writer_p99(h: &Launcher, d: Duration) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let megabytes: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(1024);
+    let megabytes: u64 = bloodraven_testkit::report::number_arg(1024);
     let rows = megabytes * 1024;
     let h = Launcher::start_group(&["iad", "pdx", "reader"])
         .await
@@ -130,24 +127,8 @@ async fn main() {
     // Restore-in-place's load: the same data as a mariadb-dump file, loaded into a fenced
     // server with binary logging off, as a restore does.
     let file = h.dir().join("bench-restore.sql");
-    let socket = h.servers()[0].socket.display().to_string();
     let dumped = Instant::now();
-    let out = std::fs::File::create(&file).unwrap();
-    let status = std::process::Command::new(
-        bloodraven_mysql::clone::find_tool("mariadb-dump").expect("mariadb-dump"),
-    )
-    .args([
-        format!("--socket={socket}"),
-        "--user=root".into(),
-        "--single-transaction".into(),
-        "--add-drop-database".into(),
-        "--databases".into(),
-        "bench".into(),
-    ])
-    .stdout(out)
-    .status()
-    .unwrap();
-    assert!(status.success());
+    bloodraven_testkit::server::dump_database(&h, 0, "bench", &file);
     let dump_secs = dumped.elapsed().as_secs_f64();
     let target = h.failover_client(1);
     target.prepare_clone_target().await.unwrap();

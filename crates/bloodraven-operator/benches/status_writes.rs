@@ -42,23 +42,12 @@ async fn main() {
             })
     })
     .await;
-    let status_writes = || {
-        c.fake
-            .seen()
-            .iter()
-            .filter(|s| {
-                s.is_write()
-                    && s.path.contains("/mysqlfailovergroups/")
-                    && s.path.ends_with("/status")
-            })
-            .count()
-    };
     // Settled: the bootstrap's writes are done.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let started = Instant::now();
-    let before = status_writes();
+    let before = c.status_writes();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let writes = status_writes() - before;
+    let writes = c.status_writes() - before;
     let took = started.elapsed().as_secs_f64();
     let poll_seconds = bloodraven_core::duration::parse_duration(poll)
         .unwrap()

@@ -13,13 +13,7 @@ use tokio::time::Instant;
 /// Reads server-sent events from `resp` until one carries a view, returning it.
 async fn next_view(resp: &mut reqwest::Response, buf: &mut String) -> Value {
     loop {
-        while let Some(end) = buf.find("\n\n") {
-            let event: String = buf.drain(..end + 2).collect();
-            let data: String = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim)
-                .collect();
+        while let Some(data) = bloodraven_testkit::sse::take_event_data(buf) {
             if !data.is_empty() {
                 return serde_json::from_str(&data).unwrap();
             }

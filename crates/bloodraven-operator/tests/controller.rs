@@ -7,22 +7,22 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
-use bloodraven_core::reason::{ConditionReason, ConditionType};
+use bloodraven_core::reason::{ConditionReason, ConditionType, RecoveryState};
 use bloodraven_core::resources::KIND_GROUP;
-use bloodraven_core::status::SiteState;
-use bloodraven_store::{SqliteStore, WriteOp};
+use bloodraven_core::status::{GroupStatus, SiteState, SiteStatus};
+use bloodraven_operator::operator::OperatorHandle;
+use bloodraven_store::WriteOp;
 use bloodraven_testkit::faults::{Fault, Faults, When};
 use bloodraven_testkit::ledger::{Writer, percentile};
 use mysql_async::prelude::Queryable;
 use reqwest::StatusCode;
 use support::{
-    Client, GROUP, Live, Timings, bootstrapped, events, planned_in, request_failover, wait_event,
-    wait_status,
+    Client, GROUP, Live, Timings, bootstrapped, events, plain_json, plain_text, planned_in,
+    request_failover, wait_event, wait_planned, wait_replicating, wait_status,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,23 +52,14 @@ async fn bootstrap_sets_generation_one_and_reports_the_sites() {
             .iter()
             .any(|(r, _)| r == "ActiveSiteBootstrapped")
     );
-    let a: serde_json::Value = reqwest::get(format!(
-        "http://{}/active-site?namespace=default&group={GROUP}",
-        op.http_addr
-    ))
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    let a = plain_json(
+        &op,
+        &format!("/active-site?namespace=default&group={GROUP}"),
+    )
+    .await;
     assert_eq!(a["activeSite"], "iad");
     assert_eq!(a["topologyGeneration"], 1);
-    let metrics = reqwest::get(format!("http://{}/metrics", op.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = plain_text(&op, "/metrics").await;
     assert!(
         metrics.contains(
             "bloodraven_site_state{group=\"playground\",site=\"iad\",state=\"writable\"} 1"
@@ -85,18 +76,8 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
     let op = support::replicating(&live).await;
     let client = Client::new(&live.ca, op.https_addr.unwrap());
     let token = live.token();
-    let m = client
-        .grant(&token, "migration", "mig-1", "counter-app", 60)
-        .await;
-    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    let h = client
-        .grant(&token, "failover-hold", "mig-1", "counter-app", 60)
-        .await;
-    assert_eq!(
-        h.status,
-        StatusCode::CREATED,
-        "a live hold; emergency failover must not read it"
-    );
+    // A live hold: emergency failover must not read it.
+    let (m, _hold) = client.migration_with_hold(&token, "mig-1", 60).await;
     let writer = Writer::start(live.writer_targets(), Duration::from_millis(2));
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -114,12 +95,7 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
     assert!(took < Duration::from_secs(15), "failover took {took:?}");
     support::wait_leases_synced(&op.group(GROUP).await.unwrap()).await;
     let r = client
-        .renew(
-            &token,
-            "migration",
-            "mig-1",
-            m.body["token"].as_str().unwrap(),
-        )
+        .renew(&token, "migration", "mig-1", m.lease_token())
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(r.body["reason"], "TopologyChanged");
@@ -128,25 +104,7 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
     // is asynchronous, a reader is never a candidate, and a row iad committed that reached the
     // reader but not pdx is one the group lost. Re-pointing would bury it; the reader is
     // blocked instead. pdx never gets such a row, so the difference is fixed once iad is dead.
-    let only_on_reader = row_ids(&live, 2)
-        .await
-        .difference(&row_ids(&live, 1).await)
-        .count();
-    if only_on_reader == 0 {
-        wait_status(&op, Duration::from_secs(15), "reader re-pointed", |s| {
-            s.site("reader").is_some_and(|r| r.replicating)
-        })
-        .await;
-    } else {
-        println!("{only_on_reader} row(s) on the reader never reached pdx: expecting a block");
-        wait_status(&op, Duration::from_secs(15), "reader blocked", |s| {
-            s.site("reader").is_some_and(|r| {
-                !r.replicating
-                    && r.recovery_state == bloodraven_core::reason::RecoveryState::RecoveryBlocked
-            })
-        })
-        .await;
-    }
+    follows_pdx_unless_ahead(&live, &op, 2, |_| true).await;
     let log = writer.stop().await;
     let first_on_pdx = log.acked.iter().find(|a| a.site == 1).map(|a| a.at);
     assert!(first_on_pdx.is_some(), "writes resumed on the new primary");
@@ -161,46 +119,15 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
     // commits never reached pdx it holds transactions the group does not, and must be blocked
     // instead. The rows on both servers say which case this run is.
     live.harness.restart_writable(0).await.unwrap();
-    let only_on_iad = row_ids(&live, 0)
-        .await
-        .difference(&row_ids(&live, 1).await)
-        .count();
-    let s = if only_on_iad == 0 {
-        wait_status(
-            &op,
-            Duration::from_secs(20),
-            "old primary fenced and re-pointed",
-            |s| {
-                s.site("iad").is_some_and(|i| {
-                    i.state == SiteState::ReadOnly && i.replicating && i.recovery_state.is_none()
-                })
-            },
-        )
-        .await
-    } else {
-        println!("{only_on_iad} row(s) committed on iad never reached pdx: expecting a block");
-        wait_status(
-            &op,
-            Duration::from_secs(20),
-            "old primary fenced and blocked",
-            |s| {
-                s.site("iad").is_some_and(|i| {
-                    i.state == SiteState::ReadOnly
-                        && !i.replicating
-                        && i.recovery_state
-                            == bloodraven_core::reason::RecoveryState::RecoveryBlocked
-                })
-            },
-        )
-        .await
-    };
+    let (s, blocked) =
+        follows_pdx_unless_ahead(&live, &op, 0, |i| i.state == SiteState::ReadOnly).await;
     assert_eq!(s.active_site, "pdx");
     let ev = events(&op).await;
     assert!(ev.iter().any(|(r, _)| r == "FailoverSucceeded"), "{ev:?}");
-    let fenced = if only_on_iad == 0 {
-        "SiteFenced"
-    } else {
+    let fenced = if blocked {
         "DataLossDetected"
+    } else {
+        "SiteFenced"
     };
     assert!(ev.iter().any(|(r, _)| r == fenced), "{ev:?}");
     assert!(
@@ -208,15 +135,7 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
         "{ev:?}"
     );
     // Every acknowledged write is on the new primary.
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
-        .await
-        .unwrap();
-    let present: BTreeSet<u64> = c
-        .query::<u64, _>("SELECT id FROM app.writes")
-        .await
-        .unwrap()
-        .into_iter()
-        .collect();
+    let present = row_ids(&live, 1).await;
     let lost: Vec<u64> = log
         .acked
         .iter()
@@ -230,14 +149,54 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
 
 /// The ids in `app.writes` on harness server `i`.
 async fn row_ids(live: &Live, i: usize) -> BTreeSet<u64> {
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(i))
+    live.write_ids(i, "TRUE").await.into_iter().collect()
+}
+
+/// Waits until server `i` follows pdx or, when it holds rows pdx never received (left behind
+/// by the kill: re-pointing it would bury them), is blocked; `also` must hold for it too.
+/// Returns the status and whether it was blocked.
+async fn follows_pdx_unless_ahead(
+    live: &Live,
+    op: &OperatorHandle,
+    i: usize,
+    also: impl Fn(&SiteStatus) -> bool,
+) -> (GroupStatus, bool) {
+    let name = live.harness.name(i).to_string();
+    let ahead = row_ids(live, i)
         .await
-        .unwrap();
-    c.query::<u64, _>("SELECT id FROM app.writes")
-        .await
-        .unwrap()
-        .into_iter()
-        .collect()
+        .difference(&row_ids(live, 1).await)
+        .count();
+    if ahead > 0 {
+        println!("{ahead} row(s) on {name} never reached pdx: expecting a block");
+    }
+    let s = wait_site(op, &name, ahead == 0, also).await;
+    (s, ahead > 0)
+}
+
+/// Waits (up to 20 s) until `site` is re-pointed (replicating, no recovery state) or, when
+/// not `repointed`, blocked (not replicating, `RecoveryBlocked`), and `also` holds for it.
+async fn wait_site(
+    op: &OperatorHandle,
+    site: &str,
+    repointed: bool,
+    also: impl Fn(&SiteStatus) -> bool,
+) -> GroupStatus {
+    let (what, recovery) = if repointed {
+        ("re-pointed", RecoveryState::None)
+    } else {
+        ("blocked", RecoveryState::RecoveryBlocked)
+    };
+    wait_status(
+        op,
+        Duration::from_secs(20),
+        &format!("{site} {what}"),
+        |s| {
+            s.site(site).is_some_and(|x| {
+                x.replicating == repointed && x.recovery_state == recovery && also(x)
+            })
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,15 +220,9 @@ async fn divergent_primary_returns(read_only_at_start: bool) {
     support::diverge_and_fail_over(&mut live, &op).await;
     live.harness.set_read_only_at_start(read_only_at_start);
     live.harness.restart(0).await.unwrap();
-    let s = wait_status(&op, Duration::from_secs(20), "iad blocked", |s| {
-        s.site("iad").is_some_and(|i| {
-            i.recovery_state == bloodraven_core::reason::RecoveryState::RecoveryBlocked
-                && i.state == SiteState::ReadOnly
-        })
-    })
-    .await;
+    let s = wait_site(&op, "iad", false, |i| i.state == SiteState::ReadOnly).await;
     assert!(
-        s.condition(&bloodraven_core::reason::ConditionType::RecoveryPending)
+        s.condition(&ConditionType::RecoveryPending)
             .is_some_and(bloodraven_core::status::Condition::is_true)
     );
     let ev = events(&op).await;
@@ -278,14 +231,7 @@ async fn divergent_primary_returns(read_only_at_start: bool) {
             .any(|(r, m)| r == "DataLossDetected" && m.contains("iad")),
         "{ev:?}"
     );
-    // It stays fenced and is not re-pointed.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let p = live.harness.failover_client(0).probe().await.unwrap();
-    assert!(p.read_only);
-    assert!(
-        p.replica.is_none(),
-        "a divergent site must not be re-pointed"
-    );
+    live.stays_fenced_unreplicated(0, "a divergent site").await;
     op.stop().await;
 }
 
@@ -297,13 +243,7 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     let token = live.token();
     let (m, h) = client.migration_with_hold(&token, "mig-2", 30).await;
     request_failover(&op, "pdx").await;
-    let s = wait_status(
-        &op,
-        Duration::from_secs(10),
-        "deferred",
-        planned_in(PlannedFailoverPhase::Deferred),
-    )
-    .await;
+    let s = wait_planned(&op, Duration::from_secs(10), PlannedFailoverPhase::Deferred).await;
     let pf = s.planned_failover.unwrap();
     assert_eq!(
         pf.admission.defer_reason,
@@ -335,21 +275,11 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     // Renewals (of both, as a client heartbeats them) push retryTime along.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let rm = client
-        .renew(
-            &token,
-            "migration",
-            "mig-2",
-            m.body["token"].as_str().unwrap(),
-        )
+        .renew(&token, "migration", "mig-2", m.lease_token())
         .await;
     assert_eq!(rm.status, StatusCode::OK);
     let r = client
-        .renew(
-            &token,
-            "failover-hold",
-            "mig-2",
-            h.body["token"].as_str().unwrap(),
-        )
+        .renew(&token, "failover-hold", "mig-2", h.lease_token())
         .await;
     assert_eq!(r.status, StatusCode::OK);
     let want = earlier(&rm.body["expiresAt"], &r.body["expiresAt"]);
@@ -362,12 +292,7 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     })
     .await;
     assert_eq!(s.active_site, "iad");
-    let metrics = reqwest::get(format!("http://{}/metrics", op.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = plain_text(&op, "/metrics").await;
     assert!(metrics.contains("bloodraven_planned_failovers_deferred_total{group=\"playground\",reason=\"DeploymentHold\"} 1"), "once per deferral: {metrics}");
     assert!(
         events(&op)
@@ -377,24 +302,10 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     );
     // Release the hold: the failover revalidates and proceeds by itself.
     let d = client
-        .release(
-            &token,
-            "failover-hold",
-            "mig-2",
-            h.body["token"].as_str().unwrap(),
-        )
+        .release(&token, "failover-hold", "mig-2", h.lease_token())
         .await;
     assert_eq!(d.status, StatusCode::NO_CONTENT);
-    let s = wait_status(
-        &op,
-        Duration::from_secs(15),
-        "planned failover succeeded",
-        planned_in(PlannedFailoverPhase::Succeeded),
-    )
-    .await;
-    assert_eq!(s.active_site, "pdx");
-    assert_eq!(s.topology_generation, 2);
-    assert_eq!(s.planned_failover.unwrap().transactions_lost, Some(0));
+    succeeded_to_pdx(&op, Duration::from_secs(15)).await;
     // It went back through Admitting (persisted, with its event) before Draining: once when
     // requested, once after the deferral ended.
     let ev = events(&op).await;
@@ -413,12 +324,7 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
     // The migration lease (no hold any more) was revoked by the generation change.
     support::wait_leases_synced(&op.group(GROUP).await.unwrap()).await;
     let r = client
-        .renew(
-            &token,
-            "migration",
-            "mig-2",
-            m.body["token"].as_str().unwrap(),
-        )
+        .renew(&token, "migration", "mig-2", m.lease_token())
         .await;
     assert_eq!(r.body["reason"], "TopologyChanged");
     op.stop().await;
@@ -426,22 +332,11 @@ async fn planned_failover_waits_for_a_hold_and_proceeds_on_its_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_planned_switchovers_through_the_operator_lose_nothing() {
-    let live = Live::start(Timings {
-        poll: "200ms",
-        ..Timings::default()
-    })
-    .await;
-    let op = support::replicating(&live).await;
+    let (live, op) = polled_every_200ms().await;
     let writer = Writer::start(live.writer_targets(), Duration::from_millis(1));
     let mut target = "pdx";
     for n in 0..20u64 {
-        wait_status(
-            &op,
-            Duration::from_secs(15),
-            "replication running before a switchover",
-            bloodraven_core::status::GroupStatus::replication_running,
-        )
-        .await;
+        wait_replicating(&op, Duration::from_secs(15)).await;
         request_failover(&op, target).await;
         let s = wait_status(&op, Duration::from_secs(30), "switchover done", |s| {
             s.planned_failover
@@ -472,15 +367,7 @@ async fn twenty_planned_switchovers_through_the_operator_lose_nothing() {
         .wait_replicas_caught_up(idx, Duration::from_secs(20))
         .await
         .unwrap();
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(idx))
-        .await
-        .unwrap();
-    let present: BTreeSet<u64> = c
-        .query::<u64, _>("SELECT id FROM app.writes")
-        .await
-        .unwrap()
-        .into_iter()
-        .collect();
+    let present = row_ids(&live, idx).await;
     let lost: Vec<u64> = log
         .acked_ids()
         .into_iter()
@@ -512,12 +399,7 @@ async fn intruders_are_fenced_and_a_stale_fence_on_the_primary_is_reasserted() {
     })
     .await;
     // Split brain: someone makes iad writable again.
-    live.harness
-        .admin(0)
-        .unwrap()
-        .execute("SET GLOBAL read_only = OFF")
-        .await
-        .unwrap();
+    live.set_read_only(0, false).await;
     wait_event(&op, "SiteFenced", 1).await;
     let s = wait_status(&op, Duration::from_secs(15), "iad fenced again", |s| {
         s.site("iad")
@@ -527,12 +409,7 @@ async fn intruders_are_fenced_and_a_stale_fence_on_the_primary_is_reasserted() {
     assert_eq!(s.active_site, "pdx");
     assert!(live.read_only(0).await);
     // A stale fence on the primary: every site read-only → reasserted.
-    live.harness
-        .admin(1)
-        .unwrap()
-        .execute("SET GLOBAL read_only = ON")
-        .await
-        .unwrap();
+    live.set_read_only(1, true).await;
     wait_event(&op, "PrimaryReasserted", 1).await;
     wait_status(&op, Duration::from_secs(15), "pdx writable again", |s| {
         s.site("pdx")
@@ -556,14 +433,7 @@ async fn an_emergency_promotion_is_announced_before_the_new_primary_takes_writes
         When::group_status(|s| s["topologyGeneration"] == 2),
         Fault::Delay(Duration::from_secs(2)),
     );
-    let store = faults.over(Arc::new(
-        SqliteStore::open(&live.store_path(), bloodraven_store::Durability::Full).unwrap(),
-    ));
-    let op = live.operator_on(store).await;
-    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
-        s.active_site == "iad" && s.replication_running()
-    })
-    .await;
+    let op = live.bootstrapped_under(&faults).await;
     live.harness.kill(0).unwrap();
     // Wait until the promotion has started (pdx prepared: no replication left), then watch
     // pdx and the stored view together.
@@ -611,7 +481,6 @@ async fn an_emergency_promotion_is_announced_before_the_new_primary_takes_writes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
     let live = Live::start(Timings::default()).await;
-    let path = live.store_path();
     // First run: bootstrap normally, then stall the write that would record `Resuming`
     // (after the target was prepared, before the generation bump is persisted).
     let faults = Faults::new();
@@ -619,20 +488,12 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
         When::group_status(|s| s.pointer("/plannedFailover/phase") == Some(&"Resuming".into())),
         Fault::Stall,
     );
-    let first = faults.over(Arc::new(
-        SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap(),
-    ));
-    let op = live.operator_on(first).await;
-    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
-        s.active_site == "iad" && s.replication_running()
-    })
-    .await;
+    let op = live.bootstrapped_under(&faults).await;
     request_failover(&op, "pdx").await;
-    wait_status(
+    wait_planned(
         &op,
         Duration::from_secs(15),
-        "promoting",
-        planned_in(PlannedFailoverPhase::Promoting),
+        PlannedFailoverPhase::Promoting,
     )
     .await;
     // Announce, then promote: the stalled run prepared the target but cannot announce it, so
@@ -647,23 +508,8 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
     op.stop().await;
     // Second run on the same data: it resumes from the persisted phase.
     let op = live.operator().await;
-    let s = wait_status(
-        &op,
-        Duration::from_secs(20),
-        "resumed and finished",
-        planned_in(PlannedFailoverPhase::Succeeded),
-    )
-    .await;
-    assert_eq!(s.active_site, "pdx");
-    assert_eq!(s.topology_generation, 2);
-    assert_eq!(s.planned_failover.unwrap().transactions_lost, Some(0));
-    wait_status(
-        &op,
-        Duration::from_secs(15),
-        "all replicating from pdx",
-        bloodraven_core::status::GroupStatus::replication_running,
-    )
-    .await;
+    succeeded_to_pdx(&op, Duration::from_secs(20)).await;
+    wait_replicating(&op, Duration::from_secs(15)).await;
     op.stop().await;
 }
 
@@ -673,7 +519,6 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_whose_annotation_was_not_consumed_runs_once() {
     let live = Live::start(Timings::default()).await;
-    let path = live.store_path();
     // The write consuming the planned-failover annotation (the second of the request's two
     // writes) never completes, as if the operator stopped between the two.
     let faults = Faults::new();
@@ -686,22 +531,10 @@ async fn a_request_whose_annotation_was_not_consumed_runs_once() {
         }),
         Fault::Stall,
     );
-    let first = faults.over(Arc::new(
-        SqliteStore::open(&path, bloodraven_store::Durability::Full).unwrap(),
-    ));
-    let op = live.operator_on(first).await;
-    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
-        s.active_site == "iad" && s.replication_running()
-    })
-    .await;
+    let op = live.bootstrapped_under(&faults).await;
     request_failover(&op, "pdx").await;
-    wait_status(
-        &op,
-        Duration::from_secs(15),
-        "the request's status written",
-        planned_in(PlannedFailoverPhase::Pending),
-    )
-    .await;
+    // The request's status is written.
+    wait_planned(&op, Duration::from_secs(15), PlannedFailoverPhase::Pending).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let snap = op.group(GROUP).await.unwrap().snapshot();
     assert!(
@@ -715,14 +548,7 @@ async fn a_request_whose_annotation_was_not_consumed_runs_once() {
     );
     op.stop().await;
     let op = live.operator().await;
-    let s = wait_status(
-        &op,
-        Duration::from_secs(20),
-        "the failover finished",
-        planned_in(PlannedFailoverPhase::Succeeded),
-    )
-    .await;
-    assert_eq!((s.active_site.as_str(), s.topology_generation), ("pdx", 2));
+    succeeded_to_pdx(&op, Duration::from_secs(20)).await;
     assert!(
         !op.group(GROUP)
             .await
@@ -806,14 +632,7 @@ async fn a_replica_whose_source_refuses_it_is_repointed_once_per_settle_period()
 async fn no_stored_status_names_a_new_active_site_with_no_primary() {
     let mut live = Live::start(Timings::default()).await;
     let faults = Faults::new();
-    let store = faults.over(Arc::new(
-        SqliteStore::open(&live.store_path(), bloodraven_store::Durability::Full).unwrap(),
-    ));
-    let op = live.operator_on(store).await;
-    wait_status(&op, Duration::from_secs(15), "bootstrap", |s| {
-        s.active_site == "iad" && s.replication_running()
-    })
-    .await;
+    let op = live.bootstrapped_under(&faults).await;
     request_failover(&op, "pdx").await;
     wait_status(
         &op,
@@ -885,12 +704,7 @@ async fn no_stored_status_names_a_new_active_site_with_no_primary() {
 /// instead of silently reading from a server that no longer takes the group's writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_connection_to_a_demoted_primary_errors_instead_of_reading_stale_data() {
-    let live = Live::start(Timings {
-        poll: "200ms",
-        ..Timings::default()
-    })
-    .await;
-    let op = support::replicating(&live).await;
+    let (live, op) = polled_every_200ms().await;
     let mut pooled = mysql_async::Conn::new(live.harness.app_opts(0))
         .await
         .unwrap();
@@ -915,4 +729,27 @@ async fn a_pooled_connection_to_a_demoted_primary_errors_instead_of_reading_stal
     );
     assert!(reader.query_drop("SELECT 1").await.is_ok());
     op.stop().await;
+}
+
+/// A group polled every 200 ms, its operator started, bootstrapped and replicating.
+async fn polled_every_200ms() -> (Live, OperatorHandle) {
+    let live = Live::start(Timings {
+        poll: "200ms",
+        ..Timings::default()
+    })
+    .await;
+    let op = support::replicating(&live).await;
+    (live, op)
+}
+
+/// Waits (up to `limit`) until the planned failover succeeded, and checks that it made pdx
+/// the active site at generation 2 and lost no transaction.
+async fn succeeded_to_pdx(op: &OperatorHandle, limit: Duration) -> GroupStatus {
+    let s = wait_planned(op, limit, PlannedFailoverPhase::Succeeded).await;
+    assert_eq!((s.active_site.as_str(), s.topology_generation), ("pdx", 2));
+    assert_eq!(
+        s.planned_failover.as_ref().unwrap().transactions_lost,
+        Some(0)
+    );
+    s
 }

@@ -16,7 +16,7 @@ use bloodraven_testkit::faults::{Fault, Faults, When};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use sha2::Digest;
-use support::{Client, Env, GROUP, bootstrap};
+use support::{Client, Env, GROUP};
 
 struct Fixture {
     env: Env,
@@ -28,9 +28,8 @@ struct Fixture {
 async fn fixture() -> Fixture {
     let env = Env::new();
     let op = env.start().await;
-    let rt = op.group(GROUP).await.unwrap();
-    bootstrap(&rt, env.clock.now()).await;
-    let client = Client::new(&env.ca, op.https_addr.unwrap());
+    env.bootstrap(&op).await;
+    let client = env.client(&op);
     let token = env.token("ci", "deployer");
     Fixture {
         env,
@@ -42,6 +41,26 @@ async fn fixture() -> Fixture {
 
 /// Calls of the deploy API as the fixture's `ci:deployer`.
 impl Fixture {
+    /// A TLS connection to the deploy API, for requests no HTTP client would send.
+    async fn tls_connection(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        let tls = bloodraven_runtime::tls::client_config(Some(&self.env.ca)).unwrap();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+        let tcp = tokio::net::TcpStream::connect(self.op.https_addr.unwrap())
+            .await
+            .unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        connector.connect(name, tcp).await.unwrap()
+    }
+
+    /// Every stored object of `kind`, as JSON text.
+    async fn stored_json(&self, kind: &str) -> Vec<String> {
+        let objects = self.env.open_store().list(kind, None).await.unwrap();
+        objects
+            .iter()
+            .map(|o| serde_json::to_string(o).unwrap())
+            .collect()
+    }
+
     async fn grant(&self, kind: &str, op: &str, instance: &str, ttl: i64) -> support::Answer {
         self.client
             .grant(&self.token, kind, op, instance, ttl)
@@ -50,6 +69,14 @@ impl Fixture {
 
     async fn renew(&self, kind: &str, op: &str, lease_token: &str) -> support::Answer {
         self.client.renew(&self.token, kind, op, lease_token).await
+    }
+
+    /// Renews migration lease `op` until it is refused, and returns that answer.
+    async fn renew_until_refused(&self, op: &str, lease_token: &str) -> support::Answer {
+        let refused = |r: &support::Answer| r.status != StatusCode::OK;
+        self.client
+            .renew_until(&self.token, "migration", op, lease_token, refused)
+            .await
     }
 
     async fn release(&self, kind: &str, op: &str, lease_token: &str) -> support::Answer {
@@ -69,13 +96,6 @@ impl Fixture {
     }
 }
 
-/// The lease token of a grant's answer.
-fn lease_token(a: &support::Answer) -> &str {
-    a.body["token"]
-        .as_str()
-        .expect("a token in the grant's answer")
-}
-
 fn ts(v: &serde_json::Value) -> Timestamp {
     Timestamp::parse_rfc3339(v.as_str().expect("timestamp string")).unwrap()
 }
@@ -90,7 +110,7 @@ async fn grant_clamps_ttl_and_answers_the_documented_body() {
     assert_eq!(a.body["kind"], "migration");
     assert_eq!(a.body["operationId"], "op-1");
     assert_eq!(a.body["topologyGeneration"], 1);
-    assert!(lease_token(&a).len() >= 43);
+    assert!(a.lease_token().len() >= 43);
     assert_eq!(
         ts(&a.body["expiresAt"]).since(now),
         Duration::from_secs(5),
@@ -129,7 +149,7 @@ async fn repost_rotates_the_token_and_the_old_one_is_refused() {
     let a = f.grant("migration", "op-1", "counter-app", 30).await;
     let b = f.grant("migration", "op-1", "counter-app", 30).await;
     assert_eq!(b.status, StatusCode::OK);
-    let (old, new) = (lease_token(&a), lease_token(&b));
+    let (old, new) = (a.lease_token(), b.lease_token());
     assert_ne!(old, new);
     let r = f.renew("migration", "op-1", old).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
@@ -169,7 +189,7 @@ async fn failover_hold_only_for_the_migration_holder() {
     assert_eq!(obs.body["leases"].as_array().unwrap().len(), 2);
     let listed = obs.text.clone();
     assert!(
-        !listed.contains(lease_token(&holder)),
+        !listed.contains(holder.lease_token()),
         "observation lists no token"
     );
 }
@@ -180,15 +200,13 @@ async fn generation_bump_revokes_and_the_tombstone_refuses_a_repost() {
     let m = f.grant("migration", "op-1", "counter-app", 30).await;
     let h = f.grant("failover-hold", "op-1", "counter-app", 30).await;
     let rt = f.op.group(GROUP).await.unwrap();
-    let now = f.env.clock.now();
-    let generation = rt
-        .change_active_site("pdx", |s| support::healthy(s, now))
+    let generation = support::change_to_pdx(rt.clone(), f.env.clock.now())
         .await
         .unwrap();
     assert_eq!(generation, 2);
     support::wait_leases_synced(&rt).await;
     for (kind, a) in [("migration", &m), ("failover-hold", &h)] {
-        let r = f.renew(kind, "op-1", lease_token(a)).await;
+        let r = f.renew(kind, "op-1", a.lease_token()).await;
         assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
         assert_eq!(r.body["error"], "revoked");
         assert_eq!(r.body["reason"], "TopologyChanged");
@@ -214,17 +232,6 @@ async fn generation_bump_revokes_and_the_tombstone_refuses_a_repost() {
 
 /// Renews the migration lease `op` every 20 ms until the answer is not `200` (at most 4 s),
 /// and returns that answer.
-async fn renew_until_refused(f: &Fixture, op: &str, lease_token: &str) -> support::Answer {
-    for _ in 0..200 {
-        let r = f.renew("migration", op, lease_token).await;
-        if r.status != StatusCode::OK {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{op} was still renewed after 4 s: the revoke request was not acted on");
-}
-
 #[tokio::test]
 async fn revoke_all_by_annotation_answers_operator_revoked() {
     let f = fixture().await;
@@ -235,7 +242,7 @@ async fn revoke_all_by_annotation_answers_operator_revoked() {
     bloodraven_store::set_annotation(&store, &key, REVOKE_DEPLOYMENT_LEASES, "now")
         .await
         .unwrap();
-    let r = renew_until_refused(&f, "op-1", lease_token(&m)).await;
+    let r = f.renew_until_refused("op-1", m.lease_token()).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(r.body["reason"], "OperatorRevoked");
     assert_eq!(r.body["topologyGeneration"], 1);
@@ -272,14 +279,14 @@ async fn a_revoke_request_absorbed_by_a_racing_status_write_is_still_acted_on() 
     rt.update_status(|s| s.observed_generation += 1)
         .await
         .unwrap();
-    let r = renew_until_refused(&f, "op-1", lease_token(&m)).await;
+    let r = f.renew_until_refused("op-1", m.lease_token()).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(r.body["reason"], "OperatorRevoked");
     // Once, not once per path that saw the annotation: a lease granted afterwards lives.
     let next = f.grant("migration", "op-2", "counter-app", 30).await;
     assert_eq!(next.status, StatusCode::CREATED, "{}", next.text);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let renewed = f.renew("migration", "op-2", lease_token(&next)).await;
+    let renewed = f.renew("migration", "op-2", next.lease_token()).await;
     assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.text);
     assert!(
         !store
@@ -298,7 +305,7 @@ async fn expired_released_and_unknown_leases_are_404() {
     let f = fixture().await;
     let a = f.grant("migration", "op-1", "counter-app", 10).await;
     f.env.clock.advance(Duration::from_secs(11));
-    let r = f.renew("migration", "op-1", lease_token(&a)).await;
+    let r = f.renew("migration", "op-1", a.lease_token()).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
     assert_eq!(r.body["error"], "not_found");
     let b = f.grant("migration", "op-2", "counter-app", 10).await;
@@ -307,7 +314,7 @@ async fn expired_released_and_unknown_leases_are_404() {
         StatusCode::CREATED,
         "the expired mutex is free again"
     );
-    let tok = lease_token(&b);
+    let tok = b.lease_token();
     let d = f.release("migration", "op-2", tok).await;
     assert_eq!(d.status, StatusCode::NO_CONTENT);
     assert_eq!(d.headers["cache-control"], "no-store");
@@ -333,16 +340,11 @@ async fn a_423_while_a_topology_change_is_persisted_never_extends_the_deadline()
         .grant(&token, "migration", "op-1", "counter-app", 30)
         .await;
     let expires = a.body["expiresAt"].clone();
-    let lease_token = lease_token(&a).to_string();
+    let lease_token = a.lease_token().to_string();
 
     // Hold the status write of a topology change in flight.
     store.gate.send_replace(true);
-    let rt2 = rt.clone();
-    let now = env.clock.now();
-    let change = tokio::spawn(async move {
-        rt2.change_active_site("pdx", |s| support::healthy(s, now))
-            .await
-    });
+    let change = tokio::spawn(support::change_to_pdx(rt.clone(), env.clock.now()));
     tokio::time::sleep(Duration::from_millis(100)).await;
     env.clock.advance(Duration::from_secs(10));
     for _ in 0..3 {
@@ -484,12 +486,8 @@ async fn follower_answers_503_before_authentication() {
         .await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     // The plain endpoint of a follower refuses /active-site too.
-    let plain = reqwest::get(format!(
-        "http://{}/active-site?namespace=default&group={GROUP}",
-        follower.http_addr
-    ))
-    .await
-    .unwrap();
+    let active_site = format!("/active-site?namespace=default&group={GROUP}");
+    let plain = support::plain_get(&follower, &active_site).await;
     assert_eq!(plain.status(), StatusCode::SERVICE_UNAVAILABLE);
     follower.stop().await;
 }
@@ -658,7 +656,7 @@ async fn no_token_or_token_hash_in_logs_events_metrics_or_status() {
     let mut secrets = vec![f.token.clone()];
     for op in ["op-a", "op-b"] {
         let m = f.grant("migration", op, "counter-app", 30).await;
-        let t = lease_token(&m).to_string();
+        let t = m.lease_token().to_string();
         f.renew("migration", op, &t).await;
         f.renew("migration", op, "wrong-token-value").await;
         let h = f.grant("failover-hold", op, "counter-app", 30).await;
@@ -667,13 +665,12 @@ async fn no_token_or_token_hash_in_logs_events_metrics_or_status() {
             secrets.push(ht.to_string());
         }
         if op == "op-a" {
-            f.release("failover-hold", op, lease_token(&h)).await;
+            f.release("failover-hold", op, h.lease_token()).await;
             f.release("migration", op, &t).await;
         }
     }
     let rt = f.op.group(GROUP).await.unwrap();
-    let now = f.env.clock.now();
-    rt.change_active_site("pdx", |s| support::healthy(s, now))
+    support::change_to_pdx(rt.clone(), f.env.clock.now())
         .await
         .unwrap();
     support::wait_leases_synced(&rt).await;
@@ -684,28 +681,9 @@ async fn no_token_or_token_hash_in_logs_events_metrics_or_status() {
             .map(|s| hex::encode(sha2::Sha256::digest(s.as_bytes()))),
     );
 
-    let base = format!("http://{}", f.op.http_addr);
-    let metrics = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let status = reqwest::get(format!("{base}/status"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<String> = f
-        .env
-        .open_store()
-        .list(KIND_EVENT, None)
-        .await
-        .unwrap()
-        .iter()
-        .map(|o| serde_json::to_string(o).unwrap())
-        .collect();
+    let metrics = support::plain_text(&f.op, "/metrics").await;
+    let status = support::plain_text(&f.op, "/status").await;
+    let events = f.stored_json(KIND_EVENT).await;
     let log_text = logs.text();
     assert!(log_text.contains("deploy api"), "requests were logged");
     for s in &forbidden {
@@ -727,15 +705,7 @@ async fn no_token_or_token_hash_in_logs_events_metrics_or_status() {
         );
     }
     // Lease objects hold hashes (that is their job) but never tokens.
-    let leases: Vec<String> = f
-        .env
-        .open_store()
-        .list(KIND_LEASE, None)
-        .await
-        .unwrap()
-        .iter()
-        .map(|o| serde_json::to_string(o).unwrap())
-        .collect();
+    let leases = f.stored_json(KIND_LEASE).await;
     for s in &secrets {
         assert!(leases.iter().all(|l| !l.contains(s.as_str())));
     }
@@ -748,7 +718,7 @@ async fn every_request_logs_one_deploy_api_line() {
     let logs = bloodraven_runtime::logging::capture();
     let f = fixture().await;
     let a = f.grant("migration", "op-log-1", "counter-app", 30).await;
-    f.renew("migration", "op-log-1", lease_token(&a)).await;
+    f.renew("migration", "op-log-1", a.lease_token()).await;
     let lines: Vec<_> = logs
         .records()
         .into_iter()
@@ -780,7 +750,7 @@ async fn unstable_group_refuses_grants_but_renews() {
     assert_eq!(obs.body["stable"], false);
     assert_eq!(obs.body["unstableReason"], "ReplicationNotRunning");
     assert_eq!(obs.body["health"]["replicationRunning"], false);
-    let r = f.renew("migration", "op-1", lease_token(&a)).await;
+    let r = f.renew("migration", "op-1", a.lease_token()).await;
     assert_eq!(
         r.status,
         StatusCode::OK,
@@ -788,7 +758,7 @@ async fn unstable_group_refuses_grants_but_renews() {
     );
     let g = f.grant("migration", "op-2", "counter-app", 30).await;
     assert_eq!(g.status, StatusCode::CONFLICT, "held comes before unstable");
-    f.release("migration", "op-1", lease_token(&a)).await;
+    f.release("migration", "op-1", a.lease_token()).await;
     let g = f.grant("migration", "op-2", "counter-app", 30).await;
     assert_eq!(g.status, StatusCode::LOCKED, "{}", g.text);
     assert_eq!(g.body["reason"], "ReplicationNotRunning");
@@ -812,7 +782,7 @@ async fn a_conflicting_lease_write_is_healed_not_repeated() {
     let f = fixture().await;
     let m = f.grant("migration", "op-1", "counter-app", 30).await;
     assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    let lease_token = lease_token(&m).to_string();
+    let lease_token = m.lease_token().to_string();
     let store = f.env.open_store();
     let rt = f.op.group(GROUP).await.unwrap();
     for round in 0..3 {
@@ -839,7 +809,7 @@ async fn someone_elses_operation_is_answered_like_an_unknown_one() {
     let billing = f.env.token("ci", "billing");
     let m = f.grant("migration", "op-1", "counter-app", 30).await;
     assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    let lease_token = lease_token(&m).to_string();
+    let lease_token = m.lease_token().to_string();
 
     let unknown = f
         .client
@@ -881,13 +851,7 @@ async fn someone_elses_operation_is_answered_like_an_unknown_one() {
 /// `body`, then reads the answer's status line within `limit`.
 async fn raw_request(f: &Fixture, head: &str, body: &[u8], limit: Duration) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let tls = bloodraven_runtime::tls::client_config(Some(&f.env.ca)).unwrap();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
-    let tcp = tokio::net::TcpStream::connect(f.op.https_addr.unwrap())
-        .await
-        .unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut s = connector.connect(name, tcp).await.unwrap();
+    let mut s = f.tls_connection().await;
     s.write_all(head.as_bytes()).await.unwrap();
     // Written concurrently with reading: the server may answer before the body is sent.
     let (mut rd, mut wr) = tokio::io::split(s);
@@ -1033,9 +997,7 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
     let (gate, held) = Fault::gate();
     let faults = Faults::new();
     faults.on(When::kind(KIND_LEASE), held);
-    let op = env
-        .start_with_store(faults.over(Arc::new(env.open_store())))
-        .await;
+    let op = env.start_under(&faults).await;
     // Every `renewTime` of the migration lease that was stored.
     let renew_times = || -> Vec<serde_json::Value> {
         faults
@@ -1045,15 +1007,10 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
             .map(|o| o.body["spec"]["renewTime"].clone())
             .collect()
     };
-    let rt = op.group(GROUP).await.unwrap();
-    bootstrap(&rt, env.clock.now()).await;
-    let client = Client::new(&env.ca, op.https_addr.unwrap());
+    let rt = env.bootstrap(&op).await;
+    let client = env.client(&op);
     let token = env.token("ci", "deployer");
-    let a = client
-        .grant(&token, "migration", "op-1", "counter-app", 30)
-        .await;
-    assert_eq!(a.status, StatusCode::CREATED, "{}", a.text);
-    let lease_token = lease_token(&a).to_string();
+    let lease_token = client.granted_migration(&token, "op-1", 30).await;
     // An ordinary renewal: answered what was stored.
     env.clock.advance(Duration::from_secs(5));
     let r = client
@@ -1085,9 +1042,7 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(faults.held(), 1, "the renewal's write is held");
-    let now = env.clock.now();
-    let generation = rt
-        .change_active_site("pdx", |s| support::healthy(s, now))
+    let generation = support::change_to_pdx(rt.clone(), env.clock.now())
         .await
         .unwrap();
     assert_eq!(generation, 2);
@@ -1124,13 +1079,7 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
 async fn an_unparsable_content_length_is_a_bare_400_that_changes_nothing() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let f = fixture().await;
-    let tls = bloodraven_runtime::tls::client_config(Some(&f.env.ca)).unwrap();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
-    let tcp = tokio::net::TcpStream::connect(f.op.https_addr.unwrap())
-        .await
-        .unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut s = connector.connect(name, tcp).await.unwrap();
+    let mut s = f.tls_connection().await;
     let body =
         r#"{"kind":"migration","operationId":"op-bad","instance":"counter-app","ttlSeconds":30}"#;
     s.write_all(
@@ -1167,17 +1116,12 @@ async fn authorization_follows_the_watch_without_reading_the_store() {
     let faults = Faults::new();
     let store: Arc<dyn Store> = Arc::new(env.open_store());
     let op = env.start_with_store(faults.over(store.clone())).await;
-    let rt = op.group(GROUP).await.unwrap();
-    bootstrap(&rt, env.clock.now()).await;
-    let client = Client::new(&env.ca, op.https_addr.unwrap());
+    env.bootstrap(&op).await;
+    let client = env.client(&op);
     // From here on a list of databases never returns.
     faults.on(When::list(KIND_DATABASE), Fault::Stall);
     let deployer = env.token("ci", "deployer");
-    let g = client
-        .grant(&deployer, "migration", "op-1", "counter-app", 30)
-        .await;
-    assert_eq!(g.status, StatusCode::CREATED, "{}", g.text);
-    let lease = g.body["token"].as_str().unwrap().to_string();
+    let lease = client.granted_migration(&deployer, "op-1", 30).await;
     let newcomer = env.token("ci", "newcomer");
     let o = client.observe(&newcomer, GROUP).await;
     assert_eq!(o.status, StatusCode::FORBIDDEN, "{}", o.text);

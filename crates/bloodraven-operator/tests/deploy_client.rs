@@ -47,12 +47,7 @@ async fn a_423_during_a_pending_topology_change_ends_authority_at_the_confirmed_
     assert!(session.lost().borrow().is_none());
     // A topology change starts and its persistence hangs: renewals answer 423.
     store.gate.send_replace(true);
-    let rt2 = rt.clone();
-    let now = env.clock.now();
-    let change = tokio::spawn(async move {
-        rt2.change_active_site("pdx", |s| support::healthy(s, now))
-            .await
-    });
+    let change = tokio::spawn(support::change_to_pdx(rt.clone(), env.clock.now()));
     let gated_at = tokio::time::Instant::now();
     let mut lost = session.lost();
     let reason = tokio::time::timeout(Duration::from_secs(15), async {
@@ -175,12 +170,8 @@ async fn a_renewal_during_a_new_leaders_load_gets_503_and_the_session_keeps_its_
         "{}",
         a.text
     );
-    let plain = reqwest::get(format!(
-        "http://{}/active-site?namespace=default&group={GROUP}",
-        second.http_addr
-    ))
-    .await
-    .unwrap();
+    let active_site = format!("/active-site?namespace=default&group={GROUP}");
+    let plain = support::plain_get(&second, &active_site).await;
     assert_eq!(plain.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
     let body: serde_json::Value = plain.json().await.unwrap();
     assert_eq!(body["reason"], "loading");

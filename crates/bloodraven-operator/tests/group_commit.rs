@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_core::resources::KIND_LEASE;
-use bloodraven_core::time::Clock;
 use bloodraven_testkit::faults::{Fault, Faults, When};
 use reqwest::{Method, StatusCode};
-use support::{Client, Env, GROUP, bootstrap};
+use support::{Client, Env, GROUP};
 use tokio::time::Instant;
 
 const QUEUED: usize = 31;
@@ -34,12 +33,9 @@ async fn fixture() -> Fixture {
     let (gate, fault) = Fault::gate();
     let faults = Faults::new();
     faults.on(When::kind(KIND_LEASE), fault);
-    let op = env
-        .start_with_store(faults.over(Arc::new(env.open_store())))
-        .await;
-    let rt = op.group(GROUP).await.unwrap();
-    bootstrap(&rt, env.clock.now()).await;
-    let client = Arc::new(Client::new(&env.ca, op.https_addr.unwrap()));
+    let op = env.start_under(&faults).await;
+    env.bootstrap(&op).await;
+    let client = Arc::new(env.client(&op));
     let token = env.token("ci", "deployer");
     Fixture {
         env,
@@ -117,12 +113,7 @@ impl Fixture {
 
     /// Grants `op-1`'s migration lease and returns its token.
     async fn grant(&self) -> String {
-        let g = self
-            .client
-            .grant(&self.token, "migration", "op-1", "counter-app", 30)
-            .await;
-        assert_eq!(g.status, StatusCode::CREATED, "{}", g.text);
-        g.body["token"].as_str().unwrap().to_string()
+        self.client.granted_migration(&self.token, "op-1", 30).await
     }
 }
 

@@ -48,10 +48,6 @@ fn ready_on_iad(g: &Value) -> bool {
     settled("iad", 1)(g)
 }
 
-fn token(b: &support::Answer) -> String {
-    b.body["token"].as_str().unwrap().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_operator_runs_a_group_kept_in_kubernetes() {
     let live = Live::start(Timings::default()).await;
@@ -74,11 +70,10 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     // leases, with MicroTime timestamps (the fake refuses anything else).
     let api = Client::new(&live.ca, op.https_addr.unwrap());
     let bearer = c.token("ci", "deployer");
-    let m = api
-        .grant_when_stable(&bearer, "migration", "op-1", "counter-app", 60)
+    let m = api.grant_when_stable(&bearer, "migration", "op-1").await;
+    let r = api
+        .renew(&bearer, "migration", "op-1", m.lease_token())
         .await;
-    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
-    let r = api.renew(&bearer, "migration", "op-1", &token(&m)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let leases = c.fake.objects(LEASES, NS);
     let mig = leases
@@ -91,14 +86,11 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     // Revoke-all by annotation, as `kubectl annotate` would.
     let now = SystemClock.now().to_rfc3339();
     c.annotate(GROUP, REVOKE_DEPLOYMENT_LEASES, &now);
-    let mut revoked = api.renew(&bearer, "migration", "op-1", &token(&m)).await;
-    for _ in 0..100 {
-        if revoked.status == StatusCode::CONFLICT {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        revoked = api.renew(&bearer, "migration", "op-1", &token(&m)).await;
-    }
+    let revoked = api
+        .renew_until(&bearer, "migration", "op-1", m.lease_token(), |r| {
+            r.status == StatusCode::CONFLICT
+        })
+        .await;
     assert_eq!(revoked.status, StatusCode::CONFLICT, "{}", revoked.text);
     assert_eq!(revoked.body["reason"], "OperatorRevoked");
     c.wait(
@@ -110,14 +102,10 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     .await;
 
     // A planned failover deferred by a hold, then proceeding once the hold is released.
-    let m2 = api
-        .grant_when_stable(&bearer, "migration", "op-2", "counter-app", 60)
-        .await;
-    assert_eq!(m2.status, StatusCode::CREATED, "{}", m2.text);
+    api.grant_when_stable(&bearer, "migration", "op-2").await;
     let h2 = api
-        .grant_when_stable(&bearer, "failover-hold", "op-2", "counter-app", 60)
+        .grant_when_stable(&bearer, "failover-hold", "op-2")
         .await;
-    assert_eq!(h2.status, StatusCode::CREATED, "{}", h2.text);
     c.annotate(GROUP, PLANNED_FAILOVER, "pdx");
     let deferred = c
         .wait(
@@ -136,7 +124,7 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
         "the request is consumed once its status is written"
     );
     let d = api
-        .release(&bearer, "failover-hold", "op-2", &token(&h2))
+        .release(&bearer, "failover-hold", "op-2", h2.lease_token())
         .await;
     assert_eq!(d.status, StatusCode::NO_CONTENT);
     let after = c
@@ -155,10 +143,7 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     .await;
 
     // An emergency failover revokes every lease (TopologyChanged).
-    let m3 = api
-        .grant_when_stable(&bearer, "migration", "op-3", "counter-app", 60)
-        .await;
-    assert_eq!(m3.status, StatusCode::CREATED, "{}", m3.text);
+    let m3 = api.grant_when_stable(&bearer, "migration", "op-3").await;
     let mut live = live;
     live.harness.kill(1).unwrap();
     let failed_over = c
@@ -170,14 +155,11 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
         )
         .await;
     assert!(failed_over["status"]["lastFailover"].is_string());
-    let mut r3 = api.renew(&bearer, "migration", "op-3", &token(&m3)).await;
-    for _ in 0..100 {
-        if r3.status == StatusCode::CONFLICT {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        r3 = api.renew(&bearer, "migration", "op-3", &token(&m3)).await;
-    }
+    let r3 = api
+        .renew_until(&bearer, "migration", "op-3", m3.lease_token(), |r| {
+            r.status == StatusCode::CONFLICT
+        })
+        .await;
     assert_eq!(r3.status, StatusCode::CONFLICT, "{}", r3.text);
     assert_eq!(r3.body["reason"], "TopologyChanged");
     // The events are v1 Events about the group.
@@ -228,10 +210,7 @@ async fn groups_come_and_go_while_the_operator_runs() {
         .await;
     let api = Client::new(&live.ca, op.https_addr.unwrap());
     let bearer = c.token("ci", "deployer");
-    let m = api
-        .grant_when_stable(&bearer, "migration", "op-1", "counter-app", 60)
-        .await;
-    assert_eq!(m.status, StatusCode::CREATED, "{}", m.text);
+    api.grant_when_stable(&bearer, "migration", "op-1").await;
     assert!(
         c.fake.objects(LEASES, NS).iter().any(
             |l| l["metadata"]["labels"]["bloodraven.shipstream.io/deploy-lease"] == "migration"
@@ -437,20 +416,8 @@ async fn secrets_are_read_and_reloaded() {
     // Credentials from the Secret: the group bootstraps on them.
     c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
         .await;
-    let active = |op: &OperatorHandle| {
-        let url = format!(
-            "http://{}/active-site?namespace={NS}&group={GROUP}",
-            op.http_addr
-        );
-        async move {
-            reqwest::get(url)
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        }
-    };
+    let active_site = format!("/active-site?namespace={NS}&group={GROUP}");
+    let active = async |op: &OperatorHandle| support::plain_json(op, &active_site).await;
     let first_key = active(&op).await["keyId"].as_str().unwrap().to_string();
     // TLS from the Secret: the live CA is trusted.
     let old_ca = Client::new(&live.ca, op.https_addr.unwrap());
@@ -751,23 +718,12 @@ async fn an_idle_group_is_written_only_when_its_status_changes() {
     let op = operator(&live, &c).await;
     c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
         .await;
-    let status_writes = || {
-        c.fake
-            .seen()
-            .iter()
-            .filter(|s| {
-                s.is_write()
-                    && s.path.contains("/mysqlfailovergroups/")
-                    && s.path.ends_with("/status")
-            })
-            .count()
-    };
     // Settled: a second of polls with no status write.
-    let mut last = status_writes();
+    let mut last = c.status_writes();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = status_writes();
+        let now = c.status_writes();
         if now == last {
             break;
         }
@@ -777,22 +733,18 @@ async fn an_idle_group_is_written_only_when_its_status_changes() {
             "the status never settled"
         );
     }
-    let http = reqwest::Client::new();
     let observed_at = async || -> Timestamp {
-        let v: Value = http
-            .get(format!("http://{}/active-site?group={GROUP}", op.http_addr))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = support::plain_json(&op, &format!("/active-site?group={GROUP}")).await;
         Timestamp::parse_rfc3339(v["observedAt"].as_str().unwrap()).unwrap()
     };
     let before = observed_at().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = observed_at().await;
-    assert_eq!(status_writes(), last, "an idle group's status was written");
+    assert_eq!(
+        c.status_writes(),
+        last,
+        "an idle group's status was written"
+    );
     assert!(
         after.since(before) >= Duration::from_secs(2),
         "observedAt did not advance with the polls: {before} → {after}"
@@ -811,6 +763,6 @@ async fn an_idle_group_is_written_only_when_its_status_changes() {
         })
     })
     .await;
-    assert!(status_writes() > last);
+    assert!(c.status_writes() > last);
     op.stop().await;
 }

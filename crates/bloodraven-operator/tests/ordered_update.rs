@@ -15,12 +15,9 @@ use bloodraven_core::reason::{DeferReason, EventReason, UpdateFailure};
 use bloodraven_core::status::{GroupStatus, UpdatePhase};
 use bloodraven_mysql::update_desk::UpdateDesk;
 use bloodraven_operator::OperatorHandle;
-use bloodraven_testkit::ledger::{Probe, Writer, check};
-use mysql_async::prelude::Queryable;
+use bloodraven_testkit::ledger::{Probe, Writer};
 use reqwest::StatusCode;
-use support::{GROUP, Live, Timings, event_messages, wait_status};
-
-const SITES: [&str; 3] = ["iad", "pdx", "reader"];
+use support::{GROUP, Live, Timings, event_messages, update_ended, wait_status};
 
 /// The setting an update brings.
 const UPDATED: &str = "--max-connections=222";
@@ -60,39 +57,15 @@ async fn serve_until(
     what: &str,
     pred: impl Fn(&GroupStatus) -> bool,
 ) -> (GroupStatus, Vec<String>) {
-    let rt = op.group(GROUP).await.unwrap();
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut served = Vec::new();
-    loop {
-        served.extend(
-            desk.serve(&mut live.harness, |_| vec![UPDATED.to_string()])
-                .await,
-        );
-        let s = status(&rt);
-        if pred(&s) {
-            return (s, served);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {limit:?}; served {served:?}; update: {:?}",
-            s.update_phase
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let restart = async || {
+        desk.serve(&mut live.harness, |_| vec![UPDATED.to_string()])
+            .await
+    };
+    support::serve_update_until(op, limit, what, restart, pred).await
 }
 
 fn update_in(phase: UpdatePhase) -> impl Fn(&GroupStatus) -> bool {
     move |s| s.update_phase.as_ref().is_some_and(|u| u.phase == phase)
-}
-
-async fn max_connections(live: &Live, i: usize) -> u64 {
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(i))
-        .await
-        .unwrap();
-    c.query_first("SELECT @@max_connections")
-        .await
-        .unwrap()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -108,11 +81,7 @@ async fn the_group_is_updated_one_site_at_a_time_with_one_switchover_and_nothing
         &op,
         Duration::from_secs(120),
         "the update succeeds",
-        |s| {
-            s.update_phase
-                .as_ref()
-                .is_some_and(|u| u.phase.is_terminal())
-        },
+        update_ended,
     )
     .await;
     let u = s.update_phase.clone().unwrap();
@@ -131,24 +100,7 @@ async fn the_group_is_updated_one_site_at_a_time_with_one_switchover_and_nothing
     assert_eq!(sw.transactions_lost, Some(0), "{sw:?}");
 
     // Let the writer see the new primary, then judge what the application saw.
-    wait_status(&op, Duration::from_secs(20), "iad replicates again", |s| {
-        s.site("iad").is_some_and(|i| i.replicating) && s.replication_running()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let wlog = writer.stop().await;
-    let plog = probe.stop().await;
-    let report = check(&live.harness.app_opts(1), &wlog, Some(&plog))
-        .await
-        .unwrap();
-    eprintln!("ordered update: {}", report.summary());
-    assert!(report.acknowledged > 100, "{}", report.summary());
-    assert!(report.lost.is_empty(), "{}", report.summary());
-    assert_eq!(report.two_writable_rounds, 0, "{}", report.summary());
-    // Every server runs with the new setting.
-    for (i, site) in SITES.iter().enumerate() {
-        assert_eq!(max_connections(&live, i).await, 222, "{site}");
-    }
+    support::judge_update(&live, &op, writer, probe, "ordered update").await;
     // Events name each step; the metric counted it.
     assert_eq!(
         event_messages(&op, EventReason::SiteUpdated.as_str())
@@ -223,8 +175,8 @@ async fn an_update_behind_a_failover_hold_waits_deferred_and_a_restarted_operato
     // A failover-hold is held beside its migration lease; the hold defers the switchover
     // until the earlier of the two expires.
     let (m, hold) = api.migration_with_hold(&token, "release-9", 60).await;
-    let migration_token = m.body["token"].as_str().unwrap().to_string();
-    let lease_token = hold.body["token"].as_str().unwrap().to_string();
+    let migration_token = m.lease_token().to_string();
+    let lease_token = hold.lease_token().to_string();
     request(&op, "u3").await;
     let (s, served) = serve_until(
         &mut live,
@@ -284,11 +236,7 @@ async fn an_update_behind_a_failover_hold_waits_deferred_and_a_restarted_operato
         &op,
         Duration::from_secs(90),
         "the update finishes once the hold is gone",
-        |s| {
-            s.update_phase
-                .as_ref()
-                .is_some_and(|u| u.phase.is_terminal())
-        },
+        update_ended,
     )
     .await;
     let u = s.update_phase.unwrap();

@@ -20,12 +20,11 @@ use bloodraven_core::contract::annotations::ORDERED_UPDATE;
 use bloodraven_core::reason::EventReason;
 use bloodraven_core::status::{GroupStatus, UpdatePhase};
 use bloodraven_testkit::fake_k8s::statefulset::{REVISION_LABEL, STATEFULSETS};
-use bloodraven_testkit::ledger::{Probe, Writer, check};
+use bloodraven_testkit::ledger::{Probe, Writer};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use mysql_async::prelude::Queryable;
 use serde_json::json;
 use support::kube::{NS, cluster, operator};
-use support::{GROUP, Live, Timings, wait_status};
+use support::{GROUP, Live, Timings, update_ended, wait_status};
 
 const SITES: [&str; 3] = ["iad", "pdx", "reader"];
 
@@ -42,16 +41,6 @@ fn statefulset(site: &str, max_connections: u32) -> serde_json::Value {
                     "template": {"metadata": {"labels": {"app": "mysql", "site": site}},
                                  "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.8",
                                           "args": [format!("--max-connections={max_connections}")]}]}}}})
-}
-
-async fn max_connections(live: &Live, i: usize) -> u64 {
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(i))
-        .await
-        .unwrap();
-    c.query_first("SELECT @@max_connections")
-        .await
-        .unwrap()
-        .unwrap()
 }
 
 /// A three-site group whose sites run in StatefulSets on the fake, bootstrapped on iad with
@@ -140,16 +129,14 @@ impl Story {
     /// restarted with the new setting, then the Pod Ready) until the update ends. Returns the
     /// status and the Pods started, in order, with their revisions.
     async fn serve_until_ended(&mut self) -> (GroupStatus, Vec<(String, String)>) {
-        let rt = self.op.group(GROUP).await.unwrap();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
-        let mut started = Vec::new();
-        loop {
-            for p in self.c.fake.take_pod_starts() {
+        let (live, c) = (&mut self.live, &self.c);
+        let kubelet = async || {
+            let mut started = Vec::new();
+            for p in c.fake.take_pod_starts() {
                 let site = p.statefulset.trim_start_matches("mysql-").to_string();
                 // One at a time: every other site's Pod is Ready when one is replaced.
                 for other in SITES.iter().filter(|o| **o != site) {
-                    let pod = self
-                        .c
+                    let pod = c
                         .fake
                         .object("/v1/pods", NS, &format!("mysql-{other}-0"))
                         .unwrap();
@@ -159,28 +146,19 @@ impl Story {
                         p.pod
                     );
                 }
-                let h = &mut self.live.harness;
+                let h = &mut live.harness;
                 let i = h.index_of(&site).unwrap();
                 h.set_extra_args(i, vec![UPDATED.to_string()]).unwrap();
                 h.stop(i).await.unwrap();
                 h.restart(i).await.unwrap();
-                assert!(self.c.fake.set_pod_ready(NS, &p.pod, true));
+                assert!(c.fake.set_pod_ready(NS, &p.pod, true));
                 started.push((site, p.revision));
             }
-            let s = rt.snapshot().status().clone();
-            if s.update_phase
-                .as_ref()
-                .is_some_and(|u| u.phase.is_terminal())
-            {
-                return (s, started);
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the update did not end; Pods started: {started:?}; update: {:?}",
-                s.update_phase
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            started
+        };
+        let limit = Duration::from_secs(180);
+        let what = "the update did not end (Pods started, with their revisions)";
+        support::serve_update_until(&self.op, limit, what, kubelet, update_ended).await
     }
 
     /// The update succeeded: every site replaced once at a new revision, replicas first, the
@@ -228,23 +206,7 @@ async fn a_drifted_group_is_updated_pod_by_pod_with_one_switchover_and_nothing_l
     let (live, c, op) = (&story.live, &story.c, &story.op);
     let rt = op.group(GROUP).await.unwrap();
     // Let the writer find the new primary, then judge what the application saw.
-    wait_status(op, Duration::from_secs(20), "iad replicates again", |s| {
-        s.site("iad").is_some_and(|i| i.replicating) && s.replication_running()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let wlog = writer.stop().await;
-    let plog = probe.stop().await;
-    let report = check(&story.live.harness.app_opts(1), &wlog, Some(&plog))
-        .await
-        .unwrap();
-    eprintln!("ordered update (Kubernetes mode): {}", report.summary());
-    assert!(report.acknowledged > 100, "{}", report.summary());
-    assert!(report.lost.is_empty(), "{}", report.summary());
-    assert_eq!(report.two_writable_rounds, 0, "{}", report.summary());
-    for (i, site) in SITES.iter().enumerate() {
-        assert_eq!(max_connections(live, i).await, 222, "{site}");
-    }
+    support::judge_update(live, op, writer, probe, "ordered update (Kubernetes mode)").await;
     // The drift was updated once: no second update starts while nothing has drifted.
     tokio::time::sleep(Duration::from_secs(11)).await;
     let again = rt.snapshot().status().clone();

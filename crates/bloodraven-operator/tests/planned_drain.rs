@@ -10,7 +10,7 @@ use std::time::Duration;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::reason::EventReason;
 use bloodraven_operator::OperatorHandle;
-use bloodraven_testkit::ledger::{self, Writer};
+use bloodraven_testkit::ledger::{self, Writer, WriterLog};
 use mysql_async::prelude::Queryable;
 use support::{Live, Timings, planned_ended, planned_in, request_failover, wait_status};
 
@@ -21,14 +21,7 @@ async fn live_group(drain: &'static str) -> (Live, OperatorHandle) {
         ..Timings::default()
     })
     .await;
-    let admin = live.harness.admin(0).unwrap();
-    for sql in ledger::LOCKABLE_TABLE_SETUP {
-        admin.execute(sql).await.unwrap();
-    }
-    live.harness
-        .wait_replicas_caught_up(0, Duration::from_secs(10))
-        .await
-        .unwrap();
+    ledger::set_up_primary(&live.harness, &ledger::LOCKABLE_TABLE_SETUP).await;
     let op = live.operator().await;
     wait_status(
         &op,
@@ -48,57 +41,20 @@ async fn live_group(drain: &'static str) -> (Live, OperatorHandle) {
 }
 
 fn writer(live: &Live) -> Writer {
-    Writer::start(
-        ["iad", "pdx", "reader"]
-            .iter()
-            .enumerate()
-            .map(|(i, n)| ((*n).to_string(), live.harness.app_opts(i)))
-            .collect(),
-        Duration::from_millis(2),
-    )
+    Writer::start(live.writer_targets(), Duration::from_millis(2))
 }
 
-/// An application session on iad that holds `LOCK TABLES app.locked WRITE` (idle), and one
-/// whose insert waits behind it (running).
-async fn hold_a_long_lock(live: &Live) -> (mysql_async::Conn, tokio::task::JoinHandle<bool>) {
-    let mut holder = mysql_async::Conn::new(live.harness.app_opts(0))
+/// Stops `writer` (after 300 ms more) and checks its log against pdx, the new primary: no
+/// acknowledged write is lost.
+async fn stop_and_check_on_pdx(live: &Live, writer: Writer) -> (WriterLog, ledger::Report) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = writer.stop().await;
+    let r = ledger::check(&live.harness.app_opts(1), &log, None)
         .await
         .unwrap();
-    holder
-        .query_drop("LOCK TABLES app.locked WRITE")
-        .await
-        .unwrap();
-    let opts = live.harness.app_opts(0);
-    let queued = tokio::spawn(async move {
-        let mut c = mysql_async::Conn::new(opts).await.unwrap();
-        c.query_drop("SET SESSION lock_wait_timeout = 40")
-            .await
-            .unwrap();
-        c.query_drop("INSERT INTO app.locked VALUES (1)")
-            .await
-            .is_ok()
-    });
-    if !live
-        .harness
-        .wait_app_statement_running(0, "INSERT INTO app.locked", Duration::from_secs(10))
-        .await
-    {
-        // Say what the server was doing, for diagnosis.
-        let mut admin = mysql_async::Conn::new(live.harness.app_opts(0)).await;
-        let sessions: Vec<(u64, String, String, Option<String>)> = match admin.as_mut() {
-            Ok(c) => c
-                .query("SELECT ID, USER, COMMAND, STATE FROM information_schema.PROCESSLIST")
-                .await
-                .unwrap_or_default(),
-            Err(_) => Vec::new(),
-        };
-        panic!(
-            "the queued insert never ran (its task finished: {}; the holder answers: {}); sessions: {sessions:?}",
-            queued.is_finished(),
-            holder.query_drop("SELECT 1").await.is_ok()
-        );
-    }
-    (holder, queued)
+    println!("{}", r.summary());
+    assert!(r.lost.is_empty(), "acknowledged writes lost: {:?}", r.lost);
+    (log, r)
 }
 
 async fn succeeded(op: &OperatorHandle, what: &str) {
@@ -130,7 +86,7 @@ async fn a_forty_second_lock_tables_write_does_not_veto_a_planned_failover() {
     let (live, op) = live_group("5s").await;
     let w = writer(&live);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (mut holder, queued) = hold_a_long_lock(&live).await;
+    let (mut holder, queued) = live.hold_a_long_lock().await;
     request_failover(&op, "pdx").await;
     succeeded(&op, "the failover through a long lock").await;
     // The lock holder's connection was killed, and the queued insert never committed.
@@ -153,13 +109,7 @@ async fn a_forty_second_lock_tables_write_does_not_veto_a_planned_failover() {
             .all(|k| !k.contains("INSERT") && !k.contains("app.locked")),
         "an event carries a statement's text: {kills:?}"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let log = w.stop().await;
-    let r = ledger::check(&live.harness.app_opts(1), &log, None)
-        .await
-        .unwrap();
-    println!("{}", r.summary());
-    assert!(r.lost.is_empty(), "acknowledged writes lost: {:?}", r.lost);
+    let (log, r) = stop_and_check_on_pdx(&live, w).await;
     assert!(r.unexpected.is_empty(), "{:?}", r.unexpected);
     assert!(
         log.acked.iter().any(|a| a.site == 1),
@@ -202,13 +152,7 @@ async fn a_long_running_transaction_does_not_veto_a_planned_failover() {
             .is_empty(),
         "the running statement kept the fence from landing and was killed"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let log = w.stop().await;
-    let r = ledger::check(&live.harness.app_opts(1), &log, None)
-        .await
-        .unwrap();
-    println!("{}", r.summary());
-    assert!(r.lost.is_empty(), "acknowledged writes lost: {:?}", r.lost);
+    stop_and_check_on_pdx(&live, w).await;
     // Its uncommitted insert is nowhere.
     let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
         .await
@@ -226,7 +170,7 @@ async fn a_long_running_transaction_does_not_veto_a_planned_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drain_timeout_shorter_than_the_fence_fails_and_unfences() {
     let (live, op) = live_group("1s").await;
-    let (_holder, _queued) = hold_a_long_lock(&live).await;
+    let (_holder, _queued) = live.hold_a_long_lock().await;
     request_failover(&op, "pdx").await;
     failed_with(&op, "FenceFailed").await;
     assert!(!live.read_only(0).await, "iad was unfenced again");
@@ -256,12 +200,7 @@ async fn a_target_that_broke_while_deferred_fails_admission_with_its_reason() {
     })
     .await;
     let d = client
-        .release(
-            &token,
-            "failover-hold",
-            "mig-9",
-            h.body["token"].as_str().unwrap(),
-        )
+        .release(&token, "failover-hold", "mig-9", h.lease_token())
         .await;
     assert_eq!(d.status, reqwest::StatusCode::NO_CONTENT);
     failed_with(&op, "TargetNotReady").await;

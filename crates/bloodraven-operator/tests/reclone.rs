@@ -39,17 +39,6 @@ fn ready(s: &GroupStatus) -> bool {
         .is_some_and(Condition::is_true)
 }
 
-async fn ids_on(live: &Live, i: usize, filter: &str) -> Vec<u64> {
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(i))
-        .await
-        .unwrap();
-    c.query(format!(
-        "SELECT id FROM app.writes WHERE {filter} ORDER BY id"
-    ))
-    .await
-    .unwrap()
-}
-
 /// Waits until the annotation is gone (the operator took, or refused, the request).
 async fn taken(op: &OperatorHandle) {
     let rt = op.group(GROUP).await.unwrap();
@@ -89,7 +78,7 @@ async fn a_returning_old_primary_blocked_by_a_divergent_write_is_recloned() {
         "iad's own transactions: {}",
         iad.divergent_gtid_set
     );
-    assert_eq!(ids_on(&live, 0, "site = 'iad-only'").await, [9001, 9002]);
+    assert_eq!(live.write_ids(0, "site = 'iad-only'").await, [9001, 9002]);
 
     // The application's view from here on: a probe tries a write on every site.
     let probe = Probe::start(live.probe_targets(), Duration::from_millis(5));
@@ -152,11 +141,11 @@ async fn a_returning_old_primary_blocked_by_a_divergent_write_is_recloned() {
         log.two_writable_window()
     );
     assert!(
-        ids_on(&live, 0, "site = 'iad-only'").await.is_empty(),
+        live.write_ids(0, "site = 'iad-only'").await.is_empty(),
         "the divergent rows are gone"
     );
     assert_eq!(
-        ids_on(&live, 0, "site = 'pdx'").await.len(),
+        live.write_ids(0, "site = 'pdx'").await.len(),
         5,
         "pdx's rows reached iad"
     );
@@ -200,14 +189,7 @@ async fn a_replica_whose_source_purged_its_binary_logs_is_recloned_and_catches_u
     }
     drop(c);
     // Rotate and purge every binary log but the new one (as root, over the socket).
-    let mut root = mysql_async::Conn::new(
-        mysql_async::OptsBuilder::default()
-            .socket(Some(live.harness.servers()[0].socket.display().to_string()))
-            .user(Some("root"))
-            .pass(Some("")),
-    )
-    .await
-    .unwrap();
+    let mut root = bloodraven_testkit::server::root_session(&live.harness, 0).await;
     root.query_drop("FLUSH BINARY LOGS").await.unwrap();
     let row: mysql_async::Row = root
         .query_first("SHOW MASTER STATUS")
@@ -268,7 +250,7 @@ async fn a_replica_whose_source_purged_its_binary_logs_is_recloned_and_catches_u
         |s| ready(s) && s.replication_running(),
     )
     .await;
-    assert_eq!(ids_on(&live, 2, "site = 'iad'").await.len(), 20);
+    assert_eq!(live.write_ids(2, "site = 'iad'").await.len(), 20);
     op.stop().await;
 }
 
@@ -282,14 +264,7 @@ async fn an_emergency_failover_during_a_copy_stops_it_and_a_second_reclone_finis
     let mut live = Live::start(Timings::default()).await;
     let op = support::replicating(&live).await;
     // A root session on reader holds a lock the load's DROP DATABASE waits behind.
-    let mut lock = mysql_async::Conn::new(
-        mysql_async::OptsBuilder::default()
-            .socket(Some(live.harness.servers()[2].socket.display().to_string()))
-            .user(Some("root"))
-            .pass(Some("")),
-    )
-    .await
-    .unwrap();
+    let mut lock = bloodraven_testkit::server::root_session(&live.harness, 2).await;
     lock.query_drop("LOCK TABLES app.writes READ")
         .await
         .unwrap();
@@ -324,13 +299,8 @@ async fn an_emergency_failover_during_a_copy_stops_it_and_a_second_reclone_finis
     wait_event(&op, "RecloneFailed", 1).await;
     drop(lock);
     // It stays blocked: not re-pointed to pdx by the failover or after it.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let p = live.harness.failover_client(2).probe().await.unwrap();
-    assert!(p.read_only);
-    assert!(
-        p.replica.is_none(),
-        "a site whose reclone failed is not re-pointed: {p:?}"
-    );
+    live.stays_fenced_unreplicated(2, "a site whose reclone failed")
+        .await;
     let s = op.group(GROUP).await.unwrap().snapshot().status().clone();
     assert!(
         s.condition(&ConditionType::RecoveryPending)

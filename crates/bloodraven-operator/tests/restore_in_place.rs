@@ -19,8 +19,7 @@ use bloodraven_core::status::{GroupStatus, RestorePhase};
 use bloodraven_operator::OperatorHandle;
 use bloodraven_store::StoreExt as _;
 use bloodraven_testkit::ledger::{Outcome, Probe, Writer};
-use mysql_async::prelude::Queryable;
-use support::{GROUP, Live, Timings, event_messages, wait_event, wait_status};
+use support::{GROUP, Live, Timings, event_messages, wait_event, wait_replicating, wait_status};
 use tokio::time::Instant;
 
 const SITES: [&str; 3] = ["iad", "pdx", "reader"];
@@ -54,25 +53,7 @@ async fn prepare_data(live: &Live) {
 
 /// `mariadb-dump` of the `app` database on site 0, written to `path`.
 fn dump(live: &Live, path: &Path) {
-    let tool = bloodraven_mysql::clone::find_tool("mariadb-dump").expect("mariadb-dump");
-    let socket = live.harness.servers()[0].socket.display().to_string();
-    let out = std::process::Command::new(tool)
-        .args([
-            format!("--socket={socket}"),
-            "--user=root".into(),
-            "--single-transaction".into(),
-            "--add-drop-database".into(),
-            "--databases".into(),
-            "app".into(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::write(path, &out.stdout).unwrap();
+    bloodraven_testkit::server::dump_database(&live.harness, 0, "app", path);
 }
 
 async fn after_dump(live: &Live) {
@@ -105,17 +86,6 @@ async fn request(op: &OperatorHandle, confirm: &str, source: &Path) {
     store.replace(next).await.unwrap();
 }
 
-async fn ids(live: &Live, i: usize, filter: &str) -> Vec<u64> {
-    let mut c = mysql_async::Conn::new(live.harness.app_opts(i))
-        .await
-        .unwrap();
-    c.query(format!(
-        "SELECT id FROM app.writes WHERE {filter} ORDER BY id"
-    ))
-    .await
-    .unwrap()
-}
-
 fn restore_in(phase: RestorePhase) -> impl Fn(&GroupStatus) -> bool {
     move |s| {
         s.restore_in_place
@@ -140,18 +110,16 @@ async fn a_dump_is_restored_into_the_live_group_behind_the_hold_with_one_generat
     let file: PathBuf = live.dir.path().join("orders.sql");
     dump(&live, &file);
     after_dump(&live).await;
-    let generation = wait_status(&op, Duration::from_secs(15), "stable", |s| {
-        s.replication_running()
-    })
-    .await
-    .topology_generation;
+    let generation = wait_replicating(&op, Duration::from_secs(15))
+        .await
+        .topology_generation;
 
     // A migration lease and its failover-hold, held before the request.
     let token = live.token();
     let api = support::Client::new(&live.ca, op.https_addr.unwrap());
     let (m, h) = api.migration_with_hold(&token, "mig-7", 60).await;
-    let m_token = m.body["token"].as_str().unwrap().to_string();
-    let h_token = h.body["token"].as_str().unwrap().to_string();
+    let m_token = m.lease_token().to_string();
+    let h_token = h.lease_token().to_string();
 
     let writer = Writer::start_from(live.writer_targets(), Duration::from_millis(2), 10_000);
     let probe = Probe::start(live.probe_targets(), Duration::from_millis(5));
@@ -210,10 +178,8 @@ async fn a_dump_is_restored_into_the_live_group_behind_the_hold_with_one_generat
     assert!(!renewed.status.is_success(), "{}", renewed.text);
     assert!(renewed.text.contains("TopologyChanged"), "{}", renewed.text);
 
-    wait_status(&op, Duration::from_secs(30), "replicas follow iad", |s| {
-        s.replication_running()
-    })
-    .await;
+    // The replicas follow iad.
+    wait_replicating(&op, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let wlog = writer.stop().await;
     let plog = probe.stop().await;
@@ -242,9 +208,13 @@ async fn a_dump_is_restored_into_the_live_group_behind_the_hold_with_one_generat
         .await
         .unwrap();
     for (i, site) in SITES.iter().enumerate() {
-        assert_eq!(ids(&live, i, "site = 'base'").await, [1, 2, 3], "{site}");
+        assert_eq!(
+            live.write_ids(i, "site = 'base'").await,
+            [1, 2, 3],
+            "{site}"
+        );
         assert!(
-            ids(&live, i, "site = 'after-dump'").await.is_empty(),
+            live.write_ids(i, "site = 'after-dump'").await.is_empty(),
             "{site}"
         );
     }
@@ -299,7 +269,7 @@ async fn a_truncated_dump_fails_with_the_target_fenced_and_the_old_data_intact()
     assert!(live.read_only(0).await, "iad must stay fenced");
     for (i, site) in SITES.iter().enumerate().skip(1) {
         assert_eq!(
-            ids(&live, i, "site <> 'x'").await,
+            live.write_ids(i, "site <> 'x'").await,
             [1, 2, 3, 101, 102],
             "{site}"
         );

@@ -7,7 +7,6 @@ use std::time::Duration;
 use bloodraven_kube::crd::{MysqlDatabase, MysqlFailoverGroup};
 use bloodraven_operator::OperatorHandle;
 use bloodraven_operator::config::{LeaderElection, StoreBackend};
-use bloodraven_operator::controller::ControllerTask;
 use bloodraven_testkit::fake_k8s::FakeK8s;
 use serde_json::{Value, json};
 
@@ -109,6 +108,19 @@ impl Cluster {
         .unwrap();
     }
 
+    /// How many writes the fake has seen to a group's status subresource.
+    pub fn status_writes(&self) -> usize {
+        self.fake
+            .seen()
+            .iter()
+            .filter(|s| {
+                s.is_write()
+                    && s.path.contains("/mysqlfailovergroups/")
+                    && s.path.ends_with("/status")
+            })
+            .count()
+    }
+
     /// A projected ServiceAccount token with the deploy API's audience.
     pub fn token(&self, namespace: &str, sa: &str) -> String {
         self.fake.issue_token(
@@ -174,18 +186,12 @@ pub fn kubernetes_config(live: &Live, c: &Cluster) -> bloodraven_operator::confi
 /// Starts an operator (with the failover controller and the role labels, as `bloodraven
 /// operator` runs them) on `cfg` and waits until it leads.
 pub async fn start(cfg: bloodraven_operator::config::LoadedConfig) -> OperatorHandle {
-    let h = bloodraven_operator::start(
-        cfg,
-        bloodraven_runtime::clock::system(),
-        vec![
-            std::sync::Arc::new(ControllerTask),
-            std::sync::Arc::new(bloodraven_operator::roles::RoleLabelTask),
-        ],
-    )
-    .await
-    .unwrap();
-    assert!(h.wait_leading(Duration::from_secs(15)).await);
-    h
+    let mut tasks = super::controller();
+    tasks.push(std::sync::Arc::new(
+        bloodraven_operator::roles::RoleLabelTask,
+    ));
+    let started = bloodraven_operator::start(cfg, bloodraven_runtime::clock::system(), tasks);
+    super::leading(started, 15).await
 }
 
 /// An operator on the cluster for the live group.

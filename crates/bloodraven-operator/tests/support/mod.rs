@@ -77,30 +77,32 @@ impl Env {
     }
 
     pub async fn start(&self) -> OperatorHandle {
-        let h = operator::start(self.config(), Arc::new(self.clock.clone()), Vec::new())
-            .await
-            .unwrap();
-        assert!(
-            h.wait_leading(Duration::from_secs(10)).await,
-            "operator did not become ready"
-        );
-        h
+        let clock = Arc::new(self.clock.clone());
+        leading(operator::start(self.config(), clock, Vec::new()), 10).await
     }
 
     pub async fn start_with_store(&self, store: Arc<dyn Store>) -> OperatorHandle {
-        let h = operator::start_with_store(
-            self.config(),
-            store,
-            Arc::new(self.clock.clone()),
-            Vec::new(),
-        )
-        .await
-        .unwrap();
-        assert!(
-            h.wait_leading(Duration::from_secs(10)).await,
-            "operator did not become ready"
-        );
-        h
+        let clock = Arc::new(self.clock.clone());
+        let started = operator::start_with_store(self.config(), store, clock, Vec::new());
+        leading(started, 10).await
+    }
+
+    /// [`Env::start_with_store`] on the real store with `faults` injected.
+    pub async fn start_under(&self, faults: &Arc<Faults>) -> OperatorHandle {
+        self.start_with_store(faults.over(Arc::new(self.open_store())))
+            .await
+    }
+
+    /// Makes `op`'s group healthy with `iad` active (see [`bootstrap`]), at the env's clock.
+    pub async fn bootstrap(&self, op: &OperatorHandle) -> Arc<GroupRuntime> {
+        let rt = op.group(GROUP).await.unwrap();
+        bootstrap(&rt, self.clock.now()).await;
+        rt
+    }
+
+    /// A client of `op`'s deploy API, trusting the test CA.
+    pub fn client(&self, op: &OperatorHandle) -> Client {
+        Client::new(&self.ca, op.https_addr.unwrap())
     }
 
     /// Starts the operator on the real store behind a gate and bootstraps the group: closing
@@ -109,11 +111,8 @@ impl Env {
         let (gate, fault) = Fault::gate();
         let faults = Faults::new();
         faults.on(When::group_write(), fault);
-        let op = self
-            .start_with_store(faults.over(Arc::new(self.open_store())))
-            .await;
-        let rt = op.group(GROUP).await.unwrap();
-        bootstrap(&rt, self.clock.now()).await;
+        let op = self.start_under(&faults).await;
+        let rt = self.bootstrap(&op).await;
         (op, Gated { gate, faults }, rt)
     }
 
@@ -204,6 +203,15 @@ pub fn healthy(s: &mut GroupStatus, now: bloodraven_core::time::Timestamp) {
     s.observed_at = Some(now);
 }
 
+/// Moves the group to `pdx`, healthy at `now` (generation +1, as the controller would): the
+/// generation written. Spawn it to hold the change in flight behind a gated store.
+pub async fn change_to_pdx(
+    rt: Arc<GroupRuntime>,
+    now: bloodraven_core::time::Timestamp,
+) -> Result<u64, bloodraven_store::StoreError> {
+    rt.change_active_site("pdx", |s| healthy(s, now)).await
+}
+
 /// Makes the group healthy with `iad` active (generation +1, as the controller would).
 pub async fn bootstrap(rt: &Arc<GroupRuntime>, now: bloodraven_core::time::Timestamp) -> u64 {
     let g = rt
@@ -235,6 +243,15 @@ pub struct Answer {
     pub headers: reqwest::header::HeaderMap,
     pub body: Value,
     pub text: String,
+}
+
+impl Answer {
+    /// The lease token a grant answered with.
+    pub fn lease_token(&self) -> &str {
+        self.body["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no lease token in {}", self.text))
+    }
 }
 
 impl Client {
@@ -299,27 +316,30 @@ impl Client {
         .await
     }
 
-    /// [`Client::grant`] as a pipeline calls it: a `423` says the group is between confirmed
-    /// states (a replica re-pointed after a failover can report a lag spike for a poll or
-    /// two, and the group is honestly `Degraded` then), so it waits the `retryAfterSeconds`
-    /// the answer names and asks again, for at most 30 s. Any other answer is returned.
-    pub async fn grant_when_stable(
-        &self,
-        token: &str,
-        kind: &str,
-        op: &str,
-        instance: &str,
-        ttl: i64,
-    ) -> Answer {
+    /// [`Client::grant`] of `kind` for `op` on `counter-app` (60 s) as a pipeline calls it,
+    /// asserted granted (`201`): a `423` says the group is between confirmed states (a
+    /// replica re-pointed after a failover can report a lag spike for a poll or two, and the
+    /// group is honestly `Degraded` then), so it waits the `retryAfterSeconds` the answer
+    /// names and asks again, for at most 30 s.
+    pub async fn grant_when_stable(&self, token: &str, kind: &str, op: &str) -> Answer {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let a = self.grant(token, kind, op, instance, ttl).await;
+            let a = self.grant(token, kind, op, "counter-app", 60).await;
             if a.status != StatusCode::LOCKED || tokio::time::Instant::now() > deadline {
+                assert_eq!(a.status, StatusCode::CREATED, "{kind} {op}: {}", a.text);
                 return a;
             }
             let wait = a.body["retryAfterSeconds"].as_u64().unwrap_or(1);
             tokio::time::sleep(Duration::from_secs(wait)).await;
         }
+    }
+
+    /// A migration lease for `op` on `counter-app` for `ttl` seconds, asserted granted (`201`):
+    /// its lease token.
+    pub async fn granted_migration(&self, token: &str, op: &str, ttl: i64) -> String {
+        let g = self.grant(token, "migration", op, "counter-app", ttl).await;
+        assert_eq!(g.status, StatusCode::CREATED, "migration: {}", g.text);
+        g.lease_token().to_string()
     }
 
     /// A migration lease for `op` on `counter-app` and its failover-hold, as a pipeline takes
@@ -344,6 +364,26 @@ impl Client {
             &[],
         )
         .await
+    }
+
+    /// Renews lease `kind`/`op` (every 20 ms, for at most 5 s) until `done` holds for the
+    /// answer, and returns the last answer: the revocation a test caused has landed.
+    pub async fn renew_until(
+        &self,
+        token: &str,
+        kind: &str,
+        op: &str,
+        lease_token: &str,
+        done: impl Fn(&Answer) -> bool,
+    ) -> Answer {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = self.renew(token, kind, op, lease_token).await;
+            if done(&r) || tokio::time::Instant::now() > deadline {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub async fn release(&self, token: &str, kind: &str, op: &str, lease_token: &str) -> Answer {
@@ -456,28 +496,124 @@ impl Live {
     }
 
     pub async fn operator(&self) -> OperatorHandle {
-        let h = operator::start(
+        self.operator_reading(bloodraven_runtime::clock::system())
+            .await
+    }
+
+    /// [`Live::operator`], reading wall time from `clock`.
+    pub async fn operator_reading(
+        &self,
+        clock: bloodraven_runtime::clock::SharedClock,
+    ) -> OperatorHandle {
+        leading(operator::start(self.config(), clock, controller()), 10).await
+    }
+
+    /// Starts the operator on the group's own store with `faults` injected, and waits until it
+    /// has bootstrapped the group onto iad with every replica replicating.
+    pub async fn bootstrapped_under(&self, faults: &Arc<Faults>) -> OperatorHandle {
+        let store = SqliteStore::open(&self.store_path(), Durability::Full).unwrap();
+        let started = operator::start_with_store(
             self.config(),
+            faults.over(Arc::new(store)),
             bloodraven_runtime::clock::system(),
-            vec![Arc::new(bloodraven_operator::controller::ControllerTask)],
-        )
-        .await
-        .unwrap();
-        assert!(h.wait_leading(Duration::from_secs(10)).await);
+            controller(),
+        );
+        let h = leading(started, 15).await;
+        wait_status(&h, Duration::from_secs(15), "bootstrap", |s| {
+            s.active_site == "iad" && s.replication_running()
+        })
+        .await;
         h
     }
 
-    pub async fn operator_on(&self, store: Arc<dyn Store>) -> OperatorHandle {
-        let h = operator::start_with_store(
-            self.config(),
-            store,
-            bloodraven_runtime::clock::system(),
-            vec![Arc::new(bloodraven_operator::controller::ControllerTask)],
-        )
+    /// The ids in `app.writes` on site `i` that match the SQL condition `filter`, in order.
+    pub async fn write_ids(&self, i: usize, filter: &str) -> Vec<u64> {
+        use mysql_async::prelude::Queryable as _;
+        let mut c = mysql_async::Conn::new(self.harness.app_opts(i))
+            .await
+            .unwrap();
+        c.query(format!(
+            "SELECT id FROM app.writes WHERE {filter} ORDER BY id"
+        ))
         .await
-        .unwrap();
-        assert!(h.wait_leading(Duration::from_secs(15)).await);
-        h
+        .unwrap()
+    }
+
+    /// Sets `read_only` on site `i`'s server behind the operator's back, as an administrator.
+    pub async fn set_read_only(&self, i: usize, on: bool) {
+        let value = if on { "ON" } else { "OFF" };
+        self.harness
+            .admin(i)
+            .unwrap()
+            .execute(format!("SET GLOBAL read_only = {value}"))
+            .await
+            .unwrap();
+    }
+
+    /// An application session on iad that holds `LOCK TABLES app.locked WRITE` (idle), and one
+    /// whose insert waits behind it (running).
+    pub async fn hold_a_long_lock(&self) -> (mysql_async::Conn, tokio::task::JoinHandle<bool>) {
+        use mysql_async::prelude::Queryable as _;
+        let mut holder = mysql_async::Conn::new(self.harness.app_opts(0))
+            .await
+            .unwrap();
+        holder
+            .query_drop("LOCK TABLES app.locked WRITE")
+            .await
+            .unwrap();
+        let opts = self.harness.app_opts(0);
+        let queued = tokio::spawn(async move {
+            let mut c = mysql_async::Conn::new(opts).await.unwrap();
+            c.query_drop("SET SESSION lock_wait_timeout = 40")
+                .await
+                .unwrap();
+            c.query_drop("INSERT INTO app.locked VALUES (1)")
+                .await
+                .is_ok()
+        });
+        if !self
+            .harness
+            .wait_app_statement_running(0, "INSERT INTO app.locked", Duration::from_secs(10))
+            .await
+        {
+            // Say what the server was doing, for diagnosis.
+            let mut admin = mysql_async::Conn::new(self.harness.app_opts(0)).await;
+            let sessions: Vec<(u64, String, String, Option<String>)> = match admin.as_mut() {
+                Ok(c) => c
+                    .query("SELECT ID, USER, COMMAND, STATE FROM information_schema.PROCESSLIST")
+                    .await
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            panic!(
+                "the queued insert never ran (its task finished: {}; the holder answers: {}); sessions: {sessions:?}",
+                queued.is_finished(),
+                holder.query_drop("SELECT 1").await.is_ok()
+            );
+        }
+        (holder, queued)
+    }
+
+    /// Waits two seconds (several polls), then checks that site `i`'s server is still
+    /// read-only and replicates from nobody: the operator left `what` fenced and did not
+    /// re-point it.
+    pub async fn stays_fenced_unreplicated(&self, i: usize, what: &str) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let p = self.harness.failover_client(i).probe().await.unwrap();
+        assert!(p.read_only, "{what} is writable: {p:?}");
+        assert!(p.replica.is_none(), "{what} must not be re-pointed: {p:?}");
+    }
+
+    /// Site `i`'s `@@max_connections`.
+    pub async fn max_connections(&self, i: usize) -> u64 {
+        use mysql_async::prelude::Queryable as _;
+        let mut c = mysql_async::Conn::new(self.harness.app_opts(i))
+            .await
+            .unwrap();
+        c.query_first("SELECT @@max_connections")
+            .await
+            .unwrap()
+            .unwrap()
     }
 
     /// Whether site `i`'s server is read-only now.
@@ -503,6 +639,41 @@ impl Live {
         )
         .unwrap()
     }
+}
+
+/// `GET path` on the operator's plain HTTP listener (`/metrics`, `/status`, `/active-site?…`).
+pub async fn plain_get(op: &OperatorHandle, path: &str) -> reqwest::Response {
+    reqwest::get(format!("http://{}{path}", op.http_addr))
+        .await
+        .unwrap()
+}
+
+/// The body of [`plain_get`].
+pub async fn plain_text(op: &OperatorHandle, path: &str) -> String {
+    plain_get(op, path).await.text().await.unwrap()
+}
+
+/// The JSON body of [`plain_get`].
+pub async fn plain_json(op: &OperatorHandle, path: &str) -> Value {
+    plain_get(op, path).await.json().await.unwrap()
+}
+
+/// The operator `started` (an `operator::start…` call), once it leads (within `limit_secs`).
+pub async fn leading(
+    started: impl std::future::Future<Output = Result<OperatorHandle, operator::StartError>>,
+    limit_secs: u64,
+) -> OperatorHandle {
+    let h = started.await.unwrap();
+    assert!(
+        h.wait_leading(Duration::from_secs(limit_secs)).await,
+        "operator did not lead within {limit_secs} s"
+    );
+    h
+}
+
+/// The group tasks of a live group's operator: the failover controller.
+pub fn controller() -> Vec<Arc<dyn operator::GroupTask>> {
+    vec![Arc::new(bloodraven_operator::controller::ControllerTask)]
 }
 
 /// Requests a planned failover of the group to `to`, as `bloodraven failover` does.
@@ -563,6 +734,16 @@ pub fn planned_in(phase: PlannedFailoverPhase) -> impl Fn(&GroupStatus) -> bool 
     }
 }
 
+/// Waits (up to `limit`) until the group's planned failover is in `phase`.
+pub async fn wait_planned(
+    op: &OperatorHandle,
+    limit: Duration,
+    phase: PlannedFailoverPhase,
+) -> GroupStatus {
+    let what = format!("planned failover {phase:?}");
+    wait_status(op, limit, &what, planned_in(phase)).await
+}
+
 /// Whether the group's planned failover has ended (succeeded or failed).
 pub fn planned_ended(s: &GroupStatus) -> bool {
     s.planned_failover
@@ -586,11 +767,19 @@ pub async fn bootstrapped(live: &Live) -> OperatorHandle {
 /// [`bootstrapped`], then waits until every replica replicates from iad.
 pub async fn replicating(live: &Live) -> OperatorHandle {
     let op = bootstrapped(live).await;
-    wait_status(&op, Duration::from_secs(20), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    wait_replicating(&op, Duration::from_secs(20)).await;
     op
+}
+
+/// Waits (up to `limit`) until every replica replicates from the active site.
+pub async fn wait_replicating(op: &OperatorHandle, limit: Duration) -> GroupStatus {
+    wait_status(
+        op,
+        limit,
+        "replication running",
+        GroupStatus::replication_running,
+    )
+    .await
 }
 
 /// Waits until `pred` holds for the group's status (or panics after `limit`).
@@ -616,16 +805,79 @@ pub async fn wait_status(
     }
 }
 
+/// Runs `serve` (one round of what restarts the servers an ordered update asks for: the update
+/// desk, or a kubelet for the fake's Pods) until `pred` holds for the group's status, within
+/// `limit`. Returns that status and everything `serve` answered, in order.
+pub async fn serve_update_until<T: std::fmt::Debug>(
+    op: &OperatorHandle,
+    limit: Duration,
+    what: &str,
+    mut serve: impl AsyncFnMut() -> Vec<T>,
+    pred: impl Fn(&GroupStatus) -> bool,
+) -> (GroupStatus, Vec<T>) {
+    let rt = op.group(GROUP).await.unwrap();
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut served = Vec::new();
+    loop {
+        served.extend(serve().await);
+        let s = rt.snapshot().status().clone();
+        if pred(&s) {
+            return (s, served);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {limit:?}; served {served:?}; update: {:?}",
+            s.update_phase
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether the group's ordered update has ended (succeeded or failed).
+pub fn update_ended(s: &GroupStatus) -> bool {
+    s.update_phase
+        .as_ref()
+        .is_some_and(|u| u.phase.is_terminal())
+}
+
+/// What the application saw of an ordered update that made pdx the primary: once iad
+/// replicates again and the writer found pdx, `writer` and `probe` stop; pdx holds every
+/// acknowledged write (over a hundred), no probe round found two writable sites, and every
+/// server runs the updated `max_connections` (222).
+pub async fn judge_update(
+    live: &Live,
+    op: &OperatorHandle,
+    writer: ledger::Writer,
+    probe: ledger::Probe,
+    story: &str,
+) {
+    wait_status(op, Duration::from_secs(20), "iad replicates again", |s| {
+        s.site("iad").is_some_and(|i| i.replicating) && s.replication_running()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let wlog = writer.stop().await;
+    let plog = probe.stop().await;
+    let report = ledger::check(&live.harness.app_opts(1), &wlog, Some(&plog))
+        .await
+        .unwrap();
+    eprintln!("{story}: {}", report.summary());
+    assert!(report.acknowledged > 100, "{}", report.summary());
+    assert!(report.lost.is_empty(), "{}", report.summary());
+    assert_eq!(report.two_writable_rounds, 0, "{}", report.summary());
+    for i in 0..live.harness.len() {
+        let site = live.harness.name(i);
+        assert_eq!(live.max_connections(i).await, 222, "{site}");
+    }
+}
+
 /// The story of a returning old primary with divergent transactions, up to its return:
 /// replication cut on pdx and the reader, two rows written on iad only (9001, 9002), iad
 /// killed, the failover to pdx, and five rows written on pdx (9100-9104), so pdx's position
 /// is numerically ahead of iad's. The caller restarts iad as its story needs.
 pub async fn diverge_and_fail_over(live: &mut Live, op: &OperatorHandle) {
     use mysql_async::prelude::Queryable as _;
-    wait_status(op, Duration::from_secs(10), "replication running", |s| {
-        s.replication_running()
-    })
-    .await;
+    wait_replicating(op, Duration::from_secs(10)).await;
     for i in [1, 2] {
         let admin = live.harness.admin(i).unwrap();
         admin.execute("STOP SLAVE").await.unwrap();
