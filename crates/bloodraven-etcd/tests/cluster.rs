@@ -19,12 +19,32 @@ use tokio::sync::broadcast;
 const PREFIX: &str = "/bloodraven/";
 const LEADER_KEY: &str = "/bloodraven/leader";
 
-fn client(endpoints: Vec<String>) -> EtcdClient {
-    EtcdClient::new(&ClientOptions::new(endpoints)).unwrap()
+async fn store(endpoints: Vec<String>) -> EtcdStore {
+    store_with(&ClientOptions::new(endpoints)).await
 }
 
-async fn store(endpoints: Vec<String>) -> EtcdStore {
-    EtcdStore::connect(client(endpoints), PREFIX).await.unwrap()
+async fn store_with(opts: &ClientOptions) -> EtcdStore {
+    EtcdStore::connect(EtcdClient::new(opts).unwrap(), PREFIX)
+        .await
+        .unwrap()
+}
+
+/// Creates lease `name` (held by `holder`) through `s`, and waits (up to 10 s) until a watch
+/// opened just before sees it: the object created, and that watch.
+async fn create_seen(
+    s: &EtcdStore,
+    name: &str,
+    holder: &str,
+) -> (RawObject, broadcast::Receiver<WatchEvent>) {
+    let mut rx = s.watch();
+    let created = s.create(lease("ns", name, holder)).await.unwrap();
+    assert!(
+        next_of(&mut rx, name, Duration::from_secs(10))
+            .await
+            .is_some(),
+        "the watch never saw {name}"
+    );
+    (created, rx)
 }
 
 fn key(name: &str) -> ObjectKey {
@@ -234,13 +254,7 @@ async fn a_watch_that_fell_below_a_compaction_asks_for_a_relist_and_one_that_did
 async fn with_one_member_stopped_the_store_keeps_working_on_the_quorum() {
     let mut cluster = EtcdCluster::start(3).await.expect("an etcd cluster");
     let s = store(cluster.endpoints()).await;
-    let mut rx = s.watch();
-    let l = s.create(lease("ns", "l", "op-1")).await.unwrap();
-    assert!(
-        next_of(&mut rx, "l", Duration::from_secs(10))
-            .await
-            .is_some()
-    );
+    let (l, mut rx) = create_seen(&s, "l", "op-1").await;
     // The member the client and the watch use, and etcd's leader if it is another one.
     assert_eq!(s.client().current_endpoint(), cluster.endpoint(0));
     cluster.stop(0).await;
@@ -270,9 +284,7 @@ async fn with_a_majority_stopped_writes_and_reads_fail_and_never_falsely_succeed
     let mut cluster = EtcdCluster::start(3).await.expect("an etcd cluster");
     let mut opts = ClientOptions::new(cluster.endpoints());
     opts.request_timeout = Duration::from_secs(2);
-    let s = EtcdStore::connect(EtcdClient::new(&opts).unwrap(), PREFIX)
-        .await
-        .unwrap();
+    let s = store_with(&opts).await;
     let l = s.create(lease("ns", "l", "op-1")).await.unwrap();
     cluster.kill(1).await;
     cluster.kill(2).await;
@@ -334,13 +346,7 @@ async fn an_endpoint_list_whose_first_members_are_down_still_works() {
     );
     s.create(lease("ns", "l", "op-1")).await.unwrap();
     assert!(s.get(&key("l")).await.unwrap().is_some());
-    let mut rx = s.watch();
-    s.create(lease("ns", "m", "op-1")).await.unwrap();
-    assert!(
-        next_of(&mut rx, "m", Duration::from_secs(10))
-            .await
-            .is_some()
-    );
+    create_seen(&s, "m", "op-1").await;
     let status = s.client().cluster_status().await.unwrap();
     assert!(status.quorum, "two of three answer");
     assert_eq!(status.members.len(), 3);
@@ -367,16 +373,8 @@ async fn tls_with_a_client_certificate_and_only_with_it() {
     let mut opts = ClientOptions::new(cluster.endpoints());
     opts.ca_file = Some(pki.ca_cert.clone());
     opts.identity = Some(identity);
-    let s = EtcdStore::connect(EtcdClient::new(&opts).unwrap(), PREFIX)
-        .await
-        .unwrap();
-    let mut rx = s.watch();
-    s.create(lease("ns", "l", "op-1")).await.unwrap();
-    assert!(
-        next_of(&mut rx, "l", Duration::from_secs(10))
-            .await
-            .is_some()
-    );
+    let s = store_with(&opts).await;
+    create_seen(&s, "l", "op-1").await;
     // Without the client certificate the member refuses the connection.
     opts.identity = None;
     opts.request_timeout = Duration::from_secs(2);
@@ -403,21 +401,41 @@ async fn tls_with_a_client_certificate_and_only_with_it() {
     assert!(matches!(plain, Err(EtcdError::Config(_))), "{plain:?}");
 }
 
-/// A raw gateway call, for what the client does not do (managing users) or must not be
-/// trusted to show (the token).
-async fn raw(
-    http: &reqwest::Client,
-    url: &str,
-    body: serde_json::Value,
-    token: Option<&str>,
-) -> (u16, serde_json::Value) {
-    let mut req = http.post(url).json(&body);
-    if let Some(t) = token {
-        req = req.header("Authorization", t);
+/// One member's JSON gateway, called raw: for what the client does not do (managing users) or
+/// must not be trusted to show (the token).
+struct Gateway {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Gateway {
+    fn new(base: String) -> Gateway {
+        let http = bloodraven_runtime::tls::http_client(None, Duration::from_secs(5)).unwrap();
+        Gateway { http, base }
     }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
+
+    /// `POST path` with `body`, as `token` if any: the status and the JSON answer.
+    async fn call(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        token: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = self.http.post(format!("{}{path}", self.base)).json(body);
+        if let Some(t) = token {
+            req = req.header("Authorization", t);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or_default())
+    }
+
+    /// [`Gateway::call`] without a token, asserted `200`: its answer.
+    async fn ok(&self, path: &str, body: &serde_json::Value) -> serde_json::Value {
+        let (status, answer) = self.call(path, body, None).await;
+        assert_eq!(status, 200, "{path}: {answer}");
+        answer
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,27 +447,13 @@ async fn authentication_renews_its_token_and_neither_password_nor_token_ever_sho
     )
     .await
     .expect("an etcd member");
-    let e = cluster.endpoint(0);
-    let http = bloodraven_runtime::tls::http_client(None, Duration::from_secs(5)).unwrap();
+    let gateway = Gateway::new(cluster.endpoint(0));
     let password = "Pa55-w0rd-that-must-not-leak";
-    let (st, _) = raw(
-        &http,
-        &format!("{e}/v3/auth/user/add"),
-        json!({"name": "root", "password": password}),
-        None,
-    )
-    .await;
-    assert_eq!(st, 200);
-    let (st, _) = raw(
-        &http,
-        &format!("{e}/v3/auth/user/grant"),
-        json!({"user": "root", "role": "root"}),
-        None,
-    )
-    .await;
-    assert_eq!(st, 200);
-    let (st, _) = raw(&http, &format!("{e}/v3/auth/enable"), json!({}), None).await;
-    assert_eq!(st, 200);
+    let root = json!({"name": "root", "password": password});
+    gateway.ok("/v3/auth/user/add", &root).await;
+    let grant = json!({"user": "root", "role": "root"});
+    gateway.ok("/v3/auth/user/grant", &grant).await;
+    gateway.ok("/v3/auth/enable", &json!({})).await;
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("password");
@@ -457,46 +461,21 @@ async fn authentication_renews_its_token_and_neither_password_nor_token_ever_sho
     let mut opts = ClientOptions::new(cluster.endpoints());
     opts.username = Some("root".into());
     opts.password_file = Some(file.clone());
-    let s = EtcdStore::connect(EtcdClient::new(&opts).unwrap(), PREFIX)
-        .await
-        .unwrap();
-    let mut rx = s.watch();
-    s.create(lease("ns", "l", "op-1")).await.unwrap();
-    assert!(
-        next_of(&mut rx, "l", Duration::from_secs(10))
-            .await
-            .is_some()
-    );
+    let s = store_with(&opts).await;
+    create_seen(&s, "l", "op-1").await;
 
     // A token of etcd's, to see what one looks like and when it expires.
-    let (st, auth) = raw(
-        &http,
-        &format!("{e}/v3/auth/authenticate"),
-        json!({"name": "root", "password": password}),
-        None,
-    )
-    .await;
-    assert_eq!(st, 200);
+    let auth = gateway.ok("/v3/auth/authenticate", &root).await;
     let token = auth["token"].as_str().unwrap().to_string();
     let token_shape = regex::Regex::new(r"[A-Za-z]{16}\.\d+").unwrap();
     assert!(token_shape.is_match(&token), "{token}");
-    let (st, _) = raw(
-        &http,
-        &format!("{e}/v3/kv/range"),
-        json!({"key": "Lw=="}),
-        Some(&token),
-    )
-    .await;
+    // A range of "/", as the token's holder.
+    let range = json!({"key": "Lw=="});
+    let (st, _) = gateway.call("/v3/kv/range", &range, Some(&token)).await;
     assert_eq!(st, 200);
     // Idle past the token TTL (1 s, checked every second): etcd forgets both tokens.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let (st, body) = raw(
-        &http,
-        &format!("{e}/v3/kv/range"),
-        json!({"key": "Lw=="}),
-        Some(&token),
-    )
-    .await;
+    let (st, body) = gateway.call("/v3/kv/range", &range, Some(&token)).await;
     assert_eq!(st, 401, "the token expired: {body}");
     // The store's client gets a new one and goes on.
     s.create(lease("ns", "m", "op-1")).await.unwrap();
@@ -543,16 +522,8 @@ async fn a_paused_member_is_left_for_the_others_after_one_unconfirmed_write() {
     endpoints.extend((0..3).filter(|i| *i != paused).map(|i| cluster.endpoint(i)));
     let mut opts = ClientOptions::new(endpoints);
     opts.request_timeout = Duration::from_secs(1);
-    let s = EtcdStore::connect(EtcdClient::new(&opts).unwrap(), PREFIX)
-        .await
-        .unwrap();
-    let mut rx = s.watch();
-    s.create(lease("ns", "before", "x")).await.unwrap();
-    assert!(
-        next_of(&mut rx, "before", Duration::from_secs(10))
-            .await
-            .is_some()
-    );
+    let s = store_with(&opts).await;
+    let (_, mut rx) = create_seen(&s, "before", "x").await;
 
     cluster.pause(paused);
     // Sent to a member that takes the bytes and says nothing: the outcome is unknown.
