@@ -66,13 +66,7 @@ fn follow_watch(operator: String, tx: watch::Sender<usize>) -> tokio::task::Join
             let mut buf = String::new();
             while let Ok(Some(chunk)) = resp.chunk().await {
                 buf.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buf.find("\n\n") {
-                    let event: String = buf.drain(..end + 2).collect();
-                    let data: String = event
-                        .lines()
-                        .filter_map(|l| l.strip_prefix("data:"))
-                        .map(str::trim)
-                        .collect();
+                while let Some(data) = bloodraven_testkit::sse::take_event_data(&mut buf) {
                     let Ok(v) = serde_json::from_str::<serde_json::Value>(&data) else {
                         continue;
                     };

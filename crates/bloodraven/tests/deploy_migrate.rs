@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use bloodraven_deploy::record::{RecordLine, read_record};
-use common::{BIN, Setup, cli_ok, revoke_all, setup, spawn_operator, token, wait_active};
+use common::{BIN, Setup, revoke_all, setup, spawn_operator, token, wait_active};
 use serde_json::Value;
 
 fn token_file(s: &Setup) -> PathBuf {
@@ -135,18 +135,7 @@ async fn a_migration_holds_off_a_planned_failover_and_a_second_one_waits_its_tur
     let b = migrate_cmd(&s, "mig-second", &[], "true").spawn().unwrap();
     wait_step(&record_path(&s, "mig-second"), "checked").await;
     // A planned failover requested now waits behind the hold.
-    let config = s.config.to_str().unwrap();
-    cli_ok([
-        "failover",
-        "--group",
-        "playground",
-        "--to",
-        "pdx",
-        "--wait",
-        "0s",
-        "--config",
-        config,
-    ]);
+    common::fail_over(&s.config, "pdx", "0s");
     let mut deferred = Value::Null;
     for _ in 0..100 {
         let st = status(&s).await;

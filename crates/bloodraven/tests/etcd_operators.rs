@@ -22,7 +22,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 mod common;
-use common::{BIN, OperatorProcess, Setup, client, free_port, setup_with, token};
+use common::{
+    BIN, OperatorProcess, Setup, answer_json, client, fail_over, free_port, setup_with, token,
+};
 
 /// The lease TTL the stories run with (etcd's minimum with its default timings is 2 s).
 const TTL: Duration = Duration::from_secs(2);
@@ -195,30 +197,58 @@ fn probe_every_site(s: &Setup) -> Probe {
     )
 }
 
-/// The probe reached a writable primary: its verdict of "never two" is not vacuous.
-fn probed(plog: &bloodraven_testkit::ledger::ProbeLog) {
+/// No probe round found two writable sites, and the probe reached a writable primary (the
+/// verdict is not vacuous).
+fn never_two_writable(plog: &bloodraven_testkit::ledger::ProbeLog) {
     assert!(
         plog.rounds.iter().filter(|r| r.acked.len() == 1).count() > 10,
         "the probe never wrote: {} rounds",
         plog.rounds.len()
     );
+    assert!(
+        plog.two_writable().is_empty(),
+        "two writable sites: {:?}",
+        plog.two_writable()
+    );
+}
+
+/// A real etcd cluster of three members.
+async fn three_members() -> EtcdCluster {
+    EtcdCluster::start(3)
+        .await
+        .expect("a three-member etcd cluster")
+}
+
+/// Waits (up to `limit`) until `contention` had five grants since `since`.
+async fn five_grants(contention: &Contention, since: Instant, limit: Duration, what: &str) {
+    let deadline = since + limit;
+    while contention.granted_after(since) < 5 {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `bloodraven status` with `config`.
+fn status_cli(config: &Path) -> std::process::Output {
+    Command::new(BIN)
+        .args(["status", "--config"])
+        .arg(config)
+        .output()
+        .unwrap()
 }
 
 /// A migration lease for `operation` through `op`; its token.
 async fn grant(s: &Setup, op: &Op, operation: &str, ttl: u32) -> String {
-    let grant: Value = client(s)
-        .post(format!(
-            "https://127.0.0.1:{}/deploy/v1/groups/playground/leases",
-            op.https
-        ))
-        .bearer_auth(token(s))
-        .json(&serde_json::json!({"kind": "migration", "operationId": operation, "instance": "counter-app", "ttlSeconds": ttl}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let grant = answer_json(
+        client(s)
+            .post(format!(
+                "https://127.0.0.1:{}/deploy/v1/groups/playground/leases",
+                op.https
+            ))
+            .bearer_auth(token(s))
+            .json(&serde_json::json!({"kind": "migration", "operationId": operation, "instance": "counter-app", "ttlSeconds": ttl})),
+    )
+    .await;
     grant["token"]
         .as_str()
         .unwrap_or_else(|| panic!("{grant}"))
@@ -239,31 +269,6 @@ async fn renew(s: &Setup, op: &Op, operation: &str, lease_token: &str) -> (u16, 
         .unwrap();
     let code = r.status().as_u16();
     (code, r.json().await.unwrap_or(Value::Null))
-}
-
-/// `bloodraven failover --to SITE --wait 60s` with `config`; asserts it succeeded.
-fn fail_over(config: &Path, site: &str) {
-    let out = Command::new(BIN)
-        .args([
-            "failover",
-            "--group",
-            "playground",
-            "--to",
-            site,
-            "--wait",
-            "60s",
-            "--config",
-        ])
-        .arg(config)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn count(path: &Path, needle: &str) -> usize {
@@ -298,9 +303,7 @@ fn contend(s: &Setup, ops: &[&Op], clients: usize) -> Contention {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_next_failover() {
-    let etcd = EtcdCluster::start(3)
-        .await
-        .expect("a three-member etcd cluster");
+    let etcd = three_members().await;
     let (mut s, [a, b]) = start(&etcd).await;
     let mut pa = spawn(&a);
     wait_leading(&a, Duration::from_secs(30)).await;
@@ -407,12 +410,7 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
     tokio::time::sleep(Duration::from_millis(500)).await;
     let wlog = writer.stop().await;
     let plog = probe.stop().await;
-    probed(&plog);
-    assert!(
-        plog.two_writable().is_empty(),
-        "two writable sites: {:?}",
-        plog.two_writable()
-    );
+    never_two_writable(&plog);
     assert!(
         wlog.acked.iter().any(|a| a.site == 1),
         "writes went on on pdx after the failover"
@@ -423,9 +421,7 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
-    let etcd = EtcdCluster::start(3)
-        .await
-        .expect("a three-member etcd cluster");
+    let etcd = three_members().await;
     let (s, [a, b]) = start(&etcd).await;
     let pa = spawn(&a);
     wait_leading(&a, Duration::from_secs(30)).await;
@@ -438,11 +434,13 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
     // first.
     let contention = contend(&s, &[&a, &b], 16);
     let before = Instant::now();
-    let deadline = before + Duration::from_secs(20);
-    while contention.granted_after(before) < 5 {
-        assert!(Instant::now() < deadline, "no grants through the leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    five_grants(
+        &contention,
+        before,
+        Duration::from_secs(20),
+        "no grants through the leader",
+    )
+    .await;
     // Pause the leader past its lease: the standby takes over and switches the group to pdx.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pa.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
@@ -474,7 +472,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
         twice.is_empty(),
         "two clients held the migration lease at once: {twice:?}"
     );
-    fail_over(&b.config, "pdx");
+    fail_over(&b.config, "pdx", "60s");
     wait_active(&b, "pdx", 2, Duration::from_secs(30)).await;
     // Resume the old leader: it held iad at generation 1 in memory.
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
@@ -490,11 +488,13 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
     // follower (or not at all), never with a stale grant.
     let contention = contend(&s, &[&a, &b], 16);
     let again = Instant::now();
-    let deadline = again + Duration::from_secs(30);
-    while contention.granted_after(again) < 5 {
-        assert!(Instant::now() < deadline, "no grants after the resume");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    five_grants(
+        &contention,
+        again,
+        Duration::from_secs(30),
+        "no grants after the resume",
+    )
+    .await;
     let (held, _) = contention.stop().await;
     let twice = overlapping(held);
     assert!(
@@ -502,12 +502,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
         "two clients held the migration lease at once: {twice:?}"
     );
     let plog = probe.stop().await;
-    probed(&plog);
-    assert!(
-        plog.two_writable().is_empty(),
-        "two writable sites: {:?}",
-        plog.two_writable()
-    );
+    never_two_writable(&plog);
     assert!(!leads(&a).await, "the resumed process follows");
     // What the resumed process tried to write was refused before it was sent (its term had
     // run out) or by etcd (the leader key had changed); none landed.
@@ -538,9 +533,7 @@ async fn writable(s: &Setup, i: usize) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it_acts_on_nothing() {
-    let mut etcd = EtcdCluster::start(3)
-        .await
-        .expect("a three-member etcd cluster");
+    let mut etcd = three_members().await;
     let (mut s, [a, _]) = start(&etcd).await;
     let _pa = spawn(&a);
     wait_leading(&a, Duration::from_secs(30)).await;
@@ -561,13 +554,9 @@ async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it
     let lease_token = grant(&s, &a, "op-q", 30).await;
     let (code, body) = renew(&s, &a, "op-q", &lease_token).await;
     assert_eq!(code, 200, "{body}");
-    fail_over(&a.config, "pdx");
+    fail_over(&a.config, "pdx", "60s");
     wait_active(&a, "pdx", 2, Duration::from_secs(30)).await;
-    let st = Command::new(BIN)
-        .args(["status", "--config"])
-        .arg(&a.config)
-        .output()
-        .unwrap();
+    let st = status_cli(&a.config);
     let text = String::from_utf8_lossy(&st.stdout);
     assert!(
         text.starts_with("control plane: etcd  leader: ") && text.contains("(this operator)"),
@@ -605,11 +594,7 @@ async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it
         .unwrap();
     assert_eq!(code, 503, "{v}");
     assert!(v["control"]["problem"].is_string(), "{v}");
-    let st = Command::new(BIN)
-        .args(["status", "--config"])
-        .arg(&a.config)
-        .output()
-        .unwrap();
+    let st = status_cli(&a.config);
     let err = String::from_utf8_lossy(&st.stderr);
     assert_ne!(st.status.code(), Some(0));
     assert!(err.contains("etcd does not answer"), "{err}");
@@ -650,12 +635,7 @@ async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it
     assert!(control(&a).await["problem"].is_null());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let plog = probe.stop().await;
-    probed(&plog);
-    assert!(
-        plog.two_writable().is_empty(),
-        "two writable sites: {:?}",
-        plog.two_writable()
-    );
+    never_two_writable(&plog);
 }
 
 /// `bloodraven move ARGS`: exit code and standard error.
@@ -679,9 +659,7 @@ async fn keys_in_etcd(etcd: &EtcdCluster) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_embedded_group_moves_to_etcd_keeping_its_generation_and_leases() {
-    let etcd = EtcdCluster::start(3)
-        .await
-        .expect("a three-member etcd cluster");
+    let etcd = three_members().await;
     let (s, [a, _]) = start(&etcd).await;
     // The same group in embedded mode: the configuration without its store line, on the
     // ports operator `a` takes over after the move.
@@ -711,7 +689,7 @@ async fn an_embedded_group_moves_to_etcd_keeping_its_generation_and_leases() {
     };
     let mut embedded = spawn(&em);
     wait_active(&em, "iad", 1, Duration::from_secs(30)).await;
-    fail_over(&embedded_cfg, "pdx");
+    fail_over(&embedded_cfg, "pdx", "60s");
     wait_active(&em, "pdx", 2, Duration::from_secs(30)).await;
     wait_stable(&s, &em).await;
     let bearer = token(&s);

@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
@@ -16,9 +16,11 @@ use bloodraven_core::contract::labels::LEADER;
 use bloodraven_core::time::Clock as _;
 use bloodraven_kube::crd::{MysqlDatabase, MysqlFailoverGroup};
 use bloodraven_testkit::fake_k8s::{FakeK8s, rbac};
+use bloodraven_testkit::process::KillOnDrop;
 use common::{BIN, Setup, free_port, setup};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use reqwest::Method;
 use serde_json::{Value, json};
 
 const NS: &str = "default";
@@ -26,19 +28,14 @@ const GROUPS: &str = "bloodraven.shipstream.io/v1alpha1/mysqlfailovergroups";
 
 /// One operator process: its ports, its log, its identity towards the API server.
 struct Op {
-    child: Child,
+    child: KillOnDrop,
     http: u16,
     https: u16,
     log: PathBuf,
     bearer: String,
     pod: String,
-}
-
-impl Drop for Op {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    /// A client of its deploy API, trusting the set-up's CA.
+    api: reqwest::Client,
 }
 
 impl Op {
@@ -70,6 +67,26 @@ impl Op {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A deploy API request to this process as `token`: the status and the JSON answer.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut r = self
+            .api
+            .request(method, format!("https://127.0.0.1:{}{path}", self.https))
+            .bearer_auth(token);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let code = resp.status().as_u16();
+        (code, resp.json().await.unwrap_or(Value::Null))
     }
 }
 
@@ -114,12 +131,13 @@ fn spawn(s: &Setup, fake: &FakeK8s, name: &str) -> Op {
         .spawn()
         .unwrap();
     Op {
-        child,
+        child: KillOnDrop(child),
         http,
         https,
         log,
         bearer,
         pod,
+        api: common::client(s),
     }
 }
 
@@ -171,40 +189,59 @@ fn group(fake: &FakeK8s) -> Value {
     fake.object(GROUPS, NS, "playground").unwrap()
 }
 
+/// Whether the group's status names `site` active and every other site replicating.
+fn settled_on(g: &Value, site: &str) -> bool {
+    g["status"]["activeSite"] == site
+        && g["status"]["sites"].as_array().is_some_and(|s| {
+            s.iter()
+                .all(|s| s["name"] == site || s["replicating"] == true)
+        })
+}
+
 async fn bootstrapped(fake: &FakeK8s) {
     wait_for("bootstrap onto iad", Duration::from_secs(30), async || {
-        let g = group(fake);
-        g["status"]["activeSite"] == "iad"
-            && g["status"]["sites"].as_array().is_some_and(|s| {
-                s.iter()
-                    .all(|s| s["name"] == "iad" || s["replicating"] == true)
-            })
+        settled_on(&group(fake), "iad")
     })
     .await;
 }
 
-fn client(s: &Setup) -> reqwest::Client {
-    common::client(s)
+/// Waits (up to 20 s) until `op`, named `name`, leads.
+async fn wait_leads(op: &Op, name: &str) {
+    let what = format!("{name} to lead");
+    wait_for(&what, Duration::from_secs(20), async || op.leads().await).await;
 }
 
-async fn call(
-    http: &reqwest::Client,
-    op: &Op,
-    method: reqwest::Method,
-    path: &str,
-    token: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut r = http
-        .request(method, format!("https://127.0.0.1:{}{path}", op.https))
-        .bearer_auth(token);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = r.send().await.unwrap();
-    let code = resp.status().as_u16();
-    (code, resp.json().await.unwrap_or(Value::Null))
+/// Waits (up to 10 s) until the leader label says `leader` on `leads`'s Pod and the
+/// opposite on `follows`'s.
+async fn labelled(fake: &FakeK8s, leads: &Op, follows: &Op) {
+    wait_for("the leader labels", Duration::from_secs(10), async || {
+        leads.label(fake).as_deref() == Some("true")
+            && follows.label(fake).as_deref() == Some("false")
+    })
+    .await;
 }
+
+/// The set-up, the fake cluster, and operator `a` leading with operator `b` started.
+async fn a_leads_b_started() -> (Setup, FakeK8s, Op, Op) {
+    let s = setup().await;
+    let (fake, _) = cluster(&s).await;
+    let a = spawn(&s, &fake, "a");
+    wait_leads(&a, "a").await;
+    let b = spawn(&s, &fake, "b");
+    (s, fake, a, b)
+}
+
+/// Every request of the operators was within their rights.
+fn rights_were_enough(fake: &FakeK8s) {
+    let denied = fake.rbac_denied();
+    assert!(
+        denied.is_empty(),
+        "the operator's rights are not enough: {denied:?}"
+    );
+}
+
+/// The group's path in the deploy API.
+const GROUP_PATH: &str = "/deploy/v1/groups/playground";
 
 fn leader_holder(fake: &FakeK8s) -> Option<String> {
     fake.object(
@@ -217,14 +254,7 @@ fn leader_holder(fake: &FakeK8s) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_leads_the_other_waits_and_takes_over_with_the_leases_intact() {
-    let s = setup().await;
-    let (fake, _) = cluster(&s).await;
-    let a = spawn(&s, &fake, "a");
-    wait_for("a to lead", Duration::from_secs(20), async || {
-        a.leads().await
-    })
-    .await;
-    let b = spawn(&s, &fake, "b");
+    let (_s, fake, a, b) = a_leads_b_started().await;
     wait_for(
         "b to be ready as a follower",
         Duration::from_secs(20),
@@ -232,31 +262,15 @@ async fn one_leads_the_other_waits_and_takes_over_with_the_leases_intact() {
     )
     .await;
     assert!(!b.leads().await, "b follows");
-    wait_for(
-        "the leader label on a's Pod",
-        Duration::from_secs(10),
-        async || {
-            a.label(&fake).as_deref() == Some("true") && b.label(&fake).as_deref() == Some("false")
-        },
-    )
-    .await;
+    labelled(&fake, &a, &b).await;
     bootstrapped(&fake).await;
-    let http = client(&s);
     let token = fake.issue_token(
         "ci",
         "deployer",
         &["bloodraven-deploy"],
         Duration::from_secs(3600),
     );
-    let (code, body) = call(
-        &http,
-        &b,
-        reqwest::Method::GET,
-        "/deploy/v1/groups/playground",
-        &token,
-        None,
-    )
-    .await;
+    let (code, body) = b.call(Method::GET, GROUP_PATH, &token, None).await;
     assert_eq!(
         (code, body["error"].as_str()),
         (503, Some("not_leader")),
@@ -268,15 +282,10 @@ async fn one_leads_the_other_waits_and_takes_over_with_the_leases_intact() {
     // time it names.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let (code, granted) = loop {
-        let (code, body) = call(
-            &http,
-            &a,
-            reqwest::Method::POST,
-            "/deploy/v1/groups/playground/leases",
-            &token,
-            Some(grant.clone()),
-        )
-        .await;
+        let leases = format!("{GROUP_PATH}/leases");
+        let (code, body) = a
+            .call(Method::POST, &leases, &token, Some(grant.clone()))
+            .await;
         if code != 423 || tokio::time::Instant::now() > deadline {
             break (code, body);
         }
@@ -287,10 +296,7 @@ async fn one_leads_the_other_waits_and_takes_over_with_the_leases_intact() {
     let holder_a = leader_holder(&fake).unwrap();
 
     kill(a.pid(), Signal::SIGKILL).unwrap();
-    wait_for("b to take over", Duration::from_secs(20), async || {
-        b.leads().await
-    })
-    .await;
+    wait_leads(&b, "b").await;
     assert_ne!(leader_holder(&fake).unwrap(), holder_a);
     // b labels its Pod: the Services now route to it. (a's Pod keeps its stale label until
     // Kubernetes removes the killed Pod, whose endpoints leave the Services with it.)
@@ -302,15 +308,7 @@ async fn one_leads_the_other_waits_and_takes_over_with_the_leases_intact() {
     .await;
     // The lease granted by a is honoured by b: same expiry in b's observation, the same token
     // renews.
-    let (code, seen) = call(
-        &http,
-        &b,
-        reqwest::Method::GET,
-        "/deploy/v1/groups/playground",
-        &token,
-        None,
-    )
-    .await;
+    let (code, seen) = b.call(Method::GET, GROUP_PATH, &token, None).await;
     assert_eq!(code, 200, "{seen}");
     let listed = seen["leases"]
         .as_array()
@@ -321,26 +319,15 @@ async fn one_leads_the_other_waits_and_takes_over_with_the_leases_intact() {
         .unwrap_or(Value::Null);
     assert_eq!(listed["expiresAt"], granted["expiresAt"], "{seen}");
     let renew = json!({"token": granted["token"]});
-    let (code, renewed) = call(
-        &http,
-        &b,
-        reqwest::Method::PUT,
-        "/deploy/v1/groups/playground/leases/migration/op-1",
-        &token,
-        Some(renew),
-    )
-    .await;
+    let lease = format!("{GROUP_PATH}/leases/migration/op-1");
+    let (code, renewed) = b.call(Method::PUT, &lease, &token, Some(renew)).await;
     assert_eq!(code, 200, "{renewed}");
     assert!(
         b.log().contains("took over the leader Lease"),
         "{}",
         b.log()
     );
-    let denied = fake.rbac_denied();
-    assert!(
-        denied.is_empty(),
-        "the operator's rights are not enough: {denied:?}"
-    );
+    rights_were_enough(&fake);
     println!("rights not used in this story: {:?}", fake.rbac_unused());
 }
 
@@ -381,14 +368,7 @@ fn all_threads_stopped(pid: Pid) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_wakes_up_and_touches_nothing_before_it_steps_down() {
-    let s = setup().await;
-    let (fake, _) = cluster(&s).await;
-    let a = spawn(&s, &fake, "a");
-    wait_for("a to lead", Duration::from_secs(20), async || {
-        a.leads().await
-    })
-    .await;
-    let b = spawn(&s, &fake, "b");
+    let (s, fake, a, b) = a_leads_b_started().await;
     bootstrapped(&fake).await;
     // a, the leader, freezes; b takes over and moves the primary to pdx. The pause is the
     // moment every thread of a is seen stopped: a decision a made before it is one it made
@@ -399,21 +379,13 @@ async fn a_paused_leader_wakes_up_and_touches_nothing_before_it_steps_down() {
     })
     .await;
     let paused_at = bloodraven_runtime::clock::SystemClock.now();
-    wait_for("b to take over", Duration::from_secs(20), async || {
-        b.leads().await
-    })
-    .await;
+    wait_leads(&b, "b").await;
     assert!(fake.edit(GROUPS, NS, "playground", |g| {
         g["metadata"]["annotations"][PLANNED_FAILOVER] = json!("pdx");
     }));
     wait_for("b's failover to pdx", Duration::from_secs(30), async || {
         let g = group(&fake);
-        g["status"]["plannedFailover"]["phase"] == "Succeeded"
-            && g["status"]["activeSite"] == "pdx"
-            && g["status"]["sites"].as_array().is_some_and(|s| {
-                s.iter()
-                    .all(|s| s["name"] == "pdx" || s["replicating"] == true)
-            })
+        g["status"]["plannedFailover"]["phase"] == "Succeeded" && settled_on(&g, "pdx")
     })
     .await;
     let seen_before = fake.seen().len();
@@ -466,19 +438,8 @@ async fn a_paused_leader_wakes_up_and_touches_nothing_before_it_steps_down() {
     assert!(!a.leads().await, "a follows now");
     assert!(b.leads().await, "b still leads");
     // Once stepped down, a labels its Pod false again: only b's Pod is behind the Services.
-    wait_for(
-        "a's Pod labelled false",
-        Duration::from_secs(10),
-        async || {
-            a.label(&fake).as_deref() == Some("false") && b.label(&fake).as_deref() == Some("true")
-        },
-    )
-    .await;
-    let denied = fake.rbac_denied();
-    assert!(
-        denied.is_empty(),
-        "the operator's rights are not enough: {denied:?}"
-    );
+    labelled(&fake, &b, &a).await;
+    rights_were_enough(&fake);
     drop(b);
     assert!(Path::new(&s.config).exists());
 }

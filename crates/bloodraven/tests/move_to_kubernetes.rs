@@ -9,11 +9,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bloodraven_testkit::fake_k8s::FakeK8s;
-use common::{BIN, Setup, cli, cli_ok, free_port, setup, spawn_operator, token, wait_active};
+use bloodraven_testkit::process::KillOnDrop;
+use common::{BIN, Setup, cli, free_port, setup, spawn_operator, token, wait_active};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -22,15 +23,6 @@ const NS: &str = "default";
 const GROUPS: &str = "bloodraven.shipstream.io/v1alpha1/mysqlfailovergroups";
 const DATABASES: &str = "bloodraven.shipstream.io/v1alpha1/mysqldatabases";
 const LEASES: &str = "coordination.k8s.io/v1/leases";
-
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn kubeconfig(s: &Setup, fake: &FakeK8s) -> std::path::PathBuf {
     let path = s.dir.path().join("kubeconfig");
@@ -158,17 +150,7 @@ async fn a_group_moves_from_embedded_to_kubernetes_keeping_its_generation_and_le
     // operation and a live migration lease.
     let mut embedded = spawn_operator(&s, "embedded.log");
     wait_active(&s, "iad", 1).await;
-    cli_ok([
-        "failover",
-        "--group",
-        "playground",
-        "--to",
-        "pdx",
-        "--config",
-        &cfg,
-        "--wait",
-        "60s",
-    ]);
+    common::fail_over(&s.config, "pdx", "60s");
     wait_active(&s, "pdx", 2).await;
     let http = common::client(&s);
     let hmac = token(&s);
@@ -299,7 +281,7 @@ async fn a_group_moves_from_embedded_to_kubernetes_keeping_its_generation_and_le
     )
     .unwrap();
     let log = d.join("operator-k8s.log");
-    let _op = Process(
+    let _op = KillOnDrop(
         Command::new(BIN)
             .args(["operator", "--config"])
             .arg(&k8s_config)

@@ -11,7 +11,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 mod common;
-use common::{BIN, client, revoke_all, setup, spawn_operator, token, wait_active};
+use common::{
+    BIN, answer_json, client, fail_over, revoke_all, setup, spawn_operator, token, wait_active,
+};
 use reqwest::Method;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -204,34 +206,10 @@ async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation(
     let mut op = spawn_operator(&s, "operator-1.log");
     wait_active(&s, "iad", 1).await;
     // A planned failover through the CLI: generation 2, persisted.
-    let out = tokio::task::spawn_blocking({
-        let config = s.config.clone();
-        move || {
-            Command::new(BIN)
-                .args([
-                    "failover",
-                    "--group",
-                    "playground",
-                    "--to",
-                    "pdx",
-                    "--wait",
-                    "60s",
-                    "--config",
-                ])
-                .arg(&config)
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout {} stderr {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let config = s.config.clone();
+    let out = tokio::task::spawn_blocking(move || fail_over(&config, "pdx", "60s"))
+        .await
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("succeeded"));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("phase Draining")
@@ -244,15 +222,8 @@ async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation(
     let http = client(&s);
     let mut last = Value::Null;
     for _ in 0..300 {
-        last = http
-            .get(format!("{base}/deploy/v1/groups/playground"))
-            .bearer_auth(&bearer)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let observe = http.get(format!("{base}/deploy/v1/groups/playground"));
+        last = answer_json(observe.bearer_auth(&bearer)).await;
         if last["stable"] == true {
             break;
         }

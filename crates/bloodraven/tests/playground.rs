@@ -11,6 +11,7 @@ use std::time::Duration;
 use bloodraven_core::time::Clock as _;
 use bloodraven_playground::scenario::CatchUp;
 use bloodraven_runtime::clock::SystemClock;
+use bloodraven_testkit::process::KillOnDrop;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
@@ -689,16 +690,9 @@ async fn dashboard_in_headless_chromium_increments_and_fails_over() {
 
 /// A Prometheus server started by a test, killed when dropped.
 struct Prometheus {
-    child: Child,
+    _child: KillOnDrop,
     url: String,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Prometheus {
@@ -734,7 +728,7 @@ impl Prometheus {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {bin}: {e}; install it with: sudo apt-get install -y --no-install-recommends prometheus (scripts/test does)"));
         let p = Prometheus {
-            child,
+            _child: KillOnDrop(child),
             url: format!("http://127.0.0.1:{port}"),
             _dir: dir,
         };
@@ -1020,16 +1014,6 @@ async fn the_packaged_alerts_fire_and_resolve_on_a_real_prometheus_through_a_kil
     stop(r);
 }
 
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// docs/sidecar.md's `HAProxy` configuration, as written there, with the playground's addresses.
 fn haproxy_config(
     mysql: &[u16],
@@ -1103,7 +1087,7 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
         "haproxy -c: {}",
         String::from_utf8_lossy(&check.stderr)
     );
-    let _haproxy = Killed(
+    let _haproxy = KillOnDrop(
         Command::new(&bin)
             .arg("-db")
             .arg("-f")

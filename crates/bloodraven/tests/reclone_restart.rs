@@ -4,21 +4,14 @@
 //! reclone `Copying`, ends what the dead one left behind, starts the copy again (attempt 2),
 //! and finishes it once the lock goes: never half-done and silent.
 
+mod common;
+
 use std::time::Duration;
 
 use bloodraven_playground::playground::{Playground, PlaygroundOptions};
+use common::until;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
-
-async fn until(
-    pg: &Playground,
-    limit: Duration,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    let waited = pg.wait_status(limit, pred).await;
-    waited.unwrap_or_else(|s| panic!("gave up waiting for {what}; status {s}"))
-}
 
 fn reader(s: &Value) -> &Value {
     s["sites"]
@@ -33,18 +26,7 @@ async fn an_operator_killed_mid_reclone_restarts_the_copy_and_finishes_it() {
     let pg = Playground::start(opts, &|_| {})
         .await
         .expect("the playground starts");
-    let socket = pg.harness.lock().await.servers()[2]
-        .socket
-        .display()
-        .to_string();
-    let mut lock = mysql_async::Conn::new(
-        mysql_async::OptsBuilder::default()
-            .socket(Some(socket))
-            .user(Some("root"))
-            .pass(Some("")),
-    )
-    .await
-    .unwrap();
+    let mut lock = bloodraven_testkit::server::root_session(&*pg.harness.lock().await, 2).await;
     lock.query_drop("LOCK TABLES app.counter READ")
         .await
         .unwrap();

@@ -42,6 +42,26 @@ impl Env {
             .unwrap()
     }
 
+    /// `bloodraven release ARGS`, asserted to exit with `code`.
+    async fn run_expecting(&self, args: &[&str], code: i32) -> Output {
+        let out = self.run(args).await;
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        out
+    }
+
+    /// [`Env::run_expecting`], and the complaint on standard error names `says`.
+    async fn refused(&self, args: &[&str], code: i32, says: &str) {
+        let out = self.run_expecting(args, code).await;
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+
+    /// `bloodraven release image web app=registry.example/web:2.0 EXTRA…`, asserted to exit
+    /// with `code`.
+    async fn web_2_0(&self, extra: &[&str], code: i32) -> Output {
+        let args = [&["image", "web", "app=registry.example/web:2.0"], extra].concat();
+        self.run_expecting(&args, code).await
+    }
+
     fn image(&self) -> String {
         let d = self.fake.deployment("shop", "web");
         d.spec.unwrap().template.spec.unwrap().containers[0]
@@ -63,20 +83,8 @@ fn stderr(out: &Output) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yes_with_json_output_applies_and_records() {
     let env = env().await;
-    let out = env
-        .run(&[
-            "image",
-            "web",
-            "app=registry.example/web:2.0",
-            "--app-selector",
-            "app=web",
-            "--yes",
-            "-o",
-            "json",
-        ])
-        .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let v = json(&out);
+    let selected = ["--app-selector", "app=web", "--yes", "-o", "json"];
+    let v = json(&env.web_2_0(&selected, 0).await);
     assert_eq!(v["outcome"], "ready");
     assert_eq!(
         v["plan"]["namespace"], "shop",
@@ -90,37 +98,23 @@ async fn yes_with_json_output_applies_and_records() {
     let record = v["record"].as_str().unwrap();
     assert!(Path::new(record).exists());
 
-    let out = env.run(&["history", "web", "-o", "json"]).await;
-    assert_eq!(out.status.code(), Some(0));
-    let h = json(&out);
+    let h = json(
+        &env.run_expecting(&["history", "web", "-o", "json"], 0)
+            .await,
+    );
     assert_eq!(h["releases"][0]["id"], v["plan"]["id"]);
     assert_eq!(h["releases"][0]["outcome"], "ready");
 
     // Nothing older to go back to: no plan, its own exit code.
-    let out = env
-        .run(&["rollback", "web", "--app-selector", "app=web", "--yes"])
+    let rollback = ["rollback", "web", "--app-selector", "app=web", "--yes"];
+    env.refused(&rollback, 3, "no successful image release")
         .await;
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("no successful image release"),
-        "{}",
-        stderr(&out)
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_yes_and_without_a_terminal_nothing_is_applied() {
     let env = env().await;
-    let out = env
-        .run(&[
-            "image",
-            "web",
-            "app=registry.example/web:2.0",
-            "--app-selector",
-            "app=web",
-        ])
-        .await;
-    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let out = env.web_2_0(&["--app-selector", "app=web"], 4).await;
     assert!(
         stderr(&out).contains("stdin is not a terminal"),
         "{}",
@@ -137,21 +131,9 @@ async fn without_yes_and_without_a_terminal_nothing_is_applied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_pre_check_is_no_plan() {
     let env = env().await;
-    let out = env
-        .run(&[
-            "image",
-            "web",
-            "app=registry.example/web:1.0",
-            "--no-app-check",
-            "--yes",
-        ])
-        .await;
-    assert_eq!(out.status.code(), Some(3));
-    assert!(
-        stderr(&out).contains("IMAGE: must differ"),
-        "{}",
-        stderr(&out)
-    );
+    let same = ["image", "web", "app=registry.example/web:1.0"];
+    let args = [&same[..], &["--no-app-check", "--yes"]].concat();
+    env.refused(&args, 3, "IMAGE: must differ").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,9 +184,7 @@ async fn bad_input_names_the_argument_and_the_rule() {
             "cannot be used with",
         ),
     ] {
-        let out = env.run(&args).await;
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
-        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+        env.refused(&args, 2, message).await;
     }
     assert!(
         env.fake.seen().is_empty(),
@@ -228,19 +208,13 @@ async fn the_application_is_named_and_checked_before_anything_is_sent() {
     .unwrap();
     let apps = apps.to_str().unwrap();
 
-    let out = env
-        .run(&[
-            "image",
-            "api",
-            "app=registry.example/web:2.0",
-            "--app",
-            "web",
-            "--apps",
-            apps,
-            "--yes",
-        ])
-        .await;
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let web_into_api = ["image", "api", "app=registry.example/web:2.0"];
+    let args = [
+        &web_into_api[..],
+        &["--app", "web", "--apps", apps, "--yes"],
+    ]
+    .concat();
+    let out = env.run_expecting(&args, 3).await;
     assert!(
         stderr(&out).contains("application web's selector app=web")
             && stderr(&out).contains("the Pod template has app=api"),
@@ -250,40 +224,16 @@ async fn the_application_is_named_and_checked_before_anything_is_sent() {
     assert_eq!(env.fake.dry_runs(), 0, "refused before any dry-run");
     assert_eq!(env.fake.deployment_updates("shop", "api"), 0);
 
-    let out = env
-        .run(&["restart", "web", "--app", "billing", "--apps", apps])
-        .await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("no such application"),
-        "{}",
-        stderr(&out)
-    );
+    let unknown = ["restart", "web", "--app", "billing", "--apps", apps];
+    env.refused(&unknown, 2, "no such application").await;
 
-    let out = env
-        .run(&[
-            "image",
-            "web",
-            "app=registry.example/web:2.0",
-            "--app",
-            "web",
-            "--apps",
-            apps,
-            "--yes",
-            "-o",
-            "json",
-        ])
-        .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let v = json(&out);
+    let named = ["--app", "web", "--apps", apps, "--yes", "-o", "json"];
+    let v = json(&env.web_2_0(&named, 0).await);
     assert_eq!(v["plan"]["app"]["name"], "web");
     assert_eq!(v["plan"]["app"]["selector"], "app=web");
 
-    let out = env
-        .run(&["scale", "api", "3", "--no-app-check", "--yes", "-o", "json"])
-        .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let v = json(&out);
+    let scale = ["scale", "api", "3", "--no-app-check", "--yes", "-o", "json"];
+    let v = json(&env.run_expecting(&scale, 0).await);
     assert_eq!(v["plan"]["app"]["checkSkipped"], true);
     let record = std::fs::read_to_string(v["record"].as_str().unwrap()).unwrap();
     assert!(

@@ -8,20 +8,17 @@
 //! restarted old primary is fenced within one `peerCheckInterval` and stays fenced; before, it
 //! stayed writable beside the new primary until the operator came back.
 
+mod common;
+
 use std::time::Duration;
 
 use bloodraven_playground::playground::{Playground, PlaygroundOptions};
 use bloodraven_testkit::ledger::{self, Probe};
-use serde_json::Value;
+use common::until;
 use tokio::time::Instant;
 
 /// The playground's sidecar `peerCheckInterval` (docs/playground.md).
 const PEER_CHECK: Duration = Duration::from_secs(2);
-
-async fn until(pg: &Playground, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-    let waited = pg.wait_status(limit, pred).await;
-    waited.unwrap_or_else(|s| panic!("gave up waiting; status {s}"))
-}
 
 async fn read_only(pg: &Playground, i: usize) -> Option<bool> {
     let c = pg.harness.lock().await.failover_client(i);
@@ -43,9 +40,12 @@ async fn a_fenced_old_primary_restarted_writable_while_the_operator_is_down_is_f
 
     // A planned failover to pdx; iad is fenced and its sidecar holds the view naming pdx.
     pg.planned_failover("pdx").await.unwrap();
-    until(&pg, Duration::from_secs(30), |s| {
-        s["activeSite"] == "pdx" && s["plannedFailover"]["phase"] == "Succeeded"
-    })
+    until(
+        &pg,
+        Duration::from_secs(30),
+        "the planned failover to pdx",
+        |s| s["activeSite"] == "pdx" && s["plannedFailover"]["phase"] == "Succeeded",
+    )
     .await;
     assert_eq!(read_only(&pg, 0).await, Some(true), "iad fenced");
     assert_eq!(read_only(&pg, 1).await, Some(false), "pdx writable");

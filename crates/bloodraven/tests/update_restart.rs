@@ -4,21 +4,14 @@
 //! while the update's switchover waits behind a failover-hold: each time the restarted
 //! operator resumes from the stored phase and finishes the update.
 
+mod common;
+
 use std::time::Duration;
 
 use bloodraven_playground::playground::{FIRST_MAX_CONNECTIONS, Playground, PlaygroundOptions};
+use common::until;
 use serde_json::Value;
 use tokio::time::Instant;
-
-async fn until(
-    pg: &Playground,
-    limit: Duration,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Value {
-    let waited = pg.wait_status(limit, pred).await;
-    waited.unwrap_or_else(|s| panic!("gave up waiting for {what}; status {s}"))
-}
 
 async fn kill_operator(pg: &Playground) {
     pg.kill_operator().await.expect("the operator runs");

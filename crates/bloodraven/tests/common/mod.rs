@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use bloodraven_core::config::SiteRole;
@@ -34,6 +34,28 @@ pub fn cli_ok<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> S
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `bloodraven failover` of the playground group to `site` with `config`, waiting up to
+/// `wait`; asserts it succeeded and returns its output.
+pub fn fail_over(config: &std::path::Path, site: &str, wait: &str) -> Output {
+    let config = config.to_str().expect("a UTF-8 path");
+    let group = ["--group", "playground", "--config", config];
+    let out = cli(["failover", "--to", site, "--wait", wait]
+        .into_iter()
+        .chain(group));
+    assert!(
+        out.status.success(),
+        "bloodraven failover --to {site}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The JSON answer to `request`, whatever its status.
+pub async fn answer_json(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// `bloodraven deploy revoke-all` for the playground group of `config`; whether it succeeded.
 pub fn revoke_all(config: &std::path::Path) -> bool {
     let config = config.to_str().expect("a UTF-8 path");
@@ -48,6 +70,18 @@ pub fn revoke_all(config: &std::path::Path) -> bool {
     cli(args.iter().copied().chain(["--config", config]))
         .status
         .success()
+}
+
+/// Waits (up to `limit`) until `pred` holds for the playground's stored status, and returns
+/// that status; panics naming `what` otherwise.
+pub async fn until(
+    pg: &bloodraven_playground::playground::Playground,
+    limit: Duration,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let waited = pg.wait_status(limit, pred).await;
+    waited.unwrap_or_else(|s| panic!("gave up waiting for {what}; status {s}"))
 }
 
 pub fn free_port() -> u16 {
@@ -111,35 +145,8 @@ pub async fn setup_with(tweak: impl FnOnce(&mut LocalOptions)) -> Setup {
     }
 }
 
-/// An operator process that is killed when dropped, so a failed assertion never leaves one
-/// running after its directory is gone.
-pub struct OperatorProcess(Child);
-
-impl std::ops::Deref for OperatorProcess {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for OperatorProcess {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl From<Child> for OperatorProcess {
-    fn from(c: Child) -> Self {
-        OperatorProcess(c)
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// An operator process, killed when dropped.
+pub use bloodraven_testkit::process::KillOnDrop as OperatorProcess;
 
 pub fn spawn_operator(s: &Setup, log: &str) -> OperatorProcess {
     let log = std::fs::File::create(s.dir.path().join(log)).unwrap();
