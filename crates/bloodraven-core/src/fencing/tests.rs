@@ -73,46 +73,48 @@ fn evaluate_every_combination() {
     use CacheCase as C;
     use Expect as E;
     use LeaseCase as L;
-    // Writable (and unreadable: the rules still run) — every cache × lease combination.
-    let table = [
-        (C::Empty, L::Fresh, E::Nothing),
-        (C::Empty, L::ExactlyAtTimeout, E::Nothing),
-        (C::Empty, L::Expired, E::Expiry),
-        (C::NoActiveSite, L::Fresh, E::Nothing),
-        (C::NoActiveSite, L::ExactlyAtTimeout, E::Nothing),
-        (C::NoActiveSite, L::Expired, E::Expiry),
-        (C::ThisSite, L::Fresh, E::Nothing),
-        (C::ThisSite, L::ExactlyAtTimeout, E::Nothing),
-        (C::ThisSite, L::Expired, E::Expiry),
-        (C::OtherSite, L::Fresh, E::Mismatch),
-        (C::OtherSite, L::ExactlyAtTimeout, E::Mismatch),
-        (C::OtherSite, L::Expired, E::Mismatch),
+    // Writable (and unreadable: the rules still run) — every cache × lease combination: what
+    // fires for each cache with the lease fresh, exactly at the timeout, and expired.
+    let leases = [L::Fresh, L::ExactlyAtTimeout, L::Expired];
+    let grid = [
+        (C::Empty, [E::Nothing, E::Nothing, E::Expiry]),
+        (C::NoActiveSite, [E::Nothing, E::Nothing, E::Expiry]),
+        (C::ThisSite, [E::Nothing, E::Nothing, E::Expiry]),
+        (C::OtherSite, [E::Mismatch, E::Mismatch, E::Mismatch]),
     ];
+    let table: Vec<(C, L, E)> = grid
+        .iter()
+        .flat_map(|(cache, wants)| leases.iter().zip(wants).map(|(l, w)| (*cache, *l, *w)))
+        .collect();
+    assert_eq!(table.len(), 12);
     for ro in [ReadOnlyState::Writable, ReadOnlyState::Unreadable] {
-        for (cache, lease, want) in table {
+        for &(cache, lease, want) in &table {
             let got = evaluate(&snapshot(ro, cache, lease));
             assert_eq!(kind(&got), want, "{ro:?} {cache:?} {lease:?}: {got:?}");
         }
     }
     // Read-only: the rules are never consulted, whatever the cache and the lease say.
-    for (cache, lease, _) in table {
+    for &(cache, lease, _) in &table {
         let got = evaluate(&snapshot(ReadOnlyState::ReadOnly, cache, lease));
         assert_eq!(got, Verdict::AlreadyReadOnly, "{cache:?} {lease:?}");
     }
 }
 
-#[test]
-fn rule_one_carries_the_view_and_ignores_the_lease() {
-    let s = snapshot(
-        ReadOnlyState::Writable,
-        CacheCase::OtherSite,
-        LeaseCase::Expired,
-    );
+/// The rule that fences a writable server with `cache` whose lease expired, checked to be
+/// rule #`number` named `label`.
+fn fence_with_expired_lease(cache: CacheCase, number: u8, label: &str) -> Rule {
+    let s = snapshot(ReadOnlyState::Writable, cache, LeaseCase::Expired);
     let Verdict::Fence(rule) = evaluate(&s) else {
         panic!("expected a fence")
     };
-    assert_eq!(rule.number(), 1);
-    assert_eq!(rule.label(), "topology-mismatch");
+    assert_eq!(rule.number(), number);
+    assert_eq!(rule.label(), label);
+    rule
+}
+
+#[test]
+fn rule_one_carries_the_view_and_ignores_the_lease() {
+    let rule = fence_with_expired_lease(CacheCase::OtherSite, 1, "topology-mismatch");
     assert_eq!(
         rule,
         Rule::TopologyMismatch {
@@ -129,16 +131,7 @@ fn rule_one_carries_the_view_and_ignores_the_lease() {
 
 #[test]
 fn rule_two_says_how_long_and_the_limit() {
-    let s = snapshot(
-        ReadOnlyState::Writable,
-        CacheCase::ThisSite,
-        LeaseCase::Expired,
-    );
-    let Verdict::Fence(rule) = evaluate(&s) else {
-        panic!("expected a fence")
-    };
-    assert_eq!(rule.number(), 2);
-    assert_eq!(rule.label(), "lease-expiry");
+    let rule = fence_with_expired_lease(CacheCase::ThisSite, 2, "lease-expiry");
     assert_eq!(
         rule.reason(),
         "the operator and every peer have been silent for 20.001s, longer than leaseTimeout 20s"
@@ -227,6 +220,24 @@ fn facts(t: u64, ro: ReadOnlyState) -> TickFacts {
     }
 }
 
+/// A tick at `t` on which the operator answered, serving `v`.
+fn served(t: u64, ro: ReadOnlyState, v: ActiveSite) -> TickFacts {
+    TickFacts {
+        operator_answered: true,
+        operator_view: Some(v),
+        ..facts(t, ro)
+    }
+}
+
+/// A tick at `t` on which one peer answered, relaying `v`.
+fn relayed(t: u64, ro: ReadOnlyState, v: ActiveSite) -> TickFacts {
+    TickFacts {
+        peers_answered: 1,
+        peer_views: vec![(0, v)],
+        ..facts(t, ro)
+    }
+}
+
 #[test]
 fn observe_sets_then_adopts() {
     let mut m = MonitorState::new("iad", LEASE, secs(0));
@@ -249,33 +260,27 @@ fn observe_sets_then_adopts() {
     );
 }
 
-#[test]
-fn a_rearm_keeps_the_cache_so_a_writable_server_named_by_no_view_is_fenced_again() {
+/// iad's monitor once the operator moved the active site to pdx (rule #1 fired at 5 s) and
+/// the fence landed.
+fn fenced_after_a_move_to_pdx() -> MonitorState {
     let mut m = MonitorState::new("iad", LEASE, secs(0));
-    // The operator moved the active site to pdx: rule #1.
-    let o = m.observe(&TickFacts {
-        operator_answered: true,
-        operator_view: Some(view("pdx", 100)),
-        ..facts(5, ReadOnlyState::Writable)
-    });
+    let o = m.observe(&served(5, ReadOnlyState::Writable, view("pdx", 100)));
     assert_eq!(kind(&evaluate(&o.snapshot)), Expect::Mismatch);
     m.fence_confirmed();
+    m
+}
+
+#[test]
+fn a_rearm_keeps_the_cache_so_a_writable_server_named_by_no_view_is_fenced_again() {
+    let mut m = fenced_after_a_move_to_pdx();
     assert!(m.self_fenced());
     // Fenced: peers keep relaying the same view.
-    let o = m.observe(&TickFacts {
-        peers_answered: 1,
-        peer_views: vec![(0, view("pdx", 100))],
-        ..facts(10, ReadOnlyState::ReadOnly)
-    });
+    let o = m.observe(&relayed(10, ReadOnlyState::ReadOnly, view("pdx", 100)));
     assert_eq!(evaluate(&o.snapshot), Verdict::AlreadyReadOnly);
     // Something made iad writable again (a restart with read_only off in its configuration,
     // a human) while the operator is unreachable and no newer view exists: every promotion is
     // announced first, so no view naming iad means iad must not take writes.
-    let o = m.observe(&TickFacts {
-        peers_answered: 1,
-        peer_views: vec![(0, view("pdx", 100))],
-        ..facts(15, ReadOnlyState::Writable)
-    });
+    let o = m.observe(&relayed(15, ReadOnlyState::Writable, view("pdx", 100)));
     assert!(o.rearmed, "a fresh lease window opens");
     assert!(!m.self_fenced());
     assert_eq!(
@@ -288,14 +293,7 @@ fn a_rearm_keeps_the_cache_so_a_writable_server_named_by_no_view_is_fenced_again
 
 #[test]
 fn a_promotion_announced_first_is_seen_by_the_tick_that_sees_it_writable() {
-    let mut m = MonitorState::new("iad", LEASE, secs(0));
-    let o = m.observe(&TickFacts {
-        operator_answered: true,
-        operator_view: Some(view("pdx", 100)),
-        ..facts(5, ReadOnlyState::Writable)
-    });
-    assert_eq!(kind(&evaluate(&o.snapshot)), Expect::Mismatch);
-    m.fence_confirmed();
+    let mut m = fenced_after_a_move_to_pdx();
     // The operator announced iad (persisted and served) and then lifted read_only: the tick
     // reads the fence first, so the view it asks for afterwards is the announcement.
     let o = m.observe(&TickFacts {
@@ -319,11 +317,7 @@ fn a_promotion_announced_first_is_seen_by_the_tick_that_sees_it_writable() {
         assert_eq!(evaluate(&o.snapshot), Verdict::Nothing, "tick {t}");
     }
     // A genuinely newer view naming another site still fires rule #1.
-    let o = m.observe(&TickFacts {
-        peers_answered: 1,
-        peer_views: vec![(0, view("pdx", 131))],
-        ..facts(35, ReadOnlyState::Writable)
-    });
+    let o = m.observe(&relayed(35, ReadOnlyState::Writable, view("pdx", 131)));
     assert_eq!(kind(&evaluate(&o.snapshot)), Expect::Mismatch);
 }
 
@@ -414,19 +408,11 @@ fn rearm_opens_a_fresh_lease_window() {
 fn a_replica_promoted_by_the_operator_rearms_too() {
     let mut m = MonitorState::new("pdx", LEASE, secs(0));
     // pdx is a replica relaying "iad".
-    let o = m.observe(&TickFacts {
-        operator_answered: true,
-        operator_view: Some(view("iad", 10)),
-        ..facts(5, ReadOnlyState::ReadOnly)
-    });
+    let o = m.observe(&served(5, ReadOnlyState::ReadOnly, view("iad", 10)));
     assert_eq!(evaluate(&o.snapshot), Verdict::AlreadyReadOnly);
     // Announced, then promoted: seen writable, and the view asked for after the reading
     // names it.
-    let o = m.observe(&TickFacts {
-        operator_answered: true,
-        operator_view: Some(view("pdx", 15)),
-        ..facts(10, ReadOnlyState::Writable)
-    });
+    let o = m.observe(&served(10, ReadOnlyState::Writable, view("pdx", 15)));
     assert!(o.rearmed);
     assert_eq!(evaluate(&o.snapshot), Verdict::Nothing);
     assert!(!m.self_fenced(), "the monitor never fenced it");
