@@ -23,6 +23,14 @@ fn client(endpoints: Vec<String>) -> EtcdClient {
     EtcdClient::new(&ClientOptions::new(endpoints)).unwrap()
 }
 
+/// The leader key's record as `observer` reads it; there must be one.
+async fn leader_record(observer: &EtcdClient) -> election::LeaderRecord {
+    election::leader(observer, LEADER_KEY)
+        .await
+        .unwrap()
+        .expect("a leader key")
+}
+
 struct Candidate {
     leadership: Leadership,
     shutdown: watch::Sender<bool>,
@@ -75,10 +83,7 @@ async fn one_of_two_candidates_leads_past_its_ttl_and_the_other_takes_over_when_
     let (leader, follower) = one_leads(&a, &b).await;
     assert!(!follower.leadership.is_leader(), "exactly one leads");
     let observer = client(cluster.endpoints());
-    let record = election::leader(&observer, LEADER_KEY)
-        .await
-        .unwrap()
-        .expect("a leader key");
+    let record = leader_record(&observer).await;
     assert_eq!(record.identity, leader.leadership.identity());
     let token = leader.leadership.fencing_token().expect("a term");
     assert_eq!(record.create_revision, token);
@@ -88,10 +93,7 @@ async fn one_of_two_candidates_leads_past_its_ttl_and_the_other_takes_over_when_
     tokio::time::sleep(ttl * 2).await;
     assert_eq!(leader.leadership.fencing_token(), Some(token));
     assert!(!follower.leadership.is_leader());
-    let still = election::leader(&observer, LEADER_KEY)
-        .await
-        .unwrap()
-        .unwrap();
+    let still = leader_record(&observer).await;
     assert_eq!(still.create_revision, token);
 
     // The leader resigns: it steps down, and once it is done its key is gone with its lease
@@ -115,10 +117,7 @@ async fn one_of_two_candidates_leads_past_its_ttl_and_the_other_takes_over_when_
     until_leading(&follower.leadership, true).await;
     let next = follower.leadership.fencing_token().unwrap();
     assert_ne!(next, token);
-    let record = election::leader(&observer, LEADER_KEY)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = leader_record(&observer).await;
     assert_eq!(record.identity, follower.leadership.identity());
     assert_eq!(record.create_revision, next);
     follower.shutdown.send(true).unwrap();
@@ -133,6 +132,17 @@ async fn one_of_two_candidates_leads_past_its_ttl_and_the_other_takes_over_when_
             .is_none(),
         "both resigned: no leader key"
     );
+}
+
+/// Creating lease `name` through `writer` (a leader's store whose term is over) is refused
+/// before anything is written: `reader` does not find it.
+async fn stale_create_refused(writer: &EtcdStore, reader: &EtcdStore, name: &str) {
+    let r = writer
+        .apply(vec![WriteOp::Create(lease("ns", name, "op-a"))])
+        .await;
+    assert!(refused_as_leader(&r), "{r:?}");
+    let stored = reader.get(&lease("ns", name, "").key()).await.unwrap();
+    assert!(stored.is_none(), "{stored:?}");
 }
 
 fn refused_as_leader<T: std::fmt::Debug>(r: &Result<T, StoreError>) -> bool {
@@ -160,10 +170,7 @@ async fn a_leader_whose_lease_is_revoked_steps_down_and_its_guarded_writes_are_r
 
     // Someone revokes A's lease (an operator's mistake, an expiry A did not see).
     let observer = client(cluster.endpoints());
-    let record = election::leader(&observer, LEADER_KEY)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = leader_record(&observer).await;
     assert_eq!(record.identity, "op-a");
     assert!(observer.lease_revoke(record.lease_id).await.unwrap());
     // Whatever A believes right now, etcd refuses its writes.
@@ -177,17 +184,7 @@ async fn a_leader_whose_lease_is_revoked_steps_down_and_its_guarded_writes_are_r
     let (leader, _) = one_leads(&a, &b).await;
     let token = leader.leadership.fencing_token().unwrap();
     assert_ne!(token, record.create_revision);
-    let r = as_a
-        .apply(vec![WriteOp::Create(lease("ns", "late", "op-a"))])
-        .await;
-    assert!(refused_as_leader(&r), "{r:?}");
-    assert!(
-        store
-            .get(&lease("ns", "late", "").key())
-            .await
-            .unwrap()
-            .is_none()
-    );
+    stale_create_refused(&as_a, &store, "late").await;
     assert_eq!(store.refused_guarded_writes(), 2);
     let fresh = store.guarded(LEADER_KEY, token);
     fresh.create(lease("ns", "late", "new-term")).await.unwrap();
@@ -239,23 +236,10 @@ async fn a_leader_cut_off_from_etcd_stops_leading_before_anyone_else_starts() {
     for l in &links {
         l.heal();
     }
-    let r = store_a
-        .apply(vec![WriteOp::Create(lease("ns", "from-the-past", "op-a"))])
-        .await;
-    assert!(refused_as_leader(&r), "{r:?}");
+    stale_create_refused(&store_a, &store_a, "from-the-past").await;
     assert_eq!(store_a.refused_guarded_writes(), 1);
-    assert!(
-        store_a
-            .get(&lease("ns", "from-the-past", "").key())
-            .await
-            .unwrap()
-            .is_none()
-    );
     let observer = client(cluster.endpoints());
-    let record = election::leader(&observer, LEADER_KEY)
-        .await
-        .unwrap()
-        .unwrap();
+    let record = leader_record(&observer).await;
     assert_eq!(record.identity, "op-b");
     assert_eq!(Some(record.create_revision), b.leadership.fencing_token());
     assert!(!a.leadership.is_leader());
