@@ -29,6 +29,14 @@ async fn app(h: &Launcher, i: usize) -> Conn {
     Conn::new(h.app_opts(i)).await.expect("app connection")
 }
 
+/// How many rows of `app.writes` on server `i` have `id`.
+async fn rows_with_id(h: &Launcher, i: usize, id: u64) -> u64 {
+    let mut c = app(h, i).await;
+    let sql = format!("SELECT COUNT(*) FROM app.writes WHERE id = {id}");
+    let n: Option<u64> = c.query_first(sql).await.unwrap();
+    n.unwrap()
+}
+
 fn user_opts(h: &Launcher, i: usize, user: &str, pw: &str) -> mysql_async::Opts {
     OptsBuilder::default()
         .ip_or_hostname("127.0.0.1")
@@ -80,12 +88,11 @@ async fn harness_wires_gtid_replication_and_probe_sees_it() {
         "{:?}",
         rs.seconds_behind
     );
-    let mut rc = app(&h, 2).await;
-    let n: Option<u64> = rc
-        .query_first("SELECT COUNT(*) FROM app.writes WHERE id = 1")
-        .await
-        .unwrap();
-    assert_eq!(n, Some(1), "the reader replicated the row");
+    assert_eq!(
+        rows_with_id(&h, 2, 1).await,
+        1,
+        "the reader replicated the row"
+    );
 }
 
 #[tokio::test]
@@ -140,12 +147,7 @@ async fn fence_blocks_super_and_app_but_replication_still_applies() {
             .await
             .unwrap()
     );
-    let mut rc = app(&h, 1).await;
-    let n: Option<u64> = rc
-        .query_first("SELECT COUNT(*) FROM app.writes WHERE id = 12")
-        .await
-        .unwrap();
-    assert_eq!(n, Some(1));
+    assert_eq!(rows_with_id(&h, 1, 12).await, 1);
 }
 
 #[tokio::test]
@@ -217,12 +219,7 @@ async fn fence_waits_for_a_running_statement_and_idle_transactions_lose_their_co
     let err = open.query_drop("COMMIT").await.unwrap_err();
     assert_eq!(server_code(&err), Some(1290), "{err}");
     primary.unfence().await.unwrap();
-    let mut check = app(&h, 0).await;
-    let n: Option<u64> = check
-        .query_first("SELECT COUNT(*) FROM app.writes WHERE id = 100")
-        .await
-        .unwrap();
-    assert_eq!(n, Some(0));
+    assert_eq!(rows_with_id(&h, 0, 100).await, 0);
 
     // A running statement makes the fence wait. With a bound shorter than the statement the
     // outcome must match what the server says.
@@ -255,11 +252,7 @@ async fn fence_waits_for_a_running_statement_and_idle_transactions_lose_their_co
     slow.await
         .unwrap()
         .expect("the running autocommit statement finishes and commits");
-    let n: Option<u64> = check
-        .query_first("SELECT COUNT(*) FROM app.writes WHERE id = 101")
-        .await
-        .unwrap();
-    assert_eq!(n, Some(1));
+    assert_eq!(rows_with_id(&h, 0, 101).await, 1);
 }
 
 #[tokio::test]
