@@ -21,6 +21,19 @@ use support::{
     template_annotation, timeouts,
 };
 
+/// `plan` rolls container `app` back by `by` (`digest` or `tag`) from `current` to `target`.
+fn rolls_back(plan: &bloodraven_core::release::Plan, by: &str, current: &str, target: &str) {
+    assert_eq!(plan.rollback_by.as_deref(), Some(by));
+    assert_eq!(
+        plan.change,
+        Change::Image {
+            container: "app".into(),
+            current_image: current.into(),
+            target_image: target.into(),
+        }
+    );
+}
+
 const NS: &str = "shop";
 const APP: &str = "web";
 
@@ -826,15 +839,8 @@ async fn a_successful_release_records_the_pulled_digest_and_a_rollback_uses_it()
 
     env.clock.advance(Duration::from_secs(60));
     let plan = r.plan_rollback(NS, APP, None, &web(), false).await.unwrap();
-    assert_eq!(plan.rollback_by.as_deref(), Some("digest"));
-    assert_eq!(
-        plan.change,
-        Change::Image {
-            container: "app".into(),
-            current_image: "registry.example/web:3.0".into(),
-            target_image: format!("registry.example/web@{}", pulled_digest(V2, 0)),
-        }
-    );
+    let by_digest = format!("registry.example/web@{}", pulled_digest(V2, 0));
+    rolls_back(&plan, "digest", "registry.example/web:3.0", &by_digest);
     assert!(
         env.fake.rbac_denied().is_empty(),
         "{:?}",
@@ -903,13 +909,10 @@ async fn no_digest_is_recorded_unless_it_is_certain_and_a_rollback_by_tag_needs_
         "{err}"
     );
     let plan = r.plan_rollback(NS, APP, None, &web(), true).await.unwrap();
-    assert_eq!(plan.rollback_by.as_deref(), Some("tag"));
-    assert_eq!(
-        plan.change,
-        Change::Image {
-            container: "app".into(),
-            current_image: "registry.example/web:4.0".into(),
-            target_image: "registry.example/web:3.0".into(),
-        }
+    rolls_back(
+        &plan,
+        "tag",
+        "registry.example/web:4.0",
+        "registry.example/web:3.0",
     );
 }
