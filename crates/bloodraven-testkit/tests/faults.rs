@@ -30,6 +30,15 @@ fn sqlite(dir: &tempfile::TempDir) -> Arc<dyn Store> {
     Arc::new(SqliteStore::open(&dir.path().join("s.db"), Durability::Full).unwrap())
 }
 
+/// A SQLite store behind faults (no rule yet) holding one object, Thing `a` of value 1.
+async fn thing_a_stored() -> (tempfile::TempDir, Arc<Faults>, Arc<dyn Store>, RawObject) {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = Faults::new();
+    let store = faults.over(sqlite(&dir));
+    let created = store.create(obj("Thing", "a", 1)).await.unwrap();
+    (dir, faults, store, created)
+}
+
 #[tokio::test]
 async fn a_gate_holds_the_writes_it_picks_until_it_opens() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,10 +94,7 @@ async fn a_delay_waits_and_a_stall_never_returns() {
 
 #[tokio::test]
 async fn a_counted_race_makes_exactly_that_many_writes_conflict() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Faults::new();
-    let store = faults.over(sqlite(&dir));
-    let created = store.create(obj("Thing", "a", 1)).await.unwrap();
+    let (_dir, faults, store, created) = thing_a_stored().await;
     faults.first(
         2,
         When::write(|op| matches!(op, WriteOp::Replace(_))),
@@ -114,10 +120,7 @@ async fn a_counted_race_makes_exactly_that_many_writes_conflict() {
 
 #[tokio::test]
 async fn a_rule_can_judge_a_write_against_the_stored_object_and_a_list_can_be_gated() {
-    let dir = tempfile::tempdir().unwrap();
-    let faults = Faults::new();
-    let store = faults.over(sqlite(&dir));
-    let created = store.create(obj("Thing", "a", 1)).await.unwrap();
+    let (_dir, faults, store, created) = thing_a_stored().await;
     // Only a write that lowers the value is stalled.
     faults.on(
         When::against_stored(|w| match (w.op, w.stored) {
