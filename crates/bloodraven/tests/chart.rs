@@ -60,33 +60,30 @@ fn docs(yaml: &str) -> Vec<Value> {
 }
 
 fn template(values: &Path) -> Vec<Value> {
-    let out = run(Command::new(helm())
-        .args(["template", "bloodraven"])
-        .arg(chart())
-        .args(["--namespace", "ops", "--include-crds", "-f"])
-        .arg(values));
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    docs(&String::from_utf8(out.stdout).unwrap())
+    rendered(
+        "helm template",
+        Command::new(helm())
+            .args(["template", "bloodraven"])
+            .arg(chart())
+            .args(["--namespace", "ops", "--include-crds", "-f"])
+            .arg(values),
+    )
 }
 
 fn manifests(values: &Path) -> Vec<Value> {
-    let out = run(Command::new(BIN)
-        .args([
-            "manifests",
-            "--release-name",
-            "bloodraven",
-            "--namespace",
-            "ops",
-            "-f",
-        ])
-        .arg(values));
+    let release = ["--release-name", "bloodraven", "--namespace", "ops", "-f"];
+    rendered(
+        "bloodraven manifests",
+        Command::new(BIN).arg("manifests").args(release).arg(values),
+    )
+}
+
+/// The objects `cmd` (named `what`) prints, asserted to succeed.
+fn rendered(what: &str, cmd: &mut Command) -> Vec<Value> {
+    let out = run(cmd);
     assert!(
         out.status.success(),
-        "bloodraven manifests: {}",
+        "{what}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     docs(&String::from_utf8(out.stdout).unwrap())

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use bloodraven_deploy::record::{RecordLine, read_record};
-use common::{BIN, Setup, revoke_all, setup, spawn_operator, token, wait_active};
+use common::{BIN, OperatorProcess, Setup, revoke_all, setup, spawn_operator, token, wait_active};
 use serde_json::Value;
 
 fn token_file(s: &Setup) -> PathBuf {
@@ -101,6 +101,38 @@ async fn status(s: &Setup) -> Value {
     .unwrap()
 }
 
+/// The client exited with `code`, its standard error naming `says`.
+fn exited(out: &Output, code: i32, says: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert!(err.contains(says), "{err}");
+}
+
+/// The set-up with its operator running, the group bootstrapped on iad and stable.
+async fn stable_group() -> (Setup, OperatorProcess) {
+    let s = setup().await;
+    let op = spawn_operator(&s, "operator.log");
+    wait_active(&s, "iad", 1).await;
+    stable(&s).await;
+    (s, op)
+}
+
+/// Runs `script` as migration `op` with a DDL marker, `abort` as its abort command and a 2 s
+/// grace; kills the primary (iad) once its record reaches `step`. The client's output.
+async fn primary_killed_at(
+    s: &mut Setup,
+    op: &str,
+    abort: &str,
+    script: &str,
+    step: &str,
+) -> Output {
+    let extra = ["--ddl-marker", "--abort-command", abort, "--grace", "2s"];
+    let child = migrate_cmd(s, op, &extra, script).spawn().unwrap();
+    wait_step(&record_path(s, op), step).await;
+    s.harness.kill(0).unwrap();
+    finish(child).await
+}
+
 async fn stable(s: &Setup) {
     for _ in 0..300 {
         if status(s).await["groups"]["playground"]["deploy"]["stable"] == true {
@@ -113,10 +145,7 @@ async fn stable(s: &Setup) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_holds_off_a_planned_failover_and_a_second_one_waits_its_turn() {
-    let s = setup().await;
-    let mut op = spawn_operator(&s, "operator.log");
-    wait_active(&s, "iad", 1).await;
-    stable(&s).await;
+    let (s, mut op) = stable_group().await;
 
     let script = r#"echo "$BLOODRAVEN_OPERATION_ID $BLOODRAVEN_TOPOLOGY_GENERATION $BLOODRAVEN_ACTIVE_SITE" > env.txt; touch "$BLOODRAVEN_DDL_MARKER"; while [ ! -f finish ]; do sleep 0.1; done"#;
     let a = migrate_cmd(&s, "mig-happy", &["--ddl-marker"], script)
@@ -247,32 +276,12 @@ async fn a_migration_holds_off_a_planned_failover_and_a_second_one_waits_its_tur
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn primary_killed_before_the_ddl_marker_runs_the_abort_command() {
-    let mut s = setup().await;
-    let mut op = spawn_operator(&s, "operator.log");
-    wait_active(&s, "iad", 1).await;
-    stable(&s).await;
+    let (mut s, mut op) = stable_group().await;
     let script = r#"while [ ! -f go ]; do sleep 0.1; done; touch "$BLOODRAVEN_DDL_MARKER"; echo continued > continued.txt"#;
-    let child = migrate_cmd(
-        &s,
-        "mig-before",
-        &[
-            "--ddl-marker",
-            "--abort-command",
-            "echo $BLOODRAVEN_OPERATION_ID > aborted.txt",
-            "--grace",
-            "2s",
-        ],
-        script,
-    )
-    .spawn()
-    .unwrap();
+    let abort = "echo $BLOODRAVEN_OPERATION_ID > aborted.txt";
+    let out = primary_killed_at(&mut s, "mig-before", abort, script, "command-started").await;
     let rec = record_path(&s, "mig-before");
-    wait_step(&rec, "command-started").await;
-    s.harness.kill(0).unwrap();
-    let out = finish(child).await;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "aborted before DDL: {err}");
-    assert!(err.contains("revoked (TopologyChanged)"), "{err}");
+    exited(&out, 4, "revoked (TopologyChanged)");
     assert_eq!(
         std::fs::read_to_string(s.dir.path().join("aborted.txt"))
             .unwrap()
@@ -324,33 +333,19 @@ async fn primary_killed_before_the_ddl_marker_runs_the_abort_command() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn primary_killed_after_the_ddl_marker_needs_human_verification() {
-    let mut s = setup().await;
-    let mut op = spawn_operator(&s, "operator.log");
-    wait_active(&s, "iad", 1).await;
-    stable(&s).await;
+    let (mut s, mut op) = stable_group().await;
     let script =
         r#"touch "$BLOODRAVEN_DDL_MARKER"; echo $$ > pid.txt; while true; do sleep 0.1; done"#;
-    let child = migrate_cmd(
-        &s,
+    let out = primary_killed_at(
+        &mut s,
         "mig-after",
-        &[
-            "--ddl-marker",
-            "--abort-command",
-            "touch aborted.txt",
-            "--grace",
-            "2s",
-        ],
+        "touch aborted.txt",
         script,
+        "ddl-boundary",
     )
-    .spawn()
-    .unwrap();
+    .await;
     let rec = record_path(&s, "mig-after");
-    wait_step(&rec, "ddl-boundary").await;
-    s.harness.kill(0).unwrap();
-    let out = finish(child).await;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(5), "{err}");
-    assert!(err.contains("a human must verify the schema"), "{err}");
+    exited(&out, 5, "a human must verify the schema");
     assert!(
         !s.dir.path().join("aborted.txt").exists(),
         "no abort after the DDL boundary"
@@ -447,10 +442,7 @@ async fn writer_stopped(s: &Setup, op: &str) {
 /// mutex to expire on its own because no outcome could be recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_that_cannot_be_written_stops_the_command_releases_the_hold_and_keeps_the_mutex() {
-    let s = setup().await;
-    let mut op = spawn_operator(&s, "operator.log");
-    wait_active(&s, "iad", 1).await;
-    stable(&s).await;
+    let (s, mut op) = stable_group().await;
     let touch = |name: String| std::fs::write(s.dir.path().join(name), "").unwrap();
 
     // (step whose record write fails, how the run gets there)
@@ -535,9 +527,7 @@ async fn a_record_that_cannot_be_written_stops_the_command_releases_the_hold_and
     touch("finish-rec-blocker".into());
     assert_eq!(finish(blocker).await.status.code(), Some(0));
     let out = finish(victim).await;
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("left to expire"), "{err}");
+    exited(&out, 1, "left to expire");
     assert!(
         !s.dir.path().join("ran-rec-acquire").exists(),
         "the command never ran"

@@ -219,9 +219,10 @@ async fn three_members() -> EtcdCluster {
         .expect("a three-member etcd cluster")
 }
 
-/// Waits (up to `limit`) until `contention` had five grants since `since`.
-async fn five_grants(contention: &Contention, since: Instant, limit: Duration, what: &str) {
-    let deadline = since + limit;
+/// Waits (up to `limit_secs`) until `contention` had five grants from now on.
+async fn five_grants(contention: &Contention, limit_secs: u64, what: &str) {
+    let since = Instant::now();
+    let deadline = since + Duration::from_secs(limit_secs);
     while contention.granted_after(since) < 5 {
         assert!(Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -433,14 +434,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
     // Sixteen clients contend for the migration lease through both addresses, the leader's
     // first.
     let contention = contend(&s, &[&a, &b], 16);
-    let before = Instant::now();
-    five_grants(
-        &contention,
-        before,
-        Duration::from_secs(20),
-        "no grants through the leader",
-    )
-    .await;
+    five_grants(&contention, 20, "no grants through the leader").await;
     // Pause the leader past its lease: the standby takes over and switches the group to pdx.
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pa.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
@@ -487,14 +481,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() {
     // Clients contend again with the resumed process first in their list: it answers as a
     // follower (or not at all), never with a stale grant.
     let contention = contend(&s, &[&a, &b], 16);
-    let again = Instant::now();
-    five_grants(
-        &contention,
-        again,
-        Duration::from_secs(30),
-        "no grants after the resume",
-    )
-    .await;
+    five_grants(&contention, 30, "no grants after the resume").await;
     let (held, _) = contention.stop().await;
     let twice = overlapping(held);
     assert!(

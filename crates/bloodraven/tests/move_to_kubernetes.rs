@@ -72,6 +72,19 @@ async fn lease_call(
     (code, r.json().await.unwrap_or(Value::Null))
 }
 
+/// Renews migration lease `op` with the `token` it was granted.
+async fn renew(
+    http: &reqwest::Client,
+    https: u16,
+    bearer: &str,
+    op: &str,
+    token: &Value,
+) -> (u16, Value) {
+    let path = format!("/deploy/v1/groups/playground/leases/migration/{op}");
+    let body = json!({ "token": token });
+    lease_call(http, https, reqwest::Method::PUT, &path, bearer, &body).await
+}
+
 /// Grants a migration lease for `op`, waiting out `423 unstable` (a group that just failed
 /// over is Degraded until its old primary replicates again).
 async fn grant_when_stable(http: &reqwest::Client, https: u16, bearer: &str, op: &str) -> Value {
@@ -154,7 +167,6 @@ async fn a_group_moves_from_embedded_to_kubernetes_keeping_its_generation_and_le
     wait_active(&s, "pdx", 2).await;
     let http = common::client(&s);
     let hmac = token(&s);
-    let leases = "/deploy/v1/groups/playground/leases";
     let old = grant_when_stable(&http, s.https, &hmac, "op-old").await;
     assert!(common::revoke_all(&s.config));
     let live = grant_when_stable(&http, s.https, &hmac, "op-1").await;
@@ -323,27 +335,10 @@ async fn a_group_moves_from_embedded_to_kubernetes_keeping_its_generation_and_le
         &["bloodraven-deploy"],
         Duration::from_secs(3600),
     );
-    let put = reqwest::Method::PUT;
-    let (code, renewed) = lease_call(
-        &http,
-        https_port,
-        put.clone(),
-        &format!("{leases}/migration/op-1"),
-        &bearer,
-        &json!({"token": live["token"]}),
-    )
-    .await;
+    let (code, renewed) = renew(&http, https_port, &bearer, "op-1", &live["token"]).await;
     assert_eq!(code, 200, "{renewed}");
     assert_eq!(renewed["topologyGeneration"], 2);
-    let (code, revoked) = lease_call(
-        &http,
-        https_port,
-        put,
-        &format!("{leases}/migration/op-old"),
-        &bearer,
-        &json!({"token": old["token"]}),
-    )
-    .await;
+    let (code, revoked) = renew(&http, https_port, &bearer, "op-old", &old["token"]).await;
     assert_eq!(
         (code, revoked["error"].as_str()),
         (409, Some("revoked")),
@@ -371,15 +366,7 @@ async fn a_group_moves_from_embedded_to_kubernetes_keeping_its_generation_and_le
         "{}",
         String::from_utf8_lossy(&revoke.stderr)
     );
-    let (code, revoked) = lease_call(
-        &http,
-        https_port,
-        reqwest::Method::PUT,
-        &format!("{leases}/migration/op-1"),
-        &bearer,
-        &json!({"token": live["token"]}),
-    )
-    .await;
+    let (code, revoked) = renew(&http, https_port, &bearer, "op-1", &live["token"]).await;
     assert_eq!(
         (code, revoked["reason"].as_str()),
         (409, Some("OperatorRevoked")),

@@ -8,7 +8,6 @@ mod common;
 
 use std::time::Duration;
 
-use bloodraven_playground::playground::{Playground, PlaygroundOptions};
 use common::until;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
@@ -22,10 +21,7 @@ fn reader(s: &Value) -> &Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_killed_mid_reclone_restarts_the_copy_and_finishes_it() {
-    let opts = PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into());
-    let pg = Playground::start(opts, &|_| {})
-        .await
-        .expect("the playground starts");
+    let pg = common::playground(|_| {}).await;
     let mut lock = bloodraven_testkit::server::root_session(&*pg.harness.lock().await, 2).await;
     lock.query_drop("LOCK TABLES app.counter READ")
         .await

@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use bloodraven_playground::playground::{Playground, PlaygroundOptions};
+use bloodraven_playground::playground::Playground;
 use bloodraven_testkit::ledger::{self, Probe};
 use common::until;
 use tokio::time::Instant;
@@ -28,10 +28,7 @@ async fn read_only(pg: &Playground, i: usize) -> Option<bool> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_old_primary_restarted_writable_while_the_operator_is_down_is_fenced_within_a_tick()
  {
-    let opts = PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into());
-    let pg = Playground::start(opts, &|_| {})
-        .await
-        .expect("the playground starts");
+    let pg = common::playground(|_| {}).await;
     let sites = {
         let h = pg.harness.lock().await;
         ledger::set_up_primary(&h, &[ledger::PROBES_TABLE_DDL]).await;

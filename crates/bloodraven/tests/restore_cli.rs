@@ -18,29 +18,28 @@ fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Writes `text` to `path`, then runs `bloodraven restore-in-place --group orders --from PATH
+/// EXTRA…`.
+fn from_file(path: &std::path::Path, text: &str, extra: &[&str]) -> (i32, String, String) {
+    std::fs::write(path, text).unwrap();
+    let from = ["--group", "orders", "--from", path.to_str().unwrap()];
+    run(&[&from[..], extra].concat())
+}
+
 const WHOLE: &str = "/*M!999999\\- enable the sandbox mode */ \n-- MariaDB dump 10.19-10.11.14-MariaDB, for debian-linux-gnu (x86_64)\n--\nCREATE DATABASE /*!32312 IF NOT EXISTS*/ `orders` /*!40100 DEFAULT CHARACTER SET latin1 */;\nUSE `orders`;\nINSERT INTO `t` VALUES (1),(2);\n-- Dump completed on 2027-01-15 10:00:00\n";
 
 #[test]
 fn the_dump_is_checked_before_anything_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let whole = dir.path().join("whole.sql");
-    std::fs::write(&whole, WHOLE).unwrap();
+    let (code, out, err) = from_file(&whole, WHOLE, &["--check"]);
     let w = whole.to_str().unwrap();
-    let (code, out, err) = run(&["--group", "orders", "--from", w, "--check"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("replaces the databases: orders"), "{out}");
     assert!(out.contains("-- MariaDB dump 10.19"), "{out}");
 
     let cut = dir.path().join("cut.sql");
-    std::fs::write(&cut, &WHOLE[..WHOLE.len() - 45]).unwrap();
-    let (code, _, err) = run(&[
-        "--group",
-        "orders",
-        "--from",
-        cut.to_str().unwrap(),
-        "--confirm",
-        "now",
-    ]);
+    let (code, _, err) = from_file(&cut, &WHOLE[..WHOLE.len() - 45], &["--confirm", "now"]);
     assert_eq!(code, 5, "{err}");
     assert!(
         err.contains("Dump completed") && err.contains("nothing was written"),
@@ -48,14 +47,7 @@ fn the_dump_is_checked_before_anything_is_written() {
     );
 
     let foreign = dir.path().join("notes.txt");
-    std::fs::write(&foreign, "hello\n-- Dump completed\n").unwrap();
-    let (code, _, err) = run(&[
-        "--group",
-        "orders",
-        "--from",
-        foreign.to_str().unwrap(),
-        "--check",
-    ]);
+    let (code, _, err) = from_file(&foreign, "hello\n-- Dump completed\n", &["--check"]);
     assert_eq!(code, 5, "{err}");
     assert!(err.contains("not a `-- MariaDB dump` header"), "{err}");
 

@@ -4,21 +4,17 @@
 //! primary is announced at once but takes writes only once the old one is proven fenced, so
 //! no probe round ever finds two writable sites; the proof is named in an event.
 
+mod common;
+
 use std::time::Duration;
 
 use bloodraven_core::config::FencingMode;
-use bloodraven_playground::playground::{Playground, PlaygroundOptions};
+use bloodraven_playground::playground::Playground;
 use bloodraven_testkit::ledger::{self, Probe, Writer};
 use tokio::time::Instant;
 
 async fn start() -> std::sync::Arc<Playground> {
-    let opts = PlaygroundOptions {
-        fencing: FencingMode::Strict,
-        ..PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into())
-    };
-    let pg = Playground::start(opts, &|_| {})
-        .await
-        .expect("the playground starts");
+    let pg = common::playground(|o| o.fencing = FencingMode::Strict).await;
     let h = pg.harness.lock().await;
     ledger::set_up_primary(&h, &[ledger::WRITES_TABLE_DDL, ledger::PROBES_TABLE_DDL]).await;
     drop(h);

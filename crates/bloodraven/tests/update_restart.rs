@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use bloodraven_playground::playground::{FIRST_MAX_CONNECTIONS, Playground, PlaygroundOptions};
+use bloodraven_playground::playground::{FIRST_MAX_CONNECTIONS, Playground};
 use common::until;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -43,10 +43,7 @@ async fn max_connections(pg: &Playground) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_killed_mid_update_resumes_and_finishes_it() {
-    let opts = PlaygroundOptions::on_free_ports(env!("CARGO_BIN_EXE_bloodraven").into());
-    let pg = Playground::start(opts, &|_| {})
-        .await
-        .expect("the playground starts");
+    let pg = common::playground(|_| {}).await;
     let generation = pg.status_value().await["topologyGeneration"]
         .as_u64()
         .unwrap();

@@ -72,6 +72,18 @@ pub fn revoke_all(config: &std::path::Path) -> bool {
         .success()
 }
 
+/// The playground's whole group on free ports, as `bloodraven playground` starts it (quietly),
+/// its options changed by `tweak` first.
+pub async fn playground(
+    tweak: impl FnOnce(&mut bloodraven_playground::playground::PlaygroundOptions),
+) -> std::sync::Arc<bloodraven_playground::playground::Playground> {
+    let mut opts = bloodraven_playground::playground::PlaygroundOptions::on_free_ports(BIN.into());
+    tweak(&mut opts);
+    bloodraven_playground::playground::Playground::start(opts, &|_| {})
+        .await
+        .expect("the playground starts")
+}
+
 /// Waits (up to `limit`) until `pred` holds for the playground's stored status, and returns
 /// that status; panics naming `what` otherwise.
 pub async fn until(
