@@ -17,33 +17,23 @@ mod support;
 use std::time::Duration;
 
 use bloodraven_testkit::ledger::percentile;
-use support::kube::{cluster, operator};
-use support::{Client, GROUP, Live, Timings};
+use support::kube::group_in_cluster;
+use support::{Client, GROUP, Timings};
 use tokio::time::Instant;
 
 /// Writes to deploy-lease `Lease` objects the fake API server has seen so far (not the
 /// operator's own leader Lease, renewed on its own schedule).
 fn lease_writes(c: &support::kube::Cluster) -> usize {
     let leader = bloodraven_operator::config::LeaderElection::default().lease_name;
-    c.fake
-        .seen()
-        .iter()
-        .filter(|s| {
-            s.is_write()
-                && s.path.contains("/coordination.k8s.io/v1/")
-                && s.path.contains("/leases")
-                && !s.path.contains(&leader)
-        })
-        .count()
+    c.writes_to(|p| {
+        p.contains("/coordination.k8s.io/v1/") && p.contains("/leases") && !p.contains(&leader)
+    })
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let secs: u64 = bloodraven_testkit::report::number_arg(5);
-    let live = Live::start(Timings::default()).await;
-    let c = cluster().await;
-    c.apply(&live, GROUP).await;
-    let op = operator(&live, &c).await;
+    let (live, c, op) = group_in_cluster(Timings::default()).await;
     c.wait(GROUP, Duration::from_secs(60), "bootstrap", |g| {
         g["status"]["activeSite"] == "iad"
     })

@@ -11,8 +11,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::kube::{cluster, operator};
-use support::{GROUP, Live, Timings};
+use support::kube::{active_and_followed, group_in_cluster};
+use support::{GROUP, Timings};
 use tokio::time::Instant;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -26,20 +26,13 @@ async fn main() {
         .iter()
         .find(|a| a.ends_with('s') && a.parse::<u64>().is_err())
         .map_or("2s", |p| String::leak(p.clone()));
-    let live = Live::start(Timings {
+    let timings = Timings {
         poll,
         ..Timings::default()
-    })
-    .await;
-    let c = cluster().await;
-    c.apply(&live, GROUP).await;
-    let op = operator(&live, &c).await;
+    };
+    let (_live, c, op) = group_in_cluster(timings).await;
     c.wait(GROUP, Duration::from_secs(60), "bootstrap", |g| {
-        g["status"]["activeSite"] == "iad"
-            && g["status"]["sites"].as_array().is_some_and(|s| {
-                s.iter()
-                    .all(|s| s["name"] == "iad" || s["replicating"] == true)
-            })
+        active_and_followed(g, "iad")
     })
     .await;
     // Settled: the bootstrap's writes are done.

@@ -83,10 +83,7 @@ async fn emergency_failover_revokes_leases_and_fences_the_returning_primary() {
 
     live.harness.kill(0).unwrap();
     let killed_at = tokio::time::Instant::now();
-    let s = wait_status(&op, Duration::from_secs(20), "failover to pdx", |s| {
-        s.active_site == "pdx"
-    })
-    .await;
+    let s = support::wait_failover_to(&op, "pdx", Duration::from_secs(20)).await;
     let took = killed_at.elapsed();
     assert_eq!(s.topology_generation, 2);
     assert_eq!(s.last_failover_target, "pdx");

@@ -18,7 +18,7 @@ use bloodraven_runtime::clock::SystemClock;
 use bloodraven_testkit::fake_k8s::FakeK8s;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::kube::{Cluster, NS, cluster, operator};
+use support::kube::{Cluster, NS, active_and_followed, cluster, group_in_cluster, operator};
 use support::{Client, GROUP, Live, Timings};
 
 const LEASES: &str = "coordination.k8s.io/v1/leases";
@@ -28,7 +28,7 @@ const EVENTS: &str = "events.k8s.io/v1/events";
 fn settled(site: &'static str, generation: u64) -> impl Fn(&Value) -> bool {
     move |g| {
         let st = &g["status"];
-        st["activeSite"] == site
+        active_and_followed(g, site)
             && st["topologyGeneration"] == generation
             && st["conditions"].as_array().is_some_and(|c| {
                 c.iter()
@@ -37,11 +37,24 @@ fn settled(site: &'static str, generation: u64) -> impl Fn(&Value) -> bool {
                         .iter()
                         .any(|c| c["type"] == "Degraded" && c["status"] == "True")
             })
-            && st["sites"].as_array().is_some_and(|s| {
-                s.iter()
-                    .all(|s| s["name"] == site || s["replicating"] == true)
-            })
     }
+}
+
+/// Renews migration lease `op` (granted as `lease`) until it is refused (`409`), which must be
+/// for `reason`.
+async fn refused(api: &Client, bearer: &str, op: &str, lease: &support::Answer, reason: &str) {
+    let conflict = |r: &support::Answer| r.status == StatusCode::CONFLICT;
+    let r = api
+        .renew_until(bearer, "migration", op, lease.lease_token(), conflict)
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(r.body["reason"], reason, "{}", r.text);
+}
+
+/// The error `e` names every one of `words`.
+fn says(e: &impl std::fmt::Display, words: &[&str]) {
+    let text = e.to_string();
+    assert!(words.iter().all(|w| text.contains(w)), "{text}");
 }
 
 fn ready_on_iad(g: &Value) -> bool {
@@ -50,10 +63,7 @@ fn ready_on_iad(g: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_operator_runs_a_group_kept_in_kubernetes() {
-    let live = Live::start(Timings::default()).await;
-    let c = cluster().await;
-    c.apply(&live, GROUP).await;
-    let op = operator(&live, &c).await;
+    let (live, c, op) = group_in_cluster(Timings::default()).await;
     let bootstrapped = c
         .wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
         .await;
@@ -86,13 +96,7 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
     // Revoke-all by annotation, as `kubectl annotate` would.
     let now = SystemClock.now().to_rfc3339();
     c.annotate(GROUP, REVOKE_DEPLOYMENT_LEASES, &now);
-    let revoked = api
-        .renew_until(&bearer, "migration", "op-1", m.lease_token(), |r| {
-            r.status == StatusCode::CONFLICT
-        })
-        .await;
-    assert_eq!(revoked.status, StatusCode::CONFLICT, "{}", revoked.text);
-    assert_eq!(revoked.body["reason"], "OperatorRevoked");
+    refused(&api, &bearer, "op-1", &m, "OperatorRevoked").await;
     c.wait(
         GROUP,
         Duration::from_secs(10),
@@ -155,13 +159,7 @@ async fn the_operator_runs_a_group_kept_in_kubernetes() {
         )
         .await;
     assert!(failed_over["status"]["lastFailover"].is_string());
-    let r3 = api
-        .renew_until(&bearer, "migration", "op-3", m3.lease_token(), |r| {
-            r.status == StatusCode::CONFLICT
-        })
-        .await;
-    assert_eq!(r3.status, StatusCode::CONFLICT, "{}", r3.text);
-    assert_eq!(r3.body["reason"], "TopologyChanged");
+    refused(&api, &bearer, "op-3", &m3, "TopologyChanged").await;
     // The events are v1 Events about the group.
     // An event is written after the status it reports, so wait for the last one.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -255,10 +253,7 @@ async fn groups_come_and_go_while_the_operator_runs() {
 /// limit are unit-tested in `tokenreview`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deploy_tokens_are_checked_by_token_review() {
-    let live = Live::start(Timings::default()).await;
-    let c = cluster().await;
-    c.apply(&live, GROUP).await;
-    let op = operator(&live, &c).await;
+    let (live, c, op) = group_in_cluster(Timings::default()).await;
     let api = Client::new(&live.ca, op.https_addr.unwrap());
     let hour = Duration::from_secs(3600);
     let default_audience =
@@ -388,20 +383,13 @@ async fn secrets_are_read_and_reloaded() {
     let topology = std::fs::read(d.join("topology.key")).unwrap();
     put_secret(&c, "topology", &[("topology.key", topology)]).await;
     // The group names the Secret instead of files.
-    let cfg = live.config();
-    let mut spec = cfg.groups[0].spec.clone();
-    for s in &mut spec.sites {
-        s.mysql.credentials.file = None;
-        s.mysql.credentials.secret_name = Some("mysql-control".into());
-    }
-    let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(c.client.clone(), NS);
-    groups
-        .create(
-            &kube::api::PostParams::default(),
-            &MysqlFailoverGroup::new(NS, GROUP, spec),
-        )
-        .await
-        .unwrap();
+    c.create_group(&live, GROUP, |spec| {
+        for s in &mut spec.sites {
+            s.mysql.credentials.file = None;
+            s.mysql.credentials.secret_name = Some("mysql-control".into());
+        }
+    })
+    .await;
     let mut cfg = support::kube::kubernetes_config(&live, &c);
     if let Some(api) = cfg.settings.deploy_api.as_mut() {
         api.tls = TlsSource::Secret {
@@ -626,10 +614,7 @@ async fn site_workloads_are_found_labelled_and_updated_through_the_platform() {
         .label_role(&group, &iad, "gone", RoleLabel::Replica)
         .await
         .unwrap_err();
-    assert!(
-        e.to_string().contains("Pod gone") && e.to_string().contains("iad"),
-        "{e}"
-    );
+    says(&e, &["Pod gone", "iad"]);
 
     // Updates: a site without a workload has none; a StatefulSet that rolls on its own is
     // refused, naming its strategy; pdx is current until its template changes.
@@ -638,10 +623,7 @@ async fn site_workloads_are_found_labelled_and_updated_through_the_platform() {
         UpdateNeed::NotUpdatable
     );
     let e = pods.update_need(&group, &eu).await.unwrap_err();
-    assert!(
-        e.to_string().contains("RollingUpdate") && e.to_string().contains("OnDelete"),
-        "{e}"
-    );
+    says(&e, &["RollingUpdate", "OnDelete"]);
     assert_eq!(
         pods.update_need(&group, &pdx).await.unwrap(),
         UpdateNeed::Current
@@ -712,10 +694,7 @@ async fn site_workloads_are_found_labelled_and_updated_through_the_platform() {
 /// written at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_idle_group_is_written_only_when_its_status_changes() {
-    let live = Live::start(Timings::default()).await;
-    let c = cluster().await;
-    c.apply(&live, GROUP).await;
-    let op = operator(&live, &c).await;
+    let (live, c, op) = group_in_cluster(Timings::default()).await;
     c.wait(GROUP, Duration::from_secs(20), "bootstrap", ready_on_iad)
         .await;
     // Settled: a second of polls with no status write.

@@ -52,6 +52,41 @@ struct Call<'a> {
     give_up_after: Option<Duration>,
 }
 
+impl<'a> Call<'a> {
+    /// A grant of `body` (kind, operation, instance, TTL).
+    fn grant(body: String, give_up_after: Option<Duration>) -> Call<'a> {
+        Call {
+            method: Method::POST,
+            path: format!("/deploy/v1/groups/{GROUP}/leases"),
+            body: Some(body),
+            lease_token: None,
+            give_up_after,
+        }
+    }
+
+    /// A renewal of lease `kind`/`op` with `token`.
+    fn renew(kind: &str, op: &str, token: &str, give_up_after: Option<Duration>) -> Call<'a> {
+        Call {
+            method: Method::PUT,
+            path: format!("/deploy/v1/groups/{GROUP}/leases/{kind}/{op}"),
+            body: Some(format!(r#"{{"token":"{token}"}}"#)),
+            lease_token: None,
+            give_up_after,
+        }
+    }
+
+    /// A release of lease `kind`/`op` held with `token`.
+    fn release(kind: &str, op: &str, token: &'a str, give_up_after: Option<Duration>) -> Call<'a> {
+        Call {
+            method: Method::DELETE,
+            path: format!("/deploy/v1/groups/{GROUP}/leases/{kind}/{op}"),
+            body: None,
+            lease_token: Some(token),
+            give_up_after,
+        }
+    }
+}
+
 /// One request; `None` when the client gave up on it (its timeout fired).
 async fn send(t: &Target, c: Call<'_>) -> Option<(StatusCode, serde_json::Value)> {
     let mut r = t
@@ -102,24 +137,13 @@ async fn run_client(
         let key = (kind.to_string(), op.to_string());
         let known = tokens.lock().unwrap().get(&key).cloned();
         let what = rng.below(10);
-        let leases = format!("/deploy/v1/groups/{GROUP}/leases");
         let answer = match (what, &known) {
             (0..=3, _) | (_, None) => {
                 let ttl = 5 + rng.below(20);
                 let body = format!(
                     r#"{{"kind":"{kind}","operationId":"{op}","instance":"counter-app","ttlSeconds":{ttl}}}"#
                 );
-                let a = send(
-                    &t,
-                    Call {
-                        method: Method::POST,
-                        path: leases.clone(),
-                        body: Some(body),
-                        lease_token: None,
-                        give_up_after: give_up,
-                    },
-                )
-                .await;
+                let a = send(&t, Call::grant(body, give_up)).await;
                 if let Some((s, b)) = &a
                     && s.is_success()
                 {
@@ -130,32 +154,8 @@ async fn run_client(
                 }
                 a
             }
-            (4..=8, Some(tok)) => {
-                send(
-                    &t,
-                    Call {
-                        method: Method::PUT,
-                        path: format!("{leases}/{kind}/{op}"),
-                        body: Some(format!(r#"{{"token":"{tok}"}}"#)),
-                        lease_token: None,
-                        give_up_after: give_up,
-                    },
-                )
-                .await
-            }
-            (_, Some(tok)) => {
-                send(
-                    &t,
-                    Call {
-                        method: Method::DELETE,
-                        path: format!("{leases}/{kind}/{op}"),
-                        body: None,
-                        lease_token: Some(tok),
-                        give_up_after: give_up,
-                    },
-                )
-                .await
-            }
+            (4..=8, Some(tok)) => send(&t, Call::renew(kind, op, tok, give_up)).await,
+            (_, Some(tok)) => send(&t, Call::release(kind, op, tok, give_up)).await,
         };
         if let Some((status, body)) = answer {
             *answers.lock().unwrap().entry(status.as_u16()).or_default() += 1;
@@ -260,47 +260,19 @@ async fn aborted_requests_revocations_sweeps_and_generation_bumps_never_wedge_th
             bearer: bearer.clone(),
         };
         let fresh = format!("fresh-{burst}");
-        let a = send(
-            &target,
-            Call {
-                method: Method::POST,
-                path: format!("/deploy/v1/groups/{GROUP}/leases"),
-                body: Some(format!(
-                    r#"{{"kind":"migration","operationId":"{fresh}","instance":"counter-app","ttlSeconds":30}}"#
-                )),
-                lease_token: None,
-                give_up_after: None,
-            },
-        )
-        .await
-        .unwrap();
+        let body = format!(
+            r#"{{"kind":"migration","operationId":"{fresh}","instance":"counter-app","ttlSeconds":30}}"#
+        );
+        let a = send(&target, Call::grant(body, None)).await.unwrap();
         assert_eq!(a.0, StatusCode::CREATED, "burst {burst}: {}", a.1);
         let t = a.1["token"].as_str().unwrap().to_string();
-        let r = send(
-            &target,
-            Call {
-                method: Method::PUT,
-                path: format!("/deploy/v1/groups/{GROUP}/leases/migration/{fresh}"),
-                body: Some(format!(r#"{{"token":"{t}"}}"#)),
-                lease_token: None,
-                give_up_after: None,
-            },
-        )
-        .await
-        .unwrap();
+        let r = send(&target, Call::renew("migration", &fresh, &t, None))
+            .await
+            .unwrap();
         assert_eq!(r.0, StatusCode::OK, "burst {burst}: {}", r.1);
-        let d = send(
-            &target,
-            Call {
-                method: Method::DELETE,
-                path: format!("/deploy/v1/groups/{GROUP}/leases/migration/{fresh}"),
-                body: None,
-                lease_token: Some(&t),
-                give_up_after: None,
-            },
-        )
-        .await
-        .unwrap();
+        let d = send(&target, Call::release("migration", &fresh, &t, None))
+            .await
+            .unwrap();
         assert_eq!(d.0, StatusCode::NO_CONTENT, "burst {burst}");
     }
     let seen = answers.lock().unwrap().clone();

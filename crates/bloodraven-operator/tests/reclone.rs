@@ -26,6 +26,25 @@ async fn request(op: &OperatorHandle, site: &str, confirm: &str) {
         .unwrap();
 }
 
+/// Requests a reclone of `site` confirmed by `confirm`, and waits (up to 60 s) until it
+/// succeeded: its status.
+async fn recloned(
+    op: &OperatorHandle,
+    site: &'static str,
+    confirm: &str,
+) -> bloodraven_core::status::RecloneStatus {
+    request(op, site, confirm).await;
+    let what = format!("the reclone of {site} succeeded");
+    let done = wait_status(
+        op,
+        Duration::from_secs(60),
+        &what,
+        reclone_in(site, ReclonePhase::Succeeded),
+    )
+    .await;
+    done.site(site).unwrap().reclone.clone().unwrap()
+}
+
 fn reclone_in(site: &'static str, phase: ReclonePhase) -> impl Fn(&GroupStatus) -> bool {
     move |s| {
         s.site(site)
@@ -107,15 +126,7 @@ async fn a_returning_old_primary_blocked_by_a_divergent_write_is_recloned() {
 
     // The right confirmation: the first 8 characters of what is discarded.
     let confirm: String = iad.divergent_gtid_set.chars().take(8).collect();
-    request(&op, "iad", &confirm).await;
-    let done = wait_status(
-        &op,
-        Duration::from_secs(60),
-        "the reclone of iad succeeded",
-        reclone_in("iad", ReclonePhase::Succeeded),
-    )
-    .await;
-    let r = done.site("iad").unwrap().reclone.clone().unwrap();
+    let r = recloned(&op, "iad", &confirm).await;
     assert_eq!(r.donor, "reader", "a caught-up replica is preferred: {r:?}");
     assert!(r.bytes_copied > 0 && r.completion_time.is_some(), "{r:?}");
     let s = wait_status(
@@ -233,15 +244,7 @@ async fn a_replica_whose_source_purged_its_binary_logs_is_recloned_and_catches_u
             .is_some_and(|r| r.io_running && r.sql_running),
         "{p:?}"
     );
-    request(&op, "reader", "reader").await;
-    let done = wait_status(
-        &op,
-        Duration::from_secs(60),
-        "the reclone of reader succeeded",
-        reclone_in("reader", ReclonePhase::Succeeded),
-    )
-    .await;
-    let r = done.site("reader").unwrap().reclone.clone().unwrap();
+    let r = recloned(&op, "reader", "reader").await;
     assert_eq!(r.donor, "pdx", "the caught-up replica is the donor: {r:?}");
     wait_status(
         &op,
@@ -309,23 +312,7 @@ async fn an_emergency_failover_during_a_copy_stops_it_and_a_second_reclone_finis
         s.conditions
     );
     // A second reclone, from the new primary's side.
-    request(&op, "reader", "reader").await;
-    wait_status(
-        &op,
-        Duration::from_secs(60),
-        "the second reclone succeeded",
-        reclone_in("reader", ReclonePhase::Succeeded),
-    )
-    .await;
-    wait_status(
-        &op,
-        Duration::from_secs(20),
-        "reader replicating from pdx",
-        |s| {
-            s.site("reader")
-                .is_some_and(|r| r.replicating && r.recovery_state.is_none())
-        },
-    )
-    .await;
+    recloned(&op, "reader", "reader").await;
+    support::wait_follows(&op, "reader").await;
     op.stop().await;
 }

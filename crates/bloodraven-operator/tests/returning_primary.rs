@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use bloodraven_core::status::{GroupStatus, SiteState};
+use bloodraven_operator::OperatorHandle;
 use bloodraven_testkit::ledger::{self, Probe, ProbeLog, Writer, WriterLog};
 use support::{GROUP, Live, Timings, bootstrapped, bootstrapped_on, event_messages, wait_status};
 
@@ -38,11 +39,24 @@ async fn caught_up(live: &Live, primary: usize) {
         .unwrap();
 }
 
+/// Once the replicas have caught up with site `victim` (the primary), starts traffic with ids
+/// from `first_id`, kills `victim` and waits for the failover to `to`: the traffic.
+async fn killed_under_traffic(
+    live: &mut Live,
+    op: &OperatorHandle,
+    (victim, to): (usize, &str),
+    first_id: u64,
+) -> Traffic {
+    caught_up(live, victim).await;
+    let t = Traffic::start(live, first_id);
+    live.harness.kill(victim).unwrap();
+    support::wait_failover_to(op, to, Duration::from_secs(20)).await;
+    t
+}
+
 fn rejoined(name: &'static str) -> impl Fn(&GroupStatus) -> bool {
     move |s| {
-        s.site(name).is_some_and(|x| {
-            x.state == SiteState::ReadOnly && x.replicating && x.recovery_state.is_none()
-        })
+        s.site(name).is_some_and(|x| x.state == SiteState::ReadOnly) && support::follows(name)(s)
     }
 }
 
@@ -62,13 +76,7 @@ async fn a_returning_primary_takes_no_writes_when_it_boots_read_only_and_is_fenc
     let t = Traffic::start(&live, 1);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (w0, p0) = t.stop().await;
-    caught_up(&live, 0).await;
-    let t = Traffic::start(&live, 1_000_000);
-    live.harness.kill(0).unwrap();
-    wait_status(&op, Duration::from_secs(20), "failover to pdx", |s| {
-        s.active_site == "pdx"
-    })
-    .await;
+    let t = killed_under_traffic(&mut live, &op, (0, "pdx"), 1_000_000).await;
     let restarted = tokio::time::Instant::now();
     live.harness.restart(0).await.unwrap();
     wait_status(
@@ -92,13 +100,7 @@ async fn a_returning_primary_takes_no_writes_when_it_boots_read_only_and_is_fenc
     );
 
     // Phase 2: pdx is killed and comes back writable.
-    caught_up(&live, 1).await;
-    let t = Traffic::start(&live, 2_000_000);
-    live.harness.kill(1).unwrap();
-    wait_status(&op, Duration::from_secs(20), "failover to iad", |s| {
-        s.active_site == "iad"
-    })
-    .await;
+    let t = killed_under_traffic(&mut live, &op, (1, "iad"), 2_000_000).await;
     let restarted = tokio::time::Instant::now();
     live.harness.restart_writable(1).await.unwrap();
     // Fenced as soon as the operator sees it; then re-pointed — or, when the probe's writes

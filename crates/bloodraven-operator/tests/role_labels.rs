@@ -41,6 +41,24 @@ fn roles(c: &support::kube::Cluster) -> Vec<Option<String>> {
         .collect()
 }
 
+/// Waits (up to 30 s) until the group is settled on `site` at `generation` after `what`, and
+/// then until the Pods carry `want`.
+async fn settled_with_roles(
+    c: &support::kube::Cluster,
+    (site, generation): (&'static str, u64),
+    want: [&str; 3],
+    what: &str,
+) {
+    c.wait(
+        GROUP,
+        Duration::from_secs(30),
+        what,
+        settled(site, generation),
+    )
+    .await;
+    wait_roles(c, want, &format!("after {what}")).await;
+}
+
 async fn wait_roles(c: &support::kube::Cluster, want: [&str; 3], what: &str) {
     let want: Vec<Option<String>> = want.iter().map(|r| Some((*r).to_string())).collect();
     for _ in 0..600 {
@@ -76,41 +94,18 @@ async fn pods_follow_the_primary_and_two_are_never_labelled_primary() {
     })
     .await;
     let op = operator(&live, &c).await;
-    c.wait(
-        GROUP,
-        Duration::from_secs(20),
-        "bootstrap on iad",
-        settled("iad", 1),
-    )
-    .await;
-    wait_roles(&c, ["primary", "replica", "reader"], "after the bootstrap").await;
+    let roles = ["primary", "replica", "reader"];
+    settled_with_roles(&c, ("iad", 1), roles, "the bootstrap on iad").await;
 
     // A planned failover to pdx.
     c.annotate(GROUP, PLANNED_FAILOVER, "pdx");
-    c.wait(
-        GROUP,
-        Duration::from_secs(30),
-        "the switchover to pdx",
-        settled("pdx", 2),
-    )
-    .await;
-    wait_roles(&c, ["replica", "primary", "reader"], "after the switchover").await;
+    let roles = ["replica", "primary", "reader"];
+    settled_with_roles(&c, ("pdx", 2), roles, "the switchover to pdx").await;
 
     // An emergency: pdx's server dies.
     live.harness.kill(1).unwrap();
-    c.wait(
-        GROUP,
-        Duration::from_secs(30),
-        "the failover to iad",
-        settled("iad", 3),
-    )
-    .await;
-    wait_roles(
-        &c,
-        ["primary", "replica", "reader"],
-        "after the emergency failover",
-    )
-    .await;
+    let roles = ["primary", "replica", "reader"];
+    settled_with_roles(&c, ("iad", 3), roles, "the failover to iad").await;
     op.stop().await;
 
     // Every label write, replayed in the order the API server took them.

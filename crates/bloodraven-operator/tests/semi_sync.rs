@@ -108,10 +108,7 @@ async fn semi_sync_loses_nothing_acknowledged_when_the_primary_is_killed() {
     sleep(Duration::from_millis(500)).await;
     live.harness.kill(0).unwrap();
     let killed = Instant::now();
-    wait_status(&op, Duration::from_secs(20), "failover to pdx", |s| {
-        s.active_site == "pdx"
-    })
-    .await;
+    support::wait_failover_to(&op, "pdx", Duration::from_secs(20)).await;
     sleep(Duration::from_secs(1)).await;
     let log = w.stop().await;
     let probes = p.stop().await;
@@ -173,25 +170,13 @@ async fn a_candidate_behind_the_reader_catches_up_from_it_and_the_reader_is_not_
     );
 
     live.harness.kill(0).unwrap();
-    let s = wait_status(&op, Duration::from_secs(40), "failover to pdx", |s| {
-        s.active_site == "pdx"
-    })
-    .await;
+    let s = support::wait_failover_to(&op, "pdx", Duration::from_secs(40)).await;
     assert_eq!(s.topology_generation, 2);
     let report = ledger::check(&live.harness.app_opts(1), &log, None)
         .await
         .unwrap();
     assert!(report.lost.is_empty(), "{}", report.summary());
-    let s = wait_status(
-        &op,
-        Duration::from_secs(20),
-        "the reader replicates from pdx",
-        |s| {
-            s.site("reader")
-                .is_some_and(|r| r.replicating && r.recovery_state.is_none())
-        },
-    )
-    .await;
+    let s = support::wait_follows(&op, "reader").await;
     assert!(
         s.sites.iter().all(|x| x.recovery_state.is_none()),
         "no site blocked: {:?}",

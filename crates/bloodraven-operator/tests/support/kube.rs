@@ -84,18 +84,8 @@ impl Cluster {
         name: &str,
         tweak: impl FnOnce(&mut bloodraven_core::config::FailoverGroupSpec),
     ) {
+        self.create_group(live, name, tweak).await;
         let cfg = live.config();
-        let g = &cfg.groups[0];
-        let mut spec = g.spec.clone();
-        tweak(&mut spec);
-        let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(self.client.clone(), NS);
-        groups
-            .create(
-                &kube::api::PostParams::default(),
-                &MysqlFailoverGroup::new(NS, name, spec),
-            )
-            .await
-            .unwrap();
         let d = &cfg.databases[0];
         let mut db = d.spec.clone();
         db.failover_group_ref.name = name.to_string();
@@ -108,17 +98,37 @@ impl Cluster {
         .unwrap();
     }
 
+    /// `kubectl create` of the live group's `MysqlFailoverGroup` alone, its spec changed by
+    /// `tweak` first.
+    pub async fn create_group(
+        &self,
+        live: &Live,
+        name: &str,
+        tweak: impl FnOnce(&mut bloodraven_core::config::FailoverGroupSpec),
+    ) {
+        let mut spec = live.config().groups[0].spec.clone();
+        tweak(&mut spec);
+        let groups: kube::Api<MysqlFailoverGroup> = kube::Api::namespaced(self.client.clone(), NS);
+        groups
+            .create(
+                &kube::api::PostParams::default(),
+                &MysqlFailoverGroup::new(NS, name, spec),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// How many writes the fake has seen to paths `path` picks.
+    pub fn writes_to(&self, path: impl Fn(&str) -> bool) -> usize {
+        let seen = self.fake.seen();
+        seen.iter()
+            .filter(|s| s.is_write() && path(&s.path))
+            .count()
+    }
+
     /// How many writes the fake has seen to a group's status subresource.
     pub fn status_writes(&self) -> usize {
-        self.fake
-            .seen()
-            .iter()
-            .filter(|s| {
-                s.is_write()
-                    && s.path.contains("/mysqlfailovergroups/")
-                    && s.path.ends_with("/status")
-            })
-            .count()
+        self.writes_to(|p| p.contains("/mysqlfailovergroups/") && p.ends_with("/status"))
     }
 
     /// A projected ServiceAccount token with the deploy API's audience.
@@ -192,6 +202,26 @@ pub async fn start(cfg: bloodraven_operator::config::LoadedConfig) -> OperatorHa
     ));
     let started = bloodraven_operator::start(cfg, bloodraven_runtime::clock::system(), tasks);
     super::leading(started, 15).await
+}
+
+/// A live group with timings `t`, kept in a fresh fake cluster (`kubectl apply`d), and an
+/// operator on it.
+pub async fn group_in_cluster(t: super::Timings) -> (Live, Cluster, OperatorHandle) {
+    let live = Live::start(t).await;
+    let c = cluster().await;
+    c.apply(&live, super::GROUP).await;
+    let op = operator(&live, &c).await;
+    (live, c, op)
+}
+
+/// Whether the stored group `g` names `site` active and every other site replicates.
+pub fn active_and_followed(g: &Value, site: &str) -> bool {
+    let st = &g["status"];
+    st["activeSite"] == site
+        && st["sites"].as_array().is_some_and(|s| {
+            s.iter()
+                .all(|s| s["name"] == site || s["replicating"] == true)
+        })
 }
 
 /// An operator on the cluster for the live group.

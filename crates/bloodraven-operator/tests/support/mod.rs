@@ -125,60 +125,11 @@ impl Env {
     }
 }
 
+/// The in-process operator's configuration (`bloodraven.yaml` next to this file), its data in
+/// `dir/data`.
 pub fn config_text(dir: &Path) -> String {
-    format!(
-        r#"apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: OperatorConfig
-dataDir: {data}
-listen: {{http: "127.0.0.1:0", https: "127.0.0.1:0"}}
-tls: {{certFile: tls/server.crt, keyFile: tls/server.key}}
-tokenSigningKeyFile: token.key
-deployAPI: {{enabled: true}}
----
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlFailoverGroup
-metadata: {{name: playground, namespace: default}}
-spec:
-  sites:
-    - name: iad
-      mysql: {{host: 127.0.0.1, port: 1, credentials: {{file: site.cred}}}}
-      sidecar: {{url: "http://127.0.0.1:1"}}
-    - name: pdx
-      mysql: {{host: 127.0.0.1, port: 2, credentials: {{file: site.cred}}}}
-      sidecar: {{url: "http://127.0.0.1:2"}}
----
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlFailoverGroup
-metadata: {{name: second, namespace: default}}
-spec:
-  sites:
-    - name: a
-      mysql: {{host: 127.0.0.1, port: 3, credentials: {{file: site.cred}}}}
-      sidecar: {{url: "http://127.0.0.1:3"}}
----
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlDatabase
-metadata: {{name: counter-app, namespace: default}}
-spec:
-  failoverGroupRef: {{name: playground}}
-  deploymentClients: [{{namespace: ci, serviceAccount: deployer}}]
----
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlDatabase
-metadata: {{name: billing, namespace: default}}
-spec:
-  failoverGroupRef: {{name: playground}}
-  deploymentClients: [{{namespace: ci, serviceAccount: billing}}]
----
-apiVersion: bloodraven.shipstream.io/v1alpha1
-kind: MysqlDatabase
-metadata: {{name: other-db, namespace: default}}
-spec:
-  failoverGroupRef: {{name: second}}
-  deploymentClients: [{{namespace: ci, serviceAccount: other}}]
-"#,
-        data = dir.join("data").display()
-    )
+    let data = dir.join("data");
+    include_str!("bloodraven.yaml").replace("DATA_DIR", &data.display().to_string())
 }
 
 /// A healthy status: the active site writable, the other replicating.
@@ -725,6 +676,26 @@ pub fn bootstrapped_on(site: &'static str) -> impl Fn(&GroupStatus) -> bool {
     }
 }
 
+/// Waits (up to `limit`) until the group fails over to `site`.
+pub async fn wait_failover_to(op: &OperatorHandle, site: &str, limit: Duration) -> GroupStatus {
+    let what = format!("failover to {site}");
+    wait_status(op, limit, &what, |s| s.active_site == site).await
+}
+
+/// Whether `site` replicates and has no recovery state: it follows the active site.
+pub fn follows(site: &'static str) -> impl Fn(&GroupStatus) -> bool {
+    move |s| {
+        s.site(site)
+            .is_some_and(|x| x.replicating && x.recovery_state.is_none())
+    }
+}
+
+/// Waits (up to 20 s) until `site` follows the active site again.
+pub async fn wait_follows(op: &OperatorHandle, site: &'static str) -> GroupStatus {
+    let what = format!("{site} following the active site");
+    wait_status(op, Duration::from_secs(20), &what, follows(site)).await
+}
+
 /// Whether the group's planned failover is in `phase`.
 pub fn planned_in(phase: PlannedFailoverPhase) -> impl Fn(&GroupStatus) -> bool {
     move |s| {
@@ -890,10 +861,7 @@ pub async fn diverge_and_fail_over(live: &mut Live, op: &OperatorHandle) {
         .unwrap();
     drop(c);
     live.harness.kill(0).unwrap();
-    wait_status(op, Duration::from_secs(20), "failover to pdx", |s| {
-        s.active_site == "pdx"
-    })
-    .await;
+    wait_failover_to(op, "pdx", Duration::from_secs(20)).await;
     let mut c = mysql_async::Conn::new(live.harness.app_opts(1))
         .await
         .unwrap();
