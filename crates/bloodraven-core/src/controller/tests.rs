@@ -106,6 +106,19 @@ fn bootstrap(site: &str, promote: bool) -> Action {
     }
 }
 
+/// The healthy trio whose primary iad died: unreachable, and silent this poll.
+fn iad_dead() -> Vec<SiteView> {
+    let mut sites = healthy_trio();
+    sites[0].state = SiteState::Unreachable;
+    sites[0].answered = false;
+    sites
+}
+
+/// Why `c` says the group is degraded, if it does.
+fn degraded_reason(c: &Conditions) -> Option<ConditionReason> {
+    c.degraded.as_ref().map(|x| x.reason.clone())
+}
+
 fn healthy_trio() -> Vec<SiteView> {
     let iad = site("iad", 0, SiteState::Writable, "0-1-100");
     let pdx = replicating(site("pdx", 1, SiteState::ReadOnly, "0-1-100"), &iad);
@@ -664,9 +677,7 @@ fn reassertion_restores_the_last_target_when_it_has_everything() {
 #[test]
 fn reassertion_completes_an_announced_promotion_whose_old_primary_is_gone() {
     // An emergency failover announced pdx, but clearing its fence failed; iad is dead.
-    let mut sites = healthy_trio();
-    sites[0].state = SiteState::Unreachable;
-    sites[0].answered = false;
+    let mut sites = iad_dead();
     sites[0].gtid = Some(g("0-1-130"));
     sites[1].state = SiteState::ReadOnly;
     sites[1].gtid = Some(g("0-1-120"));
@@ -694,9 +705,7 @@ fn reassertion_completes_an_announced_promotion_whose_old_primary_is_gone() {
 
 /// An announced strict promotion of pdx, iad (the old primary) unreachable.
 fn awaiting_trio() -> Vec<SiteView> {
-    let mut sites = healthy_trio();
-    sites[0].state = SiteState::Unreachable;
-    sites[0].answered = false;
+    let mut sites = iad_dead();
     sites[1].state = SiteState::ReadOnly;
     sites[1].replica = None;
     sites
@@ -707,9 +716,7 @@ fn strict_fencing_announces_and_holds_then_lifts_on_proof_or_force() {
     use crate::strict::{Facts, SidecarReport, Timings};
     use std::collections::BTreeMap;
     // The emergency itself: strict holds the fence of the new primary.
-    let mut sites = healthy_trio();
-    sites[0].state = SiteState::Unreachable;
-    sites[0].answered = false;
+    let sites = iad_dead();
     let mut i = input(&sites, "iad", "");
     i.fencing = crate::config::FencingMode::Strict;
     let d = decide(&i);
@@ -1099,6 +1106,17 @@ fn catch_up_takes_the_site_that_holds_every_other_and_none_when_they_disagree() 
     assert_eq!(catch_up_source(&sites, &pdx, "iad"), None);
 }
 
+/// `d` does not configure iad's semi-sync.
+fn leaves_semi_sync_of_iad_alone(d: &Decision) {
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::ConfigureSemiSync { site, .. } if site == "iad")),
+        "{:?}",
+        d.actions
+    );
+}
+
 #[test]
 fn a_returning_or_blocked_old_primary_keeps_its_source_side_so_waiting_sessions_never_commit() {
     // iad came back writable (its sessions waiting for an acknowledgement) while pdx is active.
@@ -1112,26 +1130,14 @@ fn a_returning_or_blocked_old_primary_keeps_its_source_side_so_waiting_sessions_
     let promo = g("0-1-100");
     let i = promoted(input(&sites, "pdx", "pdx"), &promo);
     let d = decide(&i);
-    assert!(
-        !d.actions
-            .iter()
-            .any(|a| matches!(a, Action::ConfigureSemiSync { site, .. } if site == "iad")),
-        "{:?}",
-        d.actions
-    );
+    leaves_semi_sync_of_iad_alone(&d);
     // Blocked and read-only: still left alone.
     let mut blocked = sites.clone();
     blocked[0].state = SiteState::ReadOnly;
     blocked[0].writable_now = false;
     blocked[0].recovery_blocked = true;
     let d = decide(&promoted(input(&blocked, "pdx", "pdx"), &promo));
-    assert!(
-        !d.actions
-            .iter()
-            .any(|a| matches!(a, Action::ConfigureSemiSync { site, .. } if site == "iad")),
-        "{:?}",
-        d.actions
-    );
+    leaves_semi_sync_of_iad_alone(&d);
 }
 
 /// What the emergency promotion used to decide while executing is decided here, in the
@@ -1226,15 +1232,13 @@ fn the_emergency_action_carries_its_drain_bound_abort_rule_and_catch_up() {
 /// is what it was.
 #[test]
 fn a_poll_that_changes_the_active_site_never_reports_it_with_no_primary() {
-    let mut sites = healthy_trio();
-    sites[0].state = SiteState::Unreachable;
-    sites[0].answered = false;
+    let sites = iad_dead();
     let i = input(&sites, "iad", "");
     let d = decide(&i);
     assert_eq!(d.actions, vec![emergency("iad", "pdx", &["reader"])]);
     assert!(d.conditions.ready, "{:?}", d.conditions);
     assert_ne!(
-        d.conditions.degraded.as_ref().map(|x| x.reason.clone()),
+        degraded_reason(&d.conditions),
         Some(ConditionReason::NoPrimary)
     );
     let ok = settle(&i, &d, &[true]);
@@ -1251,7 +1255,7 @@ fn a_poll_that_changes_the_active_site_never_reports_it_with_no_primary() {
     );
     // The reader still follows iad: shown as not replicating until a probe sees it follow pdx.
     assert_eq!(
-        ok.conditions.degraded.as_ref().map(|x| x.reason.clone()),
+        degraded_reason(&ok.conditions),
         Some(ConditionReason::ReplicationNotRunning)
     );
     let failed = settle(&i, &d, &[false]);
@@ -1259,11 +1263,7 @@ fn a_poll_that_changes_the_active_site_never_reports_it_with_no_primary() {
     assert!(failed.effects.is_empty());
     assert!(!failed.conditions.ready);
     assert_eq!(
-        failed
-            .conditions
-            .degraded
-            .as_ref()
-            .map(|x| x.reason.clone()),
+        degraded_reason(&failed.conditions),
         Some(ConditionReason::NoPrimary)
     );
 }
@@ -1290,11 +1290,7 @@ fn settled_effects_follow_the_actions_that_succeeded() {
     assert!(ok.conditions.recovery_pending.is_some());
     let failed = settle(&i, &d, &[false]);
     assert_eq!(
-        failed
-            .conditions
-            .degraded
-            .as_ref()
-            .map(|x| x.reason.clone()),
+        degraded_reason(&failed.conditions),
         Some(ConditionReason::SplitBrain),
         "the fence did not land: still two writable sites"
     );
@@ -1362,9 +1358,7 @@ fn sidecars_with_other_timings_are_named() {
 /// its position says mid-copy.
 #[test]
 fn blocked_and_recloning_sites_are_left_alone() {
-    let mut sites = healthy_trio();
-    sites[0].state = SiteState::Unreachable;
-    sites[0].answered = false;
+    let mut sites = iad_dead();
     sites[2].recovery_blocked = true;
     let d = decide(&input(&sites, "iad", ""));
     assert_eq!(d.actions, vec![emergency("iad", "pdx", &[])]);
