@@ -86,6 +86,28 @@ impl Fixture {
             .expect("migration grant")
     }
 
+    /// A renewal that keeps the lease's TTL, against a stable gate.
+    fn renew(
+        &mut self,
+        kind: LeaseKind,
+        op: &str,
+        token: &str,
+        now: Timestamp,
+    ) -> Result<Renewal, LeaseError> {
+        self.leases.renew(kind, op, token, None, &stable(), now)
+    }
+
+    /// A release against a stable gate.
+    fn release(
+        &mut self,
+        kind: LeaseKind,
+        op: &str,
+        token: &str,
+        now: Timestamp,
+    ) -> Result<Release, LeaseError> {
+        self.leases.release(kind, op, token, &stable(), now)
+    }
+
     fn hold(&mut self, op: &str, now: Timestamp) -> Grant {
         self.grant(&req(H, op, "counter-app", Some(30)), &stable(), now)
             .expect("hold grant")
@@ -135,13 +157,9 @@ fn same_operation_regrant_is_200_and_rotates_the_token() {
     assert!(second.regranted, "a same-operation re-grant answers 200");
     assert_ne!(first.token, second.token);
     assert_eq!(second.expires_at, t(40));
-    let old = f
-        .leases
-        .renew(M, "op-a", first.token.expose(), None, &stable(), t(11));
+    let old = f.renew(M, "op-a", first.token.expose(), t(11));
     assert_eq!(old, Err(LeaseError::TokenMismatch));
-    let new = f
-        .leases
-        .renew(M, "op-a", second.token.expose(), None, &stable(), t(11));
+    let new = f.renew(M, "op-a", second.token.expose(), t(11));
     assert_eq!(new.unwrap().expires_at, t(41));
 }
 
@@ -225,17 +243,14 @@ fn hold_ends_with_its_migration_lease() {
         Some(t(10))
     );
     assert!(f.leases.live_hold_view(t(10)).is_none());
-    let r = f
-        .leases
-        .renew(H, "op-a", h.token.expose(), None, &stable(), t(11));
+    let r = f.renew(H, "op-a", h.token.expose(), t(11));
     assert_eq!(r, Err(LeaseError::NotFound));
     // And a release of the migration lease releases the hold.
     let mut f = Fixture::new();
     let m2 = f.migration("op-b", t(0));
     f.hold("op-b", t(0));
     assert_eq!(
-        f.leases
-            .release(M, "op-b", m2.token.expose(), &stable(), t(1)),
+        f.release(M, "op-b", m2.token.expose(), t(1)),
         Ok(Release::Released)
     );
     assert!(f.leases.live(t(1)).is_empty());
@@ -258,10 +273,7 @@ fn renew_extends_and_reports_generation() {
         }
     );
     // Without a TTL the lease keeps its own (60 now).
-    let r = f
-        .leases
-        .renew(M, "op-a", g.token.expose(), None, &stable(), t(20))
-        .unwrap();
+    let r = f.renew(M, "op-a", g.token.expose(), t(20)).unwrap();
     assert_eq!(r.expires_at, t(80));
 }
 
@@ -393,9 +405,7 @@ fn explicit_advance_and_revoke_all() {
     );
     assert_eq!(f.leases.topology_generation(), 17);
     assert_eq!(f.leases.revoke_all(t(2)), 1);
-    let r = f
-        .leases
-        .renew(M, "op-a", m.token.expose(), None, &stable(), t(3));
+    let r = f.renew(M, "op-a", m.token.expose(), t(3));
     assert_eq!(
         r,
         Err(LeaseError::Revoked {
@@ -452,9 +462,7 @@ fn renew_of_revoked_lease_with_wrong_token_is_token_mismatch() {
     let mut f = Fixture::new();
     f.migration("op-a", t(0));
     f.leases.revoke_all(t(1));
-    let r = f
-        .leases
-        .renew(M, "op-a", "not-the-token", None, &stable(), t(2));
+    let r = f.renew(M, "op-a", "not-the-token", t(2));
     assert_eq!(r, Err(LeaseError::TokenMismatch));
 }
 
@@ -463,23 +471,19 @@ fn not_found_for_expired_released_or_unknown() {
     let mut f = Fixture::new();
     let g = f.migration("op-a", t(0));
     assert_eq!(
-        f.leases
-            .renew(M, "op-a", g.token.expose(), None, &stable(), t(30)),
+        f.renew(M, "op-a", g.token.expose(), t(30)),
         Err(LeaseError::NotFound),
         "expired (strictly at expiresAt)"
     );
     let g = f.migration("op-b", t(40));
-    f.leases
-        .release(M, "op-b", g.token.expose(), &stable(), t(41))
-        .unwrap();
+    f.release(M, "op-b", g.token.expose(), t(41)).unwrap();
     assert_eq!(
-        f.leases
-            .renew(M, "op-b", g.token.expose(), None, &stable(), t(42)),
+        f.renew(M, "op-b", g.token.expose(), t(42)),
         Err(LeaseError::NotFound),
         "released"
     );
     assert_eq!(
-        f.leases.renew(H, "never", "x", None, &stable(), t(42)),
+        f.renew(H, "never", "x", t(42)),
         Err(LeaseError::NotFound),
         "unknown"
     );
@@ -490,11 +494,7 @@ fn expiry_is_judged_only_on_the_clock_passed_in() {
     let mut f = Fixture::new();
     let g = f.migration("op-a", t(0));
     // Far in the past relative to the grant: still live.
-    assert!(
-        f.leases
-            .renew(M, "op-a", g.token.expose(), None, &stable(), t(29))
-            .is_ok()
-    );
+    assert!(f.renew(M, "op-a", g.token.expose(), t(29)).is_ok());
     assert_eq!(f.leases.live(t(58)).len(), 1);
     assert!(f.leases.live(t(59)).is_empty());
 }
@@ -503,7 +503,7 @@ fn expiry_is_judged_only_on_the_clock_passed_in() {
 fn token_mismatch_on_live_lease() {
     let mut f = Fixture::new();
     f.migration("op-a", t(0));
-    let r = f.leases.renew(M, "op-a", "forged", None, &stable(), t(1));
+    let r = f.renew(M, "op-a", "forged", t(1));
     assert_eq!(r, Err(LeaseError::TokenMismatch));
 }
 
@@ -512,22 +512,20 @@ fn release_is_idempotent_and_guards_the_token() {
     let mut f = Fixture::new();
     let g = f.migration("op-a", t(0));
     assert_eq!(
-        f.leases.release(M, "op-a", "forged", &stable(), t(1)),
+        f.release(M, "op-a", "forged", t(1)),
         Err(LeaseError::TokenMismatch)
     );
     assert_eq!(f.leases.live(t(1)).len(), 1);
     assert_eq!(
-        f.leases
-            .release(M, "op-a", g.token.expose(), &stable(), t(1)),
+        f.release(M, "op-a", g.token.expose(), t(1)),
         Ok(Release::Released)
     );
     assert_eq!(
-        f.leases
-            .release(M, "op-a", g.token.expose(), &stable(), t(2)),
+        f.release(M, "op-a", g.token.expose(), t(2)),
         Ok(Release::NothingToRelease)
     );
     assert_eq!(
-        f.leases.release(H, "unknown", "x", &stable(), t(2)),
+        f.release(H, "unknown", "x", t(2)),
         Ok(Release::NothingToRelease)
     );
     // A released (not revoked) operation may take the mutex again.
@@ -559,11 +557,7 @@ fn grant_while_unstable_is_423_and_changes_nothing() {
         .grant(&req(M, "op-b", "counter-app", None), &gate, t(1))
         .unwrap_err();
     assert!(matches!(err, LeaseError::Unstable { .. }));
-    assert!(
-        f.leases
-            .renew(M, "op-b", g.token.expose(), None, &stable(), t(2))
-            .is_ok()
-    );
+    assert!(f.renew(M, "op-b", g.token.expose(), t(2)).is_ok());
 }
 
 #[test]
