@@ -74,6 +74,15 @@ fn persisted(s: Step) -> (UpdateStatus, Option<Note>, Option<Count>) {
     }
 }
 
+/// What a fresh drift request (`drift-1`, made at 0 s) does at 1 s, persisted.
+fn first_step(f: &Facts<'_>) -> (UpdateStatus, Option<Note>, Option<Count>) {
+    persisted(step(
+        Some(&UpdateStatus::requested("drift-1", t(0))),
+        f,
+        t(1),
+    ))
+}
+
 #[test]
 fn a_request_runs_once_and_never_beside_another_operation() {
     let up = all();
@@ -375,22 +384,14 @@ fn a_drifted_primary_moves_to_a_current_candidate_without_updating_the_replicas(
         current: &current,
         ..facts(&v, "iad", 4, &up)
     };
-    let (next, _, _) = persisted(step(
-        Some(&UpdateStatus::requested("drift-1", t(0))),
-        &f,
-        t(1),
-    ));
+    let (next, _, _) = first_step(&f);
     assert_eq!(next.phase, UpdatePhase::FailingOver, "{next:?}");
     assert_eq!(next.site, "pdx");
     assert_eq!(next.switchover.as_ref().unwrap().target, "pdx");
     assert!(next.sites_done.is_empty());
     // Without a current candidate it fails before touching anything, as before.
     let f = facts(&v, "iad", 4, &up);
-    let (next, _, count) = persisted(step(
-        Some(&UpdateStatus::requested("drift-1", t(0))),
-        &f,
-        t(1),
-    ));
+    let (next, _, count) = first_step(&f);
     assert_eq!(next.phase, UpdatePhase::Failed);
     assert_eq!(next.reason, Some(UpdateFailure::NoCandidate));
     assert_eq!(count, Some(Count::Failed));
@@ -400,11 +401,7 @@ fn a_drifted_primary_moves_to_a_current_candidate_without_updating_the_replicas(
         current: &only_reader,
         ..facts(&v, "iad", 4, &up)
     };
-    let (next, _, _) = persisted(step(
-        Some(&UpdateStatus::requested("drift-1", t(0))),
-        &f,
-        t(1),
-    ));
+    let (next, _, _) = first_step(&f);
     assert_eq!(next.phase, UpdatePhase::Failed, "{next:?}");
 }
 
