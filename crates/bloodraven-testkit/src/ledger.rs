@@ -204,12 +204,32 @@ pub enum Route {
     Follow(watch::Receiver<usize>),
 }
 
+/// A background task that records until it is told to stop, then hands its record back.
+#[derive(Debug)]
+struct Recording<L> {
+    stop: watch::Sender<bool>,
+    handle: JoinHandle<L>,
+}
+
+impl<L: Default> Recording<L> {
+    /// Stops the task and returns its record (an empty one if the task failed).
+    async fn stop(self) -> L {
+        let _ = self.stop.send(true);
+        self.handle.await.unwrap_or_default()
+    }
+}
+
+/// Waits `interval`, or less when `stopped` says stop.
+async fn pause(interval: Duration, stopped: &mut watch::Receiver<bool>) {
+    tokio::select! {
+        () = sleep(interval) => {}
+        _ = stopped.changed() => {}
+    }
+}
+
 /// A running writer. Stop it with [`Writer::stop`] to get its log.
 #[derive(Debug)]
-pub struct Writer {
-    stop: watch::Sender<bool>,
-    handle: JoinHandle<WriterLog>,
-}
+pub struct Writer(Recording<WriterLog>);
 
 impl Writer {
     /// Starts writing to the first of `sites` that accepts writes, one insert per `interval`,
@@ -296,20 +316,16 @@ impl Writer {
                 if rotate && outcome != Outcome::Acknowledged {
                     current = (current + 1) % sites.len();
                 }
-                tokio::select! {
-                    () = sleep(interval) => {}
-                    _ = stopped.changed() => {}
-                }
+                pause(interval, &mut stopped).await;
             }
             log
         });
-        Writer { stop, handle }
+        Writer(Recording { stop, handle })
     }
 
     /// Stops the writer and returns its log.
     pub async fn stop(self) -> WriterLog {
-        let _ = self.stop.send(true);
-        self.handle.await.unwrap_or_default()
+        self.0.stop().await
     }
 }
 
@@ -390,10 +406,7 @@ impl ProbeLog {
 
 /// A running probe. Stop it with [`Probe::stop`] to get its log.
 #[derive(Debug)]
-pub struct Probe {
-    stop: watch::Sender<bool>,
-    handle: JoinHandle<ProbeLog>,
-}
+pub struct Probe(Recording<ProbeLog>);
 
 impl Probe {
     /// Tries one write on every site, all at once, each round; a round every `interval` (or as
@@ -428,42 +441,29 @@ impl Probe {
                         },
                     ))
                     .await;
+                // The sites whose answer `pick` picks.
+                let sites_where = |pick: fn(&Outcome) -> bool| -> Vec<usize> {
+                    (0..outcomes.len())
+                        .filter(|&i| pick(&outcomes[i]))
+                        .collect()
+                };
                 log.rounds.push(ProbeRound {
                     round,
                     started,
-                    acked: outcomes
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, o)| **o == Outcome::Acknowledged)
-                        .map(|(i, _)| i)
-                        .collect(),
-                    ambiguous: outcomes
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, o)| **o == Outcome::Ambiguous)
-                        .map(|(i, _)| i)
-                        .collect(),
-                    refused: outcomes
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, o)| matches!(o, Outcome::Refused(_)))
-                        .map(|(i, _)| i)
-                        .collect(),
+                    acked: sites_where(|o| *o == Outcome::Acknowledged),
+                    ambiguous: sites_where(|o| *o == Outcome::Ambiguous),
+                    refused: sites_where(|o| matches!(o, Outcome::Refused(_))),
                 });
-                tokio::select! {
-                    () = sleep(interval) => {}
-                    _ = stopped.changed() => {}
-                }
+                pause(interval, &mut stopped).await;
             }
             log
         });
-        Probe { stop, handle }
+        Probe(Recording { stop, handle })
     }
 
     /// Stops the probe and returns its log.
     pub async fn stop(self) -> ProbeLog {
-        let _ = self.stop.send(true);
-        self.handle.await.unwrap_or_default()
+        self.0.stop().await
     }
 }
 
@@ -588,27 +588,35 @@ mod tests {
         assert_eq!(percentile(&mut [], 50.0), None);
     }
 
-    fn ack(t0: Instant, id: u64, site: usize, ms: u64) -> Ack {
-        Ack {
-            id,
-            site,
-            at: t0 + Duration::from_millis(ms),
+    /// A writer's log of acknowledged writes, given as `(id, site, ms after t0)`.
+    fn acked_log(t0: Instant, acks: &[(u64, usize, u64)]) -> WriterLog {
+        let acked = acks
+            .iter()
+            .map(|&(id, site, ms)| Ack {
+                id,
+                site,
+                at: t0 + Duration::from_millis(ms),
+            })
+            .collect();
+        WriterLog {
+            acked,
+            ..WriterLog::default()
         }
     }
 
     #[test]
     fn the_longest_pause_after_an_event_is_measured_whatever_the_site() {
         let t0 = Instant::now();
-        let log = WriterLog {
-            acked: vec![
-                ack(t0, 1, 0, 0),
-                ack(t0, 2, 0, 300),
-                ack(t0, 3, 0, 310),
-                ack(t0, 4, 0, 390),
-                ack(t0, 5, 0, 395),
+        let log = acked_log(
+            t0,
+            &[
+                (1, 0, 0),
+                (2, 0, 300),
+                (3, 0, 310),
+                (4, 0, 390),
+                (5, 0, 395),
             ],
-            ..WriterLog::default()
-        };
+        );
         // The 300 ms pause ends before the event at 305 ms; the longest after it is 80 ms.
         assert_eq!(
             log.longest_pause_after(t0 + Duration::from_millis(305)),
@@ -629,16 +637,10 @@ mod tests {
     #[test]
     fn gaps_are_measured_across_site_changes() {
         let t0 = Instant::now();
-        let log = WriterLog {
-            acked: vec![
-                ack(t0, 1, 0, 0),
-                ack(t0, 2, 0, 1),
-                ack(t0, 5, 1, 41),
-                ack(t0, 6, 1, 42),
-                ack(t0, 9, 0, 100),
-            ],
-            ..WriterLog::default()
-        };
+        let log = acked_log(
+            t0,
+            &[(1, 0, 0), (2, 0, 1), (5, 1, 41), (6, 1, 42), (9, 0, 100)],
+        );
         assert_eq!(
             log.unavailability_gaps(),
             vec![Duration::from_millis(40), Duration::from_millis(58)]
@@ -663,10 +665,9 @@ mod tests {
         };
         let writer = WriterLog {
             attempts: (1..=5).map(attempt).collect(),
-            acked: vec![ack(t0, 1, 0, 0), ack(t0, 2, 0, 1), ack(t0, 4, 1, 30)],
             ambiguous: vec![3],
             refused: 1,
-            ..WriterLog::default()
+            ..acked_log(t0, &[(1, 0, 0), (2, 0, 1), (4, 1, 30)])
         };
         let round = |n: u64, ms: u64, acked: Vec<usize>| ProbeRound {
             round: n,

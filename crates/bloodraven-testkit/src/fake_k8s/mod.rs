@@ -1141,7 +1141,12 @@ fn route(st: &mut State, method: &Method, path: &str, query: &str, body: &[u8]) 
             ),
         );
     };
-    let dry_run = query.contains("dryRun=All");
+    let write = |ns| Write {
+        kind: &kind,
+        ns,
+        body,
+        dry_run: query.contains("dryRun=All"),
+    };
     match (method, t.name, t.namespace) {
         (&Method::GET, None, ns) => {
             let selector = query_param(query, "labelSelector")
@@ -1153,10 +1158,10 @@ fn route(st: &mut State, method: &Method, path: &str, query: &str, body: &[u8]) 
                 list(st, &t, &kind, ns, &selector)
             }
         }
-        (&Method::POST, None, Some(ns)) => create(st, &t, &kind, ns, body, dry_run),
+        (&Method::POST, None, Some(ns)) => create(st, &t, write(ns)),
         (&Method::GET, Some(name), Some(ns)) => get(st, &t, ns, name),
-        (&Method::PUT, Some(name), Some(ns)) => replace(st, &t, &kind, ns, name, body, dry_run),
-        (&Method::PATCH, Some(name), Some(ns)) => patch(st, &t, &kind, ns, name, body, dry_run),
+        (&Method::PUT, Some(name), Some(ns)) => replace(st, &t, name, write(ns)),
+        (&Method::PATCH, Some(name), Some(ns)) => patch(st, &t, name, write(ns)),
         (&Method::DELETE, Some(name), Some(ns)) if !t.status => delete(st, &t, ns, name, body),
         _ => status(
             405,
@@ -1356,15 +1361,17 @@ fn admit(kind: &Kind, resource: &str, name: &str, obj: Value) -> Result<Value, R
     Ok(obj)
 }
 
-fn create(
-    st: &mut State,
-    t: &Target<'_>,
-    kind: &Kind,
-    ns: &str,
-    body: &[u8],
+/// A write's kind, namespace and body, and whether it is a dry run (`dryRun=All`).
+#[derive(Clone, Copy)]
+struct Write<'a> {
+    kind: &'a Kind,
+    ns: &'a str,
+    body: &'a [u8],
     dry_run: bool,
-) -> Reply {
-    let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {
+}
+
+fn create(st: &mut State, t: &Target<'_>, w: Write<'_>) -> Reply {
+    let Ok(mut obj) = serde_json::from_slice::<Value>(w.body) else {
         return status(400, "BadRequest", "body is not JSON");
     };
     let Some(name) = obj
@@ -1373,7 +1380,7 @@ fn create(
         .map(str::to_owned)
     else {
         return invalid(
-            &kind.name,
+            &w.kind.name,
             "",
             &[openapi::Cause {
                 field: "metadata.name".into(),
@@ -1381,7 +1388,7 @@ fn create(
             }],
         );
     };
-    let key = (t.resource.clone(), ns.to_owned(), name.clone());
+    let key = (t.resource.clone(), w.ns.to_owned(), name.clone());
     if st.objects.contains_key(&key) {
         return status(
             409,
@@ -1389,56 +1396,47 @@ fn create(
             &format!("{} \"{name}\" already exists", t.plural),
         );
     }
-    if kind.status_subresource
+    if w.kind.status_subresource
         && let Some(o) = obj.as_object_mut()
     {
         o.remove("status");
     }
-    obj["apiVersion"] = json!(kind.api_version);
-    obj["kind"] = json!(kind.name);
-    let mut obj = match admit(kind, &t.resource, &name, obj) {
+    obj["apiVersion"] = json!(w.kind.api_version);
+    obj["kind"] = json!(w.kind.name);
+    let mut obj = match admit(w.kind, &t.resource, &name, obj) {
         Ok(o) => o,
         Err(r) => return r,
     };
-    if let Some(r) = write_fault(st, dry_run) {
+    if let Some(r) = write_fault(st, w.dry_run) {
         return r;
     }
     let meta = &mut obj["metadata"];
-    meta["namespace"] = json!(ns);
-    if kind.generation {
+    meta["namespace"] = json!(w.ns);
+    if w.kind.generation {
         meta["generation"] = json!(1);
     }
-    if dry_run {
+    if w.dry_run {
         return Reply::Json(201, obj);
     }
     obj["metadata"]["uid"] = json!(st.next_uid());
     obj["metadata"]["creationTimestamp"] = json!(now_rfc3339());
     obj["metadata"]["resourceVersion"] = json!(st.next_rv());
     st.objects.insert(key, obj.clone());
-    st.publish(&t.resource, ns, "ADDED", &obj);
-    answered(st, dry_run, 201, obj)
+    st.publish(&t.resource, w.ns, "ADDED", &obj);
+    answered(st, w.dry_run, 201, obj)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn replace(
-    st: &mut State,
-    t: &Target<'_>,
-    kind: &Kind,
-    ns: &str,
-    name: &str,
-    body: &[u8],
-    dry_run: bool,
-) -> Reply {
+fn replace(st: &mut State, t: &Target<'_>, name: &str, w: Write<'_>) -> Reply {
     if t.resource == DEPLOYMENTS && !t.status {
-        return put_deployment(st, kind, ns, name, body, dry_run);
+        return put_deployment(st, name, w);
     }
-    if t.status && !kind.status_subresource {
+    if t.status && !w.kind.status_subresource {
         return not_found(t.plural, name);
     }
-    let Ok(incoming) = serde_json::from_slice::<Value>(body) else {
+    let Ok(incoming) = serde_json::from_slice::<Value>(w.body) else {
         return status(400, "BadRequest", "body is not JSON");
     };
-    let key = (t.resource.clone(), ns.to_owned(), name.to_owned());
+    let key = (t.resource.clone(), w.ns.to_owned(), name.to_owned());
     let Some(current) = st.objects.get(&key).cloned() else {
         return not_found(t.plural, name);
     };
@@ -1454,7 +1452,7 @@ fn replace(
         .and_then(Value::as_str);
     let Some(sent_rv) = sent_rv else {
         return invalid(
-            &kind.name,
+            &w.kind.name,
             name,
             &[openapi::Cause {
                 field: "metadata.resourceVersion".into(),
@@ -1480,7 +1478,7 @@ fn replace(
         n
     } else {
         let mut n = incoming;
-        if kind.status_subresource {
+        if w.kind.status_subresource {
             match current.get("status") {
                 Some(s) => n["status"] = s.clone(),
                 None => {
@@ -1492,13 +1490,13 @@ fn replace(
         }
         n
     };
-    next["apiVersion"] = json!(kind.api_version);
-    next["kind"] = json!(kind.name);
-    let mut next = match admit(kind, &t.resource, name, next) {
+    next["apiVersion"] = json!(w.kind.api_version);
+    next["kind"] = json!(w.kind.name);
+    let mut next = match admit(w.kind, &t.resource, name, next) {
         Ok(o) => o,
         Err(r) => return r,
     };
-    if let Some(r) = write_fault(st, dry_run) {
+    if let Some(r) = write_fault(st, w.dry_run) {
         return r;
     }
     for k in ["uid", "creationTimestamp", "namespace"] {
@@ -1506,18 +1504,18 @@ fn replace(
             next["metadata"][k] = v.clone();
         }
     }
-    if kind.generation {
+    if w.kind.generation {
         let g = current["metadata"]["generation"].as_i64().unwrap_or(1);
         let changed = generation_part(&next) != generation_part(&current);
         next["metadata"]["generation"] = json!(if changed { g + 1 } else { g });
     }
-    if dry_run {
+    if w.dry_run {
         return Reply::Json(200, next);
     }
     next["metadata"]["resourceVersion"] = json!(st.next_rv());
     st.objects.insert(key, next.clone());
-    st.publish(&t.resource, ns, "MODIFIED", &next);
-    answered(st, dry_run, 200, next)
+    st.publish(&t.resource, w.ns, "MODIFIED", &next);
+    answered(st, w.dry_run, 200, next)
 }
 
 /// RFC 7386: objects merge key by key, `null` removes, anything else replaces.
@@ -1542,16 +1540,8 @@ fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// `PATCH` with a JSON merge patch: applied to the stored object, then written as a replace
 /// (same admission, same compare-and-swap when the patch names a `resourceVersion`).
-fn patch(
-    st: &mut State,
-    t: &Target<'_>,
-    kind: &Kind,
-    ns: &str,
-    name: &str,
-    body: &[u8],
-    dry_run: bool,
-) -> Reply {
-    let Ok(p) = serde_json::from_slice::<Value>(body) else {
+fn patch(st: &mut State, t: &Target<'_>, name: &str, w: Write<'_>) -> Reply {
+    let Ok(p) = serde_json::from_slice::<Value>(w.body) else {
         return status(400, "BadRequest", "body is not JSON");
     };
     if !p.is_object() {
@@ -1561,7 +1551,7 @@ fn patch(
             "the fake applies JSON merge patches (an object) only",
         );
     }
-    let key = (t.resource.clone(), ns.to_owned(), name.to_owned());
+    let key = (t.resource.clone(), w.ns.to_owned(), name.to_owned());
     let Some(mut merged) = st.objects.get(&key).cloned() else {
         return not_found(t.plural, name);
     };
@@ -1569,7 +1559,7 @@ fn patch(
     let Ok(bytes) = serde_json::to_vec(&merged) else {
         return status(500, "InternalError", "cannot encode the patched object");
     };
-    replace(st, t, kind, ns, name, &bytes, dry_run)
+    replace(st, t, name, Write { body: &bytes, ..w })
 }
 
 fn delete(st: &mut State, t: &Target<'_>, ns: &str, name: &str, body: &[u8]) -> Reply {
@@ -1661,25 +1651,20 @@ fn now_rfc3339() -> String {
     )
 }
 
-fn put_deployment(
-    st: &mut State,
-    kind: &Kind,
-    ns: &str,
-    name: &str,
-    body: &[u8],
-    dry_run: bool,
-) -> Reply {
-    let Ok(mut incoming) = serde_json::from_slice::<Deployment>(body) else {
+fn put_deployment(st: &mut State, name: &str, w: Write<'_>) -> Reply {
+    let Ok(mut incoming) = serde_json::from_slice::<Deployment>(w.body) else {
         return status(400, "BadRequest", "body is not a Deployment");
     };
-    if !dry_run && let Some(code) = st.fail_next_update.take() {
+    if !w.dry_run
+        && let Some(code) = st.fail_next_update.take()
+    {
         return status(
             code,
             "ServiceUnavailable",
             "the fake was told to fail this update",
         );
     }
-    let key = (DEPLOYMENTS.to_owned(), ns.to_owned(), name.to_owned());
+    let key = (DEPLOYMENTS.to_owned(), w.ns.to_owned(), name.to_owned());
     let Some(current) = st
         .objects
         .get(&key)
@@ -1709,7 +1694,9 @@ fn put_deployment(
              must not have leading or trailing whitespace",
         );
     }
-    if dry_run && let Some((code, reason, message)) = st.reject_dry_run.clone() {
+    if w.dry_run
+        && let Some((code, reason, message)) = st.reject_dry_run.clone()
+    {
         return status(code, &reason, &message);
     }
     incoming.status.clone_from(&current.status);
@@ -1722,19 +1709,28 @@ fn put_deployment(
         generation
     });
     let mut v = to_json(&incoming);
-    v["apiVersion"] = json!(kind.api_version);
-    v["kind"] = json!(kind.name);
-    if dry_run {
+    v["apiVersion"] = json!(w.kind.api_version);
+    v["kind"] = json!(w.kind.name);
+    if w.dry_run {
         return Reply::Json(200, v);
     }
     v["metadata"]["resourceVersion"] = json!(st.next_rv());
     st.objects.insert(key, v.clone());
-    st.publish(DEPLOYMENTS, ns, "MODIFIED", &v);
+    st.publish(DEPLOYMENTS, w.ns, "MODIFIED", &v);
     if st.drop_next_update {
         st.drop_next_update = false;
         return Reply::Drop;
     }
     Reply::Json(200, v)
+}
+
+/// A Deployment's conditions: available, and progressing (`progressing`: "True" or "False")
+/// for `reason`, saying `message`.
+fn rollout_conditions(progressing: &str, reason: &str, message: &str) -> Vec<DeploymentCondition> {
+    vec![
+        condition("Available", "True", "MinimumReplicasAvailable", ""),
+        condition("Progressing", progressing, reason, message),
+    ]
 }
 
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> DeploymentCondition {
@@ -1771,15 +1767,11 @@ fn controller_step(st: &mut State, ns: &str, name: &str, b: Behavior) {
         status.observed_generation = Some(generation);
         status.updated_replicas = Some(desired.min(1));
         status.replicas = Some(status.replicas.unwrap_or(0).max(desired) + 1);
-        status.conditions = Some(vec![
-            condition("Available", "True", "MinimumReplicasAvailable", ""),
-            condition(
-                "Progressing",
-                "True",
-                "ReplicaSetUpdated",
-                "ReplicaSet is progressing.",
-            ),
-        ]);
+        status.conditions = Some(rollout_conditions(
+            "True",
+            "ReplicaSetUpdated",
+            "ReplicaSet is progressing.",
+        ));
         st.rolling.insert(dkey, true);
         replica_set(st, ns, &d);
     } else {
@@ -1794,26 +1786,18 @@ fn controller_step(st: &mut State, ns: &str, name: &str, b: Behavior) {
                 status.ready_replicas = Some(desired);
                 status.available_replicas = Some(desired);
                 status.replicas = Some(desired);
-                status.conditions = Some(vec![
-                    condition("Available", "True", "MinimumReplicasAvailable", ""),
-                    condition(
-                        "Progressing",
-                        "True",
-                        "NewReplicaSetAvailable",
-                        "ReplicaSet has successfully progressed.",
-                    ),
-                ]);
+                status.conditions = Some(rollout_conditions(
+                    "True",
+                    "NewReplicaSetAvailable",
+                    "ReplicaSet has successfully progressed.",
+                ));
             }
             Behavior::DeadlineExceeded => {
-                status.conditions = Some(vec![
-                    condition("Available", "True", "MinimumReplicasAvailable", ""),
-                    condition(
-                        "Progressing",
-                        "False",
-                        "ProgressDeadlineExceeded",
-                        "ReplicaSet has timed out progressing.",
-                    ),
-                ]);
+                status.conditions = Some(rollout_conditions(
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    "ReplicaSet has timed out progressing.",
+                ));
             }
             Behavior::Stalled => return,
         }
