@@ -143,12 +143,7 @@ async fn run(n: usize, store: &str, secs: u64) -> (f64, Duration, Duration, usiz
             lat
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    op.stop().await;
-    summarize(all, secs)
+    gathered(tasks, op, secs).await
 }
 
 /// N clients, each with its own connection, renewing one lease of one group with its token
@@ -189,12 +184,7 @@ async fn run_shared(n: usize, store: &str, secs: u64) -> (f64, Duration, Duratio
             lat
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    op.stop().await;
-    summarize(all, secs)
+    gathered(tasks, op, secs).await
 }
 
 /// An operator with one group whose migration lease is granted: the renewal URL and body.
@@ -286,6 +276,20 @@ async fn run_wrk(
         (Some(p50), Some(p99)) => Ok((rps, p50, p99, count)),
         _ => Err(format!("no latency distribution in wrk's output: {text}")),
     }
+}
+
+/// Gathers the latencies the client `tasks` measured, stops `op`, and summarizes them.
+async fn gathered(
+    tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
+    op: bloodraven_operator::OperatorHandle,
+    secs: u64,
+) -> (f64, Duration, Duration, usize) {
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    op.stop().await;
+    summarize(all, secs)
 }
 
 /// Operations per second over `secs`, p50 and p99 latency, and the count.

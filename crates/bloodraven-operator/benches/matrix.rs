@@ -215,6 +215,16 @@ impl bloodraven_core::time::Clock for SkewedClock {
 }
 
 impl Ctx {
+    /// Stops the operator (its tasks cut off where they are, like a killed process) and, half
+    /// a second later, starts a new one on the same data directory.
+    async fn restart_operator(mut self) -> Ctx {
+        let op = self.op;
+        op.stop().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.op = self.live.operator().await;
+        self
+    }
+
     /// Adds `log`'s attempts to the run's timeline.
     fn record(&self, r: &mut RunResult, log: &WriterLog, moved: Option<Instant>) {
         if let Some(fault) = self.fault {
@@ -380,27 +390,7 @@ async fn run(name: &str) -> RunResult {
             if draining.is_none() {
                 r.notes.push("never saw Draining".into());
             }
-            let Ctx {
-                live,
-                op,
-                writer,
-                probe,
-                lease,
-                final_primary,
-                fault: _,
-            } = c;
-            op.stop().await;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let op = live.operator().await;
-            let mut c = Ctx {
-                live,
-                op,
-                writer,
-                probe,
-                lease,
-                final_primary,
-                fault: Some(fault),
-            };
+            let mut c = c.restart_operator().await;
             let s = until(&c.op, Duration::from_secs(40), |s| {
                 planned_done(s) && !s.active_site.is_empty()
             })

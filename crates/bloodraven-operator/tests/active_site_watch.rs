@@ -89,18 +89,10 @@ async fn a_watch_sees_each_announcement_and_a_long_poll_answers_after_it() {
         "the long poll answered with the announcement"
     );
     // Already past: answered at once.
-    let r = http
-        .get(format!("{base}/active-site?group={GROUP}&after=0"))
-        .send()
-        .await
-        .unwrap();
+    let r = support::plain_get(&op, &format!("/active-site?group={GROUP}&after=0")).await;
     assert_eq!(r.status(), 200);
     // Bad input names the parameter.
-    let r = http
-        .get(format!("{base}/active-site?group={GROUP}&after=soon"))
-        .send()
-        .await
-        .unwrap();
+    let r = support::plain_get(&op, &format!("/active-site?group={GROUP}&after=soon")).await;
     assert_eq!(r.status(), 400);
     op.stop().await;
 }
