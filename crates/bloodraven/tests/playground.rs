@@ -852,6 +852,36 @@ impl Timeline {
     }
 }
 
+/// The primary `site` was lost at `since` (seconds of the timeline): the no-primary alert for it
+/// fires and resolves, the emergency-failover alert fires, and the group moves to `to`.
+async fn failed_over_with_alerts(
+    r: &Running,
+    p: &Prometheus,
+    tl: &mut Timeline,
+    (site, since): (&str, f64),
+    to: &str,
+) {
+    let no_primary = format!("BloodravenNoPrimary{{group=playground,site={site}}}");
+    let emergency = "BloodravenEmergencyFailover{group=playground}";
+    let what = format!("no-primary for {site} to fire and resolve, and the failover alert");
+    follow(p, tl, 120, &what, |tl, _| {
+        tl.fired_after(&no_primary, since, true) && tl.fired_after(emergency, since, false)
+    })
+    .await;
+    assert_eq!(r.state().await["activeSite"], to);
+}
+
+/// Site `site` (index `i`) is back: once it replicates again, every alert resolves.
+async fn back_and_quiet(r: &Running, p: &Prometheus, tl: &mut Timeline, (site, i): (&str, usize)) {
+    wait(r, &format!("{site} to replicate again"), |s| {
+        s["sites"][i]["replicating"] == true
+    })
+    .await;
+    let what = format!("every alert to resolve once {site} is back");
+    follow(p, tl, 120, &what, |_, f| f.is_empty()).await;
+    tl.mark("all quiet");
+}
+
 /// Polls Prometheus (every 250 ms, at most `secs`) into `tl` until `done` says so.
 async fn follow(
     p: &Prometheus,
@@ -940,65 +970,18 @@ async fn the_packaged_alerts_fire_and_resolve_on_a_real_prometheus_through_a_kil
     tl.mark("kill-site iad (the primary)");
     let killed = tl.now();
     assert!(chaos(&r, &["kill-site", "iad"]).contains("killed iad"));
-    let no_primary = "BloodravenNoPrimary{group=playground,site=iad}";
-    let emergency = "BloodravenEmergencyFailover{group=playground}";
-    follow(
-        &p,
-        &mut tl,
-        120,
-        "no-primary to fire and resolve, and the failover alert",
-        |tl, _| {
-            tl.fired_after(no_primary, killed, true) && tl.fired_after(emergency, killed, false)
-        },
-    )
-    .await;
-    assert_eq!(r.state().await["activeSite"], "pdx");
+    failed_over_with_alerts(&r, &p, &mut tl, ("iad", killed), "pdx").await;
     tl.mark("restart-site iad");
     chaos(&r, &["restart-site", "iad"]);
-    wait(&r, "iad to replicate again", |s| {
-        s["sites"][0]["replicating"] == true
-    })
-    .await;
-    follow(
-        &p,
-        &mut tl,
-        120,
-        "every alert to resolve after the kill",
-        |_, f| f.is_empty(),
-    )
-    .await;
-    tl.mark("all quiet");
+    back_and_quiet(&r, &p, &mut tl, ("iad", 0)).await;
 
     tl.mark("isolate-site pdx (the new primary)");
     let isolated = tl.now();
     chaos(&r, &["isolate-site", "pdx"]);
-    let no_primary = "BloodravenNoPrimary{group=playground,site=pdx}";
-    follow(
-        &p,
-        &mut tl,
-        120,
-        "no-primary to fire and resolve, and the failover alert again",
-        |tl, _| {
-            tl.fired_after(no_primary, isolated, true) && tl.fired_after(emergency, isolated, false)
-        },
-    )
-    .await;
-    assert_eq!(r.state().await["activeSite"], "iad");
+    failed_over_with_alerts(&r, &p, &mut tl, ("pdx", isolated), "iad").await;
     tl.mark("heal-site pdx");
     chaos(&r, &["heal-site", "pdx"]);
-    wait(&r, "pdx to replicate again", |s| {
-        s["sites"][1]["replicating"] == true
-    })
-    .await;
-    follow(
-        &p,
-        &mut tl,
-        120,
-        "every alert to resolve after the isolation",
-        |_, f| f.is_empty(),
-    )
-    .await;
-    tl.mark("all quiet");
+    back_and_quiet(&r, &p, &mut tl, ("pdx", 1)).await;
 
     let report = tl.report();
     eprintln!("{report}");
