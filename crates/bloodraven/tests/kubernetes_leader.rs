@@ -102,15 +102,7 @@ fn spawn(s: &Setup, fake: &FakeK8s, name: &str) -> Op {
         &pod,
         &BTreeMap::from([("app".to_string(), "bloodraven".to_string())]),
     );
-    let kubeconfig = d.join(format!("kubeconfig-{name}"));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: op\n  user: {{token: {bearer}}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: op}}\ncurrent-context: fake\n",
-            fake.url
-        ),
-    )
-    .unwrap();
+    fake.write_kubeconfig(&d.join(format!("kubeconfig-{name}")), &bearer);
     let (http, https) = (free_port(), free_port());
     let config = d.join(format!("operator-{name}.yaml"));
     std::fs::write(

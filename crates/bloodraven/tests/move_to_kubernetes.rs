@@ -26,14 +26,7 @@ const LEASES: &str = "coordination.k8s.io/v1/leases";
 
 fn kubeconfig(s: &Setup, fake: &FakeK8s) -> std::path::PathBuf {
     let path = s.dir.path().join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: admin\n  user: {{token: admin-credential}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: admin}}\ncurrent-context: fake\n",
-            fake.url
-        ),
-    )
-    .unwrap();
+    fake.write_kubeconfig(&path, "admin-credential");
     path
 }
 

@@ -21,16 +21,10 @@ pub const NS: &str = "default";
 /// rights (`bloodraven_kube::rbac::RULES`, as the chart grants them).
 pub const OPERATOR_BEARER: &str = "operator-credential";
 
-/// A kubeconfig naming the fake as the cluster, and the operator's credential.
-pub fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+/// A kubeconfig in `dir` naming the fake as the cluster, with the operator's credential.
+pub fn kubeconfig(dir: &std::path::Path, fake: &FakeK8s) -> std::path::PathBuf {
     let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{url}\"}}\nusers:\n- name: fake\n  user: {{token: {OPERATOR_BEARER}}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n"
-        ),
-    )
-    .unwrap();
+    fake.write_kubeconfig(&path, OPERATOR_BEARER);
     path
 }
 
@@ -185,7 +179,7 @@ pub fn kubernetes_config(live: &Live, c: &Cluster) -> bloodraven_operator::confi
             operator_namespace: NS.into(),
             leader_election: LeaderElection::default(),
             pod_name: None,
-            kubeconfig: Some(kubeconfig(live.dir.path(), &c.fake.url)),
+            kubeconfig: Some(kubeconfig(live.dir.path(), &c.fake)),
             context: None,
         });
     cfg.groups.clear();

@@ -782,6 +782,16 @@ impl FakeK8s {
         });
     }
 
+    /// Writes to `path` a kubeconfig whose one context is this server, as the user whose
+    /// bearer token is `token`.
+    pub fn write_kubeconfig(&self, path: &std::path::Path, token: &str) {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"{}\"}}\nusers:\n- name: user\n  user: {{token: {token}}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: user}}\ncurrent-context: fake\n",
+            self.url
+        );
+        std::fs::write(path, text).unwrap();
+    }
+
     /// Issues a projected ServiceAccount token for `namespace:service_account` with these
     /// audiences, valid for `ttl`; the fake's TokenReview answers for it.
     pub fn issue_token(
