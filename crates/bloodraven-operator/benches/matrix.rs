@@ -100,12 +100,7 @@ impl Ctx {
         }
         if bootstrap_read_only {
             for i in 0..3 {
-                live.harness
-                    .admin(i)
-                    .unwrap()
-                    .execute("SET GLOBAL read_only = 1")
-                    .await
-                    .unwrap();
+                live.set_read_only(i, true).await;
             }
         }
         let op = live.operator_reading(clock).await;

@@ -334,20 +334,8 @@ async fn kill_9_mid_traffic_loses_no_acknowledged_lease_tombstone_or_generation(
         }
     }
     // `bloodraven status` shows the group.
-    let out = Command::new(BIN)
-        .args([
-            "status",
-            "--operator",
-            &format!("http://127.0.0.1:{}", s.http),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let operator = format!("http://127.0.0.1:{}", s.http);
+    let text = common::cli_ok(["status", "--operator", &operator]);
     assert!(
         text.contains("active site: pdx  topologyGeneration: 2"),
         "{text}"

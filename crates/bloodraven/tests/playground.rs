@@ -45,6 +45,26 @@ fn start() -> Running {
     start_in(tempfile::tempdir().unwrap(), &[])
 }
 
+/// The playground started, once its group is stable on iad: its status then.
+async fn stable_on_iad() -> (Running, Value) {
+    let r = start();
+    let s = wait(&r, "a stable group on iad", |s| {
+        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
+    })
+    .await;
+    (r, s)
+}
+
+/// The playground started, once iad is active and pdx replicates: its status then.
+async fn running_on_iad() -> (Running, Value) {
+    let r = start();
+    let s = wait(&r, "the group to run", |s| {
+        s["activeSite"] == "iad" && s["sites"][1]["replicating"] == true
+    })
+    .await;
+    (r, s)
+}
+
 /// Starts the playground on `DIR/pg` (kept between runs) with extra arguments.
 fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Running {
     bloodraven_runtime::tls::install_crypto_provider();
@@ -241,11 +261,7 @@ async fn read_through_router<T: mysql_async::prelude::FromRow + Send + 'static>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_counter_keeps_counting_across_a_failover() {
-    let r = start();
-    let s = wait(&r, "a stable group on iad", |s| {
-        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
-    })
-    .await;
+    let (r, s) = stable_on_iad().await;
     assert_eq!(s["topologyGeneration"], 1);
     // A quiet start: a few polls later the group has raised no alarm and re-pointed each
     // replica (onto its link proxy) exactly once.
@@ -306,11 +322,7 @@ async fn the_counter_keeps_counting_across_a_failover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_directory_resumes_where_it_stopped_and_reset_starts_clean() {
-    let r = start();
-    wait(&r, "a stable group on iad", |s| {
-        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
-    })
-    .await;
+    let (r, _) = stable_on_iad().await;
     for _ in 0..2 {
         assert_eq!(increment(&r).await["outcome"], "acknowledged");
     }
@@ -618,11 +630,7 @@ fn artifacts() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_headless_chromium_increments_and_fails_over() {
-    let r = start();
-    wait(&r, "a stable group on iad", |s| {
-        s["activeSite"] == "iad" && s["deploy"]["stable"] == true
-    })
-    .await;
+    let (r, _) = stable_on_iad().await;
     let b = Browser::start().await;
     b.goto(&format!("{}/", r.dashboard)).await;
     b.wait_text("#active", "iad").await;
@@ -910,11 +918,7 @@ async fn follow(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_packaged_alerts_fire_and_resolve_on_a_real_prometheus_through_a_kill_and_an_isolation()
 {
-    let r = start();
-    let s = wait(&r, "the group to run", |s| {
-        s["activeSite"] == "iad" && s["sites"][1]["replicating"] == true
-    })
-    .await;
+    let (r, s) = running_on_iad().await;
     let operator = s["urls"]["metrics"]["operator"]
         .as_str()
         .unwrap()
@@ -1038,11 +1042,7 @@ fn haproxy_config(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_haproxy_configuration_follows_the_primary_through_switchovers() {
     use mysql_async::prelude::Queryable;
-    let r = start();
-    let s = wait(&r, "the group to run", |s| {
-        s["activeSite"] == "iad" && s["sites"][1]["replicating"] == true
-    })
-    .await;
+    let (r, s) = running_on_iad().await;
     let saved: Value =
         serde_json::from_slice(&std::fs::read(r.dir.path().join("pg/playground.json")).unwrap())
             .unwrap();
@@ -1203,11 +1203,7 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
 /// (docs/failover.md) — and the test reports how long it lasted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn primary_checks_through_an_isolation_end_on_the_fenced_old_primary() {
-    let r = start();
-    let s = wait(&r, "the group to run", |s| {
-        s["activeSite"] == "iad" && s["sites"][1]["replicating"] == true
-    })
-    .await;
+    let (r, s) = running_on_iad().await;
     let sidecars: Vec<String> =
         serde_json::from_value(s["urls"]["metrics"]["sidecars"].clone()).unwrap();
     let client = reqwest::Client::builder()
