@@ -480,12 +480,9 @@ async fn an_operator_restarted_mid_planned_failover_resumes_and_finishes() {
     let live = Live::start(Timings::default()).await;
     // First run: bootstrap normally, then stall the write that would record `Resuming`
     // (after the target was prepared, before the generation bump is persisted).
-    let faults = Faults::new();
-    faults.on(
-        When::group_status(|s| s.pointer("/plannedFailover/phase") == Some(&"Resuming".into())),
-        Fault::Stall,
-    );
-    let op = live.bootstrapped_under(&faults).await;
+    let resuming =
+        When::group_status(|s| s.pointer("/plannedFailover/phase") == Some(&"Resuming".into()));
+    let op = live.bootstrapped_stalling(resuming).await;
     request_failover(&op, "pdx").await;
     wait_planned(
         &op,
@@ -518,17 +515,13 @@ async fn a_request_whose_annotation_was_not_consumed_runs_once() {
     let live = Live::start(Timings::default()).await;
     // The write consuming the planned-failover annotation (the second of the request's two
     // writes) never completes, as if the operator stopped between the two.
-    let faults = Faults::new();
-    faults.on(
-        When::against_stored(|w| {
-            matches!(w.op, WriteOp::Replace(o)
-                if o.kind == KIND_GROUP && !o.metadata.annotations.contains_key(PLANNED_FAILOVER))
-                && w.stored
-                    .is_some_and(|s| s.metadata.annotations.contains_key(PLANNED_FAILOVER))
-        }),
-        Fault::Stall,
-    );
-    let op = live.bootstrapped_under(&faults).await;
+    let consuming = When::against_stored(|w| {
+        matches!(w.op, WriteOp::Replace(o)
+            if o.kind == KIND_GROUP && !o.metadata.annotations.contains_key(PLANNED_FAILOVER))
+            && w.stored
+                .is_some_and(|s| s.metadata.annotations.contains_key(PLANNED_FAILOVER))
+    });
+    let op = live.bootstrapped_stalling(consuming).await;
     request_failover(&op, "pdx").await;
     // The request's status is written.
     wait_planned(&op, Duration::from_secs(15), PlannedFailoverPhase::Pending).await;

@@ -477,6 +477,14 @@ impl Live {
         h
     }
 
+    /// [`Live::bootstrapped_under`] a store on which the writes `when` picks never complete,
+    /// as if the operator stopped just before them.
+    pub async fn bootstrapped_stalling(&self, when: When) -> OperatorHandle {
+        let faults = Faults::new();
+        faults.on(when, Fault::Stall);
+        self.bootstrapped_under(&faults).await
+    }
+
     /// The ids in `app.writes` on site `i` that match the SQL condition `filter`, in order.
     pub async fn write_ids(&self, i: usize, filter: &str) -> Vec<u64> {
         use mysql_async::prelude::Queryable as _;
