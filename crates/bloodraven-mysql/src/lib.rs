@@ -25,7 +25,7 @@ pub mod update_desk;
 
 pub use creds::{Credentials, Password};
 pub use error::{Cause, MysqlError};
-pub use ops::Site;
+pub use ops::{Fencing, Site};
 pub use site::{
     CaughtUp, Endpoint, FenceOutcome, FenceReading, KillReport, Probe, Promotion, SiteClient,
     SourceSpec, Timeouts,

@@ -1,6 +1,7 @@
 //! [`Site`]: what the operator does to one MySQL server, as a trait. [`SiteClient`] is the
 //! real one; the controller and the switchover steps are written against the trait, so their
 //! sequencing can be tested on an in-memory server too (the real-server tests stay).
+//! [`Fencing`] is the part the sidecar does to its own server too.
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,21 +13,31 @@ use crate::error::MysqlError;
 use crate::site::{CaughtUp, FenceOutcome, KillReport, Probe, Promotion, SiteClient, SourceSpec};
 use crate::sql::{Flavor, Session};
 
-/// One MySQL server, as the operator acts on it. Every method is bounded by the client's
-/// timeouts; a fence's outcome is read back (`Unknown` when it cannot be).
-pub trait Site: Clone + Send + Sync + 'static {
-    /// The site's name, for logs and errors.
-    fn label(&self) -> &str;
-    fn flavor(&self) -> impl Future<Output = Result<Flavor, MysqlError>> + Send;
+/// What both the operator and a site's sidecar do to a server: read it, fence it, clear the
+/// fence, and kill the application sessions a fence must not wait for. Every method is
+/// bounded by the client's timeouts; a fence's outcome is read back (`Unknown` when it cannot
+/// be).
+pub trait Fencing: Send + Sync + 'static {
+    /// Everything the control plane reads of the server in one round.
     fn probe(&self) -> impl Future<Output = Result<Probe, MysqlError>> + Send;
-    /// [`Site::probe`] with the semi-synchronous state read too.
-    fn probe_with_semi_sync(&self) -> impl Future<Output = Result<Probe, MysqlError>> + Send;
-    fn is_fenced(&self) -> impl Future<Output = Result<bool, MysqlError>> + Send;
+    /// Sets the fence, bounded by `bound`, and reports what the server says afterwards.
     fn fence(&self, bound: Duration) -> impl Future<Output = FenceOutcome> + Send;
+    /// Clears the fence and confirms the server is writable.
     fn unfence(&self) -> impl Future<Output = Result<(), MysqlError>> + Send;
+    /// Kills application sessions; never replication threads or the control plane's own.
     fn kill_application_sessions(
         &self,
     ) -> impl Future<Output = Result<KillReport, MysqlError>> + Send;
+}
+
+/// One MySQL server, as the operator acts on it (its [`Fencing`], and the rest).
+pub trait Site: Fencing + Clone {
+    /// The site's name, for logs and errors.
+    fn label(&self) -> &str;
+    fn flavor(&self) -> impl Future<Output = Result<Flavor, MysqlError>> + Send;
+    /// [`Fencing::probe`] with the semi-synchronous state read too.
+    fn probe_with_semi_sync(&self) -> impl Future<Output = Result<Probe, MysqlError>> + Send;
+    fn is_fenced(&self) -> impl Future<Output = Result<bool, MysqlError>> + Send;
     /// Kills the application sessions that keep a fence from landing (the busy ones, or every
     /// one `with_idle`).
     fn kill_fence_blockers(
@@ -79,25 +90,9 @@ pub trait Site: Clone + Send + Sync + 'static {
     fn start_replication(&self) -> impl Future<Output = Result<(), MysqlError>> + Send;
 }
 
-impl Site for SiteClient {
-    fn label(&self) -> &str {
-        SiteClient::label(self)
-    }
-
-    async fn flavor(&self) -> Result<Flavor, MysqlError> {
-        SiteClient::flavor(self).await
-    }
-
+impl Fencing for SiteClient {
     async fn probe(&self) -> Result<Probe, MysqlError> {
         SiteClient::probe(self).await
-    }
-
-    async fn probe_with_semi_sync(&self) -> Result<Probe, MysqlError> {
-        SiteClient::probe_with_semi_sync(self).await
-    }
-
-    async fn is_fenced(&self) -> Result<bool, MysqlError> {
-        SiteClient::is_fenced(self).await
     }
 
     async fn fence(&self, bound: Duration) -> FenceOutcome {
@@ -110,6 +105,24 @@ impl Site for SiteClient {
 
     async fn kill_application_sessions(&self) -> Result<KillReport, MysqlError> {
         SiteClient::kill_application_sessions(self).await
+    }
+}
+
+impl Site for SiteClient {
+    fn label(&self) -> &str {
+        SiteClient::label(self)
+    }
+
+    async fn flavor(&self) -> Result<Flavor, MysqlError> {
+        SiteClient::flavor(self).await
+    }
+
+    async fn probe_with_semi_sync(&self) -> Result<Probe, MysqlError> {
+        SiteClient::probe_with_semi_sync(self).await
+    }
+
+    async fn is_fenced(&self) -> Result<bool, MysqlError> {
+        SiteClient::is_fenced(self).await
     }
 
     async fn kill_fence_blockers(

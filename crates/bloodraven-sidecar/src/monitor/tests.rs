@@ -9,7 +9,9 @@ use bloodraven_core::fencing::{Rule, Verdict};
 use bloodraven_core::gtid::{GtidFlavor, GtidSet};
 use bloodraven_core::time::{ManualClock, Timestamp};
 use bloodraven_core::wire::ActiveSite;
-use bloodraven_mysql::{Cause, FenceOutcome, FenceReading, Flavor, KillReport, MysqlError, Probe};
+use bloodraven_mysql::{
+    Cause, FenceOutcome, FenceReading, Fencing, Flavor, KillReport, MysqlError, Probe,
+};
 use tokio::time::{Instant, sleep};
 
 use super::*;
@@ -219,7 +221,9 @@ impl Database for FakeDb {
             uptime: Duration::from_secs(up.as_secs()),
         })
     }
+}
 
+impl Fencing for FakeDb {
     async fn fence(&self, _bound: Duration) -> FenceOutcome {
         let mut s = self.state();
         s.fence_calls.push(Instant::now());
