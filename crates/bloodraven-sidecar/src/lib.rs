@@ -65,7 +65,7 @@ use crate::database::Database;
 use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::monitor::FencingMonitor;
-use crate::safety_net::{SafetyNetOutcome, run_safety_net};
+use crate::safety_net::{SafetyNet, SafetyNetOutcome};
 use crate::server::{App, router};
 use crate::state::Shared;
 use crate::trust::Trust;
@@ -138,7 +138,15 @@ impl Sidecar {
         if trust.pin_timings {
             warn!(site = %identity.site, "--pin-timings: this sidecar's --lease-timeout and --peer-check-interval win over the group's spec.sidecar");
         }
-        let safety_net = run_safety_net(&identity, &contacts, &db, timing, &trust).await;
+        let safety_net = SafetyNet {
+            identity: &identity,
+            contacts: &contacts,
+            db: &db,
+            timing,
+            trust: &trust,
+        }
+        .run()
+        .await;
         let peers = (0..contacts.peer_count())
             .map(|i| contacts.peer_name(i))
             .collect();

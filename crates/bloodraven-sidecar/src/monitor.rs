@@ -13,7 +13,7 @@
 //! - **A restarted server** (its uptime says it started again, or its `server_id` changed) is
 //!   treated like a boot: fenced first, then the operator is asked, and the fence is cleared
 //!   only if the operator's (verified) answer names this site
-//!   ([`crate::safety_net::ask_and_clear`]). Until that fence is confirmed, the rules wait.
+//!   ([`crate::safety_net::SafetyNet::ask_and_clear`]). Until that fence is confirmed, the rules wait.
 //!
 //! Apart from that restart check, the monitor only ever fences. `Fenced` is the only outcome that
 //! counts: `NotFenced` and `Unknown` are logged and the next tick looks again (after
@@ -451,13 +451,14 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
         let killed = self.kill_sessions().await;
         self.metrics.fenced(metrics_contract::FENCE_SERVER_RESTART);
         info!(site = %site, killed, "safety net: the restarted server is fenced; asking the operator for the active site");
-        let net = crate::safety_net::ask_and_clear(
-            &self.shared.identity,
-            &self.contacts,
-            &self.db,
+        let net = crate::safety_net::SafetyNet {
+            identity: &self.shared.identity,
+            contacts: &self.contacts,
+            db: &self.db,
             timing,
-            &self.shared.trust,
-        )
+            trust: &self.shared.trust,
+        }
+        .ask_and_clear()
         .await;
         {
             let mut g = self.shared.lock();
