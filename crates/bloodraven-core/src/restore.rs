@@ -27,7 +27,7 @@
 
 use crate::config::{RestoreInPlaceSpec, SiteRole};
 use crate::lease::LeaseView;
-use crate::planned::{Note, Severity};
+use crate::planned::{Note, Persist, Severity};
 use crate::reason::{DeferReason, EventReason, RestoreFailure};
 use crate::status::{Admission, GroupStatus, ReclonePhase, RestorePhase, RestoreStatus};
 use crate::time::Timestamp;
@@ -169,13 +169,8 @@ pub enum Step {
     Idle,
     /// Nothing to do until a later poll (a load or a reclone running).
     Wait,
-    /// Persist `next`, then record `notes`; step again at once when `again`.
-    Persist {
-        next: RestoreStatus,
-        notes: Vec<Note>,
-        count: Option<bool>,
-        again: bool,
-    },
+    /// Persist the restore's next status (its end counted as succeeded or not).
+    Persist(Persist<RestoreStatus, bool>),
     /// Fence writes on every site (application sessions killed); report [`Done`].
     Fence {
         active: String,
@@ -210,12 +205,12 @@ pub enum Done {
 }
 
 fn persist(next: RestoreStatus, notes: Vec<Note>, again: bool) -> Step {
-    Step::Persist {
+    Step::Persist(Persist {
         next,
         notes,
         count: None,
         again,
-    }
+    })
 }
 
 #[allow(clippy::needless_pass_by_value)] // every caller formats its message
@@ -226,7 +221,7 @@ fn failed(r: &RestoreStatus, reason: RestoreFailure, message: String, now: Times
     next.admission = None;
     next.completion_time = Some(now);
     next.message.clone_from(&message);
-    Step::Persist {
+    Step::Persist(Persist {
         next,
         notes: vec![Note {
             severity: Severity::Warning,
@@ -238,7 +233,7 @@ fn failed(r: &RestoreStatus, reason: RestoreFailure, message: String, now: Times
         }],
         count: Some(false),
         again: false,
-    }
+    })
 }
 
 fn in_phase(r: &RestoreStatus, phase: RestorePhase, message: String) -> RestoreStatus {
@@ -374,7 +369,7 @@ fn recloning(r: &RestoreStatus, f: &Facts<'_>, now: Timestamp) -> Step {
         ),
     );
     next.completion_time = Some(now);
-    Step::Persist {
+    Step::Persist(Persist {
         notes: vec![Note {
             severity: Severity::Normal,
             reason: EventReason::RestoreSucceeded,
@@ -386,7 +381,7 @@ fn recloning(r: &RestoreStatus, f: &Facts<'_>, now: Timestamp) -> Step {
         next,
         count: Some(true),
         again: false,
-    }
+    })
 }
 
 /// What a restore's reclones confirm with (recorded on them, so they are told apart from
@@ -451,7 +446,7 @@ pub fn finish(r: &RestoreStatus, done: Done, now: Timestamp) -> Step {
                 ),
                 now,
             );
-            if let Step::Persist { next, .. } = &mut s {
+            if let Step::Persist(Persist { next, .. }) = &mut s {
                 next.bytes_loaded = bytes;
             }
             s

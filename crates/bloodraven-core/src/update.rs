@@ -26,7 +26,7 @@
 use std::time::Duration;
 
 use crate::config::SiteRole;
-use crate::planned::{Note, Severity};
+use crate::planned::{Note, Persist, Severity};
 use crate::reason::{EventReason, UpdateFailure};
 use crate::status::{
     PlannedFailoverPhase, PlannedFailoverStatus, SiteState, UpdatePhase, UpdateStatus,
@@ -232,13 +232,8 @@ pub enum Step {
     Idle,
     /// Nothing to do until a later poll (a site coming back, a site catching up).
     Wait,
-    /// Persist `next`, then record `notes`; step again at once when `again`.
-    Persist {
-        next: UpdateStatus,
-        notes: Vec<Note>,
-        count: Option<Count>,
-        again: bool,
-    },
+    /// Persist the update's next status.
+    Persist(Persist<UpdateStatus, Count>),
     /// Run `site`'s update (or let the one running go on), bounded by `timeout`; report
     /// [`Done`] through [`finish`].
     Update { site: String, timeout: Duration },
@@ -271,7 +266,7 @@ fn failed(u: &UpdateStatus, reason: UpdateFailure, message: String, now: Timesta
     next.message.clone_from(&message);
     next.completion_time = Some(now);
     next.admission = None;
-    Step::Persist {
+    Step::Persist(Persist {
         next,
         notes: vec![Note {
             severity: Severity::Warning,
@@ -280,7 +275,7 @@ fn failed(u: &UpdateStatus, reason: UpdateFailure, message: String, now: Timesta
         }],
         count: Some(Count::Failed),
         again: false,
-    }
+    })
 }
 
 /// The best updated (or current) primary candidate that is caught up: highest priority, then
@@ -313,12 +308,7 @@ fn next_site(u: &UpdateStatus, f: &Facts<'_>, now: Timestamp) -> Step {
         next.phase = UpdatePhase::UpdatingReplicas;
         next.site.clone_from(&r.site);
         next.message = format!("updating {}", r.site);
-        return Step::Persist {
-            next,
-            notes: Vec::new(),
-            count: None,
-            again: true,
-        };
+        return Step::Persist(Persist::quiet(next, true));
     }
     let old_pending = f
         .updatable
@@ -345,7 +335,7 @@ fn next_site(u: &UpdateStatus, f: &Facts<'_>, now: Timestamp) -> Step {
             &u.old_primary,
             now,
         ));
-        return Step::Persist {
+        return Step::Persist(Persist {
             next,
             notes: vec![Note {
                 severity: Severity::Normal,
@@ -357,25 +347,20 @@ fn next_site(u: &UpdateStatus, f: &Facts<'_>, now: Timestamp) -> Step {
             }],
             count: None,
             again: true,
-        };
+        });
     }
     if old_pending {
         next.phase = UpdatePhase::UpdatingOldPrimary;
         next.site.clone_from(&u.old_primary);
         next.message = format!("updating {}, the old primary", u.old_primary);
-        return Step::Persist {
-            next,
-            notes: Vec::new(),
-            count: None,
-            again: true,
-        };
+        return Step::Persist(Persist::quiet(next, true));
     }
     next.phase = UpdatePhase::Succeeded;
     next.site = String::new();
     next.site_start = None;
     next.completion_time = Some(now);
     next.message = format!("{} sites updated", u.sites_done.len());
-    Step::Persist {
+    Step::Persist(Persist {
         notes: vec![Note {
             severity: Severity::Normal,
             reason: EventReason::OrderedUpdateSucceeded,
@@ -388,7 +373,7 @@ fn next_site(u: &UpdateStatus, f: &Facts<'_>, now: Timestamp) -> Step {
         next,
         count: Some(Count::Succeeded),
         again: false,
-    }
+    })
 }
 
 /// Says what the update asks for now.
@@ -457,19 +442,9 @@ pub fn step(u: Option<&UpdateStatus>, f: &Facts<'_>, now: Timestamp) -> Step {
 /// `step` with `note` recorded before its own notes.
 fn with_first(note: Note, step: Step) -> Step {
     match step {
-        Step::Persist {
-            next,
-            mut notes,
-            count,
-            again,
-        } => {
-            notes.insert(0, note);
-            Step::Persist {
-                next,
-                notes,
-                count,
-                again,
-            }
+        Step::Persist(mut p) => {
+            p.notes.insert(0, note);
+            Step::Persist(p)
         }
         other => other,
     }
@@ -575,12 +550,7 @@ fn switchover_step(u: &UpdateStatus, now: Timestamp) -> Step {
                 "{} is the active site; updating {}, the old primary",
                 sw.target, u.old_primary
             );
-            return Step::Persist {
-                next,
-                notes: Vec::new(),
-                count: None,
-                again: true,
-            };
+            return Step::Persist(Persist::quiet(next, true));
         }
         PlannedFailoverPhase::Failed => {
             return failed(
@@ -616,12 +586,7 @@ fn switchover_step(u: &UpdateStatus, now: Timestamp) -> Step {
         } else {
             format!("switching over from {} to {}", u.old_primary, sw.target)
         };
-        return Step::Persist {
-            next,
-            notes: Vec::new(),
-            count: None,
-            again: !deferred,
-        };
+        return Step::Persist(Persist::quiet(next, !deferred));
     }
     Step::Switchover
 }
@@ -637,12 +602,7 @@ pub fn finish(u: &UpdateStatus, done: Done, now: Timestamp) -> Step {
                 next.phase = UpdatePhase::WaitingForReplica;
             }
             next.message = format!("{} updated; waiting for it to catch up", u.site);
-            Step::Persist {
-                next,
-                notes: Vec::new(),
-                count: None,
-                again: false,
-            }
+            Step::Persist(Persist::quiet(next, false))
         }
         Done::Failed { error } => failed(
             u,

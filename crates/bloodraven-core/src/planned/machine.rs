@@ -41,6 +41,29 @@ pub struct Note {
     pub message: String,
 }
 
+/// A step of a followed operation (an ordered update, a restore-in-place) that persists `next`,
+/// its new status, then records `notes` and counts its end as `count` (for metrics); the
+/// operation steps again at once when `again`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Persist<S, C> {
+    pub next: S,
+    pub notes: Vec<Note>,
+    pub count: Option<C>,
+    pub again: bool,
+}
+
+impl<S, C> Persist<S, C> {
+    /// `next` alone: no note, nothing counted.
+    pub fn quiet(next: S, again: bool) -> Self {
+        Persist {
+            next,
+            notes: Vec::new(),
+            count: None,
+            again,
+        }
+    }
+}
+
 #[allow(clippy::unnecessary_wraps)] // every note of a transition is optional
 fn note(severity: Severity, reason: EventReason, message: String) -> Option<Note> {
     Some(Note {

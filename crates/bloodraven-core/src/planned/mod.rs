@@ -25,6 +25,6 @@ pub use crate::reason::{DeferReason, EventReason, FailureReason};
 pub use crate::status::{Admission, PlannedFailoverPhase, PlannedFailoverStatus};
 pub use admission::{AdmissionInput, Verdict, admit};
 pub use machine::{
-    Count, Done, Facts, FenceVerdict, NewActiveSite, Note, Request, Severity, Step, Transition,
-    Undo, finish, request, step,
+    Count, Done, Facts, FenceVerdict, NewActiveSite, Note, Persist, Request, Severity, Step,
+    Transition, Undo, finish, request, step,
 };

@@ -57,7 +57,7 @@ fn accepted(target: Option<&str>) -> RestoreStatus {
 
 fn persisted(s: Step) -> (RestoreStatus, Vec<Note>) {
     match s {
-        Step::Persist { next, notes, .. } => (next, notes),
+        Step::Persist(Persist { next, notes, .. }) => (next, notes),
         other => panic!("expected a persist, got {other:?}"),
     }
 }

@@ -67,9 +67,9 @@ fn facts<'a>(sites: &'a [SiteView], active: &'a str, gen_: u64, up: &'a [Updatab
 /// The persisted status, the last note recorded with it, and the count.
 fn persisted(s: Step) -> (UpdateStatus, Option<Note>, Option<Count>) {
     match s {
-        Step::Persist {
+        Step::Persist(Persist {
             next, notes, count, ..
-        } => (next, notes.last().cloned(), count),
+        }) => (next, notes.last().cloned(), count),
         other => panic!("expected a persist, got {other:?}"),
     }
 }

@@ -706,18 +706,11 @@ fn received(p: &bloodraven_mysql::Probe) -> Option<bloodraven_core::gtid::GtidSe
     (io.contains(&p.gtid) && !p.gtid.contains(&io)).then_some(io)
 }
 
-/// The operation in a status slot while it runs. `None` when there is none or it ended; then
-/// its executor's `run` is forgotten too (nothing may still run for it).
-fn in_flight<T: Clone, R>(
-    slot: Option<&T>,
-    ended: impl FnOnce(&T) -> bool,
-    run: &mut Option<R>,
-) -> Option<T> {
-    match slot {
-        Some(op) if !ended(op) => Some(op.clone()),
-        _ => {
-            *run = None;
-            None
-        }
+/// The operation in a status slot, `running` when it still runs. `None` when there is none or
+/// it ended; then its executor's `run` is forgotten too (nothing may still run for it).
+fn in_flight<T: Clone, R>(running: Option<&T>, run: &mut Option<R>) -> Option<T> {
+    if running.is_none() {
+        *run = None;
     }
+    running.cloned()
 }

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use bloodraven_core::controller::Effect;
-use bloodraven_core::planned::{Note, Severity};
+use bloodraven_core::planned::{Persist, Severity};
 use bloodraven_core::restore::{self, Done, Facts, Request, Step};
 use bloodraven_core::status::{RestorePhase, RestoreStatus};
 use bloodraven_mysql::clone::{Endpoint, Progress};
@@ -92,11 +92,8 @@ impl<S: Site> Controller<S> {
     pub(super) async fn advance_restore(&mut self) -> Result<bool, ControllerError> {
         let snap = self.rt.snapshot();
         let status = snap.status().clone();
-        let Some(r) = super::in_flight(
-            status.restore_in_place.as_ref(),
-            |r| r.phase.is_terminal(),
-            &mut self.restore_run,
-        ) else {
+        let running = status.restore_in_place.as_ref().filter(|r| r.in_flight());
+        let Some(r) = super::in_flight(running, &mut self.restore_run) else {
             return Ok(false);
         };
         let names = snap.site_names();
@@ -120,8 +117,8 @@ impl<S: Site> Controller<S> {
         );
         match step {
             Step::Idle | Step::Wait => Ok(false),
-            step @ Step::Persist { .. } => {
-                let again = self.persist_step(step).await?;
+            Step::Persist(p) => {
+                let again = self.persist_restore(p).await?;
                 drop(leases);
                 Ok(again)
             }
@@ -365,25 +362,22 @@ impl<S: Site> Controller<S> {
     /// Persists a [`Step::Persist`]: `Ok(again)`. Any other step does nothing here.
     async fn persist_step(&mut self, step: Step) -> Result<bool, ControllerError> {
         match step {
-            Step::Persist {
-                next,
-                notes,
-                count,
-                again,
-            } => {
-                self.persist_restore(next, notes, count).await?;
-                Ok(again)
-            }
+            Step::Persist(p) => self.persist_restore(p).await,
             _ => Ok(false),
         }
     }
 
+    /// Persists the restore's next status, records its notes and counts its end: `Ok(again)`.
     async fn persist_restore(
         &mut self,
-        next: RestoreStatus,
-        notes: Vec<Note>,
-        count: Option<bool>,
-    ) -> Result<(), ControllerError> {
+        p: Persist<RestoreStatus, bool>,
+    ) -> Result<bool, ControllerError> {
+        let Persist {
+            next,
+            notes,
+            count,
+            again,
+        } = p;
         if next.phase.is_terminal() {
             self.restore_run = None;
         }
@@ -404,6 +398,6 @@ impl<S: Site> Controller<S> {
             self.metrics()
                 .restore_ended(self.group(), if ok { "succeeded" } else { "failed" });
         }
-        Ok(())
+        Ok(again)
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bloodraven_core::config::UpdateStrategy;
 use bloodraven_core::contract::annotations::ORDERED_UPDATE;
-use bloodraven_core::planned::{Note, Severity};
+use bloodraven_core::planned::{Note, Persist, Severity};
 use bloodraven_core::update::{self, Busy, Count, Done, Facts, Request, Step, Updatable};
 use bloodraven_mysql::Site;
 use tokio::task::JoinHandle;
@@ -226,11 +226,8 @@ impl<S: Site> Controller<S> {
     pub(super) async fn advance_update(&mut self) -> Result<bool, ControllerError> {
         let status = self.rt.snapshot().status().clone();
         // Ended (by this operator, or one before it): nothing may still run for it.
-        let Some(u) = super::in_flight(
-            status.update_phase.as_ref(),
-            |u| u.phase.is_terminal(),
-            &mut self.update_run,
-        ) else {
+        let running = status.update_phase.as_ref().filter(|u| u.in_flight());
+        let Some(u) = super::in_flight(running, &mut self.update_run) else {
             return Ok(false);
         };
         let views = self.views(&status);
@@ -252,15 +249,7 @@ impl<S: Site> Controller<S> {
         let now = self.rt.now();
         match update::step(Some(&u), &facts, now) {
             Step::Idle | Step::Wait => Ok(false),
-            Step::Persist {
-                next,
-                notes,
-                count,
-                again,
-            } => {
-                self.persist_update(next, notes, count).await?;
-                Ok(again)
-            }
+            Step::Persist(p) => self.persist_update(p).await,
             Step::Update { site, timeout } => {
                 let run = self
                     .update_run
@@ -282,10 +271,8 @@ impl<S: Site> Controller<S> {
                             Err(error) => Done::Failed { error },
                         };
                         match update::finish(&u, done, self.rt.now()) {
-                            Step::Persist {
-                                next, notes, count, ..
-                            } => {
-                                self.persist_update(next, notes, count).await?;
+                            Step::Persist(p) => {
+                                self.persist_update(p).await?;
                                 Ok(true)
                             }
                             _ => Ok(false),
@@ -342,12 +329,17 @@ impl<S: Site> Controller<S> {
         }
     }
 
+    /// Persists the update's next status, records its notes and counts its end: `Ok(again)`.
     async fn persist_update(
         &mut self,
-        next: bloodraven_core::status::UpdateStatus,
-        notes: Vec<Note>,
-        count: Option<Count>,
-    ) -> Result<(), ControllerError> {
+        p: Persist<bloodraven_core::status::UpdateStatus, Count>,
+    ) -> Result<bool, ControllerError> {
+        let Persist {
+            next,
+            notes,
+            count,
+            again,
+        } = p;
         let (phase, site) = (next.phase, next.site.clone());
         if next.phase.is_terminal() {
             self.update_run = None;
@@ -367,7 +359,7 @@ impl<S: Site> Controller<S> {
             };
             self.metrics().ordered_update_ended(self.group(), result);
         }
-        Ok(())
+        Ok(again)
     }
 
     async fn update_note(&self, n: Note) {
