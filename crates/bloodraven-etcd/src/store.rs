@@ -262,13 +262,8 @@ fn plan(
             }
             WriteOp::Replace(obj) => {
                 semantics::validate(obj)?;
-                let current = current_for_swap(
-                    &view,
-                    &key,
-                    &obj.metadata.resource_version,
-                    &k,
-                    &mut compares,
-                )?;
+                let rv = &obj.metadata.resource_version;
+                let current = current_for_swap(&view, &key, rv, &k, &mut compares)?;
                 let mut obj = obj.clone();
                 obj.metadata.resource_version.clear();
                 semantics::on_replace(&mut obj, &current);
@@ -277,13 +272,8 @@ fn plan(
             }
             WriteOp::ReplaceStatus(obj) => {
                 semantics::check_status_write(&key)?;
-                let mut current = current_for_swap(
-                    &view,
-                    &key,
-                    &obj.metadata.resource_version,
-                    &k,
-                    &mut compares,
-                )?;
+                let rv = &obj.metadata.resource_version;
+                let mut current = current_for_swap(&view, &key, rv, &k, &mut compares)?;
                 current.metadata.resource_version.clear();
                 semantics::on_status_write(&mut current, obj);
                 batch.insert(k, Some(current.clone()));

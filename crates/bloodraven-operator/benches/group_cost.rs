@@ -18,6 +18,7 @@ use std::time::Duration;
 use bloodraven_core::config::SiteRole;
 use bloodraven_mysql::launcher::{Launcher, LauncherOptions};
 use bloodraven_operator::local::{LocalOptions, write_files};
+use bloodraven_operator::platform::embedded::EmbeddedPlatform;
 use bloodraven_store::{Durability, SqliteStore};
 use tokio::time::Instant;
 
@@ -141,9 +142,10 @@ async fn measure(groups: usize, idle: Duration) -> Figures {
         )
         .unwrap(),
     );
-    let op = bloodraven_operator::operator::start_with_store(
+    let platform = EmbeddedPlatform::over(&cfg, store.clone());
+    let op = bloodraven_operator::operator::start_on(
         cfg,
-        store.clone(),
+        platform,
         bloodraven_runtime::clock::system(),
         vec![Arc::new(bloodraven_operator::controller::ControllerTask)],
     )

@@ -128,21 +128,10 @@ pub async fn start(
     start_on(cfg, platform, clock, group_tasks).await
 }
 
-/// Starts the operator on the embedded platform over a given store (tests wrap the embedded
-/// store to inject faults).
-pub async fn start_with_store(
-    cfg: LoadedConfig,
-    store: Arc<dyn Store>,
-    clock: SharedClock,
-    group_tasks: Vec<Arc<dyn GroupTask>>,
-) -> Result<OperatorHandle, StartError> {
-    let platform = Arc::new(crate::platform::embedded::EmbeddedPlatform::with_store(
-        &cfg, store,
-    ));
-    start_on(cfg, platform, clock, group_tasks).await
-}
-
-/// Starts the operator on `platform`.
+/// Starts the operator on `platform` (tests pass [`EmbeddedPlatform::over`] a store that
+/// injects faults).
+///
+/// [`EmbeddedPlatform::over`]: crate::platform::embedded::EmbeddedPlatform::over
 pub async fn start_on(
     cfg: LoadedConfig,
     platform: Arc<dyn Platform>,

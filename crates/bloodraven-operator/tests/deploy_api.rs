@@ -961,19 +961,10 @@ async fn a_hold_asked_for_during_admission_is_refused_not_granted() {
     // Admission persists its verdict, then lets go.
     let now = f.env.clock.now();
     rt.update_status(|s| {
-        s.planned_failover = Some(PlannedFailoverStatus {
-            phase: PlannedFailoverPhase::Draining,
-            target: "pdx".into(),
-            source: "iad".into(),
-            start_time: Some(now),
-            completion_time: None,
-            duration_seconds: None,
-            transactions_lost: None,
-            reason: None,
-            message: String::new(),
-            admission: bloodraven_core::status::Admission::default(),
-            source_gtid_executed: String::new(),
-        });
+        s.planned_failover = Some(
+            PlannedFailoverStatus::requested("pdx", "iad", now)
+                .in_phase(PlannedFailoverPhase::Draining),
+        );
     })
     .await
     .unwrap();

@@ -12,6 +12,7 @@ use bloodraven_core::time::Clock as _;
 use bloodraven_deploy::lease::{
     AuthorityLost, HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig,
 };
+use bloodraven_operator::platform::embedded::EmbeddedPlatform;
 use bloodraven_testkit::faults::{Fault, Faults, When};
 use support::{Env, GROUP};
 
@@ -129,9 +130,11 @@ async fn a_renewal_during_a_new_leaders_load_gets_503_and_the_session_keeps_its_
     gate.send_replace(true);
     let faults = Faults::new();
     faults.on(When::list(bloodraven_core::resources::KIND_GROUP), held);
-    let second = bloodraven_operator::operator::start_with_store(
-        env.config(),
-        faults.over(Arc::new(env.open_store())),
+    let cfg = env.config();
+    let platform = EmbeddedPlatform::over(&cfg, faults.over(Arc::new(env.open_store())));
+    let second = bloodraven_operator::operator::start_on(
+        cfg,
+        platform,
         Arc::new(env.clock.clone()),
         Vec::new(),
     )

@@ -55,7 +55,11 @@ impl EmbeddedPlatform {
 
     /// The embedded platform over a given store (tests wrap the SQLite store to inject
     /// faults; the store must outlive nothing else).
-    pub fn with_store(cfg: &LoadedConfig, store: Arc<dyn Store>) -> Self {
+    pub fn over(cfg: &LoadedConfig, store: Arc<dyn Store>) -> Arc<dyn Platform> {
+        Arc::new(Self::with_store(cfg, store))
+    }
+
+    fn with_store(cfg: &LoadedConfig, store: Arc<dyn Store>) -> Self {
         EmbeddedPlatform {
             store,
             data_dir: cfg.settings.data_dir.clone(),

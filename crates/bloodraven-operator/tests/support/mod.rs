@@ -18,6 +18,7 @@ use bloodraven_operator::auth::{self, SigningKey};
 use bloodraven_operator::config;
 use bloodraven_operator::group::GroupRuntime;
 use bloodraven_operator::operator::{self, OperatorHandle};
+use bloodraven_operator::platform::embedded::EmbeddedPlatform;
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_store::{Durability, SqliteStore, Store};
 use bloodraven_testkit::faults::{Fault, Faults, When};
@@ -83,7 +84,9 @@ impl Env {
 
     pub async fn start_with_store(&self, store: Arc<dyn Store>) -> OperatorHandle {
         let clock = Arc::new(self.clock.clone());
-        let started = operator::start_with_store(self.config(), store, clock, Vec::new());
+        let cfg = self.config();
+        let platform = EmbeddedPlatform::over(&cfg, store);
+        let started = operator::start_on(cfg, platform, clock, Vec::new());
         leading(started, 10).await
     }
 
@@ -463,9 +466,11 @@ impl Live {
     /// has bootstrapped the group onto iad with every replica replicating.
     pub async fn bootstrapped_under(&self, faults: &Arc<Faults>) -> OperatorHandle {
         let store = SqliteStore::open(&self.store_path(), Durability::Full).unwrap();
-        let started = operator::start_with_store(
-            self.config(),
-            faults.over(Arc::new(store)),
+        let cfg = self.config();
+        let platform = EmbeddedPlatform::over(&cfg, faults.over(Arc::new(store)));
+        let started = operator::start_on(
+            cfg,
+            platform,
             bloodraven_runtime::clock::system(),
             controller(),
         );
