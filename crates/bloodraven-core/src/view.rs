@@ -151,24 +151,28 @@ pub struct ReplicaView {
 }
 
 impl SiteView {
-    /// A primary candidate on `127.0.0.1:3300+index` that answered this poll in `state` at
-    /// MariaDB position `gtid`, not replicating: the starting point of decision tables.
-    #[cfg(test)]
-    pub(crate) fn answered(name: &str, index: usize, state: SiteState, gtid: &str) -> SiteView {
+    /// `name` at `host:port`, the `index`-th site of its group, debounced to `state`, with
+    /// nothing else known: it did not answer this poll, no position, no replication, not
+    /// blocked or recloned, no sidecar report.
+    pub fn new(
+        name: &str,
+        role: SiteRole,
+        index: usize,
+        (host, port): (&str, u16),
+        state: SiteState,
+    ) -> SiteView {
         SiteView {
             name: name.into(),
-            role: SiteRole::PrimaryCandidate,
+            role,
             priority: 0,
             index,
-            host: "127.0.0.1".into(),
-            port: 3300 + u16::try_from(index).expect("a small index"),
+            host: host.into(),
+            port,
             state,
-            gtid: Some(
-                GtidSet::parse(crate::gtid::GtidFlavor::MariaDb, gtid).expect("a MariaDB GTID"),
-            ),
+            gtid: None,
             replica: None,
-            answered: true,
-            writable_now: state == SiteState::Writable,
+            answered: false,
+            writable_now: false,
             recovery_blocked: false,
             recloning: false,
             reclone_failed: false,
@@ -176,6 +180,27 @@ impl SiteView {
             semi_sync: None,
             sidecar_timings: None,
             repointed: None,
+        }
+    }
+
+    /// A primary candidate on `127.0.0.1:3300+index` that answered this poll in `state` at
+    /// MariaDB position `gtid`, not replicating: the starting point of decision tables.
+    #[cfg(test)]
+    pub(crate) fn answered(name: &str, index: usize, state: SiteState, gtid: &str) -> SiteView {
+        let port = 3300 + u16::try_from(index).expect("a small index");
+        SiteView {
+            gtid: Some(
+                GtidSet::parse(crate::gtid::GtidFlavor::MariaDb, gtid).expect("a MariaDB GTID"),
+            ),
+            answered: true,
+            writable_now: state == SiteState::Writable,
+            ..SiteView::new(
+                name,
+                SiteRole::PrimaryCandidate,
+                index,
+                ("127.0.0.1", port),
+                state,
+            )
         }
     }
 

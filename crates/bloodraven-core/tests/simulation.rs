@@ -293,25 +293,16 @@ impl World {
         self.sites
             .iter()
             .enumerate()
-            .map(|(i, s)| SiteView {
-                name: s.name.clone(),
-                role: s.role,
-                priority: 0,
-                index: i,
-                host: "h".into(),
-                port: u16::try_from(i).unwrap(),
-                state: self.trackers[i].state,
-                gtid: self.last_probe[i].as_ref().map(|p| p.0.clone()),
-                replica: self.last_probe[i].as_ref().and_then(|p| p.1.clone()),
-                answered: self.answered[i],
-                writable_now: self.answered[i] && self.probed_writable[i],
-                recovery_blocked: self.status.blocked.contains(&s.name),
-                recloning: false,
-                reclone_failed: false,
-                received: None,
-                semi_sync: None,
-                sidecar_timings: None,
-                repointed: None,
+            .map(|(i, s)| {
+                let port = u16::try_from(i).unwrap();
+                SiteView {
+                    gtid: self.last_probe[i].as_ref().map(|p| p.0.clone()),
+                    replica: self.last_probe[i].as_ref().and_then(|p| p.1.clone()),
+                    answered: self.answered[i],
+                    writable_now: self.answered[i] && self.probed_writable[i],
+                    recovery_blocked: self.status.blocked.contains(&s.name),
+                    ..SiteView::new(&s.name, s.role, i, ("h", port), self.trackers[i].state)
+                }
             })
             .collect()
     }

@@ -3,43 +3,38 @@
 //! operator's own validation, which must agree.
 
 use bloodraven_core::config::{
-    CredentialsRef, FailoverGroupSpec, MysqlEndpointSpec, SidecarEndpointSpec, SidecarSpec,
-    SiteRole, SiteSpec, SplitBrainPolicy, validate_group,
+    FailoverGroupSpec, SidecarSpec, SiteRole, SiteSpec, SplitBrainPolicy, validate_group,
 };
 use bloodraven_kube::crd::{self, MysqlDatabase, MysqlFailoverGroup};
 use kube::core::CustomResourceExt;
 use kube::core::cel::{ScopeContext, WarningKind, analyze_rule, compile_schema};
-use serde_json::Value;
+use serde_json::{Value, json};
 
+/// A site as a manifest writes it: its server and sidecar behind the namespace's Services,
+/// credentials from one Secret.
 fn site(name: &str, role: SiteRole) -> SiteSpec {
-    SiteSpec {
-        name: name.into(),
-        role,
-        mysql: MysqlEndpointSpec {
-            host: format!("mysql-{name}.db.svc"),
-            port: 3306,
-            credentials: CredentialsRef {
-                secret_name: Some("mysql-control".into()),
-                file: None,
-            },
+    serde_json::from_value(json!({
+        "name": name,
+        "role": role,
+        "mysql": {
+            "host": format!("mysql-{name}.db.svc"),
+            "port": 3306,
+            "credentials": {"secretName": "mysql-control"},
         },
-        sidecar: SidecarEndpointSpec {
-            url: format!("http://mysql-{name}.db.svc:8080"),
-        },
-        priority: None,
-        update: None,
-        selector: None,
-        workload: None,
-    }
+        "sidecar": {"url": format!("http://mysql-{name}.db.svc:8080")},
+    }))
+    .expect("a valid site")
 }
 
+/// Two primary candidates and a reader.
 fn spec() -> FailoverGroupSpec {
+    let sites = [
+        ("iad", SiteRole::PrimaryCandidate),
+        ("pdx", SiteRole::PrimaryCandidate),
+        ("reader", SiteRole::ReadOnly),
+    ];
     FailoverGroupSpec {
-        sites: vec![
-            site("iad", SiteRole::PrimaryCandidate),
-            site("pdx", SiteRole::PrimaryCandidate),
-            site("reader", SiteRole::ReadOnly),
-        ],
+        sites: sites.iter().map(|&(n, r)| site(n, r)).collect(),
         ..FailoverGroupSpec::default()
     }
 }
@@ -118,7 +113,7 @@ fn every_string_and_list_is_bounded() {
     );
     assert_eq!(
         g["properties"]["spec"]["properties"]["sites"]["x-kubernetes-list-map-keys"],
-        serde_json::json!(["name"])
+        json!(["name"])
     );
     let site = &g["properties"]["spec"]["properties"]["sites"]["items"]["properties"];
     assert_eq!(site["name"]["maxLength"], 63);

@@ -13,7 +13,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 use support::{
-    FakeParty, Mode, at, free_port, local, msg, records, reported_fenced, start_sidecar, status,
+    FakeParty, Mode, at, free_port, local, msg, records, reported_fenced, sidecar_for, status,
     view, wait_until,
 };
 use tokio::time::{Instant, sleep};
@@ -55,7 +55,9 @@ async fn a_primary_whose_operator_and_peers_go_silent_is_read_only_within_the_le
     let pdx = FakeParty::start(Some(view(site, 1, at(0)))).await;
     let reader = FakeParty::start(None).await;
     let peers = vec![pdx.url.clone(), reader.url.clone()];
-    let sidecar = start_sidecar(&h, 0, site, &op.url, &peers, local(0)).await;
+    let sidecar = sidecar_for(&h, 0, site, &op.url, &peers, local(0))
+        .start()
+        .await;
     assert!(sidecar.safety_net.cleared());
     // Everyone answers: longer than the lease, still writable.
     sleep(LEASE + TICK).await;
@@ -129,7 +131,9 @@ async fn rule_one_fences_kills_application_sessions_spares_replication_and_rearm
     let (site, other) = ("fx-r1a", "fx-r1b");
     let h = group(&[site, other]).await;
     let op = FakeParty::start(Some(view(site, 1, at(0)))).await;
-    let sidecar = start_sidecar(&h, 0, site, &op.url, &[], local(0)).await;
+    let sidecar = sidecar_for(&h, 0, site, &op.url, &[], local(0))
+        .start()
+        .await;
     assert!(sidecar.safety_net.cleared());
     let mut app = Conn::new(h.app_opts(0)).await.unwrap();
     app.query_drop("INSERT INTO app.writes (id, site) VALUES (1, 'before')")
@@ -218,7 +222,9 @@ async fn a_fence_blocked_by_an_open_transaction_resolves() {
     let site = "fx-block";
     let h = group(&[site]).await;
     let op = FakeParty::start(Some(view(site, 1, at(0)))).await;
-    let sidecar = start_sidecar(&h, 0, site, &op.url, &[], local(0)).await;
+    let sidecar = sidecar_for(&h, 0, site, &op.url, &[], local(0))
+        .start()
+        .await;
     assert!(sidecar.safety_net.cleared());
     // An idle open transaction with an uncommitted write …
     let mut idle = Conn::new(h.app_opts(0)).await.unwrap();
@@ -290,7 +296,7 @@ async fn a_stale_primary_learns_from_a_real_peer_and_fences() {
         format!("http://127.0.0.1:{port_a}"),
         format!("http://127.0.0.1:{port_b}"),
     );
-    let sidecar_b = start_sidecar(
+    let sidecar_b = sidecar_for(
         &h,
         1,
         b,
@@ -298,8 +304,9 @@ async fn a_stale_primary_learns_from_a_real_peer_and_fences() {
         std::slice::from_ref(&url_a),
         local(port_b),
     )
+    .start()
     .await;
-    let sidecar_a = start_sidecar(
+    let sidecar_a = sidecar_for(
         &h,
         0,
         a,
@@ -307,6 +314,7 @@ async fn a_stale_primary_learns_from_a_real_peer_and_fences() {
         std::slice::from_ref(&url_b),
         local(port_a),
     )
+    .start()
     .await;
     assert!(sidecar_a.safety_net.cleared());
     assert!(!sidecar_b.safety_net.cleared(), "b is a standby");
@@ -364,8 +372,10 @@ async fn a_restarted_server_is_fenced_as_soon_as_it_accepts_connections() {
     let op = FakeParty::start(Some(view(b, 2, at(0)))).await;
     let slow =
         bloodraven_sidecar::config::Timing::new(Duration::from_secs(24), Duration::from_secs(8));
-    let sidecar =
-        support::start_sidecar_with(&h, 0, a, &op.url, &[], local(free_port()), slow).await;
+    let sidecar = support::sidecar_for(&h, 0, a, &op.url, &[], local(free_port()))
+        .timing(slow)
+        .start()
+        .await;
     assert!(!sidecar.safety_net.cleared(), "a is a standby");
     // The server dies; the sidecar's next tick finds it unreachable.
     h.kill(0).unwrap();
@@ -410,15 +420,16 @@ async fn an_announced_view_fences_the_old_primary_at_once_through_the_watch() {
     let pdx = FakeParty::start(Some(view(site, 1, at(0)))).await;
     let tick = Duration::from_secs(10);
     let timing = bloodraven_sidecar::config::Timing::new(tick * 3, tick);
-    let sidecar = support::start_sidecar_with(
+    let sidecar = support::sidecar_for(
         &h,
         0,
         site,
         &op.url,
         std::slice::from_ref(&pdx.url),
         local(free_port()),
-        timing,
     )
+    .timing(timing)
+    .start()
     .await;
     // Past the first tick (and the watch's first answer), well before the second.
     sleep(Duration::from_secs(1)).await;

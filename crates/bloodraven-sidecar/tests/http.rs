@@ -11,7 +11,7 @@ use bloodraven_core::wire::ActiveSite;
 use bloodraven_mysql::launcher::Launcher;
 use reqwest::StatusCode;
 use serde_json::Value;
-use support::{FakeParty, at, start_sidecar, view, wait_until};
+use support::{FakeParty, at, sidecar_for, view, wait_until};
 
 async fn get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
     let r = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
@@ -25,7 +25,7 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
     let mut h = Launcher::start_group(&[site, "http-pdx"]).await.unwrap();
     let op = FakeParty::start(Some(view(site, 5, at(0)))).await;
     let peer = FakeParty::start(None).await;
-    let sidecar = start_sidecar(
+    let sidecar = sidecar_for(
         &h,
         0,
         site,
@@ -33,6 +33,7 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
         std::slice::from_ref(&peer.url),
         "127.0.0.1:0".parse().unwrap(),
     )
+    .start()
     .await;
     let addr = sidecar.addr;
     let password = h.accounts().failover.password.expose().to_string();
@@ -121,7 +122,7 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
     assert!(!text.contains(&password));
 
     // The replica's sidecar reports its replication state.
-    let replica = start_sidecar(
+    let replica = sidecar_for(
         &h,
         1,
         "http-pdx",
@@ -129,6 +130,7 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
         &[],
         "127.0.0.1:0".parse().unwrap(),
     )
+    .start()
     .await;
     assert!(!replica.safety_net.cleared(), "a standby stays fenced");
     let (_, body) = get(replica.addr, "/status").await;
@@ -174,8 +176,8 @@ async fn the_routing_checks_follow_the_view_and_the_servers() {
         .unwrap();
     let op = FakeParty::start(Some(view(a, 3, at(0)))).await;
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let primary = start_sidecar(&h, 0, a, &op.url, &[], listen).await;
-    let replica = start_sidecar(&h, 1, b, &op.url, &[], listen).await;
+    let primary = sidecar_for(&h, 0, a, &op.url, &[], listen).start().await;
+    let replica = sidecar_for(&h, 1, b, &op.url, &[], listen).start().await;
     for s in [&primary, &replica] {
         wait_until(Duration::from_secs(10), || async {
             s.shared().lock().ticks >= 1

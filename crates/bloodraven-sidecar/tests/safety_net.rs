@@ -13,7 +13,7 @@ use bloodraven_sidecar::safety_net::SafetyNetOutcome;
 use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use support::{FakeParty, Mode, at, free_port, records, start_sidecar, start_sidecar_with, view};
+use support::{FakeParty, Mode, at, free_port, records, sidecar_for, view};
 use tokio::time::sleep;
 
 async fn server(name: &str) -> Launcher {
@@ -49,7 +49,9 @@ fn local(port: u16) -> SocketAddr {
 async fn assert_stays_fenced(site: &str, operator: &str, line: &str) -> SafetyNetOutcome {
     let logs = bloodraven_runtime::logging::capture();
     let h = server(site).await;
-    let sidecar = start_sidecar(&h, 0, site, operator, &[], local(0)).await;
+    let sidecar = sidecar_for(&h, 0, site, operator, &[], local(0))
+        .start()
+        .await;
     let outcome = sidecar.safety_net.clone();
     assert!(!outcome.cleared(), "{outcome:?}");
     assert!(h.admin(0).unwrap().is_fenced().await.unwrap());
@@ -133,8 +135,12 @@ async fn this_site_clears_the_fence_but_only_after_fencing_and_before_listening(
     // A 4 s tick gives the held question a 2 s timeout: time for the checks below.
     let timing =
         bloodraven_sidecar::config::Timing::new(Duration::from_secs(12), Duration::from_secs(4));
-    let start =
-        async move { start_sidecar_with(hh, 0, site, &op_url, &[], local(port), timing).await };
+    let start = async move {
+        sidecar_for(hh, 0, site, &op_url, &[], local(port))
+            .timing(timing)
+            .start()
+            .await
+    };
     let check = async {
         // The question is asked only after the fence is in place …
         support::wait_until(Duration::from_secs(20), || async {

@@ -16,8 +16,7 @@ use bloodraven_runtime::topology::{SigningKey, Verifier};
 use bloodraven_sidecar::trust::Trust;
 use serde_json::Value;
 use support::{
-    FakeParty, Mode, at, free_port, local, msg, records, start_sidecar_trusting, status,
-    test_timing, view, wait_until,
+    FakeParty, Mode, at, free_port, local, msg, records, sidecar_for, status, view, wait_until,
 };
 use tokio::time::sleep;
 
@@ -91,16 +90,16 @@ async fn forged_relayed_views_are_refused_and_a_genuine_one_fences() {
     let peer = FakeParty::start(None).await;
     let port = free_port();
     let trust = k.trust(false);
-    let sidecar = start_sidecar_trusting(
+    let sidecar = sidecar_for(
         &h,
         0,
         site,
         &op.url,
         std::slice::from_ref(&peer.url),
         local(port),
-        test_timing(),
-        trust,
     )
+    .trust(trust)
+    .start()
     .await;
     assert!(sidecar.safety_net.cleared(), "{:?}", sidecar.safety_net);
     // The spec's timings, from the verified view, replace the flags' (3 s lease).
@@ -171,34 +170,19 @@ async fn pinned_timings_win_and_a_sidecar_without_a_key_says_so() {
     let h = Launcher::start_group(&["sg-p", "sg-q"]).await.unwrap();
     let k = keys();
     let op = FakeParty::start(Some(signed(&k.operator, "sg-p", 1, at(0)))).await;
-    let pinned = start_sidecar_trusting(
-        &h,
-        0,
-        "sg-p",
-        &op.url,
-        &[],
-        local(free_port()),
-        test_timing(),
-        k.trust(true),
-    )
-    .await;
+    let pinned = sidecar_for(&h, 0, "sg-p", &op.url, &[], local(free_port()))
+        .trust(k.trust(true))
+        .start()
+        .await;
     assert!(pinned.safety_net.cleared());
     let s = status(pinned.addr).await;
     assert_eq!(s["lease_timeout"], "3s", "{s}");
     assert_eq!(s["timings_source"], "pinned", "{s}");
     assert_eq!(s["signedTopology"], true, "{s}");
     // Without a key: views are adopted unsigned, the flags' timings apply, status says so.
-    let open = start_sidecar_trusting(
-        &h,
-        1,
-        "sg-q",
-        &op.url,
-        &[],
-        local(free_port()),
-        test_timing(),
-        Trust::default(),
-    )
-    .await;
+    let open = sidecar_for(&h, 1, "sg-q", &op.url, &[], local(free_port()))
+        .start()
+        .await;
     let s = status(open.addr).await;
     assert_eq!(s["signedTopology"], false, "{s}");
     assert_eq!(s["timings_source"], "flags", "{s}");
@@ -215,17 +199,10 @@ async fn the_safety_net_does_not_trust_an_answer_signed_by_another_key() {
     let h = Launcher::start_group(&["sg-s"]).await.unwrap();
     let k = keys();
     let op = FakeParty::start(Some(signed(&k.stranger, "sg-s", 1, at(0)))).await;
-    let sidecar = start_sidecar_trusting(
-        &h,
-        0,
-        "sg-s",
-        &op.url,
-        &[],
-        local(free_port()),
-        test_timing(),
-        k.trust(false),
-    )
-    .await;
+    let sidecar = sidecar_for(&h, 0, "sg-s", &op.url, &[], local(free_port()))
+        .trust(k.trust(false))
+        .start()
+        .await;
     assert!(!sidecar.safety_net.cleared(), "{:?}", sidecar.safety_net);
     assert!(h.admin(0).unwrap().is_fenced().await.unwrap());
     let lines: Vec<String> = captured

@@ -384,68 +384,67 @@ pub fn sidecar_client(h: &Launcher, i: usize, site: &str, timing: Timing) -> Sit
     )
 }
 
-/// Starts a real sidecar for harness server `i` as `site`, talking to `operator` and `peers`
-/// over HTTP, listening on `listen`.
-pub async fn start_sidecar(
-    h: &Launcher,
+/// A real sidecar for harness server `i` as `site`, talking to `operator` and `peers` over
+/// HTTP, listening on `listen`: with the test timings and no signed topology unless
+/// [`SidecarStart::timing`] and [`SidecarStart::trust`] say otherwise.
+pub fn sidecar_for<'a>(
+    h: &'a Launcher,
     i: usize,
-    site: &str,
-    operator: &str,
-    peers: &[String],
+    site: &'a str,
+    operator: &'a str,
+    peers: &'a [String],
     listen: SocketAddr,
-) -> Sidecar {
-    start_sidecar_with(h, i, site, operator, peers, listen, test_timing()).await
-}
-
-/// [`start_sidecar`] with other timings.
-pub async fn start_sidecar_with(
-    h: &Launcher,
-    i: usize,
-    site: &str,
-    operator: &str,
-    peers: &[String],
-    listen: SocketAddr,
-    timing: Timing,
-) -> Sidecar {
-    start_sidecar_trusting(
-        h,
-        i,
-        site,
-        operator,
-        peers,
+) -> SidecarStart<'a> {
+    SidecarStart {
+        server: (h, i, site),
+        parties: (operator, peers),
         listen,
-        timing,
-        bloodraven_sidecar::trust::Trust::default(),
-    )
-    .await
+        timing: test_timing(),
+        trust: bloodraven_sidecar::trust::Trust::default(),
+    }
 }
 
-/// [`start_sidecar_with`] with trust settings (signed topology).
-#[allow(clippy::too_many_arguments)]
-pub async fn start_sidecar_trusting(
-    h: &Launcher,
-    i: usize,
-    site: &str,
-    operator: &str,
-    peers: &[String],
+/// What [`sidecar_for`] starts.
+pub struct SidecarStart<'a> {
+    /// The harness, the server's index in it, and the site it is.
+    server: (&'a Launcher, usize, &'a str),
+    /// The operator's and the peers' URLs.
+    parties: (&'a str, &'a [String]),
     listen: SocketAddr,
     timing: Timing,
     trust: bloodraven_sidecar::trust::Trust,
-) -> Sidecar {
-    let id = identity(site);
-    let contacts =
-        HttpContacts::new(&id, &[operator.to_string()], peers, timing.request_timeout).unwrap();
-    Sidecar::start(
-        id,
-        Arc::new(contacts),
-        Arc::new(sidecar_client(h, i, site, timing)),
-        timing,
-        trust,
-        listen,
-        bloodraven_runtime::clock::system(),
-    )
-    .await
-    .expect("sidecar starts")
+}
+
+impl SidecarStart<'_> {
+    /// Other timings than the test timings.
+    pub fn timing(mut self, timing: Timing) -> Self {
+        self.timing = timing;
+        self
+    }
+
+    /// Trust settings (signed topology).
+    pub fn trust(mut self, trust: bloodraven_sidecar::trust::Trust) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    pub async fn start(self) -> Sidecar {
+        let ((h, i, site), (operator, peers)) = (self.server, self.parties);
+        let (id, timing) = (identity(site), self.timing);
+        let operator = [operator.to_string()];
+        let contacts = HttpContacts::new(&id, &operator, peers, timing.request_timeout).unwrap();
+        Sidecar::start(
+            id,
+            Arc::new(contacts),
+            Arc::new(sidecar_client(h, i, site, timing)),
+            timing,
+            self.trust,
+            self.listen,
+            bloodraven_runtime::clock::system(),
+        )
+        .await
+        .expect("sidecar starts")
+    }
 }
 
 /// Polls `cond` every 20 ms until it holds or `limit` passes; returns how long it took.
