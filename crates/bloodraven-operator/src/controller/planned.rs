@@ -475,7 +475,8 @@ impl<S: Site> Controller<S> {
         Ok(())
     }
 
-    async fn note(&self, n: Note) {
+    /// Records `n` as an event on the group (every operation's notes).
+    pub(super) async fn note(&self, n: Note) {
         let t = match n.severity {
             Severity::Normal => EventType::Normal,
             Severity::Warning => EventType::Warning,

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use bloodraven_core::controller::Effect;
-use bloodraven_core::planned::{Persist, Severity};
+use bloodraven_core::planned::Persist;
 use bloodraven_core::restore::{self, Done, Facts, Request, Step};
 use bloodraven_core::status::{RestorePhase, RestoreStatus};
 use bloodraven_mysql::clone::{Endpoint, Progress};
@@ -372,32 +372,22 @@ impl<S: Site> Controller<S> {
         &mut self,
         p: Persist<RestoreStatus, bool>,
     ) -> Result<bool, ControllerError> {
-        let Persist {
-            next,
-            notes,
-            count,
-            again,
-        } = p;
+        let next = &p.next;
         if next.phase.is_terminal() {
             self.restore_run = None;
         }
-        let (phase, message) = (next.phase, next.message.clone());
         self.persist_status("the restore-in-place phase", |s| {
             s.restore_in_place = Some(next.clone());
         })
         .await?;
-        tracing::info!(group = %self.group(), phase = phase.as_str(), message = %message, "restore-in-place: phase");
-        for n in notes {
-            let t = match n.severity {
-                Severity::Normal => EventType::Normal,
-                Severity::Warning => EventType::Warning,
-            };
-            self.event(t, n.reason, &n.message).await;
+        tracing::info!(group = %self.group(), phase = next.phase.as_str(), message = %next.message, "restore-in-place: phase");
+        for n in p.notes {
+            self.note(n).await;
         }
-        if let Some(ok) = count {
+        if let Some(ok) = p.count {
             self.metrics()
                 .restore_ended(self.group(), if ok { "succeeded" } else { "failed" });
         }
-        Ok(again)
+        Ok(p.again)
     }
 }

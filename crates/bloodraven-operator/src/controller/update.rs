@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bloodraven_core::config::UpdateStrategy;
 use bloodraven_core::contract::annotations::ORDERED_UPDATE;
-use bloodraven_core::planned::{Note, Persist, Severity};
+use bloodraven_core::planned::Persist;
 use bloodraven_core::update::{self, Busy, Count, Done, Facts, Request, Step, Updatable};
 use bloodraven_mysql::Site;
 use tokio::task::JoinHandle;
@@ -28,7 +28,6 @@ use tokio::time::Instant;
 
 use super::planned::{MAX_STEPS_PER_POLL, Slot, Stepped};
 use super::{Controller, ControllerError};
-use crate::events::EventType;
 
 /// A site's update in flight: its task (aborted, and its command killed, when this is
 /// dropped).
@@ -158,7 +157,7 @@ impl<S: Site> Controller<S> {
             }
             Request::Reject(note) => {
                 tracing::warn!(group = %self.group(), request = %id, "{}", note.message);
-                self.update_note(note).await;
+                self.note(note).await;
             }
         }
         Ok(())
@@ -334,13 +333,7 @@ impl<S: Site> Controller<S> {
         &mut self,
         p: Persist<bloodraven_core::status::UpdateStatus, Count>,
     ) -> Result<bool, ControllerError> {
-        let Persist {
-            next,
-            notes,
-            count,
-            again,
-        } = p;
-        let (phase, site) = (next.phase, next.site.clone());
+        let next = &p.next;
         if next.phase.is_terminal() {
             self.update_run = None;
         }
@@ -348,25 +341,17 @@ impl<S: Site> Controller<S> {
             s.update_phase = Some(next.clone());
         })
         .await?;
-        tracing::info!(group = %self.group(), phase = phase.as_str(), site = %site, message = %next.message, "ordered update: phase");
-        for n in notes {
-            self.update_note(n).await;
+        tracing::info!(group = %self.group(), phase = next.phase.as_str(), site = %next.site, message = %next.message, "ordered update: phase");
+        for n in p.notes {
+            self.note(n).await;
         }
-        if let Some(c) = count {
+        if let Some(c) = p.count {
             let result = match c {
                 Count::Succeeded => "succeeded",
                 Count::Failed => "failed",
             };
             self.metrics().ordered_update_ended(self.group(), result);
         }
-        Ok(again)
-    }
-
-    async fn update_note(&self, n: Note) {
-        let t = match n.severity {
-            Severity::Normal => EventType::Normal,
-            Severity::Warning => EventType::Warning,
-        };
-        self.event(t, n.reason, &n.message).await;
+        Ok(p.again)
     }
 }
