@@ -503,6 +503,19 @@ impl GroupStatus {
         self.sites.iter().find(|s| s.name == name)
     }
 
+    /// `name`'s entry, added empty when the status has none yet (a site no poll has reported).
+    pub fn site_mut(&mut self, name: &str) -> &mut SiteStatus {
+        let i = self.sites.iter().position(|s| s.name == name);
+        let i = i.unwrap_or_else(|| {
+            self.sites.push(SiteStatus {
+                name: name.to_string(),
+                ..SiteStatus::default()
+            });
+            self.sites.len() - 1
+        });
+        &mut self.sites[i]
+    }
+
     /// The status without the fields that move on every poll of a healthy group — `observedAt`
     /// and each site's `lastSeen`, `gtidExecuted` and `secondsBehindSource`. Two statuses
     /// whose lasting parts are equal say the same thing about the group; the operator
@@ -741,6 +754,20 @@ mod tests {
             observed_at: Some(Timestamp::from_unix_seconds(at)),
             ..GroupStatus::default()
         }
+    }
+
+    #[test]
+    fn site_mut_finds_a_site_or_adds_it_once() {
+        let mut g = status(0, vec![site("iad", 0, "0-1-1", None)]);
+        g.site_mut("iad").gtid_executed = "0-1-2".into();
+        assert_eq!(g.sites.len(), 1);
+        assert_eq!(g.site("iad").unwrap().gtid_executed, "0-1-2");
+        g.site_mut("pdx").replicating = true;
+        g.site_mut("pdx").seconds_behind_source = Some(1);
+        assert_eq!(g.sites.len(), 2, "pdx added once");
+        let pdx = g.site("pdx").unwrap();
+        assert!(pdx.replicating && pdx.seconds_behind_source == Some(1));
+        assert_eq!(pdx.state, SiteStatus::default().state, "the rest empty");
     }
 
     #[test]

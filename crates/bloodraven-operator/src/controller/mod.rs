@@ -305,23 +305,21 @@ impl<S: Site> Controller<S> {
                 }
             }
         }
-        let replication = match &self.rt.config.replication_credentials {
-            None => Err(CredentialsUnavailable::NotConfigured),
-            Some(r) => crate::secrets::credentials(r, &namespace, &*secrets)
-                .await
-                .map_err(CredentialsUnavailable::Read),
-        };
-        if replication.is_ok() || self.replication.is_err() {
-            self.replication = replication;
-        }
-        let clone_credentials = match &self.rt.config.clone_credentials {
-            None => Err(CredentialsUnavailable::NotConfigured),
-            Some(r) => crate::secrets::credentials(r, &namespace, &*secrets)
-                .await
-                .map_err(CredentialsUnavailable::Read),
-        };
-        if clone_credentials.is_ok() || self.clone_credentials.is_err() {
-            self.clone_credentials = clone_credentials;
+        // The group's own accounts: a failed read keeps the credentials read before.
+        let group_accounts = [
+            (&self.rt.config.replication_credentials, &mut self.replication),
+            (&self.rt.config.clone_credentials, &mut self.clone_credentials),
+        ];
+        for (configured, held) in group_accounts {
+            let read = match configured {
+                None => Err(CredentialsUnavailable::NotConfigured),
+                Some(r) => crate::secrets::credentials(r, &namespace, &*secrets)
+                    .await
+                    .map_err(CredentialsUnavailable::Read),
+            };
+            if read.is_ok() || held.is_err() {
+                *held = read;
+            }
         }
     }
 

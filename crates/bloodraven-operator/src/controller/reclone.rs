@@ -197,23 +197,10 @@ impl<S: Site> Controller<S> {
         });
         if let Ok(Some((site, confirm))) = &verdict {
             let accepted = reclone::accepted(status, confirm);
-            self.rt
-                .update_status(|st| {
-                    if let Some(s) = st.sites.iter_mut().find(|s| &s.name == site) {
-                        s.reclone = Some(accepted.clone());
-                    } else {
-                        st.sites.push(bloodraven_core::status::SiteStatus {
-                            name: site.clone(),
-                            reclone: Some(accepted.clone()),
-                            ..Default::default()
-                        });
-                    }
-                })
-                .await
-                .map_err(|e| ControllerError::Persist {
-                    what: "the reclone request",
-                    source: e,
-                })?;
+            self.persist_status("the reclone request", |st| {
+                st.site_mut(site).reclone = Some(accepted.clone());
+            })
+            .await?;
         }
         self.consume_annotation(RECLONE_SITE, "the consumed reclone annotation")
             .await?;

@@ -152,23 +152,10 @@ impl<S: Site> Controller<S> {
             }
             Step::Reclone { site } => {
                 let rc = restore::reclone_of(&r, &status);
-                self.rt
-                    .update_status(|st| {
-                        if let Some(s) = st.sites.iter_mut().find(|s| s.name == site) {
-                            s.reclone = Some(rc.clone());
-                        } else {
-                            st.sites.push(bloodraven_core::status::SiteStatus {
-                                name: site.clone(),
-                                reclone: Some(rc.clone()),
-                                ..Default::default()
-                            });
-                        }
-                    })
-                    .await
-                    .map_err(|e| ControllerError::Persist {
-                        what: "a restore's reclone",
-                        source: e,
-                    })?;
+                self.persist_status("a restore's reclone", |st| {
+                    st.site_mut(&site).reclone = Some(rc.clone());
+                })
+                .await?;
                 tracing::info!(group = %self.group(), site = %site, from = %r.target_site, "restore-in-place: recloning");
                 Ok(false)
             }
