@@ -27,15 +27,6 @@ const BEGIN: &str =
 const END: &str = "<!-- perf-groups:end -->";
 const POLL: &str = "1s";
 
-fn status_kb(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The process's utime + stime, in clock ticks.
 fn cpu_ticks() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -185,7 +176,7 @@ async fn measure(groups: usize, idle: Duration) -> Figures {
     let polls_made = (p1 - p0).max(1.0);
     #[allow(clippy::cast_precision_loss)]
     let commits_per_minute = (c1 - c0) as f64 * 60.0 / window.as_secs_f64() / groups as f64;
-    let rss_kb = status_kb("VmRSS:");
+    let rss_kb = bloodraven_testkit::report::proc_status("self", "VmRSS:");
 
     // Busy neighbours: a writer on every other group's primary.
     let stop = Arc::new(AtomicBool::new(false));

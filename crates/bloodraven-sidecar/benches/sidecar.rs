@@ -140,12 +140,7 @@ fn cpu(pid: u32) -> (u64, u64) {
 }
 
 fn status_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    bloodraven_testkit::report::proc_status(&pid.to_string(), key)
 }
 
 fn clock_ticks_per_second() -> u64 {

@@ -96,6 +96,17 @@ pub fn splice(path: &Path, begin: &str, end: &str, text: &str) -> std::io::Resul
     )
 }
 
+/// A figure from a process's `/proc/<process>/status` (`process`: a pid, or `self`), in the
+/// kernel's unit (kB for memory, a count for `Threads:`); 0 when it cannot be read.
+pub fn proc_status(process: &str, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{process}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +125,14 @@ mod tests {
         assert!(splice(&p, "<!-- b -->", "<!-- e -->", "x").is_err());
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "no markers\n");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn proc_status_reads_a_figure_and_is_zero_when_it_cannot() {
+        assert!(proc_status("self", "VmRSS:") > 0);
+        assert!(proc_status(&std::process::id().to_string(), "VmHWM:") > 0);
+        assert_eq!(proc_status("self", "NoSuchKey:"), 0);
+        assert_eq!(proc_status("not-a-process", "VmRSS:"), 0);
     }
 
     fn tempfile_dir() -> std::path::PathBuf {

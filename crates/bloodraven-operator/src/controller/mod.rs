@@ -307,8 +307,14 @@ impl<S: Site> Controller<S> {
         }
         // The group's own accounts: a failed read keeps the credentials read before.
         let group_accounts = [
-            (&self.rt.config.replication_credentials, &mut self.replication),
-            (&self.rt.config.clone_credentials, &mut self.clone_credentials),
+            (
+                &self.rt.config.replication_credentials,
+                &mut self.replication,
+            ),
+            (
+                &self.rt.config.clone_credentials,
+                &mut self.clone_credentials,
+            ),
         ];
         for (configured, held) in group_accounts {
             let read = match configured {
