@@ -283,6 +283,33 @@ impl State {
         format!("00000000-0000-4000-8000-{:012x}", self.uids)
     }
 
+    /// Stores a new Pod `name` in `ns` (its uid and resourceVersion assigned here), owned by
+    /// `owner` (kind, name, uid) when a controller made it, and tells the watchers.
+    fn create_pod(
+        &mut self,
+        (ns, name): (&str, &str),
+        labels: &Value,
+        owner: Option<(&str, &str, &Value)>,
+        spec: &Value,
+        status: &Value,
+    ) {
+        let rv = self.next_rv();
+        let uid = self.next_uid();
+        let mut metadata = json!({"name": name, "namespace": ns, "labels": labels, "uid": uid,
+                                  "resourceVersion": rv});
+        if let Some((kind, owner_name, owner_uid)) = owner {
+            metadata["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind,
+                "name": owner_name, "uid": owner_uid, "controller": true}]);
+        }
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
+                         "status": status});
+        self.objects.insert(
+            (PODS.to_owned(), ns.to_owned(), name.to_owned()),
+            pod.clone(),
+        );
+        self.publish(PODS, ns, "ADDED", &pod);
+    }
+
     /// Records a change (already applied) and hands it to the watchers that select it.
     fn publish(&mut self, resource: &str, namespace: &str, kind: &'static str, object: &Value) {
         let change = Change {
@@ -509,21 +536,13 @@ impl FakeK8s {
 
     /// Creates a running Pod (what a Deployment's `ReplicaSet` would have made).
     pub fn add_pod(&self, namespace: &str, name: &str, labels: &BTreeMap<String, String>) {
-        let mut st = self.lock();
-        let rv = st.next_rv();
-        let uid = st.next_uid();
-        let pod = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels,
-                         "uid": uid, "resourceVersion": rv},
-            "spec": {"containers": [{"name": "operator", "image": "bloodraven"}]},
-            "status": {"phase": "Running"},
-        });
-        st.objects.insert(
-            (PODS.to_owned(), namespace.to_owned(), name.to_owned()),
-            pod.clone(),
+        self.lock().create_pod(
+            (namespace, name),
+            &json!(labels),
+            None,
+            &json!({"containers": [{"name": "operator", "image": "bloodraven"}]}),
+            &json!({"phase": "Running"}),
         );
-        st.publish(PODS, namespace, "ADDED", &pod);
     }
 
     /// Runs the StatefulSet controller over every StatefulSet now (it also runs on each read
@@ -1898,21 +1917,13 @@ fn pods_of_new_replica_set(st: &mut State, ns: &str, d: &Deployment, desired: i3
                        "restartCount": 0, "started": true})
             })
             .collect();
-        let pod_name = format!("{rs_name}-{i}");
-        let rv = st.next_rv();
-        let uid = st.next_uid();
-        let pod = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "uid": uid,
-                "resourceVersion": rv,
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                    "name": rs_name, "uid": rs_uid, "controller": true}]},
-            "spec": {"containers": containers},
-            "status": {"phase": "Running", "containerStatuses": statuses},
-        });
-        st.objects
-            .insert((PODS.to_owned(), ns.to_owned(), pod_name), pod.clone());
-        st.publish(PODS, ns, "ADDED", &pod);
+        st.create_pod(
+            (ns, &format!("{rs_name}-{i}")),
+            &labels,
+            Some(("ReplicaSet", &rs_name, &json!(rs_uid))),
+            &json!({"containers": containers}),
+            &json!({"phase": "Running", "containerStatuses": statuses}),
+        );
     }
 }
 

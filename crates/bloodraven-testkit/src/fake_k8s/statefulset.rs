@@ -55,20 +55,13 @@ pub(super) fn observe(st: &mut State, ns: &str, name: &str) {
         let mut l = labels.as_object().cloned().unwrap_or_default();
         l.insert(REVISION_LABEL.into(), json!(revision));
         l.insert("statefulset.kubernetes.io/pod-name".into(), json!(pod));
-        let rv = st.next_rv();
-        let puid = st.next_uid();
-        let obj = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod, "namespace": ns, "labels": l, "uid": puid,
-                         "resourceVersion": rv,
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                                              "name": name, "uid": uid, "controller": true}]},
-            "spec": sts["spec"]["template"]["spec"].clone(),
-            "status": {"phase": "Running",
-                       "conditions": [{"type": "Ready", "status": "False"}]},
-        });
-        st.objects.insert(pkey, obj.clone());
-        st.publish(PODS, ns, "ADDED", &obj);
+        st.create_pod(
+            (ns, pod),
+            &Value::Object(l),
+            Some(("StatefulSet", name, &uid)),
+            &sts["spec"]["template"]["spec"],
+            &json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}),
+        );
         st.pod_starts.push(PodStart {
             namespace: ns.to_owned(),
             pod: pod.clone(),
