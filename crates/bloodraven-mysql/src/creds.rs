@@ -73,6 +73,18 @@ impl Credentials {
         Ok(Credentials::new(user, password))
     }
 
+    /// The text of a credentials file that [`Credentials::parse`] reads back as these
+    /// credentials; it holds the password in clear (write it to a file only its owner reads).
+    /// `None` when the format cannot hold them: an empty user name, or a line break in either.
+    pub fn file_text(&self) -> Option<String> {
+        let (user, password) = (self.user.as_str(), self.password.expose());
+        let breaks = |s: &str| s.contains(['\n', '\r']);
+        if user.is_empty() || breaks(user) || breaks(password) {
+            return None;
+        }
+        Some(format!("username={user}\npassword={password}\n"))
+    }
+
     /// Reads and parses a credentials file.
     pub fn load(path: &Path) -> Result<Self, CredentialsError> {
         let text = std::fs::read_to_string(path).map_err(|e| CredentialsError::Read {
@@ -107,6 +119,32 @@ mod tests {
         assert_eq!(c.password.expose(), "s3cr=t");
         let dbg = format!("{c:?} {}", c.password);
         assert!(!dbg.contains("s3cr"), "{dbg}");
+    }
+
+    #[test]
+    fn file_text_reads_back_as_the_same_credentials() {
+        for (user, password) in [
+            ("bloodraven", "s3cr=t"),
+            ("a=b", "#not a comment"),
+            ("u", ""),
+            ("u", " spaced "),
+        ] {
+            let c = Credentials::new(user, password);
+            let text = c.file_text().expect("representable");
+            assert_eq!(
+                Credentials::parse(&text).unwrap(),
+                c,
+                "{user:?} {password:?}"
+            );
+        }
+        for (user, password) in [
+            ("", "p"),
+            ("u\n", "p"),
+            ("u", "p\nusername=x"),
+            ("u", "p\r"),
+        ] {
+            assert_eq!(Credentials::new(user, password).file_text(), None);
+        }
     }
 
     #[test]

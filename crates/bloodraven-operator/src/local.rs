@@ -118,13 +118,29 @@ pub enum LocalError {
     TopologyKey(#[from] bloodraven_runtime::topology::KeyError),
 }
 
+/// Writes `text` (a key, a password) to `path`, readable by its owner only: a new file is
+/// created so, never readable by others for a moment; an existing one is narrowed before it
+/// is rewritten.
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if path.exists() {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(text.as_bytes())
+}
+
 fn write(path: &Path, text: &str) -> Result<(), LocalError> {
-    std::fs::write(path, text).map_err(|e| LocalError::Write {
+    write_private(path, text).map_err(|e| LocalError::Write {
         path: path.display().to_string(),
         detail: e.to_string(),
-    })?;
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-    Ok(())
+    })
 }
 
 /// Writes the PKI, key, credentials and configuration for `harness` into `dir`. An existing
@@ -161,32 +177,19 @@ pub fn write_files(
     }
     let a = harness.accounts();
     let site_credentials = dir.join("bloodraven.cred");
-    write(
-        &site_credentials,
-        &format!(
-            "username={}\npassword={}\n",
-            a.failover.user,
-            a.failover.password.expose()
-        ),
-    )?;
     let replication_credentials = dir.join("replication.cred");
-    write(
-        &replication_credentials,
-        &format!(
-            "username={}\npassword={}\n",
-            a.replication.user,
-            a.replication.password.expose()
-        ),
-    )?;
     let clone_credentials = dir.join("clone.cred");
-    write(
-        &clone_credentials,
-        &format!(
-            "username={}\npassword={}\n",
-            a.clone.user,
-            a.clone.password.expose()
-        ),
-    )?;
+    for (path, account) in [
+        (&site_credentials, &a.failover),
+        (&replication_credentials, &a.replication),
+        (&clone_credentials, &a.clone),
+    ] {
+        let text = account.file_text().ok_or_else(|| LocalError::Write {
+            path: path.display().to_string(),
+            detail: "the account's name or password has a line break".into(),
+        })?;
+        write(path, &text)?;
+    }
     let data_dir = dir.join("data");
     let files = LocalFiles {
         config: dir.join("bloodraven.yaml"),
@@ -338,4 +341,40 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
         );
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn private_files_are_never_readable_by_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = dir.path().join("new.cred");
+        write_private(&new, "username=a\npassword=b\n").unwrap();
+        assert_eq!(mode(&new), 0o600);
+        assert_eq!(
+            std::fs::read_to_string(&new).unwrap(),
+            "username=a\npassword=b\n"
+        );
+        // A file left readable by others is narrowed, then rewritten whole.
+        let old = dir.path().join("old.cred");
+        std::fs::write(&old, "a much longer text than the new one\n").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&old, "short\n").unwrap();
+        assert_eq!(mode(&old), 0o600);
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "short\n");
+        // A failure names the path and writes nothing elsewhere.
+        let missing = dir.path().join("no-such-dir").join("x");
+        match write(&missing, "x") {
+            Err(LocalError::Write { path, .. }) => assert!(path.ends_with("no-such-dir/x")),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -1746,10 +1746,8 @@ pub(crate) fn open_log(path: &Path) -> Result<std::fs::File, PlaygroundError> {
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), PlaygroundError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::write(path, text).map_err(io(format!("write {}", path.display())))?;
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-    Ok(())
+    bloodraven_operator::local::write_private(path, text)
+        .map_err(io(format!("write {}", path.display())))
 }
 
 /// SIGTERM (and SIGCONT, so a child paused by a scenario handles it now), then SIGKILL

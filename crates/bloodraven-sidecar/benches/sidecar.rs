@@ -371,13 +371,7 @@ async fn main() {
     let admin = h.admin(0).expect("admin");
     let acct = &h.accounts().failover;
     let mut creds = tempfile::NamedTempFile::new().unwrap();
-    write!(
-        creds,
-        "username={}\npassword={}\n",
-        acct.user,
-        acct.password.expose()
-    )
-    .unwrap();
+    write!(creds, "{}", acct.file_text().expect("a file's worth")).unwrap();
     let mut generation = 1;
     let mut observed = 0;
     let mut next_view = |site: &str| {
