@@ -6,7 +6,6 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use bloodraven_core::config::SiteRole;
@@ -118,26 +117,8 @@ pub enum LocalError {
     TopologyKey(#[from] bloodraven_runtime::topology::KeyError),
 }
 
-/// Writes `text` (a key, a password) to `path`, readable by its owner only: a new file is
-/// created so, never readable by others for a moment; an existing one is narrowed before it
-/// is rewritten.
-pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    if path.exists() {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?
-        .write_all(text.as_bytes())
-}
-
 fn write(path: &Path, text: &str) -> Result<(), LocalError> {
-    write_private(path, text).map_err(|e| LocalError::Write {
+    bloodraven_runtime::files::write_private(path, text).map_err(|e| LocalError::Write {
         path: path.display().to_string(),
         detail: e.to_string(),
     })
@@ -341,40 +322,4 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
         );
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use std::os::unix::fs::PermissionsExt as _;
-
-    use super::*;
-
-    fn mode(p: &Path) -> u32 {
-        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
-    }
-
-    #[test]
-    fn private_files_are_never_readable_by_others() {
-        let dir = tempfile::tempdir().unwrap();
-        let new = dir.path().join("new.cred");
-        write_private(&new, "username=a\npassword=b\n").unwrap();
-        assert_eq!(mode(&new), 0o600);
-        assert_eq!(
-            std::fs::read_to_string(&new).unwrap(),
-            "username=a\npassword=b\n"
-        );
-        // A file left readable by others is narrowed, then rewritten whole.
-        let old = dir.path().join("old.cred");
-        std::fs::write(&old, "a much longer text than the new one\n").unwrap();
-        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
-        write_private(&old, "short\n").unwrap();
-        assert_eq!(mode(&old), 0o600);
-        assert_eq!(std::fs::read_to_string(&old).unwrap(), "short\n");
-        // A failure names the path and writes nothing elsewhere.
-        let missing = dir.path().join("no-such-dir").join("x");
-        match write(&missing, "x") {
-            Err(LocalError::Write { path, .. }) => assert!(path.ends_with("no-such-dir/x")),
-            other => panic!("{other:?}"),
-        }
-    }
 }

@@ -1746,7 +1746,7 @@ pub(crate) fn open_log(path: &Path) -> Result<std::fs::File, PlaygroundError> {
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), PlaygroundError> {
-    bloodraven_operator::local::write_private(path, text)
+    bloodraven_runtime::files::write_private(path, text)
         .map_err(io(format!("write {}", path.display())))
 }
 

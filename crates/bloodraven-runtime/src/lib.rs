@@ -3,6 +3,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`clock`] | the one module allowed to read the system's wall clock |
+//! | [`files`] | files that hold secrets, written owner-only from the moment they exist |
 //! | [`exposition`] | `/metrics` content negotiation: classic Prometheus text unless OpenMetrics is asked for |
 //! | [`logging`] | structured JSON log lines (`ts`, `level`, `msg`, fields) and test capture |
 //! | [`tls`] | the process-wide rustls crypto provider (ring) |
@@ -11,6 +12,7 @@
 
 pub mod clock;
 pub mod exposition;
+pub mod files;
 pub mod logging;
 pub mod shutdown;
 pub mod tls;

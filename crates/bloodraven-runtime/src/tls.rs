@@ -206,14 +206,15 @@ fn generate(
             detail: e.to_string(),
         })
     };
-    let private = |p: &Path| {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600));
+    let private = |p: &Path, text: String| {
+        crate::files::write_private(p, &text).map_err(|e| TlsError::Write {
+            path: p.display().to_string(),
+            detail: e.to_string(),
+        })
     };
     write(&pki.ca_cert, ca.pem())?;
     write(&pki.server_cert, cert.pem())?;
-    write(&pki.server_key, key.serialize_pem())?;
-    private(&pki.server_key);
+    private(&pki.server_key, key.serialize_pem())?;
     let Some(client_name) = client_name else {
         return Ok((pki, None));
     };
@@ -229,8 +230,7 @@ fn generate(
         key_file: dir.join("client.key"),
     };
     write(&identity.cert_file, client_cert.pem())?;
-    write(&identity.key_file, client_key.serialize_pem())?;
-    private(&identity.key_file);
+    private(&identity.key_file, client_key.serialize_pem())?;
     Ok((pki, Some(identity)))
 }
 
