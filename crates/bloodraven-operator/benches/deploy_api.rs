@@ -34,12 +34,9 @@ fn config(dir: &std::path::Path, n: usize, store: &str) -> std::path::PathBuf {
         pki.server_cert.display(),
         pki.server_key.display()
     );
-    for i in 0..n {
-        let _ = write!(
-            text,
-            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: g{i}, namespace: default}}\nspec:\n  sites:\n    - name: a\n      mysql: {{host: 127.0.0.1, port: 1, credentials: {{file: site.cred}}}}\n      sidecar: {{url: \"http://127.0.0.1:9\"}}\n---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlDatabase\nmetadata: {{name: db{i}, namespace: default}}\nspec:\n  failoverGroupRef: {{name: g{i}}}\n  deploymentClients: [{{namespace: ci, serviceAccount: deployer}}]\n"
-        );
-    }
+    text.push_str(&bloodraven_testkit::groups::silent_groups(
+        n, "g", "db", true,
+    ));
     let p = dir.join("bloodraven.yaml");
     std::fs::write(&p, text).unwrap();
     p

@@ -3,7 +3,6 @@
 //! databases (140 objects; etcd refuses more than 128 operations per transaction by default)
 //! is written into etcd and every group runs.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use bloodraven_testkit::etcd::EtcdCluster;
@@ -16,12 +15,9 @@ fn config(dir: &std::path::Path, endpoints: &[String]) -> std::path::PathBuf {
         "apiVersion: bloodraven.shipstream.io/v1alpha1\nkind: OperatorConfig\ndataDir: data\nlisten: {{http: \"127.0.0.1:0\"}}\nstore: {{backend: etcd, etcd: {{endpoints: [{}], leaseTTL: 2s}}}}\n",
         endpoints.join(", ")
     );
-    for i in 0..GROUPS {
-        let _ = write!(
-            text,
-            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: many-{i}, namespace: default}}\nspec:\n  sites:\n    - name: east\n      mysql: {{host: 127.0.0.1, port: 1, credentials: {{file: site.cred}}}}\n      sidecar: {{url: \"http://127.0.0.1:9\"}}\n---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlDatabase\nmetadata: {{name: app-{i}, namespace: default}}\nspec:\n  failoverGroupRef: {{name: many-{i}}}\n"
-        );
-    }
+    text.push_str(&bloodraven_testkit::groups::silent_groups(
+        GROUPS, "many-", "app-", false,
+    ));
     let path = dir.join("bloodraven.yaml");
     std::fs::write(&path, text).unwrap();
     path

@@ -3,6 +3,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`ledger`] | the application's-eye ledger: a writer that records every answer, a probe that tries a write on every site, a checker of what the final primary holds |
+//! | [`groups`] | operator configurations of many groups whose one site never answers |
 //! | [`fake_k8s`] | a stateful fake Kubernetes API server over real HTTP |
 //! | [`faults`] | one fault-injecting store: delays, stalls, gates and lost races by rule, and a record of every write |
 //! | [`server`] | a harness server as root: a session over its socket, a `mariadb-dump` of a database |
@@ -22,6 +23,7 @@ pub mod contention;
 pub mod etcd;
 pub mod fake_k8s;
 pub mod faults;
+pub mod groups;
 pub mod ledger;
 pub mod link;
 pub mod matrix;
