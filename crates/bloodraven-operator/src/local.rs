@@ -167,7 +167,8 @@ pub fn write_files(
     ] {
         let text = account.file_text().ok_or_else(|| LocalError::Write {
             path: path.display().to_string(),
-            detail: "the account's name or password has a line break".into(),
+            detail: "a credentials file cannot hold this account (an empty name, or a line break)"
+                .into(),
         })?;
         write(path, &text)?;
     }

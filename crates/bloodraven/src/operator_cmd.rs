@@ -186,13 +186,18 @@ pub fn run_token(args: TokenArgs) -> i32 {
                     return exit::ERROR;
                 }
             };
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&out);
+            // Owner-only from the moment it exists, and never over an existing key.
+            let file = {
+                use std::os::unix::fs::OpenOptionsExt as _;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&out)
+            };
             match file {
                 Ok(mut f) => {
-                    if let Err(e) = set_private(&out).and_then(|()| writeln!(f, "{text}")) {
+                    if let Err(e) = writeln!(f, "{text}") {
                         eprintln!("error: cannot write {}: {e}", out.display());
                         return exit::ERROR;
                     }
@@ -257,9 +262,4 @@ pub fn run_topology(args: TopologyArgs) -> i32 {
             }
         }
     }
-}
-
-fn set_private(path: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
 }

@@ -128,6 +128,11 @@ pub async fn setup_with(tweak: impl FnOnce(&mut LocalOptions)) -> Setup {
         key.as_os_str(),
     ];
     cli_ok(keygen);
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the signing key is readable by its owner only");
+    }
     assert_eq!(
         cli(keygen).status.code(),
         Some(2),
