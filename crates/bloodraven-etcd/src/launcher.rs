@@ -177,13 +177,6 @@ pub fn etcd_binary() -> Result<PathBuf, EtcdSetupError> {
     ))
 }
 
-/// The last `n` lines of a file, for errors.
-fn tail(path: &Path, n: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 impl EtcdCluster {
     /// Starts the members of `opts` and waits until they elected a leader.
     pub async fn launch(opts: LaunchOptions) -> Result<EtcdCluster, EtcdSetupError> {
@@ -404,7 +397,7 @@ impl EtcdCluster {
                         "etcd member {} exited while starting; its log ({}) ends with:\n{}",
                         self.members[i].name,
                         self.members[i].log.display(),
-                        tail(&self.members[i].log, 20)
+                        bloodraven_runtime::files::tail(&self.members[i].log, 20)
                     )));
                 }
                 if let Some(s) = self.status(i).await {
@@ -425,7 +418,7 @@ impl EtcdCluster {
                         format!(
                             "{}: {}",
                             self.members[i].name,
-                            tail(&self.members[i].log, 5)
+                            bloodraven_runtime::files::tail(&self.members[i].log, 5)
                         )
                     })
                     .collect();

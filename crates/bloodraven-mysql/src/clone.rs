@@ -161,6 +161,17 @@ impl OptionsFile {
             path,
         })
     }
+
+    /// The SQL client's arguments to load a dump into this file's server: the load is kept
+    /// out of the target's binary log, and a dump's binary values and large rows pass.
+    pub(crate) fn load_args(&self) -> Vec<String> {
+        vec![
+            format!("--defaults-extra-file={}", self.path.display()),
+            "--init-command=SET SESSION sql_log_bin=0".to_string(),
+            "--binary-mode".to_string(),
+            "--max-allowed-packet=1G".to_string(),
+        ]
+    }
 }
 
 impl Drop for OptionsFile {
@@ -290,14 +301,8 @@ pub async fn copy(plan: &CopyPlan, progress: &Progress) -> Result<Copied, CloneE
         donor_cnf.path.display()
     )];
     dump_argv.extend(dump_args(plan));
-    let load_argv = vec![
-        format!("--defaults-extra-file={}", target_cnf.path.display()),
-        "--init-command=SET SESSION sql_log_bin=0".to_string(),
-        "--binary-mode".to_string(),
-        "--max-allowed-packet=1G".to_string(),
-    ];
     let mut dump = spawn(DUMP_TOOL, &dump_argv, false)?;
-    let mut load = spawn(LOAD_TOOL, &load_argv, true)?;
+    let mut load = spawn(LOAD_TOOL, &target_cnf.load_args(), true)?;
     let dump_stderr = stderr_tail(&mut dump);
     let load_stderr = stderr_tail(&mut load);
     let (Some(mut from), Some(mut to)) = (dump.stdout.take(), load.stdin.take()) else {

@@ -442,6 +442,8 @@ fn ephemeral_low() -> u16 {
         .unwrap_or(32_768)
 }
 
+/// The last `lines` lines of a server's error log, for an error that explains itself (this
+/// crate stands below `bloodraven-runtime`, which has the same for everyone above it).
 fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();

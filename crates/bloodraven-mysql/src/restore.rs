@@ -175,13 +175,7 @@ pub async fn load(
         })?;
     let dir = private_dir()?;
     let cnf = OptionsFile::write(&dir, "target.cnf", target)?;
-    let argv = vec![
-        format!("--defaults-extra-file={}", cnf.path.display()),
-        "--init-command=SET SESSION sql_log_bin=0".to_string(),
-        "--binary-mode".to_string(),
-        "--max-allowed-packet=1G".to_string(),
-    ];
-    let mut client = spawn(LOAD_TOOL, &argv, true)?;
+    let mut client = spawn(LOAD_TOOL, &cnf.load_args(), true)?;
     let stderr = stderr_tail(&mut client);
     let Some(mut to) = client.stdin.take() else {
         return Err(RestoreError::Stream {

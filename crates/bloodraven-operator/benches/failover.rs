@@ -17,7 +17,7 @@ use bloodraven_core::status::GroupStatus;
 use bloodraven_mysql::launcher::Launcher;
 use bloodraven_operator::OperatorHandle;
 use bloodraven_operator::local::{LocalOptions, write_files};
-use bloodraven_testkit::ledger::{self, Writer, percentile};
+use bloodraven_testkit::ledger::{self, Writer};
 use tokio::time::Instant;
 
 async fn wait(
@@ -39,15 +39,6 @@ async fn wait(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn show(label: &str, v: &mut [Duration]) {
-    bloodraven_testkit::figure!(
-        "{label:<62} n={:<3} p50 {:>8.1} ms  p99 {:>8.1} ms",
-        v.len(),
-        percentile(v, 50.0).unwrap_or_default().as_secs_f64() * 1e3,
-        percentile(v, 99.0).unwrap_or_default().as_secs_f64() * 1e3
-    );
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -113,11 +104,11 @@ async fn main() {
     }
     let log = writer.stop().await;
     let mut gaps = log.unavailability_gaps();
-    show(
+    bloodraven_testkit::report::latencies(
         "planned switchover: write unavailability (writer's view)",
         &mut gaps,
     );
-    show(
+    bloodraven_testkit::report::latencies(
         "planned switchover: request accepted → Succeeded",
         &mut durations,
     );
@@ -182,7 +173,7 @@ async fn main() {
         kill_to_write.push(first.expect("writes resumed"));
         h.restart(victim).await.unwrap();
     }
-    show(
+    bloodraven_testkit::report::latencies(
         "emergency: kill -9 of the primary → first acknowledged write",
         &mut kill_to_write,
     );

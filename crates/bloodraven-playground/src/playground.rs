@@ -232,14 +232,6 @@ fn check_port(port: u16, what: &'static str, flag: &'static str) -> Result<(), P
         .map_err(|_| PlaygroundError::PortInUse { port, what, flag })
 }
 
-/// The last `lines` lines of a log file (empty when it cannot be read), for an error that
-/// should explain itself without a second look.
-fn log_tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 fn free_port() -> Result<u16, PlaygroundError> {
     bloodraven_mysql::launcher::free_port().map_err(io("pick a free port"))
 }
@@ -858,7 +850,12 @@ impl Playground {
         }
         let ends = logs
             .iter()
-            .map(|l| format!("{l}:\n{}", log_tail(Path::new(l), 15)))
+            .map(|l| {
+                format!(
+                    "{l}:\n{}",
+                    bloodraven_runtime::files::tail(Path::new(l), 15)
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n");
         Err(PlaygroundError::OperatorNotReady(30, logs.join(", "), ends))
@@ -1300,26 +1297,29 @@ impl Playground {
     /// Cuts the operator from every site: its connections to every MySQL, the operator ↔ every
     /// sidecar. The sites still reach each other.
     pub fn isolate_operator(&self) -> String {
-        for l in &self.links {
-            l.sidecar.cut();
-            for o in &l.to_operators {
-                o.cut();
-            }
-            l.mysql.cut_account(&self.failover_user);
-        }
+        self.operator_links(true);
         "isolated the operator: it reaches no site, and no sidecar reaches it".into()
     }
 
     /// Heals what [`Self::isolate_operator`] cut.
     pub fn heal_operator(&self) -> String {
-        for l in &self.links {
-            l.sidecar.heal();
-            for o in &l.to_operators {
-                o.heal();
-            }
-            l.mysql.heal_account(&self.failover_user);
-        }
+        self.operator_links(false);
         "healed the operator's links".into()
+    }
+
+    /// Cuts or heals every link between the operator and the sites: each sidecar's, the
+    /// operator's from each sidecar, and the operator's MySQL account.
+    fn operator_links(&self, cut: bool) {
+        for l in &self.links {
+            for p in std::iter::once(&l.sidecar).chain(&l.to_operators) {
+                if cut { p.cut() } else { p.heal() }
+            }
+            if cut {
+                l.mysql.cut_account(&self.failover_user);
+            } else {
+                l.mysql.heal_account(&self.failover_user);
+            }
+        }
     }
 
     /// Whether any of site `i`'s links is cut, wholly or for the operator or the replicas.

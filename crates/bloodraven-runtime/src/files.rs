@@ -1,5 +1,6 @@
-//! Files that hold secrets (keys, passwords): written readable by their owner only, from the
-//! moment they exist.
+//! Files the processes write or read beside their work: secrets (keys, passwords), written
+//! readable by their owner only from the moment they exist, and the tail of a log for an
+//! error that explains itself.
 
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
@@ -18,6 +19,14 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
         .mode(0o600)
         .open(path)?
         .write_all(text.as_bytes())
+}
+
+/// The last `lines` lines of a log file (empty when it cannot be read), for an error that
+/// should explain itself without a second look.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 #[cfg(test)]
@@ -47,5 +56,16 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&old).unwrap(), "short\n");
         let missing = dir.path().join("no-such-dir").join("x");
         assert!(write_private(&missing, "x").is_err());
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines_and_is_empty_when_unreadable() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.err");
+        std::fs::write(&log, "one\ntwo\nthree\n").unwrap();
+        assert_eq!(tail(&log, 2), "two\nthree");
+        assert_eq!(tail(&log, 10), "one\ntwo\nthree");
+        assert_eq!(tail(&log, 0), "");
+        assert_eq!(tail(&dir.path().join("missing"), 5), "");
     }
 }

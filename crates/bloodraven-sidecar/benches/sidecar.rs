@@ -36,7 +36,6 @@ use std::time::Duration;
 use bloodraven_core::wire::ActiveSite;
 use bloodraven_mysql::SiteClient;
 use bloodraven_mysql::launcher::Launcher;
-use bloodraven_testkit::ledger::percentile;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use support::{FakeParty, Mode, at, free_port, view};
@@ -48,17 +47,6 @@ const TICK: Duration = Duration::from_secs(1);
 /// The target for one sidecar: resident memory idle and while fencing, CPU per tick.
 const TARGET_RSS_KB: u64 = 10 * 1024;
 const TARGET_TICK_MS: f64 = 0.5;
-
-fn show(label: &str, v: &mut [Duration]) {
-    let p50 = percentile(v, 50.0).unwrap_or_default();
-    let p99 = percentile(v, 99.0).unwrap_or_default();
-    bloodraven_testkit::figure!(
-        "{label:<66} n={:<3} p50 {:>8.1} ms   p99 {:>8.1} ms",
-        v.len(),
-        p50.as_secs_f64() * 1e3,
-        p99.as_secs_f64() * 1e3
-    );
-}
 
 /// Median and p99 of signed millisecond figures.
 fn show_ms(label: &str, v: &mut [f64]) {
@@ -432,8 +420,11 @@ async fn main() {
             sleep(TICK * 2).await;
         }
     }
-    show("rule #1: operator switches → read_only", &mut from_switch);
-    show(
+    bloodraven_testkit::report::latencies(
+        "rule #1: operator switches → read_only",
+        &mut from_switch,
+    );
+    bloodraven_testkit::report::latencies(
         "rule #1: sidecar read the new view → read_only",
         &mut from_learning,
     );

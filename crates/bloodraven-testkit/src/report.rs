@@ -25,6 +25,22 @@ pub fn keep(line: String) {
         .push(line);
 }
 
+/// Prints (and keeps) one line of latencies: how many, the median and the 99th percentile
+/// in milliseconds (`v` is sorted in place).
+pub fn latencies(label: &str, v: &mut [std::time::Duration]) {
+    let mut ms = |p| {
+        crate::ledger::percentile(v, p)
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e3
+    };
+    let (p50, p99) = (ms(50.0), ms(99.0));
+    crate::figure!(
+        "{label:<66} n={:<3} p50 {p50:>8.2} ms   p99 {p99:>8.2} ms",
+        v.len()
+    );
+}
+
 /// The bench's first argument that parses as a number (`cargo bench --bench NAME -- 40`: runs,
 /// seconds, megabytes, as the bench says), or `default`.
 pub fn number_arg<T: std::str::FromStr>(default: T) -> T {

@@ -218,14 +218,30 @@ impl Progress {
     }
 }
 
+/// What [`follow`] says and returns when `wait` passes before the operation ended.
+#[derive(Clone, Copy, Debug)]
+pub struct Unfinished {
+    pub code: i32,
+    /// Said after "not finished within N s; ".
+    pub says: &'static str,
+}
+
+impl Unfinished {
+    /// The operation goes on without the command.
+    pub const GOES_ON: Unfinished = Unfinished {
+        code: exit::NOT_FINISHED,
+        says: "it goes on (follow it with `bloodraven status`)",
+    };
+}
+
 /// Follows an operation on the stored group `key` for up to `wait`, looking every 250 ms:
 /// prints each new progress line on stderr and the outcome on stdout, and returns its exit
-/// code, or `not_finished` when `wait` passes first.
+/// code, or says and returns `unfinished` when `wait` passes first.
 pub async fn follow(
     store: &dyn Store,
     key: &ObjectKey,
     wait: std::time::Duration,
-    not_finished: i32,
+    unfinished: Unfinished,
     mut look: impl FnMut(&bloodraven_store::RawObject, &FailoverGroupBody) -> Progress,
 ) -> i32 {
     let deadline = tokio::time::Instant::now() + wait;
@@ -257,8 +273,9 @@ pub async fn follow(
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
     eprintln!(
-        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
-        wait.as_secs()
+        "not finished within {} s; {}",
+        wait.as_secs(),
+        unfinished.says
     );
-    not_finished
+    unfinished.code
 }

@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bloodraven_core::contract::annotations::REVOKE_DEPLOYMENT_LEASES;
-use bloodraven_core::duration::parse_duration;
 use bloodraven_operator::config;
 use bloodraven_runtime::clock::{self, Clock as _};
 use clap::{Args, Subcommand};
@@ -271,19 +270,9 @@ pub fn run(args: DeployArgs) -> i32 {
             config: cfg_path,
             wait,
         } => {
-            let wait = match parse_duration(&wait) {
-                Ok(d) => d,
-                Err(e) => {
-                    eprintln!("error: --wait: {e}");
-                    return exit::USAGE;
-                }
-            };
-            let cfg = match config::load(&cfg_path) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return exit::USAGE;
-                }
+            let (wait, cfg) = match crate::cli::request_flags(&wait, &cfg_path) {
+                Ok(f) => f,
+                Err(code) => return code,
             };
             crate::cli::run(Flavor::CurrentThread, revoke_all(&cfg, &group, wait))
         }
@@ -324,22 +313,23 @@ async fn revoke_all(cfg: &config::LoadedConfig, group: &str, wait: Duration) -> 
         }
     }
     eprintln!("requested revocation of every deploy lease of {group}; waiting for the operator…");
-    let deadline = tokio::time::Instant::now() + wait;
-    while tokio::time::Instant::now() < deadline {
-        if let Ok(Some(o)) = store.get(&key).await
-            && !o
-                .metadata
-                .annotations
-                .contains_key(REVOKE_DEPLOYMENT_LEASES)
+    let stays = crate::cli::Unfinished {
+        code: exit::ERROR,
+        says: "the request stays on the group until the leading operator takes it",
+    };
+    crate::cli::follow(&*store, &key, wait, stays, |obj, _| {
+        if obj
+            .metadata
+            .annotations
+            .contains_key(REVOKE_DEPLOYMENT_LEASES)
         {
-            println!("revoked: every deploy lease of {group} (reason OperatorRevoked)");
-            return exit::OK;
+            return crate::cli::Progress::Nothing;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!(
-        "the operator has not acted within {} s; the request stays on the group until the leader does",
-        wait.as_secs()
-    );
-    exit::ERROR
+        crate::cli::Progress::Ended {
+            line: String::new(),
+            outcome: format!("revoked: every deploy lease of {group} (reason OperatorRevoked)"),
+            code: exit::OK,
+        }
+    })
+    .await
 }

@@ -18,6 +18,8 @@ use bloodraven_operator::config;
 use bloodraven_store::{ObjectKey, Store, StoreError};
 use clap::Args;
 
+use crate::cli::{Progress, Unfinished};
+
 /// Exit codes of `bloodraven failover`.
 pub mod exit {
     pub use crate::cli::exit::{ERROR, FAILED, NOT_FINISHED, OK as SUCCEEDED, USAGE};
@@ -125,32 +127,38 @@ async fn force_and_follow(
     if wait.is_zero() {
         return exit::SUCCEEDED;
     }
-    let deadline = tokio::time::Instant::now() + wait;
-    while tokio::time::Instant::now() < deadline {
-        if let Ok(Some(obj)) = store.get(&key).await
-            && let Ok(b) = obj.decode::<FailoverGroupBody>()
-            && b.status.awaiting_fence.is_none()
-        {
-            if b.status.active_site == to {
-                println!(
+    let stands = Unfinished {
+        code: exit::NOT_FINISHED,
+        says: "the request stands (follow it with `bloodraven status`)",
+    };
+    crate::cli::follow(&*store, &key, wait, stands, |_, b| {
+        if b.status.awaiting_fence.is_some() {
+            return Progress::Nothing;
+        }
+        let (outcome, code) = if b.status.active_site == to {
+            (
+                format!(
                     "{to} takes writes (forced by {by}); topologyGeneration {}",
                     b.status.topology_generation
-                );
-                return exit::SUCCEEDED;
-            }
-            println!(
-                "the promotion of {to} no longer awaits (the active site is {:?}): nothing was forced",
-                b.status.active_site
-            );
-            return exit::FAILED;
+                ),
+                exit::SUCCEEDED,
+            )
+        } else {
+            (
+                format!(
+                    "the promotion of {to} no longer awaits (the active site is {:?}): nothing was forced",
+                    b.status.active_site
+                ),
+                exit::FAILED,
+            )
+        };
+        Progress::Ended {
+            line: String::new(),
+            outcome,
+            code,
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!(
-        "not carried out within {} s; the request stands (follow it with `bloodraven status`)",
-        wait.as_secs()
-    );
-    exit::NOT_FINISHED
+    })
+    .await
 }
 
 async fn request_and_follow(
@@ -187,67 +195,56 @@ async fn request_and_follow(
     if wait.is_zero() {
         return exit::SUCCEEDED;
     }
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut last_phase: Option<PlannedFailoverPhase> = None;
-    let mut last_message = String::new();
-    while tokio::time::Instant::now() < deadline {
-        if let Ok(Some(obj)) = store.get(key).await
-            && let Ok(body) = obj.decode::<FailoverGroupBody>()
-            && let Some(pf) = body.status.planned_failover
-            && pf.target == to
-            && pf.start_time != before
+    crate::cli::follow(&*store, key, wait, Unfinished::GOES_ON, |_, body| {
+        let Some(pf) = body
+            .status
+            .planned_failover
+            .as_ref()
+            .filter(|pf| pf.target == to && pf.start_time != before)
+        else {
+            return Progress::Nothing;
+        };
+        let mut line = format!("phase {}", pf.phase.as_str());
+        if let Some(defer) = &pf.admission.defer_reason
+            && pf.phase == PlannedFailoverPhase::Deferred
         {
-            let message = format!("{} {}", pf.admission.message, pf.message);
-            if last_phase != Some(pf.phase) || message != last_message {
-                let mut line = format!("phase {}", pf.phase.as_str());
-                if let Some(defer) = &pf.admission.defer_reason
-                    && pf.phase == PlannedFailoverPhase::Deferred
-                {
-                    let retry = pf
-                        .admission
-                        .retry_time
-                        .map(bloodraven_core::time::Timestamp::to_rfc3339)
-                        .unwrap_or_default();
-                    let _ = write!(
-                        line,
-                        " ({defer}; retry at {retry}): {}",
-                        pf.admission.message
-                    );
-                }
-                eprintln!("{line}");
-                last_phase = Some(pf.phase);
-                last_message = message;
-            }
-            match pf.phase {
-                PlannedFailoverPhase::Succeeded => {
-                    println!(
-                        "planned failover to {to} succeeded in {:.3} s ({} transactions lost); topologyGeneration {}",
-                        pf.duration_seconds.unwrap_or(0.0),
-                        pf.transactions_lost.unwrap_or(0),
-                        body.status.topology_generation
-                    );
-                    return exit::SUCCEEDED;
-                }
-                PlannedFailoverPhase::Failed => {
-                    println!(
-                        "planned failover to {to} failed: {}: {}",
-                        pf.reason
-                            .as_ref()
-                            .map_or("unknown", bloodraven_core::reason::FailureReason::as_str),
-                        pf.message
-                    );
-                    return exit::FAILED;
-                }
-                _ => {}
-            }
+            let retry = pf
+                .admission
+                .retry_time
+                .map(bloodraven_core::time::Timestamp::to_rfc3339)
+                .unwrap_or_default();
+            let _ = write!(
+                line,
+                " ({defer}; retry at {retry}): {}",
+                pf.admission.message
+            );
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!(
-        "not finished within {} s; it goes on (follow it with `bloodraven status`)",
-        wait.as_secs()
-    );
-    exit::NOT_FINISHED
+        match pf.phase {
+            PlannedFailoverPhase::Succeeded => Progress::Ended {
+                line,
+                outcome: format!(
+                    "planned failover to {to} succeeded in {:.3} s ({} transactions lost); topologyGeneration {}",
+                    pf.duration_seconds.unwrap_or(0.0),
+                    pf.transactions_lost.unwrap_or(0),
+                    body.status.topology_generation
+                ),
+                code: exit::SUCCEEDED,
+            },
+            PlannedFailoverPhase::Failed => Progress::Ended {
+                line,
+                outcome: format!(
+                    "planned failover to {to} failed: {}: {}",
+                    pf.reason
+                        .as_ref()
+                        .map_or("unknown", bloodraven_core::reason::FailureReason::as_str),
+                    pf.message
+                ),
+                code: exit::FAILED,
+            },
+            _ => Progress::Line(line),
+        }
+    })
+    .await
 }
 
 /// Sets the annotation (compare-and-swap) and returns the start time of the planned failover

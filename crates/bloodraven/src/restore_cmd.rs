@@ -22,7 +22,7 @@ use clap::Args;
 pub mod exit {
     /// `REFUSED` here: the dump is incomplete, the confirm is not new, another operation
     /// runs.
-    pub use crate::cli::exit::{ERROR, NOT_FINISHED, OK as SUCCEEDED, REFUSED, USAGE};
+    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, REFUSED, USAGE};
 }
 
 #[derive(Debug, Args)]
@@ -205,27 +205,33 @@ async fn follow(
     wait: Duration,
 ) -> i32 {
     use crate::cli::{Outcome, Progress};
-    crate::cli::follow(store, key, wait, exit::NOT_FINISHED, |_, body| {
-        let Some(r) = body
-            .status
-            .restore_in_place
-            .as_ref()
-            .filter(|r| r.confirm_token_used == confirm)
-        else {
-            return Progress::Nothing;
-        };
-        Progress::at(
-            "restore-in-place",
-            progress_line(r),
-            Outcome::of(
-                r.phase,
-                r.reason
-                    .as_ref()
-                    .map(bloodraven_core::reason::RestoreFailure::as_str),
-            ),
-            &r.message,
-        )
-    })
+    crate::cli::follow(
+        store,
+        key,
+        wait,
+        crate::cli::Unfinished::GOES_ON,
+        |_, body| {
+            let Some(r) = body
+                .status
+                .restore_in_place
+                .as_ref()
+                .filter(|r| r.confirm_token_used == confirm)
+            else {
+                return Progress::Nothing;
+            };
+            Progress::at(
+                "restore-in-place",
+                progress_line(r),
+                Outcome::of(
+                    r.phase,
+                    r.reason
+                        .as_ref()
+                        .map(bloodraven_core::reason::RestoreFailure::as_str),
+                ),
+                &r.message,
+            )
+        },
+    )
     .await
 }
 

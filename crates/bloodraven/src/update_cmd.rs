@@ -23,7 +23,7 @@ use clap::Args;
 
 /// Exit codes of `bloodraven update`.
 pub mod exit {
-    pub use crate::cli::exit::{ERROR, NOT_FINISHED, OK as SUCCEEDED, REFUSED, USAGE};
+    pub use crate::cli::exit::{ERROR, OK as SUCCEEDED, REFUSED, USAGE};
 }
 
 #[derive(Debug, Args)]
@@ -135,29 +135,35 @@ async fn follow(
     wait: Duration,
 ) -> i32 {
     use crate::cli::{Outcome, Progress};
-    crate::cli::follow(store, key, wait, exit::NOT_FINISHED, |obj, body| {
-        let pending = obj.metadata.annotations.contains_key(ORDERED_UPDATE);
-        match body
-            .status
-            .update_phase
-            .as_ref()
-            .filter(|u| u.request_id == id)
-        {
-            Some(u) => Progress::at(
-                &format!("ordered update {id}"),
-                progress_line(u),
-                Outcome::of(
-                    u.phase,
-                    u.reason
-                        .as_ref()
-                        .map(bloodraven_core::reason::UpdateFailure::as_str),
+    crate::cli::follow(
+        store,
+        key,
+        wait,
+        crate::cli::Unfinished::GOES_ON,
+        |obj, body| {
+            let pending = obj.metadata.annotations.contains_key(ORDERED_UPDATE);
+            match body
+                .status
+                .update_phase
+                .as_ref()
+                .filter(|u| u.request_id == id)
+            {
+                Some(u) => Progress::at(
+                    &format!("ordered update {id}"),
+                    progress_line(u),
+                    Outcome::of(
+                        u.phase,
+                        u.reason
+                            .as_ref()
+                            .map(bloodraven_core::reason::UpdateFailure::as_str),
+                    ),
+                    &u.message,
                 ),
-                &u.message,
-            ),
-            None if !pending => Progress::refused("OrderedUpdateRejected"),
-            None => Progress::Nothing,
-        }
-    })
+                None if !pending => Progress::refused("OrderedUpdateRejected"),
+                None => Progress::Nothing,
+            }
+        },
+    )
     .await
 }
 
