@@ -413,18 +413,17 @@ pub fn step(u: Option<&UpdateStatus>, f: &Facts<'_>, now: Timestamp) -> Step {
         return with_first(started, next_site(&next, f, now));
     }
     if f.topology_generation != u.topology_generation {
+        let stopped_at = if u.site.is_empty() {
+            "its start"
+        } else {
+            &u.site
+        };
         return failed(
             u,
             UpdateFailure::EmergencyFailover,
             format!(
-                "the active site changed to {} (topologyGeneration {}) while the update ran; the update stopped at {}",
-                f.active_site,
-                f.topology_generation,
-                if u.site.is_empty() {
-                    "its start"
-                } else {
-                    &u.site
-                }
+                "the active site changed to {} (topologyGeneration {}) while the update ran; the update stopped at {stopped_at}",
+                f.active_site, f.topology_generation,
             ),
             now,
         );

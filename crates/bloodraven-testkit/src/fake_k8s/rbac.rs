@@ -55,19 +55,26 @@ pub struct Attributes {
 
 impl std::fmt::Display for Attributes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} {}.{} in {}",
-            self.verb,
-            self.resource,
-            if self.api_group.is_empty() {
-                "core"
-            } else {
-                &self.api_group
-            },
-            self.namespace.as_deref().unwrap_or("(cluster)")
-        )
+        f.write_str(&describe(
+            &self.verb,
+            &self.resource,
+            &self.api_group,
+            self.namespace.as_deref(),
+        ))
     }
+}
+
+/// `verb resource.group in namespace`, as a denial or an unused rule is reported.
+fn describe(verb: &str, resource: &str, api_group: &str, namespace: Option<&str>) -> String {
+    let group = if api_group.is_empty() {
+        "core"
+    } else {
+        api_group
+    };
+    format!(
+        "{verb} {resource}.{group} in {}",
+        namespace.unwrap_or("(cluster)")
+    )
 }
 
 /// The attributes of a request, or `None` for a path RBAC does not cover.
@@ -163,15 +170,11 @@ impl Enforcer {
         for (rule, used) in self.rules.iter().zip(&self.used) {
             for (verb, n) in rule.verbs.iter().zip(used) {
                 if *n == 0 {
-                    out.push(format!(
-                        "{verb} {}.{} in {}",
-                        rule.resource,
-                        if rule.api_group.is_empty() {
-                            "core"
-                        } else {
-                            &rule.api_group
-                        },
-                        rule.namespace.as_deref().unwrap_or("(cluster)")
+                    out.push(describe(
+                        verb,
+                        &rule.resource,
+                        &rule.api_group,
+                        rule.namespace.as_deref(),
                     ));
                 }
             }
