@@ -99,6 +99,41 @@ pub trait OperationPhase: Copy + Eq + 'static {
     }
 }
 
+/// What every operation's status shares, read the same way wherever one is shown: its
+/// phase, the name of the reason it failed with, and its message.
+pub trait OperationStatus {
+    type Phase: OperationPhase;
+    fn phase(&self) -> Self::Phase;
+    /// The failure reason's contract name, when it failed with one.
+    fn failure(&self) -> Option<&str>;
+    fn message(&self) -> &str;
+}
+
+/// [`OperationStatus`] for status types with the fields `phase`, `reason` and `message`.
+macro_rules! operation_status {
+    ($($status:ty => $phase:ty,)*) => {$(
+        impl OperationStatus for $status {
+            type Phase = $phase;
+            fn phase(&self) -> $phase {
+                self.phase
+            }
+            fn failure(&self) -> Option<&str> {
+                self.reason.as_ref().map(|r| r.as_str())
+            }
+            fn message(&self) -> &str {
+                &self.message
+            }
+        }
+    )*};
+}
+
+operation_status! {
+    RecloneStatus => ReclonePhase,
+    UpdateStatus => UpdatePhase,
+    RestoreStatus => RestorePhase,
+    PlannedFailoverStatus => PlannedFailoverPhase,
+}
+
 /// A phase enum of an operation: the given phases, then `Succeeded` and `Failed`; serde and
 /// `as_str` use the variants' names; [`OperationPhase`] and inherent `as_str`/`is_terminal`.
 macro_rules! phases {
@@ -813,5 +848,46 @@ mod tests {
             Some(Timestamp::from_unix_seconds(20))
         );
         assert_eq!(stored.observed(&GroupStatus::default()), stored);
+    }
+
+    #[test]
+    fn every_operation_status_reads_its_phase_failure_and_message() {
+        fn read<S: OperationStatus + serde::de::DeserializeOwned>(
+            wire: &str,
+        ) -> (&'static str, Option<String>, String) {
+            let s: S = serde_json::from_str(wire).unwrap();
+            (
+                s.phase().as_str(),
+                s.failure().map(str::to_string),
+                s.message().to_string(),
+            )
+        }
+        let failed =
+            |reason: &str, message: &str| ("Failed", Some(reason.to_string()), message.to_string());
+        assert_eq!(
+            read::<RecloneStatus>(
+                r#"{"phase":"Failed","reason":"CopyFailed","message":"the copy stopped"}"#
+            ),
+            failed("CopyFailed", "the copy stopped")
+        );
+        assert_eq!(
+            read::<UpdateStatus>(
+                r#"{"phase":"Failed","requestId":"u1","reason":"EmergencyFailover","message":"moved"}"#
+            ),
+            failed("EmergencyFailover", "moved")
+        );
+        assert_eq!(
+            read::<RestoreStatus>(
+                r#"{"phase":"Succeeded","targetSite":"iad","confirmTokenUsed":"c","message":"restored"}"#
+            ),
+            ("Succeeded", None, "restored".to_string())
+        );
+        // A reason this version does not know still reads as its name.
+        assert_eq!(
+            read::<PlannedFailoverStatus>(
+                r#"{"phase":"Failed","target":"pdx","reason":"SomethingNewer"}"#
+            ),
+            failed("SomethingNewer", "")
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bloodraven_core::config::FailoverGroupSpec;
 use bloodraven_core::resources::{FailoverGroupBody, KIND_GROUP};
+use bloodraven_core::status::{OperationPhase as _, OperationStatus};
 use bloodraven_operator::config::LoadedConfig;
 use bloodraven_store::{ObjectKey, Store};
 
@@ -163,47 +164,29 @@ pub enum Progress {
     },
 }
 
-/// Where a followed operation's status stands, as [`Progress::at`] reads it.
-#[derive(Clone, Copy, Debug)]
-pub enum Outcome<'a> {
-    Running,
-    Succeeded,
-    /// Failed, with the status's reason when it gives one.
-    Failed(Option<&'a str>),
-}
-
-impl<'a> Outcome<'a> {
-    /// Where an operation at `phase` stands; `reason` is its failure's, when it failed.
-    pub fn of<P: bloodraven_core::status::OperationPhase>(
-        phase: P,
-        reason: Option<&'a str>,
-    ) -> Self {
-        if phase == P::SUCCEEDED {
-            Outcome::Succeeded
-        } else if phase == P::FAILED {
-            Outcome::Failed(reason)
-        } else {
-            Outcome::Running
-        }
-    }
-}
-
 impl Progress {
-    /// How a look at an operation reads: `line` while it runs; when it ended, `what` (e.g.
-    /// "reclone of pdx") succeeded or failed with its reason, and `message`.
-    pub fn at(what: &str, line: String, outcome: Outcome<'_>, message: &str) -> Progress {
-        match outcome {
-            Outcome::Running => Progress::Line(line),
-            Outcome::Succeeded => Progress::Ended {
+    /// How a look at an operation's status reads: `line` while it runs; when it ended, `what`
+    /// (e.g. "reclone of pdx") succeeded, or failed with its reason, and its message.
+    pub fn of<S: OperationStatus>(what: &str, line: String, status: &S) -> Progress {
+        let phase = status.phase();
+        let message = status.message();
+        if phase == S::Phase::SUCCEEDED {
+            Progress::Ended {
                 line,
                 outcome: format!("{what} succeeded: {message}"),
                 code: exit::OK,
-            },
-            Outcome::Failed(reason) => Progress::Ended {
+            }
+        } else if phase == S::Phase::FAILED {
+            Progress::Ended {
                 line,
-                outcome: format!("{what} failed: {}: {message}", reason.unwrap_or("unknown")),
+                outcome: format!(
+                    "{what} failed: {}: {message}",
+                    status.failure().unwrap_or("unknown")
+                ),
                 code: exit::FAILED,
-            },
+            }
+        } else {
+            Progress::Line(line)
         }
     }
 
@@ -234,10 +217,20 @@ impl Unfinished {
     };
 }
 
+/// [`follow_until`] for an operation that goes on without the command when `wait` passes.
+pub async fn follow(
+    store: &dyn Store,
+    key: &ObjectKey,
+    wait: std::time::Duration,
+    look: impl FnMut(&bloodraven_store::RawObject, &FailoverGroupBody) -> Progress,
+) -> i32 {
+    follow_until(store, key, wait, Unfinished::GOES_ON, look).await
+}
+
 /// Follows an operation on the stored group `key` for up to `wait`, looking every 250 ms:
 /// prints each new progress line on stderr and the outcome on stdout, and returns its exit
 /// code, or says and returns `unfinished` when `wait` passes first.
-pub async fn follow(
+pub async fn follow_until(
     store: &dyn Store,
     key: &ObjectKey,
     wait: std::time::Duration,

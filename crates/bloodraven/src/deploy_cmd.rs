@@ -207,22 +207,22 @@ fn status_command(api: &crate::migrate_cmd::ApiArgs, json: bool) -> i32 {
             exit::OK
         }
         Ok(o) => {
+            let active = if o.active_site.is_empty() {
+                "(none)"
+            } else {
+                &o.active_site
+            };
+            let why = if o.unstable_reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", o.unstable_reason)
+            };
             println!(
-                "group {} (namespace {}): active site {}, topologyGeneration {}, stable: {}{}",
+                "group {} (namespace {}): active site {active}, topologyGeneration {}, stable: {}{why}",
                 o.group,
                 o.namespace,
-                if o.active_site.is_empty() {
-                    "(none)"
-                } else {
-                    &o.active_site
-                },
                 o.topology_generation,
                 if o.stable { "yes" } else { "no" },
-                if o.unstable_reason.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", o.unstable_reason)
-                }
             );
             println!(
                 "health: ready {}, replication running {}, lag {}, recovery pending {}",
@@ -317,7 +317,7 @@ async fn revoke_all(cfg: &config::LoadedConfig, group: &str, wait: Duration) -> 
         code: exit::ERROR,
         says: "the request stays on the group until the leading operator takes it",
     };
-    crate::cli::follow(&*store, &key, wait, stays, |obj, _| {
+    crate::cli::follow_until(&*store, &key, wait, stays, |obj, _| {
         if obj
             .metadata
             .annotations

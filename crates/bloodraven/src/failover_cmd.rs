@@ -14,6 +14,7 @@ use std::time::Duration;
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::FailoverGroupBody;
+use bloodraven_core::status::OperationStatus as _;
 use bloodraven_operator::config;
 use bloodraven_store::{ObjectKey, Store, StoreError};
 use clap::Args;
@@ -131,7 +132,7 @@ async fn force_and_follow(
         code: exit::NOT_FINISHED,
         says: "the request stands (follow it with `bloodraven status`)",
     };
-    crate::cli::follow(&*store, &key, wait, stands, |_, b| {
+    crate::cli::follow_until(&*store, &key, wait, stands, |_, b| {
         if b.status.awaiting_fence.is_some() {
             return Progress::Nothing;
         }
@@ -195,7 +196,7 @@ async fn request_and_follow(
     if wait.is_zero() {
         return exit::SUCCEEDED;
     }
-    crate::cli::follow(&*store, key, wait, Unfinished::GOES_ON, |_, body| {
+    crate::cli::follow(&*store, key, wait, |_, body| {
         let Some(pf) = body
             .status
             .planned_failover
@@ -234,9 +235,7 @@ async fn request_and_follow(
                 line,
                 outcome: format!(
                     "planned failover to {to} failed: {}: {}",
-                    pf.reason
-                        .as_ref()
-                        .map_or("unknown", bloodraven_core::reason::FailureReason::as_str),
+                    pf.failure().unwrap_or("unknown"),
                     pf.message
                 ),
                 code: exit::FAILED,

@@ -204,34 +204,18 @@ async fn follow(
     confirm: &str,
     wait: Duration,
 ) -> i32 {
-    use crate::cli::{Outcome, Progress};
-    crate::cli::follow(
-        store,
-        key,
-        wait,
-        crate::cli::Unfinished::GOES_ON,
-        |_, body| {
-            let Some(r) = body
-                .status
-                .restore_in_place
-                .as_ref()
-                .filter(|r| r.confirm_token_used == confirm)
-            else {
-                return Progress::Nothing;
-            };
-            Progress::at(
-                "restore-in-place",
-                progress_line(r),
-                Outcome::of(
-                    r.phase,
-                    r.reason
-                        .as_ref()
-                        .map(bloodraven_core::reason::RestoreFailure::as_str),
-                ),
-                &r.message,
-            )
-        },
-    )
+    use crate::cli::Progress;
+    crate::cli::follow(store, key, wait, |_, body| {
+        let Some(r) = body
+            .status
+            .restore_in_place
+            .as_ref()
+            .filter(|r| r.confirm_token_used == confirm)
+        else {
+            return Progress::Nothing;
+        };
+        Progress::of("restore-in-place", progress_line(r), r)
+    })
     .await
 }
 

@@ -107,41 +107,25 @@ async fn follow(
     before: Option<RecloneStatus>,
     wait: Duration,
 ) -> i32 {
-    use crate::cli::{Outcome, Progress};
+    use crate::cli::Progress;
     // The request is taken on the operator's next poll: until then the reclone shown (if
     // any) is an earlier one; its start is recognised by the annotation's removal.
     let mut taken = false;
-    crate::cli::follow(
-        store,
-        key,
-        wait,
-        crate::cli::Unfinished::GOES_ON,
-        |obj, body| {
-            taken |= !obj.metadata.annotations.contains_key(RECLONE_SITE);
-            // Once taken, a reclone that is still the one before means the request was refused.
-            let current = body
-                .status
-                .site(site)
-                .and_then(|s| s.reclone.as_ref())
-                .filter(|r| taken && Some(*r) != before.as_ref());
-            match current {
-                Some(r) => Progress::at(
-                    &format!("reclone of {site}"),
-                    progress_line(r),
-                    Outcome::of(
-                        r.phase,
-                        r.reason
-                            .as_ref()
-                            .map(bloodraven_core::reason::RecloneFailure::as_str),
-                    ),
-                    &r.message,
-                ),
-                // Taken and refused (an event says why): the annotation is gone, no reclone.
-                None if taken => Progress::refused("RecloneRefused"),
-                None => Progress::Nothing,
-            }
-        },
-    )
+    crate::cli::follow(store, key, wait, |obj, body| {
+        taken |= !obj.metadata.annotations.contains_key(RECLONE_SITE);
+        // Once taken, a reclone that is still the one before means the request was refused.
+        let current = body
+            .status
+            .site(site)
+            .and_then(|s| s.reclone.as_ref())
+            .filter(|r| taken && Some(*r) != before.as_ref());
+        match current {
+            Some(r) => Progress::of(&format!("reclone of {site}"), progress_line(r), r),
+            // Taken and refused (an event says why): the annotation is gone, no reclone.
+            None if taken => Progress::refused("RecloneRefused"),
+            None => Progress::Nothing,
+        }
+    })
     .await
 }
 

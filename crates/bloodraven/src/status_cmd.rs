@@ -106,8 +106,12 @@ pub fn run(args: &StatusArgs) -> i32 {
 }
 
 /// An operation's tail: ` (Reason): message`, either part left out when empty.
-fn outcome(reason: Option<&str>, message: &str) -> String {
-    let mut t = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+fn outcome(status: &impl bloodraven_core::status::OperationStatus) -> String {
+    let message = status.message();
+    let mut t = status
+        .failure()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
     if !message.is_empty() {
         t.push_str(": ");
         t.push_str(message);
@@ -268,12 +272,7 @@ pub fn render(v: &OperatorStatus) -> String {
                         format!(" from {}", r.donor)
                     },
                     r.bytes_copied,
-                    outcome(
-                        r.reason
-                            .as_ref()
-                            .map(bloodraven_core::reason::RecloneFailure::as_str),
-                        &r.message
-                    )
+                    outcome(r)
                 );
             }
         }
@@ -293,12 +292,7 @@ pub fn render(v: &OperatorStatus) -> String {
                 } else {
                     u.sites_done.join(", ")
                 },
-                outcome(
-                    u.reason
-                        .as_ref()
-                        .map(bloodraven_core::reason::UpdateFailure::as_str),
-                    &u.message
-                )
+                outcome(u)
             );
         }
         if let Some(r) = &st.restore_in_place {
@@ -309,12 +303,7 @@ pub fn render(v: &OperatorStatus) -> String {
                 r.phase.as_str(),
                 r.target_site,
                 r.bytes_loaded,
-                outcome(
-                    r.reason
-                        .as_ref()
-                        .map(bloodraven_core::reason::RestoreFailure::as_str),
-                    &r.message
-                )
+                outcome(r)
             );
         }
         if g.deploy.leases.is_empty() {

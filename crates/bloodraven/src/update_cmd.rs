@@ -134,36 +134,20 @@ async fn follow(
     id: &str,
     wait: Duration,
 ) -> i32 {
-    use crate::cli::{Outcome, Progress};
-    crate::cli::follow(
-        store,
-        key,
-        wait,
-        crate::cli::Unfinished::GOES_ON,
-        |obj, body| {
-            let pending = obj.metadata.annotations.contains_key(ORDERED_UPDATE);
-            match body
-                .status
-                .update_phase
-                .as_ref()
-                .filter(|u| u.request_id == id)
-            {
-                Some(u) => Progress::at(
-                    &format!("ordered update {id}"),
-                    progress_line(u),
-                    Outcome::of(
-                        u.phase,
-                        u.reason
-                            .as_ref()
-                            .map(bloodraven_core::reason::UpdateFailure::as_str),
-                    ),
-                    &u.message,
-                ),
-                None if !pending => Progress::refused("OrderedUpdateRejected"),
-                None => Progress::Nothing,
-            }
-        },
-    )
+    use crate::cli::Progress;
+    crate::cli::follow(store, key, wait, |obj, body| {
+        let pending = obj.metadata.annotations.contains_key(ORDERED_UPDATE);
+        match body
+            .status
+            .update_phase
+            .as_ref()
+            .filter(|u| u.request_id == id)
+        {
+            Some(u) => Progress::of(&format!("ordered update {id}"), progress_line(u), u),
+            None if !pending => Progress::refused("OrderedUpdateRejected"),
+            None => Progress::Nothing,
+        }
+    })
     .await
 }
 
