@@ -35,7 +35,21 @@ pub(super) struct UpdateRun {
     site: String,
     /// The request it belongs to: a run of another request is never taken for this one.
     request_id: String,
-    task: JoinHandle<Result<(), String>>,
+    task: JoinHandle<Result<(), SiteUpdateError>>,
+}
+
+/// Why a site's update did not finish.
+#[derive(Debug, thiserror::Error)]
+enum SiteUpdateError {
+    /// The platform's update failed (the command's exit, the API's answer).
+    #[error(transparent)]
+    Workload(#[from] crate::platform::WorkloadError),
+    /// The update's timeout passed; dropping the update stopped it (a command is killed).
+    #[error("it did not finish within the update's timeout of {} s and was stopped", .0.as_secs())]
+    TimedOut(Duration),
+    /// The task running it panicked or was cancelled.
+    #[error("the update task ended: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 impl Drop for UpdateRun {
@@ -258,16 +272,15 @@ impl<S: Site> Controller<S> {
                     Some(r) if !r.task.is_finished() => Ok(false),
                     Some(_) => {
                         let mut run = self.update_run.take().expect("checked above");
-                        let result = match (&mut run.task).await {
-                            Ok(r) => r,
-                            Err(e) => Err(format!("the update task ended: {e}")),
-                        };
-                        let done = match result {
+                        let result = (&mut run.task).await.map_err(SiteUpdateError::from);
+                        let done = match result.and_then(|r| r) {
                             Ok(()) => {
                                 tracing::info!(group = %self.group(), site = %site, "ordered update: the site's update finished");
                                 Done::Updated
                             }
-                            Err(error) => Done::Failed { error },
+                            Err(e) => Done::Failed {
+                                error: e.to_string(),
+                            },
                         };
                         match update::finish(&u, done, self.rt.now()) {
                             Step::Persist(p) => {
@@ -284,16 +297,10 @@ impl<S: Site> Controller<S> {
                         tracing::info!(group = %self.group(), site = %site, timeout_seconds = timeout.as_secs(), "ordered update: updating the site");
                         let (workloads, group) = (self.rt.workloads(), self.rt.config.clone());
                         let task = tokio::spawn(async move {
-                            match tokio::time::timeout(timeout, workloads.update(&group, &cfg))
+                            tokio::time::timeout(timeout, workloads.update(&group, &cfg))
                                 .await
-                            {
-                                Ok(r) => r.map_err(|e| e.to_string()),
-                                // Dropping the update stopped it (a command is killed).
-                                Err(_) => Err(format!(
-                                    "it did not finish within the update's timeout of {} s and was stopped",
-                                    timeout.as_secs()
-                                )),
-                            }
+                                .map_err(|_| SiteUpdateError::TimedOut(timeout))?
+                                .map_err(SiteUpdateError::from)
                         });
                         self.update_run = Some(UpdateRun {
                             site,

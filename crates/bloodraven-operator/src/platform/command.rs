@@ -10,10 +10,45 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 /// How many lines of a command's output are kept for its error message.
 const TAIL_LINES: usize = 5;
 
+/// Why an update command did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CommandError {
+    #[error("{site} has no update command")]
+    Missing { site: String },
+    #[error("cannot start {program:?}: {source}")]
+    Start {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("waiting for {program:?}: {source}")]
+    Wait {
+        program: String,
+        source: std::io::Error,
+    },
+    /// It ran and failed; `last` is its last lines of output (stdout and stderr as they
+    /// came).
+    #[error("{program:?} exited with {status}{}", last_output(last))]
+    Exited {
+        program: String,
+        status: std::process::ExitStatus,
+        last: Vec<String>,
+    },
+}
+
+fn last_output(last: &[String]) -> String {
+    if last.is_empty() {
+        String::new()
+    } else {
+        format!("; its last output: {}", last.join(" | "))
+    }
+}
+
 /// Runs `site`'s update command to its end, logging its output line by line.
-pub(crate) async fn run_command(group: &str, site: &SiteConfig) -> Result<(), String> {
+pub(crate) async fn run_command(group: &str, site: &SiteConfig) -> Result<(), CommandError> {
     let Some((program, args)) = site.update_command().and_then(<[String]>::split_first) else {
-        return Err(format!("{} has no update command", site.name));
+        return Err(CommandError::Missing {
+            site: site.name.clone(),
+        });
     };
     let mut child = tokio::process::Command::new(program)
         .args(args)
@@ -26,7 +61,10 @@ pub(crate) async fn run_command(group: &str, site: &SiteConfig) -> Result<(), St
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("cannot start {program:?}: {e}"))?;
+        .map_err(|source| CommandError::Start {
+            program: program.clone(),
+            source,
+        })?;
     let tail = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
     let mut readers = Vec::new();
     for (stream, out) in [
@@ -62,10 +100,10 @@ pub(crate) async fn run_command(group: &str, site: &SiteConfig) -> Result<(), St
         }));
     }
     // Dropped at the caller's timeout: `kill_on_drop` kills the command.
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| format!("waiting for {program:?}: {e}"))?;
+    let status = child.wait().await.map_err(|source| CommandError::Wait {
+        program: program.clone(),
+        source,
+    })?;
     for r in readers {
         let _ = r.await;
     }
@@ -78,12 +116,80 @@ pub(crate) async fn run_command(group: &str, site: &SiteConfig) -> Result<(), St
         .iter()
         .cloned()
         .collect();
-    Err(format!(
-        "{program:?} exited with {status}{}",
-        if last.is_empty() {
-            String::new()
-        } else {
-            format!("; its last output: {}", last.join(" | "))
+    Err(CommandError::Exited {
+        program: program.clone(),
+        status,
+        last,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloodraven_core::config::{CredentialsRef, SiteRole, SiteUpdate};
+
+    fn site(command: &[&str]) -> SiteConfig {
+        SiteConfig {
+            name: "pdx".into(),
+            role: SiteRole::PrimaryCandidate,
+            mysql_host: "127.0.0.1".into(),
+            mysql_port: 3307,
+            credentials: CredentialsRef::default(),
+            sidecar_url: "http://127.0.0.1:1".into(),
+            priority: 0,
+            update: Some(SiteUpdate {
+                command: command.iter().map(|c| (*c).to_string()).collect(),
+                timeout: std::time::Duration::from_secs(30),
+            }),
+            selector: None,
+            workload: None,
         }
-    ))
+    }
+
+    #[tokio::test]
+    async fn a_command_runs_with_the_site_in_its_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("seen");
+        let script = format!(
+            "echo \"$BLOODRAVEN_GROUP $BLOODRAVEN_SITE $BLOODRAVEN_MYSQL_HOST:$BLOODRAVEN_MYSQL_PORT\" > {}",
+            out.display()
+        );
+        run_command("g1", &site(&["sh", "-c", &script]))
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "g1 pdx 127.0.0.1:3307\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_command_says_how_it_exited_and_its_last_output() {
+        let script = "for i in 1 2 3 4 5 6; do echo line$i; done; echo oops >&2; exit 3";
+        let e = run_command("g1", &site(&["sh", "-c", script]))
+            .await
+            .unwrap_err();
+        let CommandError::Exited { last, .. } = &e else {
+            panic!("{e:?}");
+        };
+        // The last five lines, whichever stream each came on.
+        assert_eq!(last.len(), TAIL_LINES);
+        assert!(last.contains(&"oops".to_string()), "{last:?}");
+        assert!(!last.contains(&"line1".to_string()), "{last:?}");
+        let shown = e.to_string();
+        assert!(shown.starts_with("\"sh\" exited with exit status: 3; its last output: "));
+        assert!(shown.contains("oops"), "{shown}");
+
+        let e = run_command("g1", &site(&["/no/such/updater"]))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, CommandError::Start { .. }), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("cannot start \"/no/such/updater\": ")
+        );
+
+        let e = run_command("g1", &site(&[])).await.unwrap_err();
+        assert_eq!(e.to_string(), "pdx has no update command");
+    }
 }

@@ -308,9 +308,9 @@ impl SiteWorkloads for Endpoints {
         Box::pin(async move {
             super::command::run_command(&group.name, site)
                 .await
-                .map_err(|detail| WorkloadError::Update {
+                .map_err(|e| WorkloadError::Update {
                     site: site.name.clone(),
-                    detail,
+                    detail: e.to_string(),
                 })
         })
     }
