@@ -272,3 +272,106 @@ pub async fn follow_until(
     );
     unfinished.code
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bloodraven_core::resources::{API_VERSION, ObjectMeta};
+    use bloodraven_core::status::RecloneStatus;
+    use bloodraven_store::sqlite::{Durability, SqliteStore};
+    use bloodraven_store::{RawObject, StoreExt as _};
+
+    use super::*;
+
+    fn reclone(wire: &str) -> RecloneStatus {
+        serde_json::from_str(wire).unwrap()
+    }
+
+    /// (line printed, outcome, exit code), or only the line while it runs.
+    fn read(p: Progress) -> (String, Option<(String, i32)>) {
+        match p {
+            Progress::Nothing => (String::new(), None),
+            Progress::Line(l) => (l, None),
+            Progress::Ended {
+                line,
+                outcome,
+                code,
+            } => (line, Some((outcome, code))),
+        }
+    }
+
+    #[test]
+    fn an_operation_is_followed_until_it_succeeds_or_fails() {
+        let running = reclone(r#"{"phase":"Copying","message":"12 MB"}"#);
+        assert_eq!(
+            read(Progress::of("reclone of pdx", "copying".into(), &running)),
+            ("copying".to_string(), None)
+        );
+        let done = reclone(r#"{"phase":"Succeeded","message":"caught up"}"#);
+        assert_eq!(
+            read(Progress::of("reclone of pdx", "done".into(), &done)),
+            (
+                "done".to_string(),
+                Some(("reclone of pdx succeeded: caught up".to_string(), exit::OK))
+            )
+        );
+        let failed = reclone(r#"{"phase":"Failed","reason":"CopyFailed","message":"dump died"}"#);
+        assert_eq!(
+            read(Progress::of("reclone of pdx", String::new(), &failed)).1,
+            Some((
+                "reclone of pdx failed: CopyFailed: dump died".to_string(),
+                exit::FAILED
+            ))
+        );
+        let no_reason = reclone(r#"{"phase":"Failed","message":"?"}"#);
+        assert_eq!(
+            read(Progress::of("reclone of pdx", String::new(), &no_reason)).1,
+            Some((
+                "reclone of pdx failed: unknown: ?".to_string(),
+                exit::FAILED
+            ))
+        );
+    }
+
+    #[tokio::test]
+    async fn following_returns_the_outcome_or_says_it_is_unfinished() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("store.db"), Durability::Normal).unwrap();
+        let meta = ObjectMeta {
+            name: "g1".into(),
+            namespace: "default".into(),
+            ..ObjectMeta::default()
+        };
+        let obj =
+            RawObject::from_body(API_VERSION, KIND_GROUP, meta, &FailoverGroupBody::default())
+                .unwrap();
+        let key = store.create(obj).await.unwrap().key();
+        let other = Unfinished {
+            code: 9,
+            says: "it stays",
+        };
+        // Ended at the first look: its code.
+        let code = follow_until(&store, &key, Duration::from_secs(30), other, |_, _| {
+            Progress::Ended {
+                line: String::new(),
+                outcome: "done".into(),
+                code: 7,
+            }
+        })
+        .await;
+        assert_eq!(code, 7);
+        // Never ends: the unfinished code, after looking more than once.
+        let mut looks = 0;
+        let code = follow_until(&store, &key, Duration::from_millis(600), other, |_, _| {
+            looks += 1;
+            Progress::Line("still".into())
+        })
+        .await;
+        assert_eq!(code, 9);
+        assert!(looks >= 2, "looked {looks} times");
+        // The default: it goes on.
+        let code = follow(&store, &key, Duration::ZERO, |_, _| unreachable!()).await;
+        assert_eq!(code, exit::NOT_FINISHED);
+    }
+}
