@@ -42,6 +42,18 @@ ensure_mariadb() {
        (or point BLOODRAVEN_MARIADBD at a mariadbd binary and put the client tools on PATH)."
 }
 
+# Physical backups: mariadb-backup and mbstream (package mariadb-backup) and zstd, which
+# compresses the backup stream.
+ensure_backup_tools() {
+  if command -v mariadb-backup >/dev/null 2>&1 && command -v mbstream >/dev/null 2>&1 \
+    && command -v zstd >/dev/null 2>&1; then return 0; fi
+  apt_install mariadb-backup zstd || true
+  command -v mariadb-backup >/dev/null 2>&1 && command -v mbstream >/dev/null 2>&1 \
+    && command -v zstd >/dev/null 2>&1 || die \
+    "mariadb-backup, mbstream or zstd is missing and could not be installed (backups need them).
+       Install them with: sudo apt-get install -y mariadb-backup zstd"
+}
+
 # Headless Chromium and its WebDriver, for the test that drives the playground's dashboard.
 ensure_browser() {
   if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then return 0; fi

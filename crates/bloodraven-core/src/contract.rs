@@ -26,6 +26,12 @@ pub mod annotations {
     /// fenced (`bloodraven failover --force`). The value is `<site>:<who asked>`; removed by
     /// the operator once carried out, or when nothing waits.
     pub const FORCE_PROMOTION: &str = "bloodraven.shipstream.io/force-promotion";
+    /// Requests a backup now (`bloodraven backup now`); the value is the backup's id (an id
+    /// runs once). Removed by the operator once taken or refused.
+    pub const BACKUP_NOW: &str = "bloodraven.shipstream.io/backup-now";
+    /// Requests the verification of a backup (`bloodraven backup verify`); the value is its
+    /// id. Removed by the operator once taken or refused.
+    pub const BACKUP_VERIFY: &str = "bloodraven.shipstream.io/backup-verify";
 }
 
 /// Label keys.
@@ -67,6 +73,9 @@ pub mod logs {
         "safety net: server restarted, fencing before asking";
     /// One line per deploy API request.
     pub const DEPLOY_API: &str = "deploy api";
+    /// The tracing target of the operator's poll stages (`gather`, `decide`, `persist`,
+    /// `act`, `event`), at `debug`: `RUST_LOG=bloodraven::poll=debug` shows how each poll ran.
+    pub const POLL_TRACE_TARGET: &str = "bloodraven::poll";
 }
 
 /// Event reasons, condition types and reasons, why a planned failover defers or fails, and a
@@ -200,6 +209,12 @@ pub mod metrics {
         OPERATOR_LEADER,
         LEADERSHIP_ACQUIRED_TOTAL,
         STORE_ERRORS_TOTAL,
+        CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS,
+        CONFIG_DRIFT,
+        BACKUP_LAST_SUCCESS_TIMESTAMP_SECONDS,
+        BACKUP_DURATION_SECONDS,
+        BACKUP_BYTES,
+        BACKUP_VERIFICATIONS_TOTAL,
     ];
     /// Every sidecar metric. Each carries `group` and `site` (the sidecar's `--group` and
     /// `--site`), so alerts join them with the operator's series.
@@ -208,7 +223,36 @@ pub mod metrics {
         SIDECAR_TICK_DURATION_SECONDS,
         SIDECAR_LAST_CONTACT_AGE_SECONDS,
         SIDECAR_SELF_FENCED,
+        CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS,
     ];
+
+    /// Operator, sidecar, router: when the component certificate in use stops being valid
+    /// (Unix seconds), by `component` ([`COMPONENT_OPERATOR`], [`COMPONENT_SIDECAR`],
+    /// [`COMPONENT_ROUTER`]); a sidecar's also carries its `group` and `site`. An expired
+    /// certificate looks like silence to every peer: alert `BloodravenCertificateExpiring`.
+    pub const CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS: &str =
+        "bloodraven_certificate_expiry_timestamp_seconds";
+    /// Operator, per `group`: 1 while this operator's configuration file says of the group
+    /// something other than the store (or names a group the store lacks); 0 when they agree.
+    /// Only where the store is the truth (etcd).
+    pub const CONFIG_DRIFT: &str = "bloodraven_config_drift";
+    /// Operator, per `group`: when the last good backup completed (Unix seconds); alert
+    /// `BloodravenBackupTooOld`.
+    pub const BACKUP_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
+        "bloodraven_backup_last_success_timestamp_seconds";
+    /// Operator, per `group`: how long the last good backup took.
+    pub const BACKUP_DURATION_SECONDS: &str = "bloodraven_backup_duration_seconds";
+    /// Operator, per `group`: the stored (compressed) bytes of the last good backup.
+    pub const BACKUP_BYTES: &str = "bloodraven_backup_bytes";
+    /// Operator: backup verifications that ended, by `group` and `result` (`succeeded`,
+    /// `failed`); alert `BloodravenBackupVerifyFailed`.
+    pub const BACKUP_VERIFICATIONS_TOTAL: &str = "bloodraven_backup_verifications_total";
+    /// `component` label value of the operator.
+    pub const COMPONENT_OPERATOR: &str = "operator";
+    /// `component` label value of a sidecar.
+    pub const COMPONENT_SIDECAR: &str = "sidecar";
+    /// `component` label value of a router.
+    pub const COMPONENT_ROUTER: &str = "router";
 
     /// Sidecar: confirmed self-fences, by `rule` ([`RULE_TOPOLOGY_MISMATCH`],
     /// [`RULE_LEASE_EXPIRY`], and [`FENCE_SERVER_RESTART`] for a server fenced because it

@@ -241,6 +241,8 @@ pub struct Decision {
     pub conditions: Conditions,
     /// A reassertion was held back by a restore-in-place (the operator logs it).
     pub deferred_by_restore: bool,
+    /// The named state the decision was made in.
+    pub topology: TopologyState,
 }
 
 fn site<'a>(sites: &'a [SiteView], name: &str) -> Option<&'a SiteView> {
@@ -316,6 +318,29 @@ pub fn catch_up_source<'a>(
     })
 }
 
+/// What the choice of a first primary waits for (reported in the `BootstrapWaiting` alert).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BootstrapWait {
+    #[error("spec.bootstrapSite {0} is not a site of the group")]
+    NotASite(String),
+    #[error("spec.bootstrapSite {0} does not answer as a read-only server")]
+    NotAnswering(String),
+    #[error("spec.bootstrapSite {0} is a read-only site and is never promoted")]
+    NeverPromoted(String),
+    #[error(
+        "no site was ever active; waiting for {} to answer before choosing the first primary (or set spec.bootstrapSite)",
+        .0.join(", ")
+    )]
+    Silent(Vec<String>),
+    #[error("no primary-candidate site can be the first primary")]
+    NoCandidate,
+    #[error(
+        "{chosen} lacks transactions that {} hold; promoting it would orphan them",
+        .others.join(", ")
+    )]
+    WouldOrphan { chosen: String, others: Vec<String> },
+}
+
 /// Chooses the first primary of a group whose sites all boot read-only (it never had an
 /// active site): `spec.bootstrapSite` when set, else the most advanced candidate (GTID set,
 /// then `priority`, then spec order, as [`choose_candidate`]). Either way the chosen site must
@@ -325,51 +350,41 @@ pub fn catch_up_source<'a>(
 pub fn choose_bootstrap<'a>(
     sites: &'a [SiteView],
     bootstrap_site: Option<&str>,
-) -> Result<&'a str, String> {
+) -> Result<&'a str, BootstrapWait> {
     let chosen = if let Some(name) = bootstrap_site {
-        let s = site(sites, name)
-            .ok_or_else(|| format!("spec.bootstrapSite {name} is not a site of the group"))?;
+        let s = site(sites, name).ok_or_else(|| BootstrapWait::NotASite(name.to_string()))?;
         if s.state != SiteState::ReadOnly || !s.answered || s.gtid.is_none() {
-            return Err(format!(
-                "spec.bootstrapSite {name} does not answer as a read-only server"
-            ));
+            return Err(BootstrapWait::NotAnswering(name.to_string()));
         }
         if s.role == SiteRole::ReadOnly {
-            return Err(format!(
-                "spec.bootstrapSite {name} is a read-only site and is never promoted"
-            ));
+            return Err(BootstrapWait::NeverPromoted(name.to_string()));
         }
         s
     } else {
-        let silent: Vec<&str> = sites
+        let silent: Vec<String> = sites
             .iter()
             .filter(|s| !s.answered || !s.reachable())
-            .map(|s| s.name.as_str())
+            .map(|s| s.name.clone())
             .collect();
         if !silent.is_empty() {
-            return Err(format!(
-                "no site was ever active; waiting for {} to answer before choosing the first primary (or set spec.bootstrapSite)",
-                silent.join(", ")
-            ));
+            return Err(BootstrapWait::Silent(silent));
         }
-        choose_candidate(sites, "")
-            .ok_or_else(|| "no primary-candidate site can be the first primary".to_string())?
+        choose_candidate(sites, "").ok_or(BootstrapWait::NoCandidate)?
     };
-    let missing: Vec<&str> = sites
+    let missing: Vec<String> = sites
         .iter()
         .filter(|o| o.answered && o.name != chosen.name)
         .filter(|o| match (&chosen.gtid, &o.gtid) {
             (Some(c), Some(g)) => !c.contains(g),
             _ => false,
         })
-        .map(|o| o.name.as_str())
+        .map(|o| o.name.clone())
         .collect();
     if !missing.is_empty() {
-        return Err(format!(
-            "{} lacks transactions that {} hold; promoting it would orphan them",
-            chosen.name,
-            missing.join(", ")
-        ));
+        return Err(BootstrapWait::WouldOrphan {
+            chosen: chosen.name.clone(),
+            others: missing,
+        });
     }
     Ok(&chosen.name)
 }
@@ -629,281 +644,460 @@ fn semi_sync_guarantee(input: &DecideInput<'_>) -> Option<(String, Guarantee)> {
     Some((a.name.clone(), semisync::guarantee(a.semi_sync.as_ref()?)))
 }
 
-fn decide_topology(input: &DecideInput<'_>) -> Decision {
-    let mut d = Decision::default();
+/// The group's topology as one poll sees it: the named state [`decide`] acts on (MOCO calls
+/// it the cluster state). Writable sites besides the one that must win make it [`Split`],
+/// whatever the active site's own state; what the active site needs is decided as well.
+///
+/// [`Split`]: TopologyState::Split
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TopologyState {
+    /// No site was ever active: the first primary is chosen, or awaited.
+    #[default]
+    Bootstrapping,
+    /// The active site takes writes; replicas are kept following it.
+    Healthy,
+    /// Writable sites other than the one that must win were seen: they are fenced, or the
+    /// split is reported when nothing decides the winner.
+    Split,
+    /// The active site does not answer: an emergency promotion, unless held or cooling down.
+    PrimaryLost,
+    /// An announced promotion whose target is still read-only: it is completed.
+    Promoting,
+    /// An announced strict promotion waits for proof that the old primary is fenced.
+    Fencing,
+    /// Every reachable site is read-only and nothing is being promoted: no site takes writes.
+    Blocked,
+    /// The active site's state is not settled yet (the debounce has not decided).
+    Settling,
+}
+
+impl TopologyState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopologyState::Bootstrapping => "Bootstrapping",
+            TopologyState::Healthy => "Healthy",
+            TopologyState::Split => "Split",
+            TopologyState::PrimaryLost => "PrimaryLost",
+            TopologyState::Promoting => "Promoting",
+            TopologyState::Fencing => "Fencing",
+            TopologyState::Blocked => "Blocked",
+            TopologyState::Settling => "Settling",
+        }
+    }
+}
+
+/// The named state and what it was judged from.
+struct Topology<'a> {
+    state: TopologyState,
+    /// The active site (`None` while bootstrapping).
+    active: Option<&'a SiteView>,
+    /// The active site's own state, [`TopologyState::Split`] aside.
+    own: TopologyState,
+    /// Writable sites other than the one that must win (first sight counts).
+    intruders: Vec<&'a SiteView>,
+}
+
+/// Names the topology (see [`TopologyState`]).
+pub fn topology_state(input: &DecideInput<'_>) -> TopologyState {
+    topology(input).state
+}
+
+fn topology<'a>(input: &DecideInput<'a>) -> Topology<'a> {
     let sites = input.sites;
-    let writable: Vec<&SiteView> = sites
-        .iter()
-        .filter(|s| s.state == SiteState::Writable)
-        .collect();
-    let all_unreachable = input.no_site_answers
-        || (!sites.is_empty() && sites.iter().all(|s| s.state == SiteState::Unreachable));
-    let history = !input.last_failover_target.is_empty();
-
-    // Recovery-blocked sites that a human has brought back in line are unblocked.
-    let active = site(sites, input.active_site);
-    if let Some(a) = active.filter(|a| a.state == SiteState::Writable && a.answered) {
-        for s in sites
-            .iter()
-            .filter(|s| s.recovery_blocked && !s.recloning && !s.reclone_failed)
-            .filter(|s| s.state == SiteState::ReadOnly && s.answered)
-        {
-            if !diverged(s, input, a) {
-                d.actions.push(Action::ClearRecoveryBlock {
-                    site: s.name.clone(),
-                });
-            }
-        }
-    }
-
-    if all_unreachable {
-        d.alerts.push(Alert::AllUnreachable);
-    }
-
-    let Some(active) = active else {
-        // No active site yet: bootstrap from what is writable.
-        match writable.as_slice() {
-            [one] => d.actions.push(Action::Bootstrap {
-                site: one.name.clone(),
-                promote: false,
-            }),
-            [] => {
-                // A site still settling (`Unknown`: answered but not yet confirmed, or not
-                // yet failed often enough) may turn out writable: say nothing until all have.
-                let settled = sites.iter().all(|s| s.state != SiteState::Unknown);
-                if settled && !all_unreachable && sites.iter().any(SiteView::reachable) {
-                    let every_reachable_ro = sites
-                        .iter()
-                        .filter(|s| s.reachable())
-                        .all(|s| s.state == SiteState::ReadOnly);
-                    if every_reachable_ro {
-                        match choose_bootstrap(sites, input.bootstrap_site) {
-                            Ok(site) => d.actions.push(Action::Bootstrap {
-                                site: site.to_string(),
-                                promote: true,
-                            }),
-                            Err(reason) => d.alerts.push(Alert::BootstrapWaiting { reason }),
-                        }
-                    }
-                }
-            }
-            many => {
-                let keeper = input
-                    .site_priorities
-                    .iter()
-                    .find(|p| many.iter().any(|w| &w.name == *p));
-                match keeper {
-                    Some(k) => {
-                        // No history yet: judged against the keeper's position.
-                        let keep = many.iter().find(|w| &w.name == k).copied();
-                        for w in many.iter().filter(|w| &w.name != k) {
-                            d.actions.push(Action::FenceIntruder {
-                                site: w.name.clone(),
-                                divergent: keep.is_none_or(|keep| diverged(w, input, keep)),
-                            });
-                        }
-                        d.actions.push(Action::Bootstrap {
-                            site: k.clone(),
-                            promote: false,
-                        });
-                    }
-                    None => d.alerts.push(Alert::SplitBrainUndecided {
-                        sites: many.iter().map(|w| w.name.clone()).collect(),
-                    }),
-                }
-            }
-        }
-        return d;
+    let Some(active) = site(sites, input.active_site) else {
+        return Topology {
+            state: TopologyState::Bootstrapping,
+            active: None,
+            own: TopologyState::Bootstrapping,
+            intruders: Vec::new(),
+        };
     };
-
-    // Writable sites other than the one that must win.
+    let history = !input.last_failover_target.is_empty();
+    // Writable sites other than the one that must win. First sight counts: a site whose
+    // probe shows it writable this poll is an intruder whether or not the debounce has
+    // confirmed it (a restarted old primary must not take writes for `recoveryThreshold`
+    // polls).
     let keeper = if history {
         input.last_failover_target
     } else {
         input.active_site
     };
-    // First sight counts: a site whose probe shows it writable this poll is an intruder
-    // whether or not the debounce has confirmed it (a restarted old primary must not take
-    // writes for `recoveryThreshold` polls).
-    let seen_writable: Vec<&SiteView> = sites
+    let intruders: Vec<&SiteView> = sites
         .iter()
         .filter(|s| s.state == SiteState::Writable || s.writable_now)
+        .filter(|w| w.name != keeper)
         .collect();
-    let intruders: Vec<&&SiteView> = seen_writable.iter().filter(|w| w.name != keeper).collect();
-    if !intruders.is_empty() {
-        let decided = history || !input.site_priorities.is_empty();
-        let prioritized_keeper = if history {
-            Some(keeper.to_string())
-        } else {
-            input
-                .site_priorities
-                .iter()
-                .find(|p| seen_writable.iter().any(|w| &w.name == *p))
-                .cloned()
-        };
-        match prioritized_keeper {
-            Some(k) if decided && k == keeper => {
-                // An intruder that did not answer this poll cannot be fenced now, and its
-                // position may be stale: next poll.
-                for w in intruders.iter().filter(|w| w.answered) {
-                    d.actions.push(Action::FenceIntruder {
-                        site: w.name.clone(),
-                        divergent: diverged(w, input, active),
-                    });
-                }
-            }
-            // Undecided: alert only once the debounce confirms two writable sites.
-            _ if writable.len() > 1 => d.alerts.push(Alert::SplitBrainUndecided {
-                sites: writable.iter().map(|w| w.name.clone()).collect(),
-            }),
-            _ => {}
-        }
-    }
-
-    match active.state {
-        SiteState::Unreachable => {
-            if input.automatic_failover_held {
-                d.alerts.push(Alert::FailoverHeld);
-            } else if let Some(until) = input
-                .last_failover
-                .map(|t| t.plus(input.cooldown))
-                .filter(|until| *until > input.now)
-            {
-                d.alerts.push(Alert::CooldownBlocksFailover { until });
-            } else {
-                match choose_candidate(sites, &active.name) {
-                    Some(c) => d.actions.push(emergency_failover(input, active, c)),
-                    None => d.alerts.push(Alert::NoCandidate {
-                        reason:
-                            "no reachable, read-only primary-candidate site with a known GTID set"
-                                .into(),
-                    }),
-                }
-            }
-        }
+    let own = match active.state {
+        SiteState::Writable => TopologyState::Healthy,
+        SiteState::Unreachable => TopologyState::PrimaryLost,
+        SiteState::Unknown => TopologyState::Settling,
         SiteState::ReadOnly => {
             // Every site read-only, or unreachable: an unreachable one is not the active site,
             // and a promotion whose fence could not be cleared after its announcement (the old
-            // primary dead) is completed here, as is the new primary fenced by a stale sidecar.
+            // primary dead) is completed, as is the new primary fenced by a stale sidecar.
             let every_reachable_ro = sites
                 .iter()
                 .all(|s| matches!(s.state, SiteState::ReadOnly | SiteState::Unreachable));
-            if every_reachable_ro && history && active.name == input.last_failover_target {
-                let contains_all = active.gtid.as_ref().is_some_and(|ag| {
-                    sites
-                        .iter()
-                        .filter(|s| s.state != SiteState::Unreachable)
-                        .all(|s| s.gtid.as_ref().is_some_and(|sg| ag.contains(sg)))
-                });
-                let rate_ok = input
-                    .last_reassertion
-                    .is_none_or(|t| input.now >= t.plus(input.reassert_interval));
-                let awaiting = input.awaiting_fence.filter(|w| w.target == active.name);
-                if input.restore_holds_writes {
-                    d.deferred_by_restore = true;
-                } else if let Some(w) = awaiting {
-                    // Strict: the announced primary takes writes once the old one is proven
-                    // fenced (or a human forces it), not at the reassertion rate. A site the
-                    // old primary kept replicating to meanwhile is caught up from first.
-                    let wait = input.max_lag_wait.min(EMERGENCY_WAIT_LIMIT);
-                    let catch_up = catch_up_source(sites, active, &w.site).and_then(|s| {
-                        Some(CatchUpPlan {
-                            from: s.name.clone(),
-                            target: s.gtid.clone()?,
-                            bound: wait,
-                        })
-                    });
-                    if !contains_all && catch_up.is_none() {
-                        d.alerts.push(Alert::NoPrimary);
-                    } else if let Some(who) = input.forced_by {
-                        d.actions.push(Action::ConfirmFence {
-                            site: active.name.clone(),
-                            why: format!(
-                                "promotion forced by {who} without proof that {} is fenced",
-                                w.site
-                            ),
-                            forced: true,
-                            catch_up,
-                        });
-                    } else {
-                        match input.fence_facts.as_ref().map(crate::strict::judge) {
-                            Some(crate::strict::Verdict::Proven(p)) => {
-                                d.actions.push(Action::ConfirmFence {
-                                    site: active.name.clone(),
-                                    why: p.describe(&w.site),
-                                    forced: false,
-                                    catch_up,
-                                });
-                            }
-                            Some(crate::strict::Verdict::Unconfirmed(why)) => {
-                                d.alerts.push(Alert::FenceUnconfirmed {
-                                    old: w.site.clone(),
-                                    target: active.name.clone(),
-                                    why,
-                                });
-                            }
-                            None => d.alerts.push(Alert::FenceUnconfirmed {
-                                old: w.site.clone(),
-                                target: active.name.clone(),
-                                why: "no facts gathered this poll".into(),
-                            }),
-                        }
-                    }
-                } else if contains_all && rate_ok {
-                    d.actions.push(Action::Reassert {
-                        site: active.name.clone(),
-                    });
-                } else if !contains_all {
-                    d.alerts.push(Alert::NoPrimary);
-                }
-            } else if every_reachable_ro && !input.automatic_failover_held {
+            let announced = every_reachable_ro && history && active.name == keeper;
+            if announced
+                && input
+                    .awaiting_fence
+                    .is_some_and(|w| w.target == active.name)
+            {
+                TopologyState::Fencing
+            } else if announced {
+                TopologyState::Promoting
+            } else {
+                TopologyState::Blocked
+            }
+        }
+    };
+    Topology {
+        state: if intruders.is_empty() {
+            own
+        } else {
+            TopologyState::Split
+        },
+        active: Some(active),
+        own,
+        intruders,
+    }
+}
+
+fn decide_topology(input: &DecideInput<'_>) -> Decision {
+    let mut d = Decision::default();
+    let t = topology(input);
+    d.topology = t.state;
+    unblock_recovered(input, &mut d);
+    let all_unreachable = input.no_site_answers
+        || (!input.sites.is_empty()
+            && input
+                .sites
+                .iter()
+                .all(|s| s.state == SiteState::Unreachable));
+    if all_unreachable {
+        d.alerts.push(Alert::AllUnreachable);
+    }
+    let Some(active) = t.active else {
+        bootstrap(input, all_unreachable, &mut d);
+        return d;
+    };
+    if !t.intruders.is_empty() {
+        fence_intruders(input, active, &t.intruders, &mut d);
+    }
+    match t.own {
+        TopologyState::PrimaryLost => primary_lost(input, active, &mut d),
+        TopologyState::Promoting => complete_promotion(input, active, &mut d),
+        TopologyState::Fencing => match input.awaiting_fence {
+            Some(w) => await_fence(input, active, w, &mut d),
+            None => complete_promotion(input, active, &mut d),
+        },
+        TopologyState::Blocked => {
+            let every_reachable_ro = input
+                .sites
+                .iter()
+                .all(|s| matches!(s.state, SiteState::ReadOnly | SiteState::Unreachable));
+            if every_reachable_ro && !input.automatic_failover_held {
                 d.alerts.push(Alert::NoPrimary);
             }
         }
-        SiteState::Writable => {
-            for s in sites {
-                // Positions from an earlier poll would judge a replica against where the
-                // active site used to be (and a source that does not answer cannot be
-                // followed anyway): wait for a poll where both answer.
-                if active.answered
-                    && s.answered
-                    && s.name != active.name
-                    && s.state == SiteState::ReadOnly
-                    && !s.recovery_blocked
-                    && !s.replicates_from(active)
-                    && !input.automatic_failover_held
-                {
-                    // A broken applier (an errant transaction) is not fixed by re-pointing.
-                    let applier_broken = s.replica.as_ref().is_some_and(|r| {
-                        r.source_port == active.port
-                            && r.source_host == active.host
-                            && r.io_running
-                            && !r.sql_running
-                    });
-                    if applier_broken {
-                        // Left alone: the condition reports it.
-                    } else if history && diverged(s, input, active) {
-                        // A returning site that came back read-only (as it should) but holds
-                        // transactions the group never received: re-pointing would fail or
-                        // bury them. Same verdict as for a writable one.
-                        d.actions.push(Action::BlockDivergent {
-                            site: s.name.clone(),
-                        });
-                    } else if s.repointed.as_ref().is_some_and(|r| {
-                        r.source == active.name && input.now < r.at.plus(input.repoint_settle)
-                    }) {
-                        // Re-pointed a moment ago: its IO thread is still connecting.
-                    } else {
-                        d.actions.push(Action::Repoint {
-                            site: s.name.clone(),
-                        });
+        TopologyState::Healthy => keep_replicas_following(input, active, &mut d),
+        TopologyState::Settling | TopologyState::Bootstrapping | TopologyState::Split => {}
+    }
+    d
+}
+
+/// Recovery-blocked sites that a human has brought back in line are unblocked.
+fn unblock_recovered(input: &DecideInput<'_>, d: &mut Decision) {
+    let Some(a) = site(input.sites, input.active_site)
+        .filter(|a| a.state == SiteState::Writable && a.answered)
+    else {
+        return;
+    };
+    for s in input
+        .sites
+        .iter()
+        .filter(|s| s.recovery_blocked && !s.recloning && !s.reclone_failed)
+        .filter(|s| s.state == SiteState::ReadOnly && s.answered)
+    {
+        if !diverged(s, input, a) {
+            d.actions.push(Action::ClearRecoveryBlock {
+                site: s.name.clone(),
+            });
+        }
+    }
+}
+
+/// [`TopologyState::Bootstrapping`]: the first active site, from what is writable.
+fn bootstrap(input: &DecideInput<'_>, all_unreachable: bool, d: &mut Decision) {
+    let sites = input.sites;
+    let writable: Vec<&SiteView> = sites
+        .iter()
+        .filter(|s| s.state == SiteState::Writable)
+        .collect();
+    match writable.as_slice() {
+        [one] => d.actions.push(Action::Bootstrap {
+            site: one.name.clone(),
+            promote: false,
+        }),
+        [] => {
+            // A site still settling (`Unknown`: answered but not yet confirmed, or not yet
+            // failed often enough) may turn out writable: say nothing until all have.
+            let settled = sites.iter().all(|s| s.state != SiteState::Unknown);
+            if settled && !all_unreachable && sites.iter().any(SiteView::reachable) {
+                let every_reachable_ro = sites
+                    .iter()
+                    .filter(|s| s.reachable())
+                    .all(|s| s.state == SiteState::ReadOnly);
+                if every_reachable_ro {
+                    match choose_bootstrap(sites, input.bootstrap_site) {
+                        Ok(site) => d.actions.push(Action::Bootstrap {
+                            site: site.to_string(),
+                            promote: true,
+                        }),
+                        Err(why) => d.alerts.push(Alert::BootstrapWaiting {
+                            reason: why.to_string(),
+                        }),
                     }
                 }
             }
         }
-        SiteState::Unknown => {}
+        many => {
+            let keeper = input
+                .site_priorities
+                .iter()
+                .find(|p| many.iter().any(|w| &w.name == *p));
+            match keeper {
+                Some(k) => {
+                    // No history yet: judged against the keeper's position.
+                    let keep = many.iter().find(|w| &w.name == k).copied();
+                    for w in many.iter().filter(|w| &w.name != k) {
+                        d.actions.push(Action::FenceIntruder {
+                            site: w.name.clone(),
+                            divergent: keep.is_none_or(|keep| diverged(w, input, keep)),
+                        });
+                    }
+                    d.actions.push(Action::Bootstrap {
+                        site: k.clone(),
+                        promote: false,
+                    });
+                }
+                None => d.alerts.push(Alert::SplitBrainUndecided {
+                    sites: many.iter().map(|w| w.name.clone()).collect(),
+                }),
+            }
+        }
     }
-    d
+}
+
+/// [`TopologyState::Split`]: intruders are fenced when history (or `sitePriorities`) names
+/// the winner; otherwise the split is reported once the debounce confirms it.
+fn fence_intruders(
+    input: &DecideInput<'_>,
+    active: &SiteView,
+    intruders: &[&SiteView],
+    d: &mut Decision,
+) {
+    let sites = input.sites;
+    let history = !input.last_failover_target.is_empty();
+    let keeper = if history {
+        input.last_failover_target
+    } else {
+        input.active_site
+    };
+    let decided = history || !input.site_priorities.is_empty();
+    let prioritized_keeper = if history {
+        Some(keeper.to_string())
+    } else {
+        input
+            .site_priorities
+            .iter()
+            .find(|p| {
+                sites
+                    .iter()
+                    .filter(|s| s.state == SiteState::Writable || s.writable_now)
+                    .any(|w| &w.name == *p)
+            })
+            .cloned()
+    };
+    let writable: Vec<&SiteView> = sites
+        .iter()
+        .filter(|s| s.state == SiteState::Writable)
+        .collect();
+    match prioritized_keeper {
+        Some(k) if decided && k == keeper => {
+            // An intruder that did not answer this poll cannot be fenced now, and its
+            // position may be stale: next poll.
+            for w in intruders.iter().filter(|w| w.answered) {
+                d.actions.push(Action::FenceIntruder {
+                    site: w.name.clone(),
+                    divergent: diverged(w, input, active),
+                });
+            }
+        }
+        // Undecided: alert only once the debounce confirms two writable sites.
+        _ if writable.len() > 1 => d.alerts.push(Alert::SplitBrainUndecided {
+            sites: writable.iter().map(|w| w.name.clone()).collect(),
+        }),
+        _ => {}
+    }
+}
+
+/// [`TopologyState::PrimaryLost`]: promote the best candidate, unless automation is held or
+/// the cooldown forbids it.
+fn primary_lost(input: &DecideInput<'_>, active: &SiteView, d: &mut Decision) {
+    if input.automatic_failover_held {
+        d.alerts.push(Alert::FailoverHeld);
+    } else if let Some(until) = input
+        .last_failover
+        .map(|t| t.plus(input.cooldown))
+        .filter(|until| *until > input.now)
+    {
+        d.alerts.push(Alert::CooldownBlocksFailover { until });
+    } else {
+        match choose_candidate(input.sites, &active.name) {
+            Some(c) => d.actions.push(emergency_failover(input, active, c)),
+            None => d.alerts.push(Alert::NoCandidate {
+                reason: "no reachable, read-only primary-candidate site with a known GTID set"
+                    .into(),
+            }),
+        }
+    }
+}
+
+/// Whether the announced `active` holds every transaction of every reachable site.
+fn holds_all(input: &DecideInput<'_>, active: &SiteView) -> bool {
+    active.gtid.as_ref().is_some_and(|ag| {
+        input
+            .sites
+            .iter()
+            .filter(|s| s.state != SiteState::Unreachable)
+            .all(|s| s.gtid.as_ref().is_some_and(|sg| ag.contains(sg)))
+    })
+}
+
+/// [`TopologyState::Promoting`]: the announced site is made writable again (reasserted), at
+/// most every `reassertInterval`, once it holds every transaction a reachable site has.
+fn complete_promotion(input: &DecideInput<'_>, active: &SiteView, d: &mut Decision) {
+    let rate_ok = input
+        .last_reassertion
+        .is_none_or(|t| input.now >= t.plus(input.reassert_interval));
+    if input.restore_holds_writes {
+        d.deferred_by_restore = true;
+    } else if !holds_all(input, active) {
+        d.alerts.push(Alert::NoPrimary);
+    } else if rate_ok {
+        d.actions.push(Action::Reassert {
+            site: active.name.clone(),
+        });
+    }
+}
+
+/// [`TopologyState::Fencing`]: strict mode's announced primary takes writes once the old one
+/// is proven fenced (or a human forces it), not at the reassertion rate. A site the old
+/// primary kept replicating to meanwhile is caught up from first.
+fn await_fence(
+    input: &DecideInput<'_>,
+    active: &SiteView,
+    w: &crate::status::AwaitingFence,
+    d: &mut Decision,
+) {
+    if input.restore_holds_writes {
+        d.deferred_by_restore = true;
+        return;
+    }
+    let wait = input.max_lag_wait.min(EMERGENCY_WAIT_LIMIT);
+    let catch_up = catch_up_source(input.sites, active, &w.site).and_then(|s| {
+        Some(CatchUpPlan {
+            from: s.name.clone(),
+            target: s.gtid.clone()?,
+            bound: wait,
+        })
+    });
+    if !holds_all(input, active) && catch_up.is_none() {
+        d.alerts.push(Alert::NoPrimary);
+    } else if let Some(who) = input.forced_by {
+        d.actions.push(Action::ConfirmFence {
+            site: active.name.clone(),
+            why: format!(
+                "promotion forced by {who} without proof that {} is fenced",
+                w.site
+            ),
+            forced: true,
+            catch_up,
+        });
+    } else {
+        match input.fence_facts.as_ref().map(crate::strict::judge) {
+            Some(crate::strict::Verdict::Proven(p)) => {
+                d.actions.push(Action::ConfirmFence {
+                    site: active.name.clone(),
+                    why: p.describe(&w.site),
+                    forced: false,
+                    catch_up,
+                });
+            }
+            Some(crate::strict::Verdict::Unconfirmed(why)) => {
+                d.alerts.push(Alert::FenceUnconfirmed {
+                    old: w.site.clone(),
+                    target: active.name.clone(),
+                    why,
+                });
+            }
+            None => d.alerts.push(Alert::FenceUnconfirmed {
+                old: w.site.clone(),
+                target: active.name.clone(),
+                why: "no facts gathered this poll".into(),
+            }),
+        }
+    }
+}
+
+/// [`TopologyState::Healthy`]: every read-only replica follows the active site (re-pointed
+/// when it does not), unless it diverged (blocked) or its applier is broken (reported).
+fn keep_replicas_following(input: &DecideInput<'_>, active: &SiteView, d: &mut Decision) {
+    let history = !input.last_failover_target.is_empty();
+    for s in input.sites {
+        // Positions from an earlier poll would judge a replica against where the active site
+        // used to be (and a source that does not answer cannot be followed anyway): wait for
+        // a poll where both answer.
+        if !(active.answered
+            && s.answered
+            && s.name != active.name
+            && s.state == SiteState::ReadOnly
+            && !s.recovery_blocked
+            && !s.replicates_from(active)
+            && !input.automatic_failover_held)
+        {
+            continue;
+        }
+        // A broken applier (an errant transaction) is not fixed by re-pointing.
+        let applier_broken = s.replica.as_ref().is_some_and(|r| {
+            r.source_port == active.port
+                && r.source_host == active.host
+                && r.io_running
+                && !r.sql_running
+        });
+        if applier_broken {
+            // Left alone: the condition reports it.
+        } else if history && diverged(s, input, active) {
+            // A returning site that came back read-only (as it should) but holds
+            // transactions the group never received: re-pointing would fail or bury them.
+            // Same verdict as for a writable one.
+            d.actions.push(Action::BlockDivergent {
+                site: s.name.clone(),
+            });
+        } else if s
+            .repointed
+            .as_ref()
+            .is_some_and(|r| r.source == active.name && input.now < r.at.plus(input.repoint_settle))
+        {
+            // Re-pointed a moment ago: its IO thread is still connecting.
+        } else {
+            d.actions.push(Action::Repoint {
+                site: s.name.clone(),
+            });
+        }
+    }
 }
 
 /// Whether `site` holds transactions that the group does not (an unknown position counts as

@@ -9,6 +9,8 @@
 //! |---|---|
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
 //! | [`controller`] | the failover decisions: debounce, emergency failover, intruder fencing, reassertion |
+//! | [`backup`] | backups: when the schedule is due, which site is the source, what retention removes |
+//! | [`cron`] | cron schedules (UTC): the next run after an instant |
 //! | [`planned`] | admission of a planned failover: proceed, defer (hold, cooldown) or reject |
 //! | [`health`] | the health inputs of a status, `stable` / `unstableReason`, the grant and renewal gates |
 //! | [`release`] | release plans (pre-checks, store), the per-Deployment Lease, the rollout verdict |
@@ -24,20 +26,25 @@
 //! | [`time`] | wall-clock instants as values |
 //! | [`duration`] | Kubernetes-style duration strings |
 //! | [`names`] | DNS-1123 name rules |
+//! | [`identity`] | component identities (the URI SAN of a component certificate) and which party a call expects |
 //! | [`contract`] | names that are interfaces: annotation keys, log messages, metrics |
 //! | [`reason`] | every reason, condition type and recovery state, as enums of their contract strings |
 //! | [`alerts`] | the packaged Prometheus alerts, their tuning, and the renderings of them |
 //! | [`wire`] | JSON bodies between Bloodraven's own processes (`/active-site`) |
 
 pub mod alerts;
+pub mod arbiter;
+pub mod backup;
 pub mod config;
 pub mod contract;
 pub mod controller;
+pub mod cron;
 pub mod defaults;
 pub mod duration;
 pub mod fencing;
 pub mod gtid;
 pub mod health;
+pub mod identity;
 pub mod lease;
 pub mod names;
 pub mod planned;
@@ -54,6 +61,7 @@ pub mod status;
 pub mod strict;
 pub mod time;
 pub mod token;
+pub mod transport;
 pub mod update;
 pub mod view;
 pub mod wire;

@@ -16,45 +16,10 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// An enum of contract names: `as_str`, `ALL` (the names this version writes), `Display`,
-/// serde as the string, and a JSON schema of a plain string.
-macro_rules! names {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident {
-            $( $(#[$vmeta:meta])* $variant:ident = $text:literal, )*
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum $name {
-            $( $(#[$vmeta])* $variant, )*
-            /// A name this version does not know, read from a status or event written by
-            /// another version. Never written by this one.
-            Other(String),
-        }
-
-        impl $name {
-            /// Every name this version writes, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),*];
-
-            /// The contract string.
-            pub fn as_str(&self) -> &str {
-                match self {
-                    $( $name::$variant => $text, )*
-                    $name::Other(s) => s,
-                }
-            }
-
-            /// The name `s` stands for (`Other` when this version does not know it).
-            pub fn parse(s: &str) -> Self {
-                match s {
-                    $( $text => $name::$variant, )*
-                    other => $name::Other(other.to_string()),
-                }
-            }
-        }
-
+/// `Display`, serde as the string and a JSON schema of a plain string, for an enum with
+/// `as_str` (the contract string) and `parse` (its inverse).
+macro_rules! contract_string {
+    ($name:ident) => {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(self.as_str())
@@ -91,48 +56,106 @@ macro_rules! names {
     };
 }
 
+/// An enum of contract names, each variant's contract string its own name: `as_str`, `ALL`
+/// (the names this version writes), and `contract_string!`'s `Display`, serde and schema.
+macro_rules! names {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )*
+            /// A name this version does not know, read from a status or event written by
+            /// another version. Never written by this one.
+            Other(String),
+        }
+
+        impl $name {
+            /// Every name this version writes, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+
+            /// The contract string.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $( $name::$variant => stringify!($variant), )*
+                    $name::Other(s) => s,
+                }
+            }
+
+            /// The name `s` stands for (`Other` when this version does not know it).
+            pub fn parse(s: &str) -> Self {
+                match s {
+                    $( stringify!($variant) => $name::$variant, )*
+                    other => $name::Other(other.to_string()),
+                }
+            }
+        }
+
+        contract_string!($name);
+    };
+}
+
 names! {
     /// `status.conditions[].type`.
     pub enum ConditionType {
-        Ready = "Ready",
-        Degraded = "Degraded",
-        RecoveryPending = "RecoveryPending",
+        Ready,
+        Degraded,
+        RecoveryPending,
         /// Informational: every sidecar runs with the group's `spec.sidecar` timings. Never
         /// makes the group unstable.
-        SidecarTimingsInSync = "SidecarTimingsInSync",
+        SidecarTimingsInSync,
+        /// Informational: the leading operator's configuration file says of the group what the
+        /// store says (where the store is the truth: etcd). Never makes the group unstable.
+        ConfigInSync,
+        /// Informational: every server refuses clear-text logins and replication runs over
+        /// TLS as `spec.replication.tls` says. Never makes the group unstable.
+        TransportSecure,
     }
 }
 
 names! {
     /// `status.conditions[].reason`.
     pub enum ConditionReason {
-        AsExpected = "AsExpected",
-        ActiveSiteWritable = "ActiveSiteWritable",
-        SplitBrain = "SplitBrain",
-        NoPrimary = "NoPrimary",
-        ReplicationNotRunning = "ReplicationNotRunning",
+        AsExpected,
+        ActiveSiteWritable,
+        SplitBrain,
+        NoPrimary,
+        ReplicationNotRunning,
         /// Degraded by lag alone: reported, but never makes the group unstable.
-        ReplicationLagging = "ReplicationLagging",
-        SiteUnreachable = "SiteUnreachable",
+        ReplicationLagging,
+        SiteUnreachable,
         /// A site holds divergent transactions (`RecoveryPending`).
-        RecoveryBlocked = "RecoveryBlocked",
-        SidecarTimingsMismatch = "SidecarTimingsMismatch",
+        RecoveryBlocked,
+        SidecarTimingsMismatch,
         /// `spec.replication.mode: semi-sync` and the active site's lossless guarantee does not
         /// hold (not configured yet, a lossy wait point, or fell back to asynchronous).
-        SemiSyncFallback = "SemiSyncFallback",
+        SemiSyncFallback,
         /// `semi-sync` and no replica acknowledges: the guarantee holds, writes wait.
-        SemiSyncWritesWait = "SemiSyncWritesWait",
+        SemiSyncWritesWait,
         /// `fencing: strict`: the new primary is announced and stays read-only until the old
         /// one is proven fenced (docs/failover.md, Fencing modes).
-        FenceUnconfirmed = "FenceUnconfirmed",
+        FenceUnconfirmed,
+        /// The leading operator's configuration file differs from the stored group (the store
+        /// wins; the message names the fields).
+        ConfigDrift,
+        /// A replica does not replicate over TLS as `spec.replication.tls` asks, or cannot
+        /// verify its source's certificate (`TransportSecure`; the message names it).
+        ReplicationInsecure,
+        /// A server accepts clear-text logins (`require_secure_transport=OFF`); the operator
+        /// reports it and changes nothing (`TransportSecure`).
+        InsecureTransport,
     }
 }
 
 names! {
     /// Why admission deferred a planned failover (`admission.deferReason`).
     pub enum DeferReason {
-        DeploymentHold = "DeploymentHold",
-        Cooldown = "Cooldown",
+        DeploymentHold,
+        Cooldown,
     }
 }
 
@@ -140,20 +163,22 @@ names! {
     /// Why a planned failover failed (`status.plannedFailover.reason`).
     pub enum FailureReason {
         // Admission.
-        UnknownTarget = "UnknownTarget",
-        TargetNotCandidate = "TargetNotCandidate",
-        NoActiveSite = "NoActiveSite",
-        AlreadyActive = "AlreadyActive",
-        SourceNotWritable = "SourceNotWritable",
-        TargetRecoveryBlocked = "TargetRecoveryBlocked",
-        TargetNotReady = "TargetNotReady",
-        TargetNotReplicating = "TargetNotReplicating",
+        UnknownTarget,
+        TargetNotCandidate,
+        NoActiveSite,
+        AlreadyActive,
+        SourceNotWritable,
+        TargetRecoveryBlocked,
+        TargetNotReady,
+        TargetNotReplicating,
         // Execution.
-        FenceFailed = "FenceFailed",
-        SourceUnreadable = "SourceUnreadable",
-        LagTimeout = "LagTimeout",
-        WaitFailed = "WaitFailed",
-        SiteUnknown = "SiteUnknown",
+        FenceFailed,
+        SourceUnreadable,
+        LagTimeout,
+        WaitFailed,
+        SiteUnknown,
+        /// A phase ran past `spec.operationTimeouts.plannedFailover`.
+        TimedOut,
     }
 }
 
@@ -161,74 +186,88 @@ names! {
     /// Event reasons on the `MysqlFailoverGroup`. docs/operator.md lists them from here.
     pub enum EventReason {
         /// Deploy leases were revoked (`TopologyChanged` or `OperatorRevoked`).
-        DeploymentLeaseRevoked = "DeploymentLeaseRevoked",
+        DeploymentLeaseRevoked,
         /// Kubernetes mode: the group's spec does not validate, so the group does not run.
-        SpecInvalid = "SpecInvalid",
+        SpecInvalid,
         /// The group got its first active site.
-        ActiveSiteBootstrapped = "ActiveSiteBootstrapped",
+        ActiveSiteBootstrapped,
         /// An emergency failover started, succeeded, failed (with the step that failed).
-        FailoverStarted = "FailoverStarted",
-        FailoverSucceeded = "FailoverSucceeded",
-        FailoverFailed = "FailoverFailed",
+        FailoverStarted,
+        FailoverSucceeded,
+        FailoverFailed,
         /// A writable site that is not the active one was fenced.
-        SiteFenced = "SiteFenced",
+        SiteFenced,
         /// A returning site holds transactions the group never received: it stays fenced.
-        DataLossDetected = "DataLossDetected",
+        DataLossDetected,
         /// A recovery-blocked site no longer diverges.
-        RecoveryUnblocked = "RecoveryUnblocked",
+        RecoveryUnblocked,
         /// Every site was read-only: writability was restored on the last failover target.
-        PrimaryReasserted = "PrimaryReasserted",
+        PrimaryReasserted,
         /// `fencing: strict`: an announced emergency promotion waits for proof that the old
         /// primary is fenced; then it takes writes, with the proof (or by hand, `--force`).
-        FenceUnconfirmed = "FenceUnconfirmed",
-        FenceConfirmed = "FenceConfirmed",
-        ForcedPromotion = "ForcedPromotion",
+        FenceUnconfirmed,
+        FenceConfirmed,
+        ForcedPromotion,
         /// A replica now follows the active site.
-        ReplicaRepointed = "ReplicaRepointed",
+        ReplicaRepointed,
         /// A planned failover entered (or re-entered, after a deferral) admission.
-        PlannedFailoverAdmitting = "PlannedFailoverAdmitting",
-        PlannedFailoverDeferred = "PlannedFailoverDeferred",
+        PlannedFailoverAdmitting,
+        PlannedFailoverDeferred,
         /// A planned failover request was dropped: another one is in flight.
-        PlannedFailoverRejected = "PlannedFailoverRejected",
-        PlannedFailoverSucceeded = "PlannedFailoverSucceeded",
-        PlannedFailoverFailed = "PlannedFailoverFailed",
+        PlannedFailoverRejected,
+        PlannedFailoverSucceeded,
+        PlannedFailoverFailed,
         /// Draining killed an application session that kept the fence from landing.
-        BlockingSessionKilled = "BlockingSessionKilled",
+        BlockingSessionKilled,
         /// Alerts, raised once when they start.
-        SplitBrain = "SplitBrain",
-        NoPrimary = "NoPrimary",
-        AllSitesUnreachable = "AllSitesUnreachable",
-        FailoverBlockedByCooldown = "FailoverBlockedByCooldown",
-        NoFailoverCandidate = "NoFailoverCandidate",
-        AutomaticFailoverHeld = "AutomaticFailoverHeld",
-        SemiSyncFallback = "SemiSyncFallback",
+        SplitBrain,
+        NoPrimary,
+        AllSitesUnreachable,
+        FailoverBlockedByCooldown,
+        NoFailoverCandidate,
+        AutomaticFailoverHeld,
+        SemiSyncFallback,
         /// An emergency failover's candidate first caught up from a more advanced site.
-        CaughtUpBeforePromotion = "CaughtUpBeforePromotion",
+        CaughtUpBeforePromotion,
         /// A reclone (`bloodraven site reclone`) started copying, succeeded, failed; or its
         /// request was refused and changed nothing.
-        RecloneStarted = "RecloneStarted",
-        RecloneSucceeded = "RecloneSucceeded",
-        RecloneFailed = "RecloneFailed",
-        RecloneRefused = "RecloneRefused",
+        RecloneStarted,
+        RecloneSucceeded,
+        RecloneFailed,
+        RecloneRefused,
         /// An ordered update began, naming the order.
-        OrderedUpdateStarted = "OrderedUpdateStarted",
+        OrderedUpdateStarted,
         /// A site of an ordered update is updated and caught up.
-        SiteUpdated = "SiteUpdated",
+        SiteUpdated,
         /// Every other site is updated: the update's switchover begins.
-        OrderedUpdateFailingOver = "OrderedUpdateFailingOver",
-        OrderedUpdateSucceeded = "OrderedUpdateSucceeded",
-        OrderedUpdateFailed = "OrderedUpdateFailed",
+        OrderedUpdateFailingOver,
+        OrderedUpdateSucceeded,
+        OrderedUpdateFailed,
         /// A request for an ordered update was dropped (another operation runs, nothing to
         /// update).
-        OrderedUpdateRejected = "OrderedUpdateRejected",
+        OrderedUpdateRejected,
         /// A restore-in-place was accepted (its target and source named).
-        RestoreStarted = "RestoreStarted",
+        RestoreStarted,
         /// The dump is loaded on the target; the target is announced.
-        RestoreLoaded = "RestoreLoaded",
-        RestoreSucceeded = "RestoreSucceeded",
-        RestoreFailed = "RestoreFailed",
+        RestoreLoaded,
+        RestoreSucceeded,
+        RestoreFailed,
         /// A restore request was not run (a stale `confirm`, another operation, a bad target).
-        RestoreRefused = "RestoreRefused",
+        RestoreRefused,
+        /// A phase of a day-2 operation ran past its bound (`spec.operationTimeouts`): the
+        /// operation ended in its documented state.
+        OperationTimedOut,
+        /// The leading operator's configuration file differs from the stored group.
+        ConfigDrift,
+        /// A backup started on its source site (the primary named as a fallback when no
+        /// replica is healthy), succeeded, or failed (abandoned, refused, or its tools failed).
+        BackupStarted,
+        BackupSucceeded,
+        BackupFailed,
+        /// A backup's verification passed (every file's checksum, the data prepared and
+        /// opened, every table checked, the GTID position the manifest's), or failed (why).
+        BackupVerified,
+        BackupVerifyFailed,
     }
 }
 
@@ -236,17 +275,19 @@ names! {
     /// Why an ordered update stopped as `Failed` (`status.updatePhase.reason`).
     pub enum UpdateFailure {
         /// The active site changed while it ran, not by its own switchover.
-        EmergencyFailover = "EmergencyFailover",
+        EmergencyFailover,
         /// A site was not a caught-up replica before its update, within its timeout.
-        SiteNotCaughtUp = "SiteNotCaughtUp",
+        SiteNotCaughtUp,
         /// A site's update (its command) failed or ran past its timeout.
-        UpdateFailed = "UpdateFailed",
+        UpdateFailed,
         /// A site did not come back as a caught-up replica within its timeout.
-        SiteUnhealthy = "SiteUnhealthy",
+        SiteUnhealthy,
         /// No updated primary candidate was caught up to take the primary.
-        NoCandidate = "NoCandidate",
+        NoCandidate,
         /// The update's switchover failed (its reason in the message).
-        SwitchoverFailed = "SwitchoverFailed",
+        SwitchoverFailed,
+        /// A phase ran past `spec.operationTimeouts.orderedUpdate`.
+        TimedOut,
     }
 }
 
@@ -254,17 +295,19 @@ names! {
     /// Why a restore-in-place stopped as `Failed` (`status.restoreInPlace.reason`).
     pub enum RestoreFailure {
         /// Writes could not be fenced on the active site.
-        FenceFailed = "FenceFailed",
+        FenceFailed,
         /// The dump is not a complete `mariadb-dump` file (header, end marker).
-        DumpInvalid = "DumpInvalid",
+        DumpInvalid,
         /// Loading the dump failed (the message names the line).
-        LoadFailed = "LoadFailed",
+        LoadFailed,
         /// The active site changed while it ran (the target died: an emergency failover).
-        ActiveSiteChanged = "ActiveSiteChanged",
+        ActiveSiteChanged,
         /// A reclone of another site from the target failed.
-        RecloneFailed = "RecloneFailed",
+        RecloneFailed,
         /// The group's clone account is missing or unreadable.
-        NoCredentials = "NoCredentials",
+        NoCredentials,
+        /// A phase ran past `spec.operationTimeouts.restoreInPlace`.
+        TimedOut,
     }
 }
 
@@ -273,18 +316,20 @@ names! {
     pub enum RecloneFailure {
         /// The active site changed while it ran (an emergency or a planned failover): the copy
         /// is of a primary that no longer is one.
-        ActiveSiteChanged = "ActiveSiteChanged",
+        ActiveSiteChanged,
         /// The target became the active site meanwhile; it is not touched.
-        TargetPromoted = "TargetPromoted",
+        TargetPromoted,
         /// Taking or loading the copy failed.
-        CopyFailed = "CopyFailed",
+        CopyFailed,
         /// The target's replication from the active site did not start or broke while it
         /// caught up.
-        ReplicationFailed = "ReplicationFailed",
+        ReplicationFailed,
         /// The group has no site to copy from (the active site does not answer).
-        NoDonor = "NoDonor",
+        NoDonor,
         /// The group's `spec.clone.credentials` are missing or unreadable.
-        NoCredentials = "NoCredentials",
+        NoCredentials,
+        /// A phase ran past `spec.operationTimeouts.reclone`.
+        TimedOut,
     }
 }
 
@@ -302,6 +347,10 @@ pub enum RecoveryState {
     /// A reclone failed after it had begun replacing the data: what the site holds is not
     /// to be trusted, whatever its position says. Only another reclone ends it.
     RecloneFailed,
+    /// Its data no longer matches the primary's (a restore-in-place replaced the primary's,
+    /// and this site is not recloned yet): never a promotion candidate until a reclone ends
+    /// it.
+    AwaitingReclone,
     /// A state this version does not know (written by another version).
     Other(String),
 }
@@ -313,6 +362,7 @@ impl RecoveryState {
             RecoveryState::RecoveryBlocked => "RecoveryBlocked",
             RecoveryState::Recloning => "Recloning",
             RecoveryState::RecloneFailed => "RecloneFailed",
+            RecoveryState::AwaitingReclone => "AwaitingReclone",
             RecoveryState::Other(s) => s,
         }
     }
@@ -323,6 +373,7 @@ impl RecoveryState {
             "RecoveryBlocked" => RecoveryState::RecoveryBlocked,
             "Recloning" => RecoveryState::Recloning,
             "RecloneFailed" => RecoveryState::RecloneFailed,
+            "AwaitingReclone" => RecoveryState::AwaitingReclone,
             other => RecoveryState::Other(other.to_string()),
         }
     }
@@ -337,49 +388,20 @@ impl RecoveryState {
         !self.is_none()
     }
 
-    /// A reclone holds the site (running, or failed after it began replacing the data): the
-    /// controller never unblocks it because of its position.
+    /// A reclone holds the site (running, or failed after it began replacing the data, or
+    /// awaited after a restore replaced the primary's data): the controller never unblocks
+    /// it because of its position; only a reclone ends it.
     pub fn is_held_by_reclone(&self) -> bool {
         matches!(
             self,
-            RecoveryState::Recloning | RecoveryState::RecloneFailed
+            RecoveryState::Recloning
+                | RecoveryState::RecloneFailed
+                | RecoveryState::AwaitingReclone
         )
     }
 }
 
-impl fmt::Display for RecoveryState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for RecoveryState {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for RecoveryState {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Ok(RecoveryState::parse(&s))
-    }
-}
-
-#[cfg(feature = "schema")]
-impl schemars::JsonSchema for RecoveryState {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "String".into()
-    }
-
-    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        <String as schemars::JsonSchema>::json_schema(g)
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-}
+contract_string!(RecoveryState);
 
 #[cfg(test)]
 mod tests {

@@ -29,7 +29,8 @@
 use std::fmt;
 
 use crate::reason::RecloneFailure;
-use crate::status::{GroupStatus, RecloneStatus, RestoreStatus as RestoreStatusExt, SiteStatus};
+use crate::status::{GroupStatus, RecloneStatus, SiteStatus};
+use crate::time::Timestamp;
 use crate::view::SiteView;
 
 /// A confirmation names at least this many characters of the divergent set.
@@ -144,40 +145,6 @@ pub fn request_value(site: &str, confirm: &str) -> String {
     format!("{site}:{confirm}")
 }
 
-/// The operation that keeps a new one from starting, if any.
-pub fn operation_in_progress(status: &GroupStatus) -> Option<String> {
-    running_operation(status, true)
-}
-
-/// [`operation_in_progress`], a restore-in-place counted only when `with_restore` (a restore
-/// asks what else runs besides itself). In order: a planned failover, an ordered update, a
-/// restore-in-place, a reclone.
-pub(crate) fn running_operation(status: &GroupStatus, with_restore: bool) -> Option<String> {
-    if let Some(p) = status
-        .planned_failover
-        .as_ref()
-        .filter(|p| !p.phase.is_terminal())
-    {
-        return Some(format!("a planned failover to {}", p.target));
-    }
-    if let Some(u) = status.update_phase.as_ref().filter(|u| u.in_flight()) {
-        return Some(format!("an ordered update ({})", u.request_id));
-    }
-    if with_restore
-        && status
-            .restore_in_place
-            .as_ref()
-            .is_some_and(RestoreStatusExt::in_flight)
-    {
-        return Some("a restore-in-place".into());
-    }
-    status
-        .sites
-        .iter()
-        .find(|s| s.reclone.as_ref().is_some_and(|r| !r.phase.is_terminal()))
-        .map(|s| format!("a reclone of {}", s.name))
-}
-
 /// Whether `site` may be recloned, confirmed by `confirm`, in a group whose status is
 /// `status` and whose sites are `sites` (the spec's names).
 pub fn admit(
@@ -195,8 +162,18 @@ pub fn admit(
     if status.active_site == site {
         return Err(Refusal::ActiveSite(site.to_string()));
     }
-    if let Some(what) = operation_in_progress(status) {
-        return Err(Refusal::OperationInProgress(what));
+    {
+        use crate::arbiter::{Answer, Kind, Requested, Running, admit};
+        let running = Running::of(status);
+        match admit(&running, &Requested::new(Kind::Reclone, site)) {
+            Answer::Start => {}
+            // A reclone runs once per request: the site's own running reclone refuses it too.
+            Answer::Taken => {
+                let by = running.get(Kind::Reclone).map(ToString::to_string);
+                return Err(Refusal::OperationInProgress(by.unwrap_or_default()));
+            }
+            Answer::Refused { by } => return Err(Refusal::OperationInProgress(by.to_string())),
+        }
     }
     let shown = status.site(site).cloned().unwrap_or_else(|| SiteStatus {
         name: site.to_string(),
@@ -229,6 +206,7 @@ pub fn accepted(status: &GroupStatus, confirm: &str) -> RecloneStatus {
         attempts: 0,
         catch_up_to: String::new(),
         from_primary: false,
+        deadline: None,
     }
 }
 
@@ -301,6 +279,9 @@ pub struct Facts<'a> {
     pub active_site: &'a str,
     pub topology_generation: u64,
     pub copy: Copy,
+    pub now: Timestamp,
+    /// `spec.operationTimeouts.reclone`: how long each phase may last.
+    pub phase_timeout: std::time::Duration,
 }
 
 /// What to do next for a reclone of `target`.
@@ -324,6 +305,8 @@ pub enum Step {
         to: String,
     },
     Succeed,
+    /// A phase without a deadline yet (a status an older version wrote): persist this one.
+    SetDeadline(Timestamp),
     /// Stop (a running copy is aborted), recorded as `Failed`.
     Fail {
         reason: RecloneFailure,
@@ -353,6 +336,19 @@ pub fn step(r: &RecloneStatus, target: &str, facts: &Facts<'_>) -> Step {
                 r.topology_generation, facts.topology_generation, facts.active_site
             ),
         };
+    }
+    match r.deadline {
+        None => return Step::SetDeadline(facts.now.plus(facts.phase_timeout)),
+        Some(d) if facts.now >= d => {
+            return Step::Fail {
+                reason: RecloneFailure::TimedOut,
+                message: format!(
+                    "{} ran past its phase bound (spec.operationTimeouts.reclone)",
+                    r.phase.as_str()
+                ),
+            };
+        }
+        Some(_) => {}
     }
     match r.phase {
         P::Pending => match choose_donor(facts.sites, facts.active_site, target, r.from_primary) {

@@ -316,7 +316,7 @@ impl AppCheck {
                         Some(n) => format!("application {n}'s selector {}", selector.text),
                         None => format!("the application selector {}", selector.text),
                     },
-                    detail,
+                    detail: detail.to_string(),
                 }),
         }
     }

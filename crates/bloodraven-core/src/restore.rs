@@ -58,7 +58,7 @@ pub fn request(
     match admit_confirm(req, status) {
         Ok(true) => {}
         Ok(false) => return Request::None,
-        Err(why) => return Request::Refuse(why),
+        Err(why) => return Request::Refuse(why.to_string()),
     }
     let target = req
         .target
@@ -95,18 +95,50 @@ pub fn request(
         announced: false,
         target_fenced: false,
         recloned: Vec::new(),
+        forced_to: String::new(),
+        deadline: None,
     })
+}
+
+/// Why a restore-in-place request is not run (said once, in an event and by the CLI).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfirmRefused {
+    #[error("spec.restoreInPlace.confirm {confirm:?} is not an RFC 3339 timestamp")]
+    NotATimestamp { confirm: String },
+    #[error(
+        "spec.restoreInPlace.confirm {confirm} was used already (by the restore of {source_name} into {target}): a restore runs once per confirm (set a new one to run it)"
+    )]
+    UsedAlready {
+        confirm: String,
+        source_name: String,
+        target: String,
+    },
+    #[error(
+        "spec.restoreInPlace.confirm {confirm} is not later than the confirmTokenUsed {used}: a restore runs once per confirm (set a new one to run it again)"
+    )]
+    NotLater { confirm: String, used: String },
+    #[error("a restore-in-place (confirm {confirm}) is in progress ({phase})")]
+    InProgress {
+        confirm: String,
+        phase: &'static str,
+    },
+    #[error("{what} is in progress; the restore waits for a new confirm once it has ended")]
+    OtherOperation { what: String },
+    #[error("the group has no active site yet")]
+    NoActiveSite,
 }
 
 /// The rules of a request that need no view of the sites (the CLI checks them before it
 /// writes): `Ok(false)` for the request in flight or the one that ran, `Err` with why it is
 /// not run.
-pub fn admit_confirm(req: &RestoreInPlaceSpec, status: &GroupStatus) -> Result<bool, String> {
+pub fn admit_confirm(
+    req: &RestoreInPlaceSpec,
+    status: &GroupStatus,
+) -> Result<bool, ConfirmRefused> {
     let Ok(confirm) = Timestamp::parse_rfc3339(&req.confirm) else {
-        return Err(format!(
-            "spec.restoreInPlace.confirm {:?} is not an RFC 3339 timestamp",
-            req.confirm
-        ));
+        return Err(ConfirmRefused::NotATimestamp {
+            confirm: req.confirm.clone(),
+        });
     };
     let current = status.restore_in_place.as_ref();
     if let Some(c) = current {
@@ -116,40 +148,45 @@ pub fn admit_confirm(req: &RestoreInPlaceSpec, status: &GroupStatus) -> Result<b
                 // The request in flight, or the one that ran.
                 return Ok(false);
             }
-            return Err(format!(
-                "spec.restoreInPlace.confirm {} was used already (by the restore of {} into {}): a restore runs once per confirm (set a new one to run it)",
-                req.confirm, c.source, c.target_site
-            ));
+            return Err(ConfirmRefused::UsedAlready {
+                confirm: req.confirm.clone(),
+                source_name: c.source.clone(),
+                target: c.target_site.clone(),
+            });
         }
         let used = Timestamp::parse_rfc3339(&c.confirm_token_used).ok();
         if used.is_some_and(|u| confirm <= u) {
-            return Err(format!(
-                "spec.restoreInPlace.confirm {} is not later than the confirmTokenUsed {}: a restore runs once per confirm (set a new one to run it again)",
-                req.confirm, c.confirm_token_used
-            ));
+            return Err(ConfirmRefused::NotLater {
+                confirm: req.confirm.clone(),
+                used: c.confirm_token_used.clone(),
+            });
         }
         if c.in_flight() {
-            return Err(format!(
-                "a restore-in-place (confirm {}) is in progress ({})",
-                c.confirm_token_used,
-                c.phase.as_str()
-            ));
+            return Err(ConfirmRefused::InProgress {
+                confirm: c.confirm_token_used.clone(),
+                phase: c.phase.as_str(),
+            });
         }
     }
     if let Some(what) = other_operation(status) {
-        return Err(format!(
-            "{what} is in progress; the restore waits for a new confirm once it has ended"
-        ));
+        return Err(ConfirmRefused::OtherOperation { what });
     }
     if status.active_site.is_empty() {
-        return Err("the group has no active site yet".into());
+        return Err(ConfirmRefused::NoActiveSite);
     }
     Ok(true)
 }
 
-/// Another operation that keeps a restore from starting.
+/// Another operation that keeps a restore from starting (the arbiter's answer; a restore in
+/// flight is judged by its `confirm` above).
 fn other_operation(status: &GroupStatus) -> Option<String> {
-    crate::reclone::running_operation(status, false)
+    use crate::arbiter::{Answer, Kind, Requested, Running, admit};
+    let mut running = Running::of(status);
+    running.0.retain(|r| r.kind != Kind::RestoreInPlace);
+    match admit(&running, &Requested::new(Kind::RestoreInPlace, "")) {
+        Answer::Refused { by } => Some(by.to_string()),
+        Answer::Start | Answer::Taken => None,
+    }
 }
 
 /// What [`step`] looks at besides the status.
@@ -160,6 +197,74 @@ pub struct Facts<'a> {
     pub site_names: &'a [String],
     /// The group's live failover-hold, read under the lease lock.
     pub live_hold: Option<&'a LeaseView>,
+    /// `spec.operationTimeouts.restoreInPlace`: how long each phase past admission may last.
+    pub phase_timeout: std::time::Duration,
+}
+
+/// Whether `phase` runs against `spec.operationTimeouts.restoreInPlace`.
+fn bounded(phase: RestorePhase) -> bool {
+    matches!(
+        phase,
+        RestorePhase::Fencing
+            | RestorePhase::Loading
+            | RestorePhase::Promoting
+            | RestorePhase::Recloning
+    )
+}
+
+/// The deadline `next` should carry once it replaces `before` (see
+/// [`crate::planned::deadline_for`]).
+pub fn deadline_for(
+    before: &RestoreStatus,
+    next: &RestoreStatus,
+    now: Timestamp,
+    phase_timeout: std::time::Duration,
+) -> Option<Timestamp> {
+    if next.phase.is_terminal() {
+        return None;
+    }
+    if next.phase == RestorePhase::Deferred {
+        return next.admission.as_ref().and_then(|a| a.retry_time);
+    }
+    if !bounded(next.phase) {
+        return None;
+    }
+    if next.phase == before.phase && before.deadline.is_some() {
+        return before.deadline;
+    }
+    Some(now.plus(phase_timeout))
+}
+
+/// What a phase that ran past its deadline comes to: `Failed` (`TimedOut`), fail-closed
+/// before the announcement (the target stays fenced: a load may be half done), writable
+/// after it (the other sites await their reclone).
+fn expired(r: &RestoreStatus, now: Timestamp) -> Step {
+    let state = if r.announced {
+        format!(
+            "{} holds the restored data and takes writes; the sites not recloned yet keep recoveryState AwaitingReclone until `bloodraven site reclone`",
+            r.target_site
+        )
+    } else if r.target_fenced {
+        format!(
+            "every site stays fenced ({} may be half-loaded): run the restore again with a new confirm, or `bloodraven failover --force --to SITE` to promote a site by hand",
+            r.target_site
+        )
+    } else {
+        "nothing was loaded; every site stays fenced until a restore with a new confirm or `bloodraven failover --force --to SITE`".to_string()
+    };
+    let message = format!(
+        "{} ran past its phase bound (spec.operationTimeouts.restoreInPlace): {state}",
+        r.phase.as_str()
+    );
+    let mut step = failed(r, RestoreFailure::TimedOut, message.clone(), now);
+    if let Step::Persist(p) = &mut step {
+        p.notes.push(Note {
+            severity: Severity::Warning,
+            reason: EventReason::OperationTimedOut,
+            message: format!("restore-in-place ({}): {message}", r.confirm_token_used),
+        });
+    }
+    step
 }
 
 /// The next thing to do.
@@ -220,6 +325,7 @@ fn failed(r: &RestoreStatus, reason: RestoreFailure, message: String, now: Times
     next.reason = Some(reason);
     next.admission = None;
     next.completion_time = Some(now);
+    next.deadline = None;
     next.message.clone_from(&message);
     Step::Persist(Persist {
         next,
@@ -247,9 +353,18 @@ fn in_phase(r: &RestoreStatus, phase: RestorePhase, message: String) -> RestoreS
 
 /// Says what the restore asks for now.
 pub fn step(f: &Facts<'_>, now: Timestamp) -> Step {
-    let Some(r) = f.status.restore_in_place.as_ref() else {
+    let Some(before) = f.status.restore_in_place.as_ref() else {
         return Step::Idle;
     };
+    let mut s = decide(before, f, now);
+    // Every status it persists carries its phase's deadline.
+    if let Step::Persist(p) = &mut s {
+        p.next.deadline = deadline_for(before, &p.next, now, f.phase_timeout);
+    }
+    s
+}
+
+fn decide(r: &RestoreStatus, f: &Facts<'_>, now: Timestamp) -> Step {
     if r.phase.is_terminal() {
         return Step::Idle;
     }
@@ -270,6 +385,17 @@ pub fn step(f: &Facts<'_>, now: Timestamp) -> Step {
             ),
             now,
         );
+    }
+    if bounded(r.phase) {
+        match r.deadline {
+            None => {
+                let mut next = r.clone();
+                next.deadline = Some(now.plus(f.phase_timeout));
+                return persist(next, Vec::new(), true);
+            }
+            Some(d) if now >= d => return expired(r, now),
+            Some(_) => {}
+        }
     }
     match r.phase {
         RestorePhase::Pending | RestorePhase::Deferred => {
@@ -470,6 +596,71 @@ pub fn finish(r: &RestoreStatus, done: Done, now: Timestamp) -> Step {
             persist(next, Vec::new(), false)
         }
     }
+}
+
+/// A forced promotion (`bloodraven failover --force --to SITE`) out of a failed restore
+/// that left every site fenced: `site` is announced and takes writes; every site whose data
+/// is not `site`'s awaits a reclone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForcedOut {
+    pub site: String,
+    /// The sites that get `recoveryState: AwaitingReclone`.
+    pub awaiting_reclone: Vec<String>,
+}
+
+/// Why a forced promotion out of a failed restore is refused (nothing changes).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ForceOutRefusal {
+    #[error("no failed restore-in-place holds the group's writes")]
+    NoFailedRestore,
+    #[error("{0} is not a site of the group")]
+    UnknownSite(String),
+    #[error("{site} has role {role} (only a primary-candidate site becomes the primary)")]
+    NotCandidate { site: String, role: &'static str },
+    #[error("{0} does not answer")]
+    NotAnswering(String),
+}
+
+/// Whether `site` may be forced out of the failed restore in `status`.
+pub fn force_out(
+    status: &GroupStatus,
+    sites: &[SiteView],
+    site: &str,
+) -> Result<ForcedOut, ForceOutRefusal> {
+    let Some(r) = status
+        .restore_in_place
+        .as_ref()
+        .filter(|r| r.phase == RestorePhase::Failed && r.holds_writes())
+    else {
+        return Err(ForceOutRefusal::NoFailedRestore);
+    };
+    let Some(v) = sites.iter().find(|s| s.name == site) else {
+        return Err(ForceOutRefusal::UnknownSite(site.to_string()));
+    };
+    if v.role != SiteRole::PrimaryCandidate {
+        return Err(ForceOutRefusal::NotCandidate {
+            site: site.to_string(),
+            role: v.role.as_str(),
+        });
+    }
+    if !v.answered {
+        return Err(ForceOutRefusal::NotAnswering(site.to_string()));
+    }
+    // The target may be half-loaded; the others hold the data from before the restore, all
+    // the same. Whoever is promoted, the sites with the other data await a reclone.
+    let awaiting_reclone = if site == r.target_site {
+        sites
+            .iter()
+            .filter(|s| s.name != site)
+            .map(|s| s.name.clone())
+            .collect()
+    } else {
+        vec![r.target_site.clone()]
+    };
+    Ok(ForcedOut {
+        site: site.to_string(),
+        awaiting_reclone,
+    })
 }
 
 /// The reclone of `site` a restore starts (from the target, the active site by then).

@@ -250,6 +250,30 @@ pub fn planned_failover_spec(schema: &mut Schema) {
     duration_property(schema, "drainTimeout", None);
 }
 
+/// `spec.operationTimeouts`: durations of at least 10 s.
+pub fn operation_timeouts_spec(schema: &mut Schema) {
+    for name in [
+        "plannedFailover",
+        "orderedUpdate",
+        "restoreInPlace",
+        "reclone",
+    ] {
+        duration_property(schema, name, Some(defaults::MIN_OPERATION_TIMEOUT));
+    }
+}
+
+/// `spec.backup`: the target's scheme, the source's values, a schedule's length.
+pub fn backup_spec(schema: &mut Schema) {
+    string(schema, "target", 1024, Some("^(file:///|s3://)"));
+    string(schema, "schedule", 128, None);
+}
+
+/// `spec.backup.retention`: at least one backup kept, an age as a duration.
+pub fn backup_retention_spec(schema: &mut Schema) {
+    set(schema, "count", &[("minimum", json!(1))]);
+    duration_property(schema, "maxAge", Some(Duration::from_secs(3600)));
+}
+
 /// `spec.sidecar`: the seed's three rules, on effective values (an absent field counts with
 /// its default), and whole seconds.
 pub fn sidecar_spec(schema: &mut Schema) {

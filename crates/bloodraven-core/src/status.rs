@@ -252,6 +252,11 @@ pub struct UpdateStatus {
     /// The update's own switchover, run by the planned failover's machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<PlannedFailoverStatus>,
+    /// When the current phase's bound (`spec.operationTimeouts`) passes: past it the
+    /// operation ends (event `OperationTimedOut`). In an admission phase, when it is tried
+    /// again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
 }
 
 impl UpdateStatus {
@@ -272,6 +277,7 @@ impl UpdateStatus {
             site_updated: false,
             site_start: None,
             switchover: None,
+            deadline: None,
         }
     }
 
@@ -339,6 +345,15 @@ pub struct RestoreStatus {
     /// The other sites recloned from the target so far.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recloned: Vec<String>,
+    /// The site a human forced to take writes after this restore failed fail-closed
+    /// (`bloodraven failover --force --to SITE`): the failure no longer holds any write.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub forced_to: String,
+    /// When the current phase's bound (`spec.operationTimeouts`) passes: past it the
+    /// operation ends (event `OperationTimedOut`). In an admission phase, when it is tried
+    /// again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
 }
 
 impl RestoreStatus {
@@ -350,7 +365,9 @@ impl RestoreStatus {
     /// failure that left the target half-loaded.
     pub fn holds_writes(&self) -> bool {
         match self.phase {
-            RestorePhase::Failed => self.target_fenced && !self.announced,
+            RestorePhase::Failed => {
+                self.target_fenced && !self.announced && self.forced_to.is_empty()
+            }
             RestorePhase::Fencing | RestorePhase::Loading => true,
             RestorePhase::Promoting => !self.announced,
             _ => false,
@@ -397,6 +414,11 @@ pub struct RecloneStatus {
     /// reclones: the replicas hold the data from before the restore).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub from_primary: bool,
+    /// When the current phase's bound (`spec.operationTimeouts`) passes: past it the
+    /// operation ends (event `OperationTimedOut`). In an admission phase, when it is tried
+    /// again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
 }
 
 /// A sidecar's effective timings, as its `/status` reports them.
@@ -456,6 +478,79 @@ pub struct AwaitingFence {
     pub since: Timestamp,
 }
 
+/// Where a backup is (`status.backups.*.phase`, a sidecar's report).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum BackupPhase {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl BackupPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackupPhase::Running => "Running",
+            BackupPhase::Succeeded => "Succeeded",
+            BackupPhase::Failed => "Failed",
+        }
+    }
+}
+
+/// One backup as the status shows it (`status.backups.last`, `…lastSucceeded`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct BackupRecord {
+    pub id: String,
+    pub phase: BackupPhase,
+    /// The source site.
+    pub site: String,
+    /// The GTID set the backup holds (once it succeeded).
+    #[serde(default)]
+    pub gtid_position: String,
+    pub topology_generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+    /// Stored bytes (so far, while it runs).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Why it failed, or what it waits for.
+    #[serde(default)]
+    pub message: String,
+    /// It was taken on the primary (`source: primary`, or no replica was healthy): it is
+    /// abandoned if the active site moves away from its source mid-way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_primary: bool,
+}
+
+/// `status.backups`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct BackupsStatus {
+    /// The last backup, running or ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<BackupRecord>,
+    /// The last backup that succeeded (what `BloodravenBackupTooOld` watches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_succeeded: Option<BackupRecord>,
+    /// The last verified backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified: Option<BackupRecord>,
+}
+
+impl BackupsStatus {
+    /// The backup running, if any.
+    pub fn running(&self) -> Option<&BackupRecord> {
+        self.last
+            .as_ref()
+            .filter(|b| b.phase == BackupPhase::Running)
+    }
+}
+
 /// `MysqlFailoverGroup.status`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -493,6 +588,9 @@ pub struct GroupStatus {
     /// The restore-in-place (`spec.restoreInPlace`), in flight or the last one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_in_place: Option<RestoreStatus>,
+    /// Backups (`spec.backup`): the last one, running or ended, and the last good one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backups: Option<BackupsStatus>,
     #[serde(default)]
     pub observed_generation: i64,
     /// When the operator last confirmed this status (its clock); `None` before the first poll.
@@ -716,6 +814,11 @@ pub struct PlannedFailoverStatus {
     /// The fenced source's GTID set, recorded while draining (what the target must contain).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source_gtid_executed: String,
+    /// When the current phase's bound (`spec.operationTimeouts`) passes: past it the
+    /// operation ends (event `OperationTimedOut`). In an admission phase, when it is tried
+    /// again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
 }
 
 impl PlannedFailoverStatus {
@@ -733,6 +836,7 @@ impl PlannedFailoverStatus {
             message: String::new(),
             admission: Admission::default(),
             source_gtid_executed: String::new(),
+            deadline: None,
         }
     }
 
@@ -751,6 +855,8 @@ impl PlannedFailoverStatus {
             phase,
             completion_time: Some(now),
             duration_seconds: Some(now.since(start).as_secs_f64()),
+            // An ended failover has nothing left to bound.
+            deadline: None,
             ..self.clone()
         }
     }

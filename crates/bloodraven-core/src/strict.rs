@@ -6,11 +6,13 @@
 //! whether the facts the operator holds prove the old primary fenced, or bound to be:
 //!
 //! - **(a) fence landed**: the old primary's sidecar answered the operator this poll and
-//!   reports its server read-only.
-//! - **(b) view served**: a peer's sidecar served the old primary's sidecar a view at least as
-//!   new as the announced one (it asked for it: it is alive and reads it), at least the fence
-//!   bound ago by that peer's clock. Rule #1 fences a writable server as soon as its sidecar
-//!   holds a view naming another site; the bound covers the fence's own statement.
+//!   reports its server read-only, or it told a peer or the operator (a *receipt*, below)
+//!   that it holds the announced view and that its server reads read-only under it.
+//! - **(b) view received** ([`Proof::ViewReceived`]): the old primary's own sidecar told a
+//!   peer's sidecar or the operator that it holds a view at least as new as the announced one,
+//!   at least the fence bound ago by that party's clock. Rule #1 fences a writable server as
+//!   soon as its sidecar holds a view naming another site; the bound covers the fence's own
+//!   statement. A peer having *served* the view proves nothing: serving is not receiving.
 //! - **(c) silence**: the operator and *every* other site's sidecar answered nothing of the
 //!   old primary's sidecar (no `/readyz` as leader, no `/peer/ping`, no `/peer/active-site`)
 //!   for at least `leaseTimeout + peerCheckInterval + fence bound`, each by its own clock, and
@@ -18,9 +20,13 @@
 //!   lease ran out and it fenced, or (its sidecar hung) the deadline it keeps inside the server
 //!   did.
 //!
-//! Otherwise the promotion waits, with the reason (`FenceUnconfirmed`). Ages are measured by
-//! the clock of the party that reports them (never compared across machines), so clock
-//! offsets do not matter; only rate errors do, and the margins here are seconds.
+//! Every fact about the old primary's sidecar counts only when that sidecar itself said it,
+//! over mutual TLS that proved its identity (its certificate's URI SAN): a receipt is what the
+//! other side acknowledged, never what somebody sent it, and nobody can answer or speak *as*
+//! the old primary without its key. Otherwise the promotion waits, with the reason
+//! (`FenceUnconfirmed`). Ages are measured by the clock of the party that reports them (never
+//! compared across machines), so clock offsets do not matter; only rate errors do, and the
+//! margins here are seconds.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -46,6 +52,19 @@ impl Timings {
     }
 }
 
+/// What a site's sidecar said of itself, over its verified identity, when it called a peer
+/// or the operator: the view it holds, and its server's `read_only` as it read it while
+/// holding that view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    /// The `topologyGeneration` of the view it said it holds (the newest it said).
+    pub generation: u64,
+    /// Its server's `read_only`, read while it held that view (`None`: it could not say).
+    pub read_only: Option<bool>,
+    /// How long ago it first said it holds that generation (by the receiving party's clock).
+    pub ago: Duration,
+}
+
 /// What one sidecar reported to the operator this poll (its `/status`), ages by its own clock.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SidecarReport {
@@ -53,10 +72,12 @@ pub struct SidecarReport {
     pub read_only: Option<bool>,
     /// How long it has been running (it heard nobody before that).
     pub up_for: Duration,
-    /// Per calling site: how long ago it last answered that site's sidecar.
+    /// Per calling site (its verified identity): how long ago it last answered that site's
+    /// sidecar.
     pub answered: BTreeMap<String, Duration>,
-    /// Per calling site: the newest `topologyGeneration` it served that site, and how long ago.
-    pub served: BTreeMap<String, (u64, Duration)>,
+    /// Per calling site (its verified identity): the newest view that site's sidecar said it
+    /// holds.
+    pub received: BTreeMap<String, Receipt>,
 }
 
 /// Everything [`judge`] looks at.
@@ -68,21 +89,44 @@ pub struct Facts<'a> {
     pub generation: u64,
     /// Every site of the group.
     pub sites: &'a [String],
-    /// The sidecars that answered the operator this poll, by site.
+    /// The sidecars that answered the operator this poll (over TLS that verified them), by
+    /// site.
     pub reports: &'a BTreeMap<String, SidecarReport>,
     /// How long ago this operator last answered the old primary's sidecar as leader, or how
     /// long it has been leading if it has not since (whichever is shorter).
     pub operator_silent_for: Duration,
+    /// What the old primary's sidecar last told this operator of the view it holds (since
+    /// this operator began leading).
+    pub operator_receipt: Option<Receipt>,
     pub timings: Timings,
+}
+
+/// Who holds a receipt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Witness {
+    /// This operator.
+    Operator,
+    /// A site's sidecar.
+    Peer(String),
+}
+
+impl Witness {
+    fn describe(&self) -> String {
+        match self {
+            Witness::Operator => "the operator".to_string(),
+            Witness::Peer(s) => format!("{s}'s sidecar"),
+        }
+    }
 }
 
 /// Why the old primary is known fenced, or bound to be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Proof {
-    /// (a) its own sidecar reports it read-only.
-    FenceLanded,
-    /// (b) `by` served its sidecar the announced view.
-    ViewServed { by: String },
+    /// (a) its own sidecar reports it read-only: to the operator's `/status` poll (`None`),
+    /// or in a receipt under the announced view.
+    FenceLanded { by: Option<Witness> },
+    /// (b) its sidecar told `by` that it holds the announced view.
+    ViewReceived { by: Witness },
     /// (c) nobody answered its sidecar for longer than its lease.
     Silence,
 }
@@ -90,10 +134,15 @@ pub enum Proof {
 impl Proof {
     pub fn describe(&self, old: &str) -> String {
         match self {
-            Proof::FenceLanded => format!("{old}'s sidecar reports it read-only"),
-            Proof::ViewServed { by } => {
-                format!("{by}'s sidecar served {old}'s sidecar the new view, so rule #1 fenced it")
-            }
+            Proof::FenceLanded { by: None } => format!("{old}'s sidecar reports it read-only"),
+            Proof::FenceLanded { by: Some(w) } => format!(
+                "{old}'s sidecar told {} that it holds the new view and its server is read-only",
+                w.describe()
+            ),
+            Proof::ViewReceived { by } => format!(
+                "{old}'s sidecar told {} that it holds the new view, so rule #1 fenced it",
+                by.describe()
+            ),
             Proof::Silence => format!(
                 "neither the operator nor any peer answered {old}'s sidecar for longer than its lease, so rule #2 (or its server's own deadline) fenced it"
             ),
@@ -108,22 +157,36 @@ pub enum Verdict {
     Unconfirmed(String),
 }
 
+/// The receipts of the old primary's sidecar for the announced view (or a newer one), each
+/// with who holds it.
+fn receipts<'f>(f: &'f Facts<'_>) -> impl Iterator<Item = (Witness, Receipt)> + 'f {
+    let old = f.old_primary;
+    let from_peers = f
+        .reports
+        .iter()
+        .filter(move |(s, _)| s.as_str() != old)
+        .filter_map(move |(site, r)| Some((Witness::Peer(site.clone()), *r.received.get(old)?)));
+    f.operator_receipt
+        .map(|r| (Witness::Operator, r))
+        .into_iter()
+        .chain(from_peers)
+        .filter(|(_, r)| r.generation >= f.generation)
+}
+
 /// Whether the facts prove the old primary fenced, or bound to be (see the module docs).
 pub fn judge(f: &Facts<'_>) -> Verdict {
     let old = f.old_primary;
     // (a)
     if f.reports.get(old).and_then(|r| r.read_only) == Some(true) {
-        return Verdict::Proven(Proof::FenceLanded);
+        return Verdict::Proven(Proof::FenceLanded { by: None });
+    }
+    if let Some((by, _)) = receipts(f).find(|(_, r)| r.read_only == Some(true)) {
+        return Verdict::Proven(Proof::FenceLanded { by: Some(by) });
     }
     // (b)
     let bound = fence_bound(f.timings.peer_check_interval);
-    for (site, r) in f.reports.iter().filter(|(s, _)| s.as_str() != old) {
-        if let Some((generation, ago)) = r.served.get(old)
-            && *generation >= f.generation
-            && *ago >= bound
-        {
-            return Verdict::Proven(Proof::ViewServed { by: site.clone() });
-        }
+    if let Some((by, _)) = receipts(f).find(|(_, r)| r.ago >= bound) {
+        return Verdict::Proven(Proof::ViewReceived { by });
     }
     // (c)
     let silence = f.timings.silence();
@@ -146,7 +209,7 @@ pub fn judge(f: &Facts<'_>) -> Verdict {
             .map_or(r.up_for, |ago| (*ago).min(r.up_for));
         if quiet < silence {
             return Verdict::Unconfirmed(format!(
-                "{site}'s sidecar answered {old}'s sidecar {}s ago (less than {}s) and has not served it the new view",
+                "{site}'s sidecar answered {old}'s sidecar {}s ago (less than {}s), and {old}'s sidecar has not told it that it holds the new view",
                 quiet.as_secs(),
                 silence.as_secs()
             ));
@@ -192,7 +255,16 @@ mod tests {
             sites,
             reports,
             operator_silent_for: S(operator_silent),
+            operator_receipt: None,
             timings: timings(),
+        }
+    }
+
+    fn receipt(generation: u64, read_only: Option<bool>, ago: u64) -> Receipt {
+        Receipt {
+            generation,
+            read_only,
+            ago: S(ago),
         }
     }
 
@@ -202,32 +274,94 @@ mod tests {
         let reports = BTreeMap::from([("iad".to_string(), quiet_report(100))]);
         assert_eq!(
             judge(&facts(&s, &reports, 0)),
-            Verdict::Proven(Proof::FenceLanded)
+            Verdict::Proven(Proof::FenceLanded { by: None })
         );
     }
 
     #[test]
-    fn a_peer_that_served_the_new_view_long_enough_ago_is_proof_and_not_sooner() {
+    fn a_receipt_of_the_new_view_long_enough_ago_is_proof_and_not_sooner() {
         let s = sites();
         let mut pdx = quiet_report(100);
         pdx.answered.insert("iad".into(), S(0));
-        pdx.served.insert("iad".into(), (2, S(3)));
+        pdx.received
+            .insert("iad".into(), receipt(2, Some(false), 3));
         let reports = BTreeMap::from([("pdx".to_string(), pdx.clone())]);
         assert!(
             matches!(judge(&facts(&s, &reports, 100)), Verdict::Unconfirmed(m) if m.contains("cannot hear from reader") || m.contains("pdx")),
             "3 s is inside the fence bound (4 s)"
         );
-        pdx.served.insert("iad".into(), (2, S(4)));
+        pdx.received
+            .insert("iad".into(), receipt(2, Some(false), 4));
         let reports = BTreeMap::from([("pdx".to_string(), pdx.clone())]);
+        let proven = judge(&facts(&s, &reports, 0));
         assert_eq!(
-            judge(&facts(&s, &reports, 0)),
-            Verdict::Proven(Proof::ViewServed { by: "pdx".into() })
+            proven,
+            Verdict::Proven(Proof::ViewReceived {
+                by: Witness::Peer("pdx".into())
+            })
         );
-        // An older view proves nothing.
-        pdx.served.insert("iad".into(), (1, S(60)));
+        let Verdict::Proven(p) = proven else {
+            unreachable!()
+        };
+        assert_eq!(
+            p.describe("iad"),
+            "iad's sidecar told pdx's sidecar that it holds the new view, so rule #1 fenced it"
+        );
+        // A receipt of an older view proves nothing, however old.
+        pdx.received
+            .insert("iad".into(), receipt(1, Some(true), 60));
         let reports = BTreeMap::from([("pdx".to_string(), pdx)]);
         assert!(matches!(
             judge(&facts(&s, &reports, 100)),
+            Verdict::Unconfirmed(_)
+        ));
+    }
+
+    #[test]
+    fn a_receipt_that_reports_the_server_read_only_is_a_landed_fence_at_once() {
+        let s = sites();
+        let mut reader = quiet_report(100);
+        reader
+            .received
+            .insert("iad".into(), receipt(3, Some(true), 0));
+        let reports = BTreeMap::from([("reader".to_string(), reader)]);
+        assert_eq!(
+            judge(&facts(&s, &reports, 0)),
+            Verdict::Proven(Proof::FenceLanded {
+                by: Some(Witness::Peer("reader".into()))
+            })
+        );
+    }
+
+    #[test]
+    fn the_operators_own_receipt_counts_like_a_peers() {
+        let s = sites();
+        let reports = BTreeMap::new();
+        let mut f = facts(&s, &reports, 0);
+        f.operator_receipt = Some(receipt(2, None, 1));
+        assert!(matches!(judge(&f), Verdict::Unconfirmed(_)));
+        f.operator_receipt = Some(receipt(2, None, 5));
+        assert_eq!(
+            judge(&f),
+            Verdict::Proven(Proof::ViewReceived {
+                by: Witness::Operator
+            })
+        );
+        f.operator_receipt = Some(receipt(2, Some(true), 0));
+        assert_eq!(
+            judge(&f),
+            Verdict::Proven(Proof::FenceLanded {
+                by: Some(Witness::Operator)
+            })
+        );
+        // The old primary's own report of a receipt (a site cannot witness for itself).
+        let mut own = quiet_report(100);
+        own.read_only = Some(false);
+        own.received
+            .insert("iad".into(), receipt(2, Some(true), 60));
+        let reports = BTreeMap::from([("iad".to_string(), own)]);
+        assert!(matches!(
+            judge(&facts(&s, &reports, 0)),
             Verdict::Unconfirmed(_)
         ));
     }
@@ -252,7 +386,7 @@ mod tests {
         assert!(
             matches!(judge(&facts(&s, &one, 100)), Verdict::Unconfirmed(m) if m.contains("reader"))
         );
-        // One peer still answers the old primary, without serving it the new view.
+        // One peer still answers the old primary, which has not said it holds the new view.
         let mut talking = all_quiet.clone();
         talking
             .get_mut("reader")

@@ -53,74 +53,14 @@ pub enum Request {
     Reject(Note),
 }
 
-/// Another operation the group runs, which a new update must wait for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Busy {
-    Free,
-    PlannedFailover,
-    Reclone,
-    Restore,
-}
-
-/// What else runs in a group whose status is `status`.
-pub fn busy(status: &crate::status::GroupStatus) -> Busy {
-    if status
-        .planned_failover
-        .as_ref()
-        .is_some_and(|p| !p.phase.is_terminal())
-    {
-        Busy::PlannedFailover
-    } else if status
-        .sites
-        .iter()
-        .any(|s| s.reclone.as_ref().is_some_and(|r| !r.phase.is_terminal()))
-    {
-        Busy::Reclone
-    } else if status
-        .restore_in_place
-        .as_ref()
-        .is_some_and(crate::status::RestoreStatus::in_flight)
-    {
-        Busy::Restore
-    } else {
-        Busy::Free
-    }
-}
-
-/// A planned failover requested while an ordered update runs is dropped: the update moves
-/// the primary itself, once, onto an updated site.
-pub fn blocks_planned(status: &crate::status::GroupStatus, target: &str) -> Option<Note> {
-    if let Some(r) = status.restore_in_place.as_ref().filter(|r| r.in_flight()) {
-        return Some(Note {
-            severity: Severity::Warning,
-            reason: EventReason::PlannedFailoverRejected,
-            message: format!(
-                "a restore-in-place ({}) is in progress ({}); the planned failover to {target} was dropped",
-                r.confirm_token_used,
-                r.phase.as_str()
-            ),
-        });
-    }
-    let u = status.update_phase.as_ref().filter(|u| u.in_flight())?;
-    Some(Note {
-        severity: Severity::Warning,
-        reason: EventReason::PlannedFailoverRejected,
-        message: format!(
-            "an ordered update ({}) is in progress ({}); the planned failover to {target} was dropped",
-            u.request_id,
-            u.phase.as_str()
-        ),
-    })
-}
-
 /// Decides a request with id `id`.
 pub fn request(
     id: &str,
-    current: Option<&UpdateStatus>,
-    busy: Busy,
+    status: &crate::status::GroupStatus,
     updatable: &[Updatable],
     now: Timestamp,
 ) -> Request {
+    use crate::arbiter::{Answer, Kind, Requested, Running, admit};
     let reject = |message: String| {
         Request::Reject(Note {
             severity: Severity::Warning,
@@ -128,34 +68,25 @@ pub fn request(
             message,
         })
     };
-    match current {
-        Some(u) if u.request_id == id => return Request::Taken,
-        Some(u) if !u.phase.is_terminal() => {
-            return reject(format!(
-                "an ordered update ({}) is already in progress ({}); request {id} was dropped",
-                u.request_id,
-                u.phase.as_str()
-            ));
-        }
-        _ => {}
+    // A request id runs once: the one that ran is taken, whatever runs now.
+    if status
+        .update_phase
+        .as_ref()
+        .is_some_and(|u| u.request_id == id)
+    {
+        return Request::Taken;
     }
-    match busy {
-        Busy::PlannedFailover => {
+    match admit(
+        &Running::of(status),
+        &Requested::new(Kind::OrderedUpdate, id),
+    ) {
+        Answer::Taken => return Request::Taken,
+        Answer::Refused { by } => {
             return reject(format!(
-                "a planned failover is in progress; ordered update {id} was dropped (request it again once it has ended)"
+                "{by} is in progress; ordered update {id} was dropped (request it again once it has ended)"
             ));
         }
-        Busy::Reclone => {
-            return reject(format!(
-                "a reclone is in progress; ordered update {id} was dropped (request it again once it has ended)"
-            ));
-        }
-        Busy::Restore => {
-            return reject(format!(
-                "a restore-in-place is in progress; ordered update {id} was dropped (request it again once it has ended)"
-            ));
-        }
-        Busy::Free => {}
+        Answer::Start => {}
     }
     if updatable.is_empty() {
         return reject(format!(
@@ -194,6 +125,43 @@ pub struct Facts<'a> {
     /// The sites that need none because they are current already (Kubernetes mode: their
     /// Pods are at their StatefulSet's update revision). They count as updated candidates.
     pub current: &'a [String],
+    /// `spec.operationTimeouts.orderedUpdate`: how long each phase (each site's step) may
+    /// last.
+    pub phase_timeout: Duration,
+}
+
+/// Whether `u` is in a phase bounded by `spec.operationTimeouts.orderedUpdate`.
+fn bounded(u: &UpdateStatus) -> bool {
+    matches!(
+        u.phase,
+        UpdatePhase::UpdatingReplicas
+            | UpdatePhase::WaitingForReplica
+            | UpdatePhase::UpdatingOldPrimary
+    ) || (u.phase == UpdatePhase::FailingOver
+        // The switchover has bounds of its own (and rolls back in `Resuming`): it is never
+        // cut short from outside, and its end is acted on whenever it comes.
+        && u.switchover.is_none())
+}
+
+/// The deadline `next` should carry once it replaces `before`: a new phase or a new site
+/// starts a new bound; the same step keeps its deadline; a deferral shows when its
+/// switchover is tried again.
+pub fn deadline_for(
+    before: &UpdateStatus,
+    next: &UpdateStatus,
+    now: Timestamp,
+    phase_timeout: Duration,
+) -> Option<Timestamp> {
+    if next.phase.is_terminal() || next.phase == UpdatePhase::Pending {
+        return None;
+    }
+    if next.phase == UpdatePhase::Deferred {
+        return next.admission.as_ref().and_then(|a| a.retry_time);
+    }
+    if next.phase == before.phase && next.site == before.site && before.deadline.is_some() {
+        return before.deadline;
+    }
+    Some(now.plus(phase_timeout))
 }
 
 impl Facts<'_> {
@@ -266,6 +234,7 @@ fn failed(u: &UpdateStatus, reason: UpdateFailure, message: String, now: Timesta
     next.message.clone_from(&message);
     next.completion_time = Some(now);
     next.admission = None;
+    next.deadline = None;
     Step::Persist(Persist {
         next,
         notes: vec![Note {
@@ -378,7 +347,16 @@ fn next_site(u: &UpdateStatus, f: &Facts<'_>, now: Timestamp) -> Step {
 
 /// Says what the update asks for now.
 pub fn step(u: Option<&UpdateStatus>, f: &Facts<'_>, now: Timestamp) -> Step {
-    let Some(u) = u else { return Step::Idle };
+    let Some(before) = u else { return Step::Idle };
+    let mut s = decide(before, f, now);
+    // Every status it persists carries its phase's deadline.
+    if let Step::Persist(p) = &mut s {
+        p.next.deadline = deadline_for(before, &p.next, now, f.phase_timeout);
+    }
+    s
+}
+
+fn decide(u: &UpdateStatus, f: &Facts<'_>, now: Timestamp) -> Step {
     if u.phase.is_terminal() {
         return Step::Idle;
     }
@@ -427,6 +405,36 @@ pub fn step(u: Option<&UpdateStatus>, f: &Facts<'_>, now: Timestamp) -> Step {
             ),
             now,
         );
+    }
+    if bounded(u) {
+        match u.deadline {
+            None => {
+                let mut next = u.clone();
+                next.deadline = Some(now.plus(f.phase_timeout));
+                return Step::Persist(Persist::quiet(next, true));
+            }
+            Some(d) if now >= d => {
+                let at = if u.site.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {}", u.site)
+                };
+                let message = format!(
+                    "{}{at} ran past its phase bound (spec.operationTimeouts.orderedUpdate); the sites after it were not updated",
+                    u.phase.as_str()
+                );
+                let mut step = failed(u, UpdateFailure::TimedOut, message.clone(), now);
+                if let Step::Persist(p) = &mut step {
+                    p.notes.push(Note {
+                        severity: Severity::Warning,
+                        reason: EventReason::OperationTimedOut,
+                        message: format!("ordered update {}: {message}", u.request_id),
+                    });
+                }
+                return step;
+            }
+            Some(_) => {}
+        }
     }
     let since = u.site_start.map_or(Duration::ZERO, |t| now.since(t));
     match u.phase {

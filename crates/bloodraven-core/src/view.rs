@@ -28,6 +28,20 @@ pub struct SiteTracker {
     pub writable_streak: u32,
 }
 
+impl SiteTracker {
+    /// The counters a new term starts a site with: its stored state, as the last leader left
+    /// it. A new leader answers from it at once (no `NoPrimary` while nothing contradicts
+    /// it); its own probes move it as any other (a site stored writable that stops answering
+    /// is unreachable after `failureThreshold` polls, as ever).
+    pub fn resumed(stored: SiteState) -> SiteTracker {
+        SiteTracker {
+            state: stored,
+            failures: 0,
+            writable_streak: 0,
+        }
+    }
+}
+
 /// Applies one probe result to a site's counters.
 pub fn debounce(
     t: SiteTracker,
@@ -97,6 +111,8 @@ pub struct SiteView {
     pub priority: i32,
     /// Position in the spec (earlier wins ties).
     pub index: usize,
+    /// Where replicas reach it (`spec.sites[].mysql.replicationAddress`, default its own
+    /// host and port): what a replica of it shows as its source.
     pub host: String,
     pub port: u16,
     /// Debounced.

@@ -303,9 +303,10 @@ pub struct SidecarStatus {
     pub last_operator_contact: Option<Timestamp>,
     pub last_peer_contact: Option<Timestamp>,
     pub peers: Vec<SidecarPeer>,
-    /// Per calling site: when this sidecar last answered that site's sidecar (`/peer/ping`,
-    /// `/peer/active-site`) and the newest view it served it, as ages by this sidecar's
-    /// clock when it answered (strict fencing's facts, docs/failover.md).
+    /// Per calling site, as its verified certificate names it: when this sidecar last
+    /// answered that site's sidecar (`/peer/ping`, `/peer/active-site`), and the newest view
+    /// that sidecar said it holds (its receipt), as ages by this sidecar's clock when it
+    /// answered (strict fencing's facts, docs/failover.md).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub heard_from: BTreeMap<String, HeardFrom>,
     /// Seconds since this sidecar started (it heard nobody before).
@@ -324,9 +325,24 @@ pub struct SidecarStatus {
     pub sessions_killed: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The component certificate and CA bundle in use (they reload without a restart).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ComponentTlsStatus>,
 }
 
-/// `mysql` of the sidecar's `/status`.
+/// A component's certificate and CA bundle as in use now (sidecar and operator `/status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ComponentTlsStatus {
+    /// The identities its certificate names (`spiffe://bloodraven/…`).
+    pub identities: Vec<String>,
+    /// When its certificate stops being valid.
+    pub not_after: Timestamp,
+    /// The SHA-256 fingerprint (hex) of its certificate.
+    pub fingerprint: String,
+    /// SHA-256 fingerprints (hex) of the CA certificates it trusts.
+    pub trusted_cas: Vec<String>,
+}
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SidecarMysql {
@@ -375,10 +391,16 @@ pub struct SidecarPeer {
 #[serde(default)]
 pub struct HeardFrom {
     pub answered_seconds_ago: f64,
+    /// The newest `topologyGeneration` the caller said it holds.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub served_generation: Option<u64>,
+    pub held_generation: Option<u64>,
+    /// How long ago it first said it holds that generation.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub served_seconds_ago: Option<f64>,
+    pub held_seconds_ago: Option<f64>,
+    /// Its server's `read_only` as it said it read it while holding that generation (once
+    /// `true`, it stays: the sidecar never unfences on its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_read_only: Option<bool>,
 }
 
 /// The operator's `/status`: every group (or one, with `?group=`).
@@ -389,6 +411,13 @@ pub struct OperatorStatus {
     /// elect one (etcd); absent elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control: Option<ControlPlane>,
+    /// The component listener's certificate and CA bundle in use (`componentTLS`).
+    #[serde(
+        default,
+        rename = "componentTls",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub component_tls: Option<ComponentTlsStatus>,
 }
 
 /// Who leads the operators, as one of them sees it (`/status`, `/readyz`, `bloodraven status`).

@@ -604,12 +604,13 @@ impl World {
             .is_none_or(|p| p.phase.is_terminal())
         {
             let target = if self.rng.chance(50) { "pdx" } else { "iad" };
-            match request(
-                target,
-                self.status.planned.as_ref(),
-                &self.status.active,
-                self.now,
-            ) {
+            // The simulation's own status, as the group's status the arbiter reads.
+            let status = bloodraven_core::status::GroupStatus {
+                active_site: self.status.active.clone(),
+                planned_failover: self.status.planned.clone(),
+                ..bloodraven_core::status::GroupStatus::default()
+            };
+            match request(target, &status, self.now) {
                 Request::Accept(p) => self.status.planned = Some(p),
                 Request::Taken | Request::Reject(_) => return,
             }
@@ -625,10 +626,32 @@ impl World {
                 live_hold: hold.as_ref(),
                 drain_timeout: Duration::from_secs(5),
                 max_lag_wait: Duration::from_secs(60),
+                phase_timeout: Duration::from_secs(60),
             };
             let pf = self.status.planned.clone();
             let done = match step(pf.as_ref(), &facts, self.now) {
                 Step::Idle => return,
+                Step::SetDeadline(next) => {
+                    self.status.planned = Some(next);
+                    continue;
+                }
+                Step::Abandon(tr) => {
+                    self.planned_transition(tr);
+                    return;
+                }
+                Step::RollBack { target, source } => {
+                    let t = self.idx(&target);
+                    if self.fence(t) {
+                        // Announced again (a new generation), then writable: what the
+                        // controller does with the transition's new active site and lift.
+                        self.promote(&source, "planned failover rolled back");
+                        Done::RollbackFenced
+                    } else {
+                        Done::RollbackUnfenced {
+                            error: "unreachable, or the answer was lost".into(),
+                        }
+                    }
+                }
                 Step::Persist { next, again, .. } => {
                     self.status.planned = Some(next);
                     if again {
@@ -702,28 +725,33 @@ impl World {
                 }
             };
             let Some(current) = pf else { return };
-            let tr = finish(&current, done, self.now);
-            match &tr.undo {
-                Undo::Nothing => {}
-                Undo::Unfence { site } | Undo::ReadBackThenUnfence { site } => {
-                    let i = self.idx(site);
-                    if self.reachable(i) {
-                        self.sites[i].read_only = false;
-                    }
-                }
-            }
-            if let Some(next) = tr.next {
-                if next.phase == bloodraven_core::health::PlannedFailoverPhase::Succeeded {
-                    *self.planned_outcomes.entry("succeeded").or_default() += 1;
-                } else if next.phase == bloodraven_core::health::PlannedFailoverPhase::Failed {
-                    *self.planned_outcomes.entry("failed").or_default() += 1;
-                }
-                self.status.planned = Some(next);
-            }
-            if !tr.again {
+            if !self.planned_transition(finish(&current, done, self.now)) {
                 return;
             }
         }
+    }
+
+    /// Applies a planned failover's transition (its undo and next status): whether to step
+    /// again at once.
+    fn planned_transition(&mut self, tr: bloodraven_core::planned::Transition) -> bool {
+        match &tr.undo {
+            Undo::Nothing => {}
+            Undo::Unfence { site } | Undo::ReadBackThenUnfence { site } => {
+                let i = self.idx(site);
+                if self.reachable(i) {
+                    self.sites[i].read_only = false;
+                }
+            }
+        }
+        if let Some(next) = tr.next {
+            if next.phase == bloodraven_core::health::PlannedFailoverPhase::Succeeded {
+                *self.planned_outcomes.entry("succeeded").or_default() += 1;
+            } else if next.phase == bloodraven_core::health::PlannedFailoverPhase::Failed {
+                *self.planned_outcomes.entry("failed").or_default() += 1;
+            }
+            self.status.planned = Some(next);
+        }
+        tr.again
     }
 
     fn leases_step(&mut self) {

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use bloodraven_core::config::FencingMode;
 use bloodraven_core::fencing::{ReadOnlyState, Snapshot, Verdict as RuleVerdict, deadline};
-use bloodraven_core::strict::{Facts, SidecarReport, Timings, Verdict, fence_bound, judge};
+use bloodraven_core::strict::{
+    Facts, Receipt, SidecarReport, Timings, Verdict, fence_bound, judge,
+};
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::wire::ActiveSite;
 use rng::Rng;
@@ -47,7 +49,9 @@ struct Peer {
     /// When it holds the announced view.
     learns_at: Option<Ms>,
     answered_old: Option<Ms>,
-    served_old: Option<Ms>,
+    /// When the old primary's sidecar first told it that it holds the new view, and whether
+    /// its server read read-only then.
+    receipt: Option<(Ms, bool)>,
 }
 
 #[derive(Debug)]
@@ -97,6 +101,7 @@ fn run(seed: u64, timings: Timings) -> Outcome {
     }
     let names: Vec<String> = ["iad", "pdx", "reader"].map(String::from).to_vec();
     let mut operator_answered_old: Option<Ms> = None;
+    let mut operator_receipt: Option<(Ms, bool)> = None;
     let mut old_view_new = false;
     let mut old_last_contact: Ms = 0;
     let mut old_fence_due: Option<Ms> = None;
@@ -115,16 +120,32 @@ fn run(seed: u64, timings: Timings) -> Outcome {
         if alive && t % CHECK == phase {
             let before = t < fault;
             let mut answered = false;
+            // What it says with each call: the view it held when the tick began (the new one
+            // only once an earlier tick adopted it), and its server's read_only as read then.
+            let holds_new = old_view_new;
+            let read_only_now = old_fenced_at.is_some();
             if before || operator_answers_old {
                 operator_answered_old = Some(t);
                 answered = true;
+                if holds_new {
+                    operator_receipt = Some(match operator_receipt {
+                        Some((at, ro)) => (at, ro || read_only_now),
+                        None => (t, read_only_now),
+                    });
+                }
             }
             for p in &mut peers {
                 if before || p.answers_old {
                     p.answered_old = Some(t);
                     answered = true;
+                    if holds_new {
+                        p.receipt = Some(match p.receipt {
+                            Some((at, ro)) => (at, ro || read_only_now),
+                            None => (t, read_only_now),
+                        });
+                    }
+                    // It serves the view; the old primary adopts it in this tick.
                     if p.learns_at.is_some_and(|l| t >= l) {
-                        p.served_old.get_or_insert(t);
                         old_view_new = true;
                     }
                 }
@@ -169,8 +190,15 @@ fn run(seed: u64, timings: Timings) -> Outcome {
                 if let Some(a) = p.answered_old {
                     rep.answered.insert("iad".into(), d(t - a));
                 }
-                if let Some(s) = p.served_old {
-                    rep.served.insert("iad".into(), (2, d(t - s)));
+                if let Some((at, read_only)) = p.receipt {
+                    rep.received.insert(
+                        "iad".into(),
+                        Receipt {
+                            generation: 2,
+                            read_only: Some(read_only),
+                            ago: d(t - at),
+                        },
+                    );
                 }
                 reports.insert(p.name.to_string(), rep);
             }
@@ -190,6 +218,11 @@ fn run(seed: u64, timings: Timings) -> Outcome {
                 sites: &names,
                 reports: &reports,
                 operator_silent_for: d(operator_answered_old.map_or(t, |a| t - a)),
+                operator_receipt: operator_receipt.map(|(at, read_only)| Receipt {
+                    generation: 2,
+                    read_only: Some(read_only),
+                    ago: d(t - at),
+                }),
                 timings,
             };
             if let Verdict::Proven(_) = judge(&facts) {
@@ -251,7 +284,7 @@ fn weakened_bounds_let_two_sites_take_writes_and_the_simulation_sees_it() {
     };
     let caught = violations(forgets_the_lease);
     assert!(caught > 0, "a bound without the lease was never caught");
-    // Mutation 2: no fence bound (a peer that served the view proves it at once).
+    // Mutation 2: no fence bound (a receipt of the view proves it at once).
     let no_fence_bound = Timings {
         lease_timeout: d(LEASE),
         peer_check_interval: Duration::ZERO,
@@ -259,7 +292,7 @@ fn weakened_bounds_let_two_sites_take_writes_and_the_simulation_sees_it() {
     let caught_too = violations(no_fence_bound);
     assert!(
         caught_too > 0,
-        "a view served a moment ago was never caught"
+        "a view received a moment ago was never caught"
     );
     eprintln!(
         "{SCHEDULES} schedules: {caught} violations without the lease, {caught_too} without the fence bound"

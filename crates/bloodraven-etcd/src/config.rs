@@ -59,10 +59,21 @@ impl EtcdSettings {
     }
 }
 
+/// A rule of `store.etcd` that the configuration breaks.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("store.etcd.{field}: {rule}")]
+pub struct EtcdConfigError {
+    pub field: &'static str,
+    pub rule: String,
+}
+
 impl EtcdConfig {
     /// Checks the configuration; the error names the field (`store.etcd.…`).
-    pub fn resolve(&self) -> Result<EtcdSettings, String> {
-        let field = |name: &str, why: &str| format!("store.etcd.{name}: {why}");
+    pub fn resolve(&self) -> Result<EtcdSettings, EtcdConfigError> {
+        let field = |field: &'static str, rule: &str| EtcdConfigError {
+            field,
+            rule: rule.to_string(),
+        };
         if self.endpoints.iter().all(|e| e.trim().is_empty()) {
             return Err(field("endpoints", "name at least one member's client URL"));
         }
@@ -120,10 +131,8 @@ impl EtcdConfig {
 mod tests {
     use super::*;
 
-    fn parse(json: &str) -> Result<EtcdSettings, String> {
-        serde_json::from_str::<EtcdConfig>(json)
-            .map_err(|e| e.to_string())?
-            .resolve()
+    fn parse(json: &str) -> Result<EtcdSettings, Box<dyn std::error::Error>> {
+        Ok(serde_json::from_str::<EtcdConfig>(json)?.resolve()?)
     }
 
     #[test]
@@ -160,13 +169,15 @@ mod tests {
             (r#"{"endpoints": ["a:1"], "leaseTTL": "1s"}"#, "leaseTTL"),
             (r#"{"endpoints": ["a:1"], "leaseTTL": "soon"}"#, "leaseTTL"),
         ] {
-            let err = parse(json).unwrap_err();
+            let err = parse(json).unwrap_err().to_string();
             assert!(
                 err.contains(&format!("store.etcd.{field}")),
                 "{json}: {err}"
             );
         }
-        let unknown = parse(r#"{"endpoints": ["a:1"], "leaseTtl": "10s"}"#).unwrap_err();
+        let unknown = parse(r#"{"endpoints": ["a:1"], "leaseTtl": "10s"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(unknown.contains("unknown field"), "{unknown}");
     }
 }

@@ -220,6 +220,15 @@ struct Election {
     shutdown: watch::Receiver<bool>,
 }
 
+/// How the leader key turned out to be no longer ours.
+#[derive(Debug, thiserror::Error)]
+enum KeyLost {
+    #[error("the leader key was created again at revision {revision} by {holder:?}")]
+    CreatedAgain { revision: i64, holder: String },
+    #[error("the leader key is gone")]
+    Gone,
+}
+
 /// Why a term ended.
 enum Ended {
     Lost(String),
@@ -407,7 +416,7 @@ impl Election {
                 next = sent + self.timings.keep_alive_every;
             }
             if let Err(why) = self.still_ours(term).await {
-                return Ended::Lost(why);
+                return Ended::Lost(why.to_string());
             }
             term.valid_until = until;
             self.set_term(Some(*term));
@@ -437,7 +446,7 @@ impl Election {
 
     /// `Err` when the key is known to be someone else's (or gone); an unanswered read is no
     /// news (the keep-alive decides).
-    async fn still_ours(&self, term: &Term) -> Result<(), String> {
+    async fn still_ours(&self, term: &Term) -> Result<(), KeyLost> {
         let read = tokio::time::timeout_at(
             term.valid_until,
             self.client.range(&RangeRequest::key(self.key.as_bytes())),
@@ -446,12 +455,11 @@ impl Election {
         match read {
             Ok(Ok(r)) => match r.kvs.first() {
                 Some(kv) if kv.create_revision == term.create_revision => Ok(()),
-                Some(kv) => Err(format!(
-                    "the leader key was created again at revision {} by {:?}",
-                    kv.create_revision,
-                    String::from_utf8_lossy(&kv.value)
-                )),
-                None => Err("the leader key is gone".into()),
+                Some(kv) => Err(KeyLost::CreatedAgain {
+                    revision: kv.create_revision,
+                    holder: String::from_utf8_lossy(&kv.value).into_owned(),
+                }),
+                None => Err(KeyLost::Gone),
             },
             Ok(Err(_)) | Err(_) => Ok(()),
         }

@@ -8,14 +8,12 @@
 //! | [`store`] | [`EtcdStore`]: objects as JSON under the prefix, `resourceVersion` = `mod_revision`, a batch = one transaction, the watch, writes fenced by the leader key |
 //! | [`election`] | campaigning for `<prefix>leader` on a lease, keep-alives, when leadership ends, resigning |
 //! | [`config`] | `store.etcd` of the operator's configuration: names, defaults, checks |
-//! | [`launcher`] | starting etcd members on this machine (the playground's, the tests'): ports, data directories, stop, kill, pause, restart by pid |
 //!
 //! See `docs/etcd.md` for the key layout, the transactions, the timings and the limits.
 
 pub mod client;
 pub mod config;
 pub mod election;
-pub mod launcher;
 pub mod store;
 mod wire;
 

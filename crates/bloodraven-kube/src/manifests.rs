@@ -13,8 +13,9 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
     EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, LocalObjectReference,
     ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Toleration, Volume, VolumeMount,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Toleration, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -58,6 +59,8 @@ pub struct Values {
     pub watch_namespace: String,
     pub leader_election: LeaderElection,
     pub topology_key: ExistingSecret,
+    #[serde(rename = "componentTLS")]
+    pub component_tls: ExistingSecret,
     pub auxiliary: Auxiliary,
     pub restore: RestoreValues,
     pub resources: Option<ResourceRequirements>,
@@ -132,6 +135,7 @@ pub struct ServiceValues {
     pub type_: String,
     pub http_port: i32,
     pub https_port: i32,
+    pub component_port: i32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -190,6 +194,9 @@ pub struct PodMonitorValues {
     pub selector: BTreeMap<String, String>,
     pub namespaces: Vec<String>,
     pub port: String,
+    /// A Secret (key `ca.crt`) with the component CA the sidecars' TLS is verified with.
+    #[serde(default)]
+    pub ca_secret: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -198,6 +205,7 @@ pub struct NetworkPolicyValues {
     pub enabled: bool,
     pub http_from: Vec<NetworkPolicyPeer>,
     pub https_from: Vec<NetworkPolicyPeer>,
+    pub component_from: Vec<NetworkPolicyPeer>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -297,6 +305,7 @@ fn check(v: &Values) -> Result<(), ManifestsError> {
     for (field, port) in [
         ("service.httpPort", v.service.http_port),
         ("service.httpsPort", v.service.https_port),
+        ("service.componentPort", v.service.component_port),
     ] {
         if !(1..=65535).contains(&port) {
             return Err(invalid(field, "must be a port between 1 and 65535"));
@@ -383,6 +392,9 @@ fn to_value<T: serde::Serialize>(
     Ok(v)
 }
 
+/// Where the operator's component TLS Secret is mounted.
+pub const COMPONENT_TLS_DIR: &str = "/var/run/secrets/bloodraven/component-tls";
+
 /// The operator's configuration file, as the chart's `ConfigMap` holds it.
 pub fn operator_config(v: &Values, r: &Release) -> String {
     use std::fmt::Write;
@@ -395,6 +407,12 @@ pub fn operator_config(v: &Values, r: &Release) -> String {
             s,
             "tls:\n  secretName: {}",
             v.auxiliary.escrow_tls.existing_secret
+        );
+    }
+    if !v.component_tls.existing_secret.is_empty() {
+        let _ = writeln!(
+            s,
+            "componentTLS:\n  listen: 0.0.0.0:8444\n  certFile: {COMPONENT_TLS_DIR}/tls.crt\n  keyFile: {COMPONENT_TLS_DIR}/tls.key\n  caFile: {COMPONENT_TLS_DIR}/ca.crt"
         );
     }
     if !v.topology_key.existing_secret.is_empty() {
@@ -591,6 +609,15 @@ fn deployment(v: &Values, r: &Release) -> Deployment {
             ..ContainerPort::default()
         });
     }
+    let component = !v.component_tls.existing_secret.is_empty();
+    if component {
+        ports.push(ContainerPort {
+            name: Some("component".into()),
+            container_port: 8444,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        });
+    }
     let mut pod_labels = r.labels();
     pod_labels.extend(v.pod_labels.clone());
     let mount = |name: &str, path: &str, ro: bool| VolumeMount {
@@ -642,6 +669,7 @@ fn deployment(v: &Values, r: &Release) -> Deployment {
                 (!v.restore.existing_claim.is_empty())
                     .then(|| mount("restore", &v.restore.mount_path, true)),
             )
+            .chain(component.then(|| mount("component-tls", COMPONENT_TLS_DIR, true)))
             .collect(),
         ),
         ..Container::default()
@@ -696,6 +724,14 @@ fn deployment(v: &Values, r: &Release) -> Deployment {
                             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
                                 claim_name: v.restore.existing_claim.clone(),
                                 read_only: Some(true),
+                            }),
+                            ..Volume::default()
+                        }))
+                        .chain(component.then(|| Volume {
+                            name: "component-tls".into(),
+                            secret: Some(SecretVolumeSource {
+                                secret_name: Some(v.component_tls.existing_secret.clone()),
+                                ..SecretVolumeSource::default()
                             }),
                             ..Volume::default()
                         }))
@@ -762,6 +798,9 @@ fn network_policy(v: &Values, r: &Release) -> NetworkPolicy {
         from: non_empty(from.to_vec()),
     };
     let mut ingress = vec![rule(8082, &v.network_policy.http_from)];
+    if !v.component_tls.existing_secret.is_empty() {
+        ingress.push(rule(8444, &v.network_policy.component_from));
+    }
     if v.auxiliary.deploy_api.enabled {
         ingress.push(rule(8443, &v.network_policy.https_from));
     }
@@ -834,6 +873,9 @@ pub fn render(v: &Values, r: &Release, with_crds: bool) -> Result<Vec<Value>, Ma
     if v.auxiliary.deploy_api.enabled {
         leader_ports.push(("https", v.service.https_port));
     }
+    if !v.component_tls.existing_secret.is_empty() {
+        leader_ports.push(("component", v.service.component_port));
+    }
     out.push(to_value(
         "Service",
         "v1",
@@ -901,7 +943,17 @@ pub fn render(v: &Values, r: &Release, with_crds: bool) -> Result<Vec<Value>, Ma
             "spec": {
                 "selector": {"matchLabels": v.pod_monitor.selector},
                 "namespaceSelector": {"matchNames": namespaces},
-                "podMetricsEndpoints": [{"port": v.pod_monitor.port, "path": "/metrics", "interval": v.pod_monitor.interval}],
+                "podMetricsEndpoints": [{
+                    "port": v.pod_monitor.port,
+                    "path": "/metrics",
+                    "interval": v.pod_monitor.interval,
+                    "scheme": "https",
+                    "tlsConfig": if v.pod_monitor.ca_secret.is_empty() {
+                        json!({"insecureSkipVerify": true})
+                    } else {
+                        json!({"ca": {"secret": {"name": v.pod_monitor.ca_secret, "key": "ca.crt"}}})
+                    },
+                }],
             },
         }));
     }

@@ -44,6 +44,9 @@ pub struct Endpoint {
     pub host: String,
     pub port: u16,
     pub credentials: Credentials,
+    /// TLS to the server (`spec.sites[].mysql.tls`): the tools verify the certificate against
+    /// `host` (they have no separate server name).
+    pub tls: bloodraven_core::config::MysqlTls,
 }
 
 /// One copy, as the reclone decided it.
@@ -136,6 +139,7 @@ pub(crate) struct OptionsFile {
 
 impl OptionsFile {
     pub(crate) fn write(dir: &Path, name: &str, e: &Endpoint) -> Result<OptionsFile, CloneError> {
+        use bloodraven_core::config::TlsMode;
         use std::io::Write as _;
         use std::os::unix::fs::OpenOptionsExt;
         let path = dir.join(name);
@@ -156,6 +160,18 @@ impl OptionsFile {
             e.port
         )
         .map_err(CloneError::Credentials)?;
+        match e.tls.mode {
+            TlsMode::Disabled => {}
+            TlsMode::Required => {
+                writeln!(f, "ssl\nskip-ssl-verify-server-cert").map_err(CloneError::Credentials)?;
+            }
+            TlsMode::VerifyIdentity => {
+                writeln!(f, "ssl\nssl-verify-server-cert").map_err(CloneError::Credentials)?;
+                if let Some(ca) = &e.tls.ca_file {
+                    writeln!(f, "ssl-ca={}", quoted(ca)).map_err(CloneError::Credentials)?;
+                }
+            }
+        }
         Ok(OptionsFile {
             dir: dir.to_path_buf(),
             path,
@@ -393,6 +409,7 @@ mod tests {
 
     fn plan(replica: bool) -> CopyPlan {
         let e = |site: &str| Endpoint {
+            tls: bloodraven_core::config::MysqlTls::default(),
             site: site.into(),
             host: "127.0.0.1".into(),
             port: 3306,

@@ -5,23 +5,22 @@
 //! | [`sql`] | the statements per flavour and the parsers of their answers (pure) |
 //! | [`site`] | [`site::SiteClient`]: probe, fence, unfence, kill sessions, GTID waits, promote, re-point, audit |
 //! | [`switchover`] | the planned switchover primitive built only from adapter calls |
-//! | [`launcher`] | starts real `mariadbd` servers on loopback (read-only at boot) for the playground, tests and benchmarks |
+//! | [`backup`] | physical backups (`mariadb-backup`, `zstd`) into checksummed files and a manifest; their verification in a scratch server |
 //! | [`creds`] | credentials that never print |
 //! | [`error`] | the boundary's error type |
 //!
 //! Nothing here decides anything: callers (operator, sidecar) decide in `bloodraven-core` and
 //! use this crate to act.
 
+pub mod backup;
 pub mod clone;
 pub mod creds;
 pub mod error;
-pub mod launcher;
 pub mod ops;
 pub mod restore;
 pub mod site;
 pub mod sql;
 pub mod switchover;
-pub mod update_desk;
 
 pub use creds::{Credentials, Password};
 pub use error::{Cause, MysqlError};

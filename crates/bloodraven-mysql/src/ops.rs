@@ -70,6 +70,13 @@ pub trait Site: Fencing + Clone {
         &self,
         settings: Settings,
     ) -> impl Future<Output = Result<(), MysqlError>> + Send;
+    /// A new leader's clean-up: the clone account's connections, and its own account's
+    /// busy for at least `busy_for` ([`SiteClient::end_previous_sessions`]).
+    fn end_previous_sessions(
+        &self,
+        clone_user: Option<&str>,
+        busy_for: Duration,
+    ) -> impl Future<Output = Result<KillReport, MysqlError>> + Send;
     /// Kills every connection of account `user`.
     fn kill_sessions_of(
         &self,
@@ -162,6 +169,14 @@ impl Site for SiteClient {
 
     async fn configure_semi_sync(&self, settings: Settings) -> Result<(), MysqlError> {
         SiteClient::configure_semi_sync(self, settings).await
+    }
+
+    async fn end_previous_sessions(
+        &self,
+        clone_user: Option<&str>,
+        busy_for: Duration,
+    ) -> Result<KillReport, MysqlError> {
+        SiteClient::end_previous_sessions(self, clone_user, busy_for).await
     }
 
     async fn kill_sessions_of(&self, user: &str) -> Result<KillReport, MysqlError> {

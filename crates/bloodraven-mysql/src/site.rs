@@ -19,6 +19,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use bloodraven_core::config::{MysqlTls, TlsMode};
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::semisync::{SemiSyncState, Settings};
 use mysql_async::prelude::Queryable;
@@ -37,6 +38,8 @@ pub struct Endpoint {
     pub port: u16,
     /// A Unix socket to use instead of TCP (same-host sidecars, the harness's admin account).
     pub socket: Option<PathBuf>,
+    /// TLS over TCP (`spec.sites[].mysql.tls`); ignored on a Unix socket.
+    pub tls: MysqlTls,
 }
 
 impl Endpoint {
@@ -45,6 +48,7 @@ impl Endpoint {
             host: host.into(),
             port,
             socket: None,
+            tls: MysqlTls::default(),
         }
     }
 
@@ -53,6 +57,62 @@ impl Endpoint {
             host: "localhost".into(),
             port: 0,
             socket: Some(path.into()),
+            tls: MysqlTls::default(),
+        }
+    }
+
+    /// The same endpoint, reached over TLS as `tls` says.
+    #[must_use]
+    pub fn with_tls(mut self, tls: MysqlTls) -> Self {
+        self.tls = tls;
+        self
+    }
+}
+
+/// `opts` with a TLS configuration of its own, built (and the CA files read) at its first
+/// connection: `mysql_async` builds one per options value and its clones share it, so a
+/// client that keeps one `Opts` would never see a rotated CA bundle. Connect with
+/// `Conn::new(renewed(&opts))`; without TLS, `opts` as it is.
+pub fn renewed(opts: &mysql_async::Opts) -> mysql_async::Opts {
+    match opts.ssl_opts() {
+        Some(ssl) => OptsBuilder::from_opts(opts.clone())
+            .ssl_opts(Some(ssl.clone()))
+            .into(),
+        None => opts.clone(),
+    }
+}
+
+/// Whether a driver error is the TLS handshake failing (a certificate not verified, a name
+/// that does not match).
+fn is_tls_failure(d: &str) -> bool {
+    let d = d.to_ascii_lowercase();
+    d.contains("tls") || d.contains("certificate") || d.contains("ssl")
+}
+
+/// `mysql_async`'s TLS options for `tls`: `None` when disabled. The CA is read from its file
+/// at every new connection, so a new bundle is taken without a restart; the platform's own
+/// roots are never trusted for a database.
+pub fn ssl_opts(tls: &MysqlTls) -> Option<mysql_async::SslOpts> {
+    match tls.mode {
+        TlsMode::Disabled => None,
+        TlsMode::Required => Some(
+            mysql_async::SslOpts::default()
+                .with_disable_built_in_roots(true)
+                .with_danger_accept_invalid_certs(true)
+                .with_danger_skip_domain_validation(true),
+        ),
+        TlsMode::VerifyIdentity => {
+            let roots = tls
+                .ca_file
+                .iter()
+                .map(|p| PathBuf::from(p).into())
+                .collect();
+            Some(
+                mysql_async::SslOpts::default()
+                    .with_disable_built_in_roots(true)
+                    .with_root_certs(roots)
+                    .with_danger_tls_hostname_override(tls.server_name.clone()),
+            )
         }
     }
 }
@@ -102,6 +162,10 @@ pub struct Probe {
     /// (`available: false` on a server without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub semi_sync: Option<SemiSyncState>,
+    /// `require_secure_transport`, read by [`SiteClient::probe_with_semi_sync`] only (`None`:
+    /// not read, or a server without the variable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_secure_transport: Option<bool>,
 }
 
 impl Probe {
@@ -176,6 +240,8 @@ pub struct SourceSpec {
     pub host: String,
     pub port: u16,
     pub credentials: Credentials,
+    /// `spec.replication.tls`: what the `CHANGE MASTER` sets.
+    pub tls: bloodraven_core::config::ReplicationTls,
 }
 
 /// The result of an account audit.
@@ -300,7 +366,10 @@ impl SiteClient {
             ]);
         b = match &ep.socket {
             Some(p) => b.socket(Some(p.display().to_string())),
-            None => b.ip_or_hostname(ep.host.clone()).tcp_port(ep.port),
+            None => b
+                .ip_or_hostname(ep.host.clone())
+                .tcp_port(ep.port)
+                .ssl_opts(ssl_opts(&ep.tls)),
         };
         b
     }
@@ -310,7 +379,30 @@ impl SiteClient {
         match timeout(t, Conn::new(self.opts())).await {
             Ok(Ok(c)) => Ok(c),
             Ok(Err(e)) => {
+                let mode = self.inner.endpoint.tls.mode;
                 let cause = match cause_of(&e, false) {
+                    // Never on to clear text: a server without TLS where it is asked for is
+                    // refused, and said so.
+                    _ if matches!(
+                        e,
+                        mysql_async::Error::Driver(
+                            mysql_async::DriverError::NoClientSslFlagFromServer
+                        )
+                    ) =>
+                    {
+                        Cause::Connect(format!(
+                            "the server does not offer TLS, and spec.sites[].mysql.tls.mode is {}: not connecting in clear text",
+                            mode.as_str()
+                        ))
+                    }
+                    Cause::Driver(d) | Cause::Unexpected(d) | Cause::Connect(d)
+                        if mode.encrypts() && is_tls_failure(&d) =>
+                    {
+                        Cause::Connect(format!(
+                            "TLS to the server failed (spec.sites[].mysql.tls.mode {}): {d}",
+                            mode.as_str()
+                        ))
+                    }
                     Cause::Server { code, message } => {
                         Cause::Connect(format!("server error {code}: {message}"))
                     }
@@ -484,6 +576,7 @@ impl SiteClient {
             gtid,
             replica,
             semi_sync: None,
+            require_secure_transport: None,
         })
     }
 
@@ -492,7 +585,24 @@ impl SiteClient {
     pub async fn probe_with_semi_sync(&self) -> Result<Probe, MysqlError> {
         let mut p = self.probe().await?;
         p.semi_sync = Some(self.read_semi_sync(Op::Probe).await?);
+        p.require_secure_transport = self.read_secure_transport().await?;
         Ok(p)
+    }
+
+    /// Whether the server refuses clear-text logins over TCP (`require_secure_transport`);
+    /// `None` on a server without the variable.
+    async fn read_secure_transport(&self) -> Result<Option<bool>, MysqlError> {
+        let rows: NameValues = self
+            .run_read(Op::Probe, |c| {
+                Box::pin(async move {
+                    c.query("SHOW GLOBAL VARIABLES LIKE 'require\\_secure\\_transport'")
+                        .await
+                })
+            })
+            .await?;
+        Ok(rows
+            .first()
+            .map(|(_, v)| v.eq_ignore_ascii_case("ON") || v == "1"))
     }
 
     /// Reads the server's semi-synchronous replication settings and state.
@@ -929,6 +1039,7 @@ impl SiteClient {
             source.port,
             &source.credentials.user,
             source.credentials.password.expose(),
+            &source.tls,
         );
         let fence = flavor.fence_statement();
         let stop = flavor.stop_replica();
@@ -1042,6 +1153,33 @@ impl SiteClient {
             .filter(|s| s.user == user && s.id != own)
             .map(|s| s.id)
             .collect())
+    }
+
+    /// What a new leader ends before it resumes operations: every connection of the clone
+    /// account `clone_user` (a load or copy of an earlier leader), and the connections of
+    /// this client's own account (the failover account) that have been busy with a statement
+    /// for at least `busy_for` (an earlier leader's wait or catch-up; the short statements of
+    /// sidecars sharing the account are left alone). Never this client's own connection.
+    pub async fn end_previous_sessions(
+        &self,
+        clone_user: Option<&str>,
+        busy_for: Duration,
+    ) -> Result<KillReport, MysqlError> {
+        let (own, sessions) = self.sessions().await?;
+        let me = self.inner.credentials.user.as_str();
+        let ids = sessions
+            .into_iter()
+            .filter(|s| s.id != own)
+            .filter(|s| {
+                clone_user.is_some_and(|u| u == s.user)
+                    || (s.user == me
+                        && !s.command.eq_ignore_ascii_case("Sleep")
+                        && !s.command.starts_with("Binlog Dump")
+                        && s.seconds >= busy_for.as_secs())
+            })
+            .map(|s| s.id)
+            .collect();
+        self.kill_sessions(ids).await
     }
 
     /// Kills every connection of account `user` (a copy's dump or load left behind by an

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
 
+use bloodraven_core::config::{ReplicationTls, TlsMode};
 use bloodraven_core::gtid::GtidFlavor;
 use bloodraven_core::semisync::{self, SemiSyncState, Settings};
 use serde::Serialize;
@@ -213,18 +215,49 @@ impl Flavor {
         }
     }
 
-    /// `CHANGE MASTER TO …` / `CHANGE REPLICATION SOURCE TO …` with GTID auto-positioning.
+    /// `CHANGE MASTER TO …` / `CHANGE REPLICATION SOURCE TO …` with GTID auto-positioning,
+    /// over TLS as `tls` says: with TLS on, `MASTER_SSL=1` and the CA (as the replica sees
+    /// it); with `verify-identity`, also the check of the source's certificate against
+    /// `MASTER_HOST` (MariaDB has no separate server-name option). Disabled, nothing is set.
     /// The result carries a password: never log it, never echo an error about it.
-    pub fn change_source(self, host: &str, port: u16, user: &str, password: &str) -> String {
+    pub fn change_source(
+        self,
+        host: &str,
+        port: u16,
+        user: &str,
+        password: &str,
+        tls: &ReplicationTls,
+    ) -> String {
+        let (ssl, ca, verify) = match self.kind {
+            FlavorKind::MariaDb => (
+                "MASTER_SSL",
+                "MASTER_SSL_CA",
+                "MASTER_SSL_VERIFY_SERVER_CERT",
+            ),
+            FlavorKind::MySql => (
+                "SOURCE_SSL",
+                "SOURCE_SSL_CA",
+                "SOURCE_SSL_VERIFY_SERVER_CERT",
+            ),
+        };
+        let mut tls_opts = String::new();
+        if tls.mode.encrypts() {
+            let _ = write!(tls_opts, ", {ssl}=1");
+            if let Some(path) = &tls.ca_file {
+                let _ = write!(tls_opts, ", {ca}={}", quote(path));
+            }
+            let on = u8::from(tls.mode == TlsMode::VerifyIdentity);
+            let _ = write!(tls_opts, ", {verify}={on}");
+        }
         match self.kind {
             FlavorKind::MariaDb => format!(
-                "CHANGE MASTER TO MASTER_HOST={}, MASTER_PORT={port}, MASTER_USER={}, MASTER_PASSWORD={}, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+                "CHANGE MASTER TO MASTER_HOST={}, MASTER_PORT={port}, MASTER_USER={}, MASTER_PASSWORD={}, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1{tls_opts}",
                 quote(host),
                 quote(user),
                 quote(password)
             ),
             FlavorKind::MySql => format!(
-                "CHANGE REPLICATION SOURCE TO SOURCE_HOST={}, SOURCE_PORT={port}, SOURCE_USER={}, SOURCE_PASSWORD={}, SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, GET_SOURCE_PUBLIC_KEY=1",
+                "CHANGE REPLICATION SOURCE TO SOURCE_HOST={}, SOURCE_PORT={port}, SOURCE_USER={}, SOURCE_PASSWORD={}, SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, GET_SOURCE_PUBLIC_KEY=1{tls_opts}",
                 quote(host),
                 quote(user),
                 quote(password)
@@ -357,7 +390,9 @@ pub fn quote(s: &str) -> String {
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
     pub io_running: bool,
-    /// `Connecting`: the IO thread is trying to reach its source.
+    /// The IO thread has started but does not read events yet: MariaDB's `Connecting` (trying
+    /// to reach its source) and `Preparing` (connected, registering and negotiating its GTID
+    /// position). Both are a thread on its way up, not a stopped one.
     pub io_connecting: bool,
     pub sql_running: bool,
     pub seconds_behind: Option<u64>,
@@ -368,6 +403,11 @@ pub struct ReplicaStatus {
     pub last_sql_errno: u32,
     /// MariaDB `Gtid_IO_Pos`: what the IO thread has received.
     pub gtid_io_pos: String,
+    /// `Master_SSL_Allowed` / `Source_SSL_Allowed`: the connection to the source uses TLS.
+    pub ssl_allowed: bool,
+    /// `Master_SSL_Verify_Server_Cert` / `Source_SSL_Verify_Server_Cert`: it checks the
+    /// source's certificate against its host.
+    pub ssl_verify_server_cert: bool,
 }
 
 impl ReplicaStatus {
@@ -387,7 +427,8 @@ impl ReplicaStatus {
         let sql = get(&["Replica_SQL_Running", "Slave_SQL_Running"]).unwrap_or_default();
         ReplicaStatus {
             io_running: io.eq_ignore_ascii_case("yes"),
-            io_connecting: io.eq_ignore_ascii_case("connecting"),
+            io_connecting: io.eq_ignore_ascii_case("connecting")
+                || io.eq_ignore_ascii_case("preparing"),
             sql_running: sql.eq_ignore_ascii_case("yes"),
             seconds_behind: get(&["Seconds_Behind_Source", "Seconds_Behind_Master"])
                 .and_then(|s| s.parse().ok()),
@@ -401,7 +442,21 @@ impl ReplicaStatus {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(0),
             gtid_io_pos: get(&["Gtid_IO_Pos"]).unwrap_or_default(),
+            ssl_allowed: get(&["Source_SSL_Allowed", "Master_SSL_Allowed"])
+                .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
+            ssl_verify_server_cert: get(&[
+                "Source_SSL_Verify_Server_Cert",
+                "Master_SSL_Verify_Server_Cert",
+            ])
+            .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
         }
+    }
+
+    /// Whether the IO thread's last error is a TLS failure (the source's certificate not
+    /// verified, no TLS offered): what `ReplicationInsecure` reports.
+    pub fn tls_failed(&self) -> bool {
+        let e = self.last_io_error.to_ascii_lowercase();
+        e.contains("ssl") || e.contains("tls") || e.contains("certificate")
     }
 }
 
@@ -615,12 +670,33 @@ mod tests {
             assert_eq!(f.unfence_statements(), unfence, "{f}");
             assert_eq!(f.replica_status_query(), status, "{f}");
             assert_eq!(
-                f.change_source(host, port, "repl", password),
+                f.change_source(host, port, "repl", password, &ReplicationTls::default()),
                 repoint,
                 "{f}"
             );
             assert_eq!(f.wait_for_gtid(gtid, secs), wait, "{f}");
         }
+        // Over TLS: the CA as the replica sees it, and the check of the source's certificate.
+        let verify = ReplicationTls {
+            mode: TlsMode::VerifyIdentity,
+            ca_file: Some("/etc/mysql/ca.crt".into()),
+        };
+        assert_eq!(
+            mysql84().change_source("db-1", 3306, "repl", "pw", &verify),
+            "CHANGE REPLICATION SOURCE TO SOURCE_HOST='db-1', SOURCE_PORT=3306, SOURCE_USER='repl', SOURCE_PASSWORD='pw', SOURCE_AUTO_POSITION=1, SOURCE_CONNECT_RETRY=1, GET_SOURCE_PUBLIC_KEY=1, SOURCE_SSL=1, SOURCE_SSL_CA='/etc/mysql/ca.crt', SOURCE_SSL_VERIFY_SERVER_CERT=1"
+        );
+        assert_eq!(
+            maria1011().change_source("db-1", 3306, "repl", "pw", &verify),
+            "CHANGE MASTER TO MASTER_HOST='db-1', MASTER_PORT=3306, MASTER_USER='repl', MASTER_PASSWORD='pw', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, MASTER_SSL=1, MASTER_SSL_CA='/etc/mysql/ca.crt', MASTER_SSL_VERIFY_SERVER_CERT=1"
+        );
+        let encrypted = ReplicationTls {
+            mode: TlsMode::Required,
+            ca_file: None,
+        };
+        assert_eq!(
+            maria1011().change_source("db-1", 3306, "repl", "pw", &encrypted),
+            "CHANGE MASTER TO MASTER_HOST='db-1', MASTER_PORT=3306, MASTER_USER='repl', MASTER_PASSWORD='pw', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1, MASTER_SSL=1, MASTER_SSL_VERIFY_SERVER_CERT=0"
+        );
         let (mysql, maria) = (mysql84(), maria1011());
         assert_eq!(mysql.stop_replica(), "STOP REPLICA");
         assert_eq!(mysql.reset_replica_all(), "RESET REPLICA ALL");
@@ -696,6 +772,17 @@ mod tests {
         assert!(s.io_connecting && !s.io_running && s.sql_running);
         assert_eq!(s.seconds_behind, Some(4));
         assert_eq!(s.source_host, "db1");
+
+        // MariaDB's `Preparing` (connected, not yet reading) is a thread on its way up.
+        let preparing: BTreeMap<String, Option<String>> = [
+            ("Slave_IO_Running", Some("Preparing")),
+            ("Slave_SQL_Running", Some("Yes")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+        .collect();
+        let s = ReplicaStatus::from_columns(&preparing);
+        assert!(s.io_connecting && !s.io_running);
     }
 
     #[test]

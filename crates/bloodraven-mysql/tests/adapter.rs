@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bloodraven_core::gtid::{GtidFlavor, GtidSet};
-use bloodraven_mysql::launcher::Launcher;
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::{
     Cause, Credentials, Endpoint, FenceOutcome, MysqlError, SiteClient, Timeouts,
 };

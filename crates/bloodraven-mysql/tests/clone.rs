@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::clone::{CopyPlan, Progress, copy};
-use bloodraven_mysql::launcher::Launcher;
 use bloodraven_mysql::site::SiteClient;
 
 async fn rows(c: &SiteClient, sql: &str) -> Vec<String> {

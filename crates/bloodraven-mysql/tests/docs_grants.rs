@@ -1,6 +1,6 @@
 //! docs/mysql.md recommends exactly the grants the launcher gives each account.
 
-use bloodraven_mysql::launcher::{APP_GRANTS, CLONE_GRANTS, FAILOVER_GRANTS, REPLICATION_GRANTS};
+use bloodraven_launch::mysql::{APP_GRANTS, CLONE_GRANTS, FAILOVER_GRANTS, REPLICATION_GRANTS};
 
 #[test]
 fn the_documented_grants_are_the_launchers() {

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use bloodraven_core::semisync::{self, Guarantee, SemiSyncState, Settings};
+use bloodraven_launch::mysql::{Launcher, LauncherOptions};
 use bloodraven_mysql::SiteClient;
-use bloodraven_mysql::launcher::{Launcher, LauncherOptions};
 use bloodraven_testkit::ledger;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;

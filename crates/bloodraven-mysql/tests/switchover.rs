@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use bloodraven_core::planned::Undo;
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::FenceOutcome;
-use bloodraven_mysql::launcher::Launcher;
 use bloodraven_mysql::switchover::{CatchUp, Undone, catch_up, drain, repoint_all, undo};
 use bloodraven_testkit::ledger::{self, Writer};
 use mysql_async::Conn;

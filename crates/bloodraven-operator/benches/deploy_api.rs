@@ -323,8 +323,8 @@ fn etcd_binary() -> Option<std::path::PathBuf> {
 
 async fn start_etcd(bin: &std::path::Path) -> Etcd {
     let dir = tempfile::tempdir().unwrap();
-    let client = bloodraven_mysql::launcher::free_port().unwrap();
-    let peer = bloodraven_mysql::launcher::free_port().unwrap();
+    let client = bloodraven_launch::mysql::free_port().unwrap();
+    let peer = bloodraven_launch::mysql::free_port().unwrap();
     let url = format!("http://127.0.0.1:{client}");
     let peer_url = format!("http://127.0.0.1:{peer}");
     let child = std::process::Command::new(bin)

@@ -14,9 +14,9 @@ use bloodraven_core::config::SiteRole;
 use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::status::GroupStatus;
-use bloodraven_mysql::launcher::Launcher;
+use bloodraven_launch::local::{LocalOptions, write_files};
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_operator::OperatorHandle;
-use bloodraven_operator::local::{LocalOptions, write_files};
 use bloodraven_testkit::ledger::{self, Writer};
 use tokio::time::Instant;
 

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bloodraven_core::config::SiteRole;
-use bloodraven_mysql::launcher::{Launcher, LauncherOptions};
-use bloodraven_operator::local::{LocalOptions, write_files};
+use bloodraven_launch::local::{LocalOptions, write_files};
+use bloodraven_launch::mysql::{Launcher, LauncherOptions};
 use bloodraven_operator::platform::embedded::EmbeddedPlatform;
 use bloodraven_store::{Durability, SqliteStore};
 use tokio::time::Instant;

@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::clone::{CopyPlan, Progress, copy};
-use bloodraven_mysql::launcher::Launcher;
 use bloodraven_testkit::ledger::{Outcome, WRITES_TABLE_DDL, Writer, percentile};
 use tokio::time::Instant;
 

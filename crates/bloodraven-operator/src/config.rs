@@ -184,6 +184,16 @@ impl Default for LeaderElection {
     }
 }
 
+/// `componentTLS`: the listener the other components call (sidecars, routers), over mutual
+/// TLS with certificates of the installation's component CA (docs/security.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComponentTlsSettings {
+    pub listen: SocketAddr,
+    /// The operator's component certificate (naming `…/<group>/operator` for each group it
+    /// runs), its key, and the component CA bundle; re-read when they change.
+    pub files: bloodraven_runtime::mtls::TlsFiles,
+}
+
 /// The operator's own settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OperatorSettings {
@@ -191,6 +201,9 @@ pub struct OperatorSettings {
     pub data_dir: PathBuf,
     pub http_listen: SocketAddr,
     pub deploy_api: Option<DeployApiSettings>,
+    /// The component listener (`componentTLS`); without it no sidecar can reach this operator
+    /// as such, and strict fencing has no facts.
+    pub component_tls: Option<ComponentTlsSettings>,
     pub durability: Durability,
     /// The Ed25519 key every served active-site view is signed with
     /// (`topologySigningKeyFile` or, in Kubernetes mode, `topologySigningKeySecret`).
@@ -218,6 +231,27 @@ pub struct LoadedConfig {
     pub settings: OperatorSettings,
     pub groups: Vec<GroupDoc>,
     pub databases: Vec<DatabaseDoc>,
+    /// The directory relative paths are resolved against (the file's own).
+    pub base: PathBuf,
+}
+
+/// The groups and databases of a file given to `bloodraven apply`, as written (paths are
+/// resolved by each operator on its own machine).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Documents {
+    pub groups: Vec<GroupDoc>,
+    pub databases: Vec<DatabaseDoc>,
+}
+
+/// How [`parse`] reads a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reading {
+    /// An operator's configuration: one `OperatorConfig`; credential paths resolved here and
+    /// checked to exist.
+    Operator,
+    /// Documents for the store (`bloodraven apply`): an `OperatorConfig` in the same file is
+    /// skipped; paths are kept as written.
+    Documents,
 }
 
 #[derive(Deserialize)]
@@ -243,6 +277,21 @@ struct OperatorDoc {
     deploy_api: DeployApiDoc,
     #[serde(default)]
     store: StoreDoc,
+    #[serde(default, rename = "componentTLS")]
+    component_tls: Option<ComponentTlsDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ComponentTlsDoc {
+    #[serde(default)]
+    listen: Option<String>,
+    #[serde(default)]
+    cert_file: Option<String>,
+    #[serde(default)]
+    key_file: Option<String>,
+    #[serde(default)]
+    ca_file: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -328,6 +377,10 @@ struct ConfigMeta {
     labels: BTreeMap<String, String>,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
+    /// `bloodraven apply`: the stored version the change is meant for (refused when the
+    /// store holds another).
+    #[serde(default)]
+    resource_version: Option<String>,
 }
 
 impl From<ConfigMeta> for ObjectMeta {
@@ -335,6 +388,7 @@ impl From<ConfigMeta> for ObjectMeta {
         ObjectMeta {
             labels: m.labels,
             annotations: m.annotations,
+            resource_version: m.resource_version.unwrap_or_default(),
             ..ObjectMeta::named(&m.namespace, &m.name)
         }
     }
@@ -396,188 +450,195 @@ pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
     parse(&text, &path.display().to_string(), &base)
 }
 
+/// Reads the groups and databases of a file for `bloodraven apply` (an `OperatorConfig`
+/// document in it is skipped, so an operator's own file can be applied).
+pub fn load_documents(path: &Path) -> Result<Documents, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let (_, groups, databases) = read(
+        &text,
+        &path.display().to_string(),
+        Path::new("."),
+        Reading::Documents,
+    )?;
+    Ok(Documents { groups, databases })
+}
+
+/// Resolves the credential files `spec` names against `base` (what an operator does with a
+/// spec, from its file or from the store): every problem as `(field, rule)`, with `check`
+/// also a file that does not exist.
+pub fn resolve_credentials(
+    spec: &mut FailoverGroupSpec,
+    base: &Path,
+    check: bool,
+) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    let mut refs: Vec<(String, &mut bloodraven_core::config::CredentialsRef)> = spec
+        .sites
+        .iter_mut()
+        .enumerate()
+        .map(|(i, s)| {
+            (
+                format!("spec.sites[{i}].mysql.credentials"),
+                &mut s.mysql.credentials,
+            )
+        })
+        .collect();
+    if let Some(r) = spec
+        .replication
+        .as_mut()
+        .and_then(|r| r.credentials.as_mut())
+    {
+        refs.push(("spec.replication.credentials".into(), r));
+    }
+    if let Some(r) = spec.clone.as_mut().and_then(|c| c.credentials.as_mut()) {
+        refs.push(("spec.clone.credentials".into(), r));
+    }
+    for (field, r) in refs {
+        if r.secret_name.is_some() {
+            problems.push((
+                format!("{field}.secretName"),
+                "needs the Kubernetes back-end; outside it use file".into(),
+            ));
+        }
+        if let Some(f) = r.file.as_mut() {
+            let p = resolve(base, f);
+            if check && !p.is_file() {
+                problems.push((
+                    format!("{field}.file"),
+                    format!("file {} does not exist", p.display()),
+                ));
+            }
+            *f = p.display().to_string();
+        }
+    }
+    problems
+}
+
 /// Validates configuration text; relative paths are resolved against `base`.
 pub fn parse(text: &str, path: &str, base: &Path) -> Result<LoadedConfig, ConfigError> {
+    let (settings, groups, databases) = read(text, path, base, Reading::Operator)?;
+    // `read` refuses an operator's configuration without its settings; said again here.
+    let Some(settings) = settings else {
+        return Err(ConfigError::Invalid {
+            path: path.to_string(),
+            problems: vec![ConfigProblem {
+                document: path.to_string(),
+                field: String::new(),
+                rule: format!("needs one {KIND_OPERATOR_CONFIG} document (with at least dataDir)"),
+            }],
+        });
+    };
+    Ok(LoadedConfig {
+        settings,
+        groups,
+        databases,
+        base: base.to_path_buf(),
+    })
+}
+
+type Read = (Option<OperatorSettings>, Vec<GroupDoc>, Vec<DatabaseDoc>);
+
+/// Reads every document of `text` (see [`Reading`]), then checks what holds across them
+/// (databases name groups of the file; with the operator's settings, that the store and the
+/// listeners fit the groups). Every problem is reported together.
+fn read(text: &str, path: &str, base: &Path, reading: Reading) -> Result<Read, ConfigError> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| ConfigError::Yaml {
         path: path.to_string(),
         reason: e.to_string(),
     })?;
-    let mut problems = Vec::new();
-    let mut settings = None;
-    let mut groups: Vec<GroupDoc> = Vec::new();
-    let mut databases: Vec<DatabaseDoc> = Vec::new();
-    let mut seen = BTreeSet::new();
-
+    let mut gathered = Gathered::default();
     for (i, doc) in docs.iter().enumerate() {
-        let n = i + 1;
-        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let name = doc
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let namespace = doc
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        let label = if name.is_empty() {
-            format!(
-                "document {n} ({})",
-                if kind.is_empty() { "no kind" } else { kind }
-            )
-        } else {
-            format!("document {n} ({kind} {namespace}/{name})")
-        };
-        let mut problem = |field: &str, rule: String| {
-            problems.push(ConfigProblem {
-                document: label.clone(),
-                field: field.to_string(),
-                rule,
+        gathered.read_document(i + 1, doc, base, reading);
+    }
+    gathered.check_database_groups();
+    if reading == Reading::Documents {
+        if !gathered.problems.is_empty() {
+            return Err(ConfigError::Invalid {
+                path: path.to_string(),
+                problems: gathered.problems,
             });
-        };
+        }
+        return Ok((None, gathered.groups, gathered.databases));
+    }
+    gathered.into_operator_config(path)
+}
+
+/// What [`read`] has gathered from the documents so far: the valid objects and every problem.
+#[derive(Default)]
+struct Gathered {
+    problems: Vec<ConfigProblem>,
+    settings: Option<OperatorSettings>,
+    groups: Vec<GroupDoc>,
+    databases: Vec<DatabaseDoc>,
+    /// `(kind, namespace, name)` of every object read, to refuse duplicates.
+    seen: BTreeSet<(&'static str, String, String)>,
+}
+
+/// How problems name document `n`: its kind, and its namespace and name when it has one.
+fn document_label(n: usize, doc: &Value) -> String {
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let namespace = doc
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    if name.is_empty() {
+        format!(
+            "document {n} ({})",
+            if kind.is_empty() { "no kind" } else { kind }
+        )
+    } else {
+        format!("document {n} ({kind} {namespace}/{name})")
+    }
+}
+
+impl Gathered {
+    /// One problem of the document `label` names.
+    fn problem(&mut self, label: &str, field: &str, rule: String) {
+        self.problems.push(ConfigProblem {
+            document: label.to_string(),
+            field: field.to_string(),
+            rule,
+        });
+    }
+
+    /// Document `n` (counted from 1): a mapping of this `apiVersion`, read by its kind.
+    fn read_document(&mut self, n: usize, doc: &Value, base: &Path, reading: Reading) {
+        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let label = document_label(n, doc);
         if !doc.is_object() {
-            problem("", "must be a mapping with apiVersion and kind".into());
-            continue;
+            self.problem(
+                &label,
+                "",
+                "must be a mapping with apiVersion and kind".into(),
+            );
+            return;
         }
         let api_version = doc
             .get("apiVersion")
             .and_then(Value::as_str)
             .unwrap_or_default();
         if api_version != API_VERSION {
-            problem(
+            self.problem(
+                &label,
                 "apiVersion",
                 format!("must be {API_VERSION} (got {api_version:?})"),
             );
-            continue;
+            return;
         }
         match kind {
-            KIND_OPERATOR_CONFIG => {
-                if settings.is_some() {
-                    problem("kind", "only one OperatorConfig document is allowed".into());
-                    continue;
-                }
-                match typed::<OperatorDoc>(doc) {
-                    Err((field, rule)) => problem(&field, rule),
-                    Ok(d) => match operator_settings(d, base) {
-                        Ok(s) => settings = Some(s),
-                        Err(list) => {
-                            for (field, rule) in list {
-                                problem(&field, rule);
-                            }
-                        }
-                    },
-                }
-            }
-            KIND_GROUP => match typed::<GroupObjectDoc>(doc) {
-                Err((field, rule)) => problem(&field, rule),
-                Ok(mut d) => {
-                    if d.metadata.namespace.is_empty() {
-                        d.metadata.namespace = "default".into();
-                    }
-                    if let Err(rule) = check_dns1123_label(&d.metadata.name) {
-                        // Group names appear in label values and object names: a label.
-                        problem(
-                            "metadata.name",
-                            format!("{rule} (a group name is a DNS-1123 label)"),
-                        );
-                        continue;
-                    }
-                    if !seen.insert((
-                        KIND_GROUP,
-                        d.metadata.namespace.clone(),
-                        d.metadata.name.clone(),
-                    )) {
-                        problem("metadata.name", "duplicate MysqlFailoverGroup".into());
-                        continue;
-                    }
-                    if groups.iter().any(|g| g.metadata.name == d.metadata.name) {
-                        problem(
-                            "metadata.name",
-                            "group names must be unique across namespaces (the deploy API addresses groups by name)".into(),
-                        );
-                        continue;
-                    }
-                    // Credential files are read by the operator: resolve them against the
-                    // configuration's directory and check they exist now, not at the first poll.
-                    let mut refs: Vec<(String, &mut bloodraven_core::config::CredentialsRef)> = d
-                        .spec
-                        .sites
-                        .iter_mut()
-                        .enumerate()
-                        .map(|(i, s)| {
-                            (
-                                format!("spec.sites[{i}].mysql.credentials"),
-                                &mut s.mysql.credentials,
-                            )
-                        })
-                        .collect();
-                    if let Some(r) = d
-                        .spec
-                        .replication
-                        .as_mut()
-                        .and_then(|r| r.credentials.as_mut())
-                    {
-                        refs.push(("spec.replication.credentials".into(), r));
-                    }
-                    for (field, r) in refs {
-                        if r.secret_name.is_some() {
-                            problem(
-                                &format!("{field}.secretName"),
-                                "needs the Kubernetes back-end; in embedded mode use file".into(),
-                            );
-                        }
-                        if let Some(f) = r.file.as_mut() {
-                            let p = resolve(base, f);
-                            if !p.is_file() {
-                                problem(
-                                    &format!("{field}.file"),
-                                    format!("file {} does not exist", p.display()),
-                                );
-                            }
-                            *f = p.display().to_string();
-                        }
-                    }
-                    match validate_group(&d.metadata.name, &d.metadata.namespace, &d.spec) {
-                        Ok(config) => groups.push(GroupDoc {
-                            metadata: d.metadata.into(),
-                            spec: d.spec,
-                            config,
-                        }),
-                        Err(errs) => {
-                            for e in errs.0 {
-                                problem(&e.field, e.rule);
-                            }
-                        }
-                    }
-                }
-            },
-            KIND_DATABASE => match typed::<DatabaseObjectDoc>(doc) {
-                Err((field, rule)) => problem(&field, rule),
-                Ok(mut d) => {
-                    if d.metadata.namespace.is_empty() {
-                        d.metadata.namespace = "default".into();
-                    }
-                    if !seen.insert((
-                        KIND_DATABASE,
-                        d.metadata.namespace.clone(),
-                        d.metadata.name.clone(),
-                    )) {
-                        problem("metadata.name", "duplicate MysqlDatabase".into());
-                        continue;
-                    }
-                    match d.spec.validate(&d.metadata.name, &d.metadata.namespace) {
-                        Ok(()) => databases.push(DatabaseDoc {
-                            metadata: d.metadata.into(),
-                            spec: d.spec,
-                        }),
-                        Err(errs) => {
-                            for e in errs.0 {
-                                problem(&e.field, e.rule);
-                            }
-                        }
-                    }
-                }
-            },
-            other => problem(
+            KIND_OPERATOR_CONFIG if reading == Reading::Documents => {}
+            KIND_OPERATOR_CONFIG => self.read_operator_config(&label, doc, base),
+            KIND_GROUP => self.read_group(&label, doc, base, reading),
+            KIND_DATABASE => self.read_database(&label, doc),
+            other => self.problem(
+                &label,
                 "kind",
                 format!(
                     "must be one of {KIND_OPERATOR_CONFIG}, {KIND_GROUP}, {KIND_DATABASE} (got {other:?})"
@@ -585,85 +646,269 @@ pub fn parse(text: &str, path: &str, base: &Path) -> Result<LoadedConfig, Config
             ),
         }
     }
-    for db in &databases {
-        let target = &db.spec.failover_group_ref.name;
-        let exists = groups
-            .iter()
-            .any(|g| &g.metadata.name == target && g.metadata.namespace == db.metadata.namespace);
-        if !exists {
-            problems.push(ConfigProblem {
-                document: format!(
-                    "{KIND_DATABASE} {}/{}",
-                    db.metadata.namespace, db.metadata.name
-                ),
-                field: "spec.failoverGroupRef.name".into(),
-                rule: format!(
-                    "names no MysqlFailoverGroup {target:?} in namespace {:?}",
-                    db.metadata.namespace
-                ),
-            });
+
+    /// The one `OperatorConfig` document: the operator's own settings.
+    fn read_operator_config(&mut self, label: &str, doc: &Value, base: &Path) {
+        if self.settings.is_some() {
+            self.problem(
+                label,
+                "kind",
+                "only one OperatorConfig document is allowed".into(),
+            );
+            return;
+        }
+        match typed::<OperatorDoc>(doc) {
+            Err((field, rule)) => self.problem(label, &field, rule),
+            Ok(d) => match operator_settings(&d, base) {
+                Ok(s) => self.settings = Some(s),
+                Err(list) => {
+                    for (field, rule) in list {
+                        self.problem(label, &field, rule);
+                    }
+                }
+            },
         }
     }
-    let Some(settings) = settings else {
-        problems.push(ConfigProblem {
-            document: path.to_string(),
-            field: String::new(),
-            rule: format!("needs one {KIND_OPERATOR_CONFIG} document (with at least dataDir)"),
-        });
-        return Err(ConfigError::Invalid {
-            path: path.to_string(),
-            problems,
-        });
-    };
-    let documents = !(groups.is_empty() && databases.is_empty());
-    if documents && !settings.store.groups_in_file() {
-        problems.push(ConfigProblem {
-            document: path.to_string(),
-            field: "store.backend".into(),
-            rule: "with the kubernetes backend, groups and databases are MysqlFailoverGroup and MysqlDatabase resources in the cluster (kubectl apply), not documents of this file".into(),
-        });
+
+    /// A `MysqlFailoverGroup` document: a name that is a DNS-1123 label and unique across
+    /// namespaces, credential files that exist (an operator's own file), a valid spec.
+    fn read_group(&mut self, label: &str, doc: &Value, base: &Path, reading: Reading) {
+        let mut d = match typed::<GroupObjectDoc>(doc) {
+            Err((field, rule)) => return self.problem(label, &field, rule),
+            Ok(d) => d,
+        };
+        if d.metadata.namespace.is_empty() {
+            d.metadata.namespace = "default".into();
+        }
+        if let Err(rule) = check_dns1123_label(&d.metadata.name) {
+            // Group names appear in label values and object names: a label.
+            self.problem(
+                label,
+                "metadata.name",
+                format!("{rule} (a group name is a DNS-1123 label)"),
+            );
+            return;
+        }
+        if !self.seen.insert((
+            KIND_GROUP,
+            d.metadata.namespace.clone(),
+            d.metadata.name.clone(),
+        )) {
+            self.problem(
+                label,
+                "metadata.name",
+                "duplicate MysqlFailoverGroup".into(),
+            );
+            return;
+        }
+        if self
+            .groups
+            .iter()
+            .any(|g| g.metadata.name == d.metadata.name)
+        {
+            self.problem(
+                label,
+                "metadata.name",
+                "group names must be unique across namespaces (the deploy API addresses groups by name)".into(),
+            );
+            return;
+        }
+        // Credential files are read by the operator: resolve them against the
+        // configuration's directory and check they exist now, not at the first poll.
+        if reading == Reading::Operator {
+            for (field, rule) in resolve_credentials(&mut d.spec, base, true) {
+                self.problem(label, &field, rule);
+            }
+        }
+        match validate_group(&d.metadata.name, &d.metadata.namespace, &d.spec) {
+            Ok(config) => self.groups.push(GroupDoc {
+                metadata: d.metadata.into(),
+                spec: d.spec,
+                config,
+            }),
+            Err(errs) => {
+                for e in errs.0 {
+                    self.problem(label, &e.field, e.rule);
+                }
+            }
+        }
     }
-    if !problems.is_empty() {
-        return Err(ConfigError::Invalid {
-            path: path.to_string(),
-            problems,
-        });
+
+    /// A `MysqlDatabase` document: unique in its namespace, a valid spec.
+    fn read_database(&mut self, label: &str, doc: &Value) {
+        let mut d = match typed::<DatabaseObjectDoc>(doc) {
+            Err((field, rule)) => return self.problem(label, &field, rule),
+            Ok(d) => d,
+        };
+        if d.metadata.namespace.is_empty() {
+            d.metadata.namespace = "default".into();
+        }
+        if !self.seen.insert((
+            KIND_DATABASE,
+            d.metadata.namespace.clone(),
+            d.metadata.name.clone(),
+        )) {
+            self.problem(label, "metadata.name", "duplicate MysqlDatabase".into());
+            return;
+        }
+        match d.spec.validate(&d.metadata.name, &d.metadata.namespace) {
+            Ok(()) => self.databases.push(DatabaseDoc {
+                metadata: d.metadata.into(),
+                spec: d.spec,
+            }),
+            Err(errs) => {
+                for e in errs.0 {
+                    self.problem(label, &e.field, e.rule);
+                }
+            }
+        }
     }
-    Ok(LoadedConfig {
-        settings,
-        groups,
-        databases,
-    })
+
+    /// Every database names a group of the file, in its own namespace.
+    fn check_database_groups(&mut self) {
+        for db in &self.databases {
+            let target = &db.spec.failover_group_ref.name;
+            let exists = self.groups.iter().any(|g| {
+                &g.metadata.name == target && g.metadata.namespace == db.metadata.namespace
+            });
+            if !exists {
+                self.problems.push(ConfigProblem {
+                    document: format!(
+                        "{KIND_DATABASE} {}/{}",
+                        db.metadata.namespace, db.metadata.name
+                    ),
+                    field: "spec.failoverGroupRef.name".into(),
+                    rule: format!(
+                        "names no MysqlFailoverGroup {target:?} in namespace {:?}",
+                        db.metadata.namespace
+                    ),
+                });
+            }
+        }
+    }
+
+    /// An operator's configuration: its settings are there, its store takes groups from the
+    /// file (when it has any), and strict fencing has the component listener it needs.
+    fn into_operator_config(mut self, path: &str) -> Result<Read, ConfigError> {
+        let Some(settings) = self.settings.take() else {
+            self.problems.push(ConfigProblem {
+                document: path.to_string(),
+                field: String::new(),
+                rule: format!("needs one {KIND_OPERATOR_CONFIG} document (with at least dataDir)"),
+            });
+            return Err(ConfigError::Invalid {
+                path: path.to_string(),
+                problems: self.problems,
+            });
+        };
+        let documents = !(self.groups.is_empty() && self.databases.is_empty());
+        if documents && !settings.store.groups_in_file() {
+            self.problems.push(ConfigProblem {
+                document: path.to_string(),
+                field: "store.backend".into(),
+                rule: "with the kubernetes backend, groups and databases are MysqlFailoverGroup and MysqlDatabase resources in the cluster (kubectl apply), not documents of this file".into(),
+            });
+        }
+        // Strict fencing's facts come only from sidecars this operator verified: without a
+        // component listener there are none, and no strict promotion could ever be proven.
+        if settings.component_tls.is_none() {
+            for g in self
+                .groups
+                .iter()
+                .filter(|g| g.config.fencing == bloodraven_core::config::FencingMode::Strict)
+            {
+                self.problems.push(ConfigProblem {
+                    document: format!(
+                        "{KIND_GROUP} {}/{}",
+                        g.metadata.namespace, g.metadata.name
+                    ),
+                    field: "spec.emergencyFailover.fencing".into(),
+                    rule: "strict needs the operator's componentTLS: its proofs are what sidecars said over mutual TLS".into(),
+                });
+            }
+        }
+        if !self.problems.is_empty() {
+            return Err(ConfigError::Invalid {
+                path: path.to_string(),
+                problems: self.problems,
+            });
+        }
+        Ok((Some(settings), self.groups, self.databases))
+    }
 }
 
+/// The `OperatorConfig` document checked into [`OperatorSettings`]: every problem as
+/// `(field, rule)`.
 fn operator_settings(
-    d: OperatorDoc,
+    d: &OperatorDoc,
     base: &Path,
 ) -> Result<OperatorSettings, Vec<(String, String)>> {
     let mut errs = Vec::new();
     if d.data_dir.trim().is_empty() {
         errs.push(("dataDir".to_string(), "must not be empty".to_string()));
     }
-    let addr = |field: &str, v: Option<String>, default: &str, errs: &mut Vec<(String, String)>| {
-        let raw = v.unwrap_or_else(|| default.to_string());
-        raw.parse::<SocketAddr>().unwrap_or_else(|_| {
-            errs.push((
-                field.to_string(),
-                format!("must be an address such as 0.0.0.0:8082 (got {raw:?})"),
-            ));
-            SocketAddr::from(([0, 0, 0, 0], 0))
-        })
-    };
-    let http_listen = addr("listen.http", d.listen.http, "0.0.0.0:8082", &mut errs);
-    let https_listen = addr("listen.https", d.listen.https, "0.0.0.0:8443", &mut errs);
-    let durability_text = match d.store.durability {
+    let http_listen = listen_addr(
+        "listen.http",
+        d.listen.http.as_deref(),
+        "0.0.0.0:8082",
+        &mut errs,
+    );
+    let https_listen = listen_addr(
+        "listen.https",
+        d.listen.https.as_deref(),
+        "0.0.0.0:8443",
+        &mut errs,
+    );
+    let durability = store_durability(d.store.durability.as_ref(), &mut errs);
+    let store = store_backend(&d.store, base, &mut errs);
+    let deploy_api = deploy_api(d, &store, https_listen, base, &mut errs);
+    let component_tls = d
+        .component_tls
+        .as_ref()
+        .and_then(|c| component_tls(c, base, &mut errs));
+    let topology_key = topology_key(d, &store, base, &mut errs);
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    Ok(OperatorSettings {
+        store,
+        data_dir: resolve(base, &d.data_dir),
+        http_listen,
+        deploy_api,
+        component_tls,
+        durability,
+        topology_key,
+    })
+}
+
+/// `listen.http` and `listen.https`: a socket address, `default` when not given.
+fn listen_addr(
+    field: &str,
+    v: Option<&str>,
+    default: &str,
+    errs: &mut Vec<(String, String)>,
+) -> SocketAddr {
+    let raw = v.map_or_else(|| default.to_string(), str::to_string);
+    raw.parse::<SocketAddr>().unwrap_or_else(|_| {
+        errs.push((
+            field.to_string(),
+            format!("must be an address such as 0.0.0.0:8082 (got {raw:?})"),
+        ));
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    })
+}
+
+/// `store.durability`: `full` (the default), `normal` or `off`; a YAML 1.1 boolean counts
+/// as `full` or `off`.
+fn store_durability(value: Option<&Value>, errs: &mut Vec<(String, String)>) -> Durability {
+    let durability_text = match value {
         None => None,
         Some(Value::Bool(false)) => Some("off".to_string()),
         Some(Value::Bool(true)) => Some("full".to_string()),
-        Some(Value::String(s)) => Some(s),
+        Some(Value::String(s)) => Some(s.clone()),
         Some(other) => Some(other.to_string()),
     };
-    let durability = match durability_text.as_deref() {
+    match durability_text.as_deref() {
         None | Some("full") => Durability::Full,
         Some("normal") => Durability::Normal,
         Some("off") => Durability::Off,
@@ -674,98 +919,28 @@ fn operator_settings(
             ));
             Durability::Full
         }
-    };
-    let kubernetes_only = [
-        ("store.namespace", d.store.namespace.is_some()),
-        ("store.kubeconfig", d.store.kubeconfig.is_some()),
-        ("store.context", d.store.context.is_some()),
-        (
-            "store.operatorNamespace",
-            d.store.operator_namespace.is_some(),
-        ),
-        ("store.leaderElection", d.store.leader_election.is_some()),
-    ];
-    let refuse_kubernetes_only = |errs: &mut Vec<(String, String)>| {
-        for (field, set) in kubernetes_only {
-            if set {
-                errs.push((
-                    field.into(),
-                    "applies only with store.backend: kubernetes".into(),
-                ));
-            }
-        }
-    };
-    if d.store.etcd.is_some() && d.store.backend.as_deref() != Some("etcd") {
+    }
+}
+
+/// `store.backend` and the settings of that back-end; the settings of another back-end are
+/// refused.
+fn store_backend(store: &StoreDoc, base: &Path, errs: &mut Vec<(String, String)>) -> StoreBackend {
+    if store.etcd.is_some() && store.backend.as_deref() != Some("etcd") {
         errs.push((
             "store.etcd".into(),
             "applies only with store.backend: etcd".into(),
         ));
     }
-    let store = match d.store.backend.as_deref() {
+    match store.backend.as_deref() {
         Some("etcd") => {
-            refuse_kubernetes_only(&mut errs);
-            match &d.store.etcd {
-                None => {
-                    errs.push((
-                        "store.etcd".into(),
-                        "store.backend: etcd needs store.etcd (at least endpoints)".into(),
-                    ));
-                    StoreBackend::Embedded
-                }
-                Some(e) => {
-                    let mut e = e.clone();
-                    let rel = |p: &Option<PathBuf>| {
-                        p.as_ref().map(|p| resolve(base, &p.display().to_string()))
-                    };
-                    e.ca_file = rel(&e.ca_file);
-                    e.cert_file = rel(&e.cert_file);
-                    e.key_file = rel(&e.key_file);
-                    e.password_file = rel(&e.password_file);
-                    match e.resolve() {
-                        Ok(settings) => StoreBackend::Etcd(settings),
-                        Err(rule) => {
-                            // `resolve` names the field first: `store.etcd.x: why`.
-                            let (field, why) = rule
-                                .split_once(": ")
-                                .map_or(("store.etcd".to_string(), rule.clone()), |(f, w)| {
-                                    (f.to_string(), w.to_string())
-                                });
-                            errs.push((field, why));
-                            StoreBackend::Embedded
-                        }
-                    }
-                }
-            }
+            refuse_kubernetes_only(store, errs);
+            etcd_backend(store.etcd.as_ref(), base, errs)
         }
         None | Some("embedded") => {
-            refuse_kubernetes_only(&mut errs);
+            refuse_kubernetes_only(store, errs);
             StoreBackend::Embedded
         }
-        Some("kubernetes") => {
-            if let Some(ns) = &d.store.namespace
-                && let Err(rule) = check_dns1123_label(ns)
-            {
-                errs.push(("store.namespace".into(), rule.into()));
-            }
-            let operator_namespace = d
-                .store
-                .operator_namespace
-                .clone()
-                .or_else(|| env_var("POD_NAMESPACE"))
-                .or_else(|| d.store.namespace.clone())
-                .unwrap_or_else(|| "default".into());
-            if let Err(rule) = check_dns1123_label(&operator_namespace) {
-                errs.push(("store.operatorNamespace".into(), rule.into()));
-            }
-            StoreBackend::Kubernetes(KubernetesSettings {
-                namespace: d.store.namespace.clone(),
-                operator_namespace,
-                leader_election: leader_election(d.store.leader_election.as_ref(), &mut errs),
-                pod_name: env_var("POD_NAME"),
-                kubeconfig: d.store.kubeconfig.as_ref().map(|k| resolve(base, k)),
-                context: d.store.context.clone(),
-            })
-        }
+        Some("kubernetes") => kubernetes_backend(store, base, errs),
         Some(other) => {
             errs.push((
                 "store.backend".into(),
@@ -773,94 +948,217 @@ fn operator_settings(
             ));
             StoreBackend::Embedded
         }
+    }
+}
+
+/// The `store` settings that only the kubernetes back-end reads are refused with any other.
+fn refuse_kubernetes_only(store: &StoreDoc, errs: &mut Vec<(String, String)>) {
+    let kubernetes_only = [
+        ("store.namespace", store.namespace.is_some()),
+        ("store.kubeconfig", store.kubeconfig.is_some()),
+        ("store.context", store.context.is_some()),
+        (
+            "store.operatorNamespace",
+            store.operator_namespace.is_some(),
+        ),
+        ("store.leaderElection", store.leader_election.is_some()),
+    ];
+    for (field, set) in kubernetes_only {
+        if set {
+            errs.push((
+                field.into(),
+                "applies only with store.backend: kubernetes".into(),
+            ));
+        }
+    }
+}
+
+/// `store.etcd`: required with the etcd back-end; its files resolved against `base`.
+fn etcd_backend(
+    etcd: Option<&bloodraven_etcd::EtcdConfig>,
+    base: &Path,
+    errs: &mut Vec<(String, String)>,
+) -> StoreBackend {
+    let Some(e) = etcd else {
+        errs.push((
+            "store.etcd".into(),
+            "store.backend: etcd needs store.etcd (at least endpoints)".into(),
+        ));
+        return StoreBackend::Embedded;
     };
-    let deploy_api = if d.deploy_api.enabled {
-        let tls = match &d.tls {
-            None => {
+    let mut e = e.clone();
+    let rel = |p: &Option<PathBuf>| p.as_ref().map(|p| resolve(base, &p.display().to_string()));
+    e.ca_file = rel(&e.ca_file);
+    e.cert_file = rel(&e.cert_file);
+    e.key_file = rel(&e.key_file);
+    e.password_file = rel(&e.password_file);
+    match e.resolve() {
+        Ok(settings) => StoreBackend::Etcd(settings),
+        Err(broken) => {
+            errs.push((format!("store.etcd.{}", broken.field), broken.rule));
+            StoreBackend::Embedded
+        }
+    }
+}
+
+/// The kubernetes back-end: the watched namespace, the operator's own namespace (from the
+/// file, the pod, the watched namespace, or `default`), leader election and the kubeconfig.
+fn kubernetes_backend(
+    store: &StoreDoc,
+    base: &Path,
+    errs: &mut Vec<(String, String)>,
+) -> StoreBackend {
+    if let Some(ns) = &store.namespace
+        && let Err(rule) = check_dns1123_label(ns)
+    {
+        errs.push(("store.namespace".into(), rule.into()));
+    }
+    let operator_namespace = store
+        .operator_namespace
+        .clone()
+        .or_else(|| env_var("POD_NAMESPACE"))
+        .or_else(|| store.namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    if let Err(rule) = check_dns1123_label(&operator_namespace) {
+        errs.push(("store.operatorNamespace".into(), rule.into()));
+    }
+    StoreBackend::Kubernetes(KubernetesSettings {
+        namespace: store.namespace.clone(),
+        operator_namespace,
+        leader_election: leader_election(store.leader_election.as_ref(), errs),
+        pod_name: env_var("POD_NAME"),
+        kubeconfig: store.kubeconfig.as_ref().map(|k| resolve(base, k)),
+        context: store.context.clone(),
+    })
+}
+
+/// `deployAPI`: when enabled, served on `listen.https` over TLS ([`deploy_api_tls`]) with the
+/// store's way of checking tokens ([`token_signing_key`]).
+fn deploy_api(
+    d: &OperatorDoc,
+    store: &StoreBackend,
+    https_listen: SocketAddr,
+    base: &Path,
+    errs: &mut Vec<(String, String)>,
+) -> Option<DeployApiSettings> {
+    if !d.deploy_api.enabled {
+        return None;
+    }
+    let tls = deploy_api_tls(d.tls.as_ref(), store, base, errs);
+    let token_key = token_signing_key(d.token_signing_key_file.as_ref(), store, base, errs);
+    tls.map(|tls| DeployApiSettings {
+        listen: https_listen,
+        tls,
+        token_key_file: token_key,
+        audience: d
+            .deploy_api
+            .audience
+            .clone()
+            .unwrap_or_else(|| DEPLOY_AUDIENCE.to_string()),
+    })
+}
+
+/// `tls` for the deploy API: a certificate and key file that exist, or (Kubernetes mode) a
+/// Secret's name.
+fn deploy_api_tls(
+    tls: Option<&TlsDoc>,
+    store: &StoreBackend,
+    base: &Path,
+    errs: &mut Vec<(String, String)>,
+) -> Option<TlsSource> {
+    match tls {
+        None => {
+            errs.push((
+                "tls".into(),
+                "deployAPI.enabled needs tls (certFile and keyFile, or secretName in Kubernetes mode): the deploy API is served only over TLS".into(),
+            ));
+            None
+        }
+        Some(TlsDoc {
+            secret_name: Some(name),
+            cert_file: None,
+            key_file: None,
+        }) => {
+            if !store.reads_secrets() {
                 errs.push((
-                    "tls".into(),
-                    "deployAPI.enabled needs tls (certFile and keyFile, or secretName in Kubernetes mode): the deploy API is served only over TLS".into(),
+                    "tls.secretName".into(),
+                    "applies only with store.backend: kubernetes".into(),
                 ));
-                None
             }
-            Some(TlsDoc {
-                secret_name: Some(name),
-                cert_file: None,
-                key_file: None,
-            }) => {
-                if !store.reads_secrets() {
-                    errs.push((
-                        "tls.secretName".into(),
-                        "applies only with store.backend: kubernetes".into(),
-                    ));
-                }
-                if let Err(rule) = check_dns1123_subdomain(name) {
-                    errs.push(("tls.secretName".into(), rule.into()));
-                }
-                Some(TlsSource::Secret { name: name.clone() })
+            if let Err(rule) = check_dns1123_subdomain(name) {
+                errs.push(("tls.secretName".into(), rule.into()));
             }
-            Some(TlsDoc {
-                secret_name: None,
-                cert_file: Some(c),
-                key_file: Some(k),
-            }) => {
-                let (cert, key) = (resolve(base, c), resolve(base, k));
-                for (field, p) in [("tls.certFile", &cert), ("tls.keyFile", &key)] {
-                    if !p.is_file() {
-                        errs.push((field.into(), format!("file {} does not exist", p.display())));
-                    }
-                }
-                Some(TlsSource::Files { cert, key })
-            }
-            Some(_) => {
-                errs.push((
-                    "tls".into(),
-                    "must set certFile and keyFile, or only secretName".into(),
-                ));
-                None
-            }
-        };
-        let token_key = match (&d.token_signing_key_file, store.issues_tokens()) {
-            (Some(key), true) => {
-                let p = resolve(base, key);
+            Some(TlsSource::Secret { name: name.clone() })
+        }
+        Some(TlsDoc {
+            secret_name: None,
+            cert_file: Some(c),
+            key_file: Some(k),
+        }) => {
+            let (cert, key) = (resolve(base, c), resolve(base, k));
+            for (field, p) in [("tls.certFile", &cert), ("tls.keyFile", &key)] {
                 if !p.is_file() {
-                    errs.push((
-                        "tokenSigningKeyFile".into(),
-                        format!("file {} does not exist", p.display()),
-                    ));
+                    errs.push((field.into(), format!("file {} does not exist", p.display())));
                 }
-                Some(p)
             }
-            (None, true) => {
+            Some(TlsSource::Files { cert, key })
+        }
+        Some(_) => {
+            errs.push((
+                "tls".into(),
+                "must set certFile and keyFile, or only secretName".into(),
+            ));
+            None
+        }
+    }
+}
+
+/// `tokenSigningKeyFile`: required (and must exist) when this operator issues deploy tokens;
+/// refused when the store checks tokens itself (Kubernetes `TokenReview`).
+fn token_signing_key(
+    file: Option<&String>,
+    store: &StoreBackend,
+    base: &Path,
+    errs: &mut Vec<(String, String)>,
+) -> Option<PathBuf> {
+    match (file, store.issues_tokens()) {
+        (Some(key), true) => {
+            let p = resolve(base, key);
+            if !p.is_file() {
                 errs.push((
                     "tokenSigningKeyFile".into(),
-                    "deployAPI.enabled needs a token signing key file (create one with `bloodraven token keygen`)".into(),
+                    format!("file {} does not exist", p.display()),
                 ));
-                None
             }
-            (Some(_), false) => {
-                errs.push((
-                    "tokenSigningKeyFile".into(),
-                    "does not apply with store.backend: kubernetes (deploy tokens are projected ServiceAccount tokens, checked by TokenReview)".into(),
-                ));
-                None
-            }
-            (None, false) => None,
-        };
-        tls.map(|tls| DeployApiSettings {
-            listen: https_listen,
-            tls,
-            token_key_file: token_key,
-            audience: d
-                .deploy_api
-                .audience
-                .clone()
-                .unwrap_or_else(|| DEPLOY_AUDIENCE.to_string()),
-        })
-    } else {
-        None
-    };
-    let topology_key = match (&d.topology_signing_key_file, &d.topology_signing_key_secret) {
+            Some(p)
+        }
+        (None, true) => {
+            errs.push((
+                "tokenSigningKeyFile".into(),
+                "deployAPI.enabled needs a token signing key file (create one with `bloodraven token keygen`)".into(),
+            ));
+            None
+        }
+        (Some(_), false) => {
+            errs.push((
+                "tokenSigningKeyFile".into(),
+                "does not apply with store.backend: kubernetes (deploy tokens are projected ServiceAccount tokens, checked by TokenReview)".into(),
+            ));
+            None
+        }
+        (None, false) => None,
+    }
+}
+
+/// `topologySigningKeyFile` (a key that loads) or, in Kubernetes mode,
+/// `topologySigningKeySecret`; never both.
+fn topology_key(
+    d: &OperatorDoc,
+    store: &StoreBackend,
+    base: &Path,
+    errs: &mut Vec<(String, String)>,
+) -> Option<KeySource> {
+    match (&d.topology_signing_key_file, &d.topology_signing_key_secret) {
         (Some(_), Some(_)) => {
             errs.push((
                 "topologySigningKeySecret".into(),
@@ -895,18 +1193,63 @@ fn operator_settings(
             Some(KeySource::File(p))
         }
         (None, None) => None,
-    };
-    if !errs.is_empty() {
-        return Err(errs);
     }
-    Ok(OperatorSettings {
-        store,
-        data_dir: resolve(base, &d.data_dir),
-        http_listen,
-        deploy_api,
-        durability,
-        topology_key,
-    })
+}
+
+/// `componentTLS`: every field given, the files a component identity.
+fn component_tls(
+    c: &ComponentTlsDoc,
+    base: &Path,
+    errs: &mut Vec<(String, String)>,
+) -> Option<ComponentTlsSettings> {
+    use bloodraven_runtime::mtls::{Material, MtlsError, TlsFiles};
+    let mut need = |field: &str, v: &Option<String>| {
+        let v = v.as_deref().map(str::trim).filter(|v| !v.is_empty());
+        if v.is_none() {
+            errs.push((
+                format!("componentTLS.{field}"),
+                "is required: the component listener serves sidecars and routers over mutual TLS"
+                    .into(),
+            ));
+        }
+        v.map(str::to_string)
+    };
+    let listen = need("listen", &c.listen);
+    let cert = need("certFile", &c.cert_file);
+    let key = need("keyFile", &c.key_file);
+    let ca = need("caFile", &c.ca_file);
+    let listen = listen?.parse::<SocketAddr>().map_err(|_| {
+        errs.push((
+            "componentTLS.listen".into(),
+            "must be an address such as 0.0.0.0:8444".into(),
+        ));
+    });
+    let files = TlsFiles {
+        cert: resolve(base, &cert?),
+        key: resolve(base, &key?),
+        ca: resolve(base, &ca?),
+    };
+    let listen = listen.ok()?;
+    if let Err(e) = Material::load(&files, 0) {
+        let field = match &e {
+            MtlsError::Read { path, .. } | MtlsError::Empty { path, .. }
+                if *path == files.ca.display().to_string() =>
+            {
+                "caFile"
+            }
+            MtlsError::Read { path, .. } | MtlsError::Empty { path, .. }
+                if *path == files.key.display().to_string() =>
+            {
+                "keyFile"
+            }
+            MtlsError::KeyMismatch { .. } => "keyFile",
+            MtlsError::NotIssuedByCa { .. } => "caFile",
+            _ => "certFile",
+        };
+        errs.push((format!("componentTLS.{field}"), e.to_string()));
+        return None;
+    }
+    Some(ComponentTlsSettings { listen, files })
 }
 
 /// `store.leaderElection`, defaults filled; the durations must keep

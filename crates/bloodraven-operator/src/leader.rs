@@ -58,6 +58,11 @@ pub struct Leadership {
     valid_until: Option<Validity>,
     /// Who leads, on a platform where operators elect one (etcd).
     control: Option<ControlView>,
+    /// How long an earlier leader may still believe it leads after this term began, in
+    /// milliseconds: its lease's TTL (zero with the file lock: the earlier holder's process
+    /// is gone; zero on Kubernetes when the Lease was free or released). Set by the election
+    /// before it reports leading.
+    handover: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Reads the control plane's view (see [`Leadership::control`]).
@@ -69,6 +74,7 @@ impl std::fmt::Debug for Leadership {
             .field("rx", &self.is_leader())
             .field("valid_until", &self.valid_until)
             .field("control", &self.control.is_some())
+            .field("handover", &self.handover())
             .finish()
     }
 }
@@ -80,6 +86,7 @@ impl Leadership {
             rx,
             valid_until: None,
             control: None,
+            handover: Arc::default(),
         }
     }
 
@@ -89,6 +96,7 @@ impl Leadership {
             rx,
             valid_until: Some(Validity::Until(valid_until)),
             control: None,
+            handover: Arc::default(),
         }
     }
 
@@ -102,6 +110,7 @@ impl Leadership {
             rx,
             valid_until: Some(Validity::Confirmed(confirm)),
             control: None,
+            handover: Arc::default(),
         }
     }
 
@@ -110,6 +119,26 @@ impl Leadership {
     pub fn with_control(mut self, control: ControlView) -> Self {
         self.control = Some(control);
         self
+    }
+
+    /// The same leadership, whose earlier holder may believe it leads for up to `ttl` after
+    /// this one began (its lease's TTL).
+    #[must_use]
+    pub fn with_handover(self, ttl: Duration) -> Self {
+        self.set_handover(ttl);
+        self
+    }
+
+    /// Sets the handover of the term about to begin (see [`Leadership::handover`]).
+    pub fn set_handover(&self, ttl: Duration) {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self.handover.store(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How long an earlier leader may still act after this term began: a new leader waits it
+    /// out before it ends that leader's sessions and resumes operations.
+    pub fn handover(&self) -> Duration {
+        Duration::from_millis(self.handover.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Who leads, as the election last saw it; `None` on a platform with no election between

@@ -9,8 +9,11 @@
 use std::collections::BTreeMap;
 
 use bloodraven_core::contract::annotations::LEASE_RECORD;
-use bloodraven_core::lease::{GroupLeases, LeaseKind, LeaseRecord, RestoreError, Tombstone};
+use bloodraven_core::lease::{
+    GroupLeases, LeaseKind, LeaseRecord, LeaseView, RestoreError, Tombstone,
+};
 use bloodraven_core::resources::{KIND_LEASE, LEASE_API_VERSION, ObjectMeta, OwnerReference};
+use bloodraven_core::time::Timestamp;
 use bloodraven_store::{ObjectKey, RawObject, StoreError, WriteOp};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -182,6 +185,44 @@ pub enum LoadError {
     Record { name: String, detail: String },
     #[error(transparent)]
     Restore(#[from] RestoreError),
+}
+
+/// The live deploy leases among stored lease objects (any group's), with the group each
+/// belongs to: what removing a group or database from a configuration would end. A record
+/// that cannot be read counts as live (the refusal is the safe side).
+pub fn live_leases(objects: &[RawObject], now: Timestamp) -> Vec<(String, LeaseView)> {
+    objects
+        .iter()
+        .filter(|o| {
+            o.metadata
+                .labels
+                .get(LABEL_DEPLOY_LEASE)
+                .map(String::as_str)
+                != Some(TOMBSTONE)
+        })
+        .filter_map(|o| {
+            let group = o.metadata.labels.get(LABEL_GROUP)?.clone();
+            let rec = o
+                .metadata
+                .annotations
+                .get(LEASE_RECORD)
+                .and_then(|t| serde_json::from_str::<LeaseRecord>(t).ok());
+            match rec {
+                Some(r) if !r.is_live(now) => None,
+                Some(r) => Some((group, r.view())),
+                None => Some((
+                    group,
+                    LeaseView {
+                        kind: LeaseKind::Migration,
+                        operation_id: format!("(unreadable record {})", o.metadata.name),
+                        instance: String::new(),
+                        expires_at: now,
+                        topology_generation: 0,
+                    },
+                )),
+            }
+        })
+        .collect()
 }
 
 /// Rebuilds the engine's state from a group's stored lease objects. When the records of a

@@ -19,16 +19,18 @@
 //! | [`operator`] | wiring and start-up |
 
 pub mod api;
+pub mod apply;
 pub mod auth;
 pub mod config;
 pub mod controller;
 pub mod events;
+pub mod failpoints;
 pub mod group;
 pub mod leader;
 pub mod lease_objects;
-pub mod local;
 pub mod metered;
 pub mod metrics;
+pub mod objects;
 pub mod operator;
 pub mod platform;
 pub mod relocate;
@@ -63,6 +65,7 @@ mod contract_docs {
                     RecoveryState::RecoveryBlocked,
                     RecoveryState::Recloning,
                     RecoveryState::RecloneFailed,
+                    RecoveryState::AwaitingReclone,
                 ]
                 .iter()
                 .map(RecoveryState::as_str),

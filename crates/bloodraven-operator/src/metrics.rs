@@ -173,6 +173,18 @@ pub struct Metrics {
     pub operator_leader: Gauge,
     pub leadership_acquired: Counter,
     pub store_errors: Family<Operation, Counter>,
+    pub certificate_expiry: Family<Component, Gauge>,
+    pub config_drift: Family<GroupLabel, Gauge>,
+    pub backup_last_success: Family<GroupLabel, Gauge>,
+    pub backup_duration: Family<GroupLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub backup_bytes: Family<GroupLabel, Gauge>,
+    pub backup_verifications: Family<GroupResult, Counter>,
+}
+
+/// The `component` label of [`names::CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Component {
+    pub component: &'static str,
 }
 
 /// The `state` label of [`names::SITE_RECOVERY_STATE`] for a recovery state (a state another
@@ -183,16 +195,18 @@ pub fn recovery_label(state: &RecoveryState) -> &'static str {
         RecoveryState::RecoveryBlocked => "RecoveryBlocked",
         RecoveryState::Recloning => "Recloning",
         RecoveryState::RecloneFailed => "RecloneFailed",
+        RecoveryState::AwaitingReclone => "AwaitingReclone",
         RecoveryState::Other(_) => "other",
     }
 }
 
 /// Every value of the `state` label of [`names::SITE_RECOVERY_STATE`].
-pub const RECOVERY_LABELS: [&str; 5] = [
+pub const RECOVERY_LABELS: [&str; 6] = [
     "none",
     "RecoveryBlocked",
     "Recloning",
     "RecloneFailed",
+    "AwaitingReclone",
     "other",
 ];
 
@@ -242,6 +256,12 @@ impl Metrics {
             operator_leader: Gauge::default(),
             leadership_acquired: Counter::default(),
             store_errors: Family::default(),
+            certificate_expiry: Family::default(),
+            config_drift: Family::default(),
+            backup_last_success: Family::default(),
+            backup_duration: Family::default(),
+            backup_bytes: Family::default(),
+            backup_verifications: Family::default(),
         };
         m.register_all(&mut r);
         for operation in STORE_OPERATIONS {
@@ -422,6 +442,36 @@ impl Metrics {
             "Store calls that got no answer (backend or API server failed, or a write's answer was lost), by operation",
             self.store_errors.clone(),
         );
+        r.register(
+            names::CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS,
+            "When the operator's component certificate stops being valid (Unix seconds); an expired one makes every sidecar count the operator silent",
+            self.certificate_expiry.clone(),
+        );
+        r.register(
+            names::CONFIG_DRIFT,
+            "1 while this operator's configuration file differs from the stored group (the store is in force), or names a group the store lacks",
+            self.config_drift.clone(),
+        );
+        r.register(
+            names::BACKUP_LAST_SUCCESS_TIMESTAMP_SECONDS,
+            "When the group's last good backup completed (Unix seconds)",
+            self.backup_last_success.clone(),
+        );
+        r.register(
+            names::BACKUP_DURATION_SECONDS,
+            "How long the group's last good backup took",
+            self.backup_duration.clone(),
+        );
+        r.register(
+            names::BACKUP_BYTES,
+            "The stored (compressed) bytes of the group's last good backup",
+            self.backup_bytes.clone(),
+        );
+        r.register(
+            counter(names::BACKUP_VERIFICATIONS_TOTAL),
+            "Backup verifications that ended, by result (succeeded, failed)",
+            self.backup_verifications.clone(),
+        );
     }
 
     /// Sets the series a group's status carries: its conditions, and per site its recovery
@@ -486,6 +536,48 @@ impl Metrics {
         self.operator_leader.set(i64::from(leads));
     }
 
+    /// When the component certificate in use stops being valid.
+    pub fn certificate_expiry(&self, not_after: bloodraven_core::time::Timestamp) {
+        self.certificate_expiry
+            .get_or_create(&Component {
+                component: names::COMPONENT_OPERATOR,
+            })
+            .set(not_after.unix_seconds());
+    }
+
+    /// Whether this operator's file differs from the stored `group`.
+    pub fn config_drift(&self, group: &str, drifted: bool) {
+        self.config_drift
+            .get_or_create(&GroupLabel {
+                group: group.to_string(),
+            })
+            .set(i64::from(drifted));
+    }
+
+    /// The last good backup of `group`: when it completed, how long it took, its size.
+    pub fn backup_succeeded(&self, group: &str, completed_unix: i64, took_secs: f64, bytes: u64) {
+        let g = GroupLabel {
+            group: group.to_string(),
+        };
+        self.backup_last_success
+            .get_or_create(&g)
+            .set(completed_unix);
+        self.backup_duration.get_or_create(&g).set(took_secs);
+        self.backup_bytes
+            .get_or_create(&g)
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a backup verification of `group` that ended.
+    pub fn backup_verified(&self, group: &str, ok: bool) {
+        self.backup_verifications
+            .get_or_create(&GroupResult {
+                group: group.to_string(),
+                result: if ok { "succeeded" } else { "failed" }.to_string(),
+            })
+            .inc();
+    }
+
     /// Counts a store call of `operation` that got no answer.
     pub fn store_error(&self, operation: &'static str) {
         self.store_errors
@@ -541,6 +633,10 @@ impl Metrics {
         self.set_update_phase(group, None);
         for result in ["succeeded", "failed"] {
             let _ = self.restores.get_or_create(&GroupResult {
+                group: group.to_string(),
+                result: result.to_string(),
+            });
+            let _ = self.backup_verifications.get_or_create(&GroupResult {
                 group: group.to_string(),
                 result: result.to_string(),
             });

@@ -27,11 +27,11 @@ use crate::events::EventType;
 use crate::group::GroupRuntime;
 use crate::metrics::Metrics;
 use crate::platform::{GroupSource, Platform, PlatformError};
-use crate::secrets::{KeyCell, SecretError};
+use crate::secrets::{KeyCell, SecretError, SecretStore};
 use crate::server::{self, ServerError};
 
 /// The store file inside the data directory.
-pub const STORE_FILE: &str = "bloodraven.db";
+pub use crate::platform::embedded::STORE_FILE;
 /// How often expired leases are swept.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -50,6 +50,10 @@ pub enum StartError {
     ReadSecret(#[from] SecretError),
     #[error(transparent)]
     Server(#[from] ServerError),
+    #[error("componentTLS: {0}")]
+    ComponentTls(#[from] bloodraven_runtime::mtls::MtlsError),
+    #[error(transparent)]
+    Groups(#[from] crate::platform::PrepareError),
 }
 
 /// Something that runs per group once the operator leads (the failover controller).
@@ -61,6 +65,8 @@ pub trait GroupTask: Send + Sync {
 pub struct OperatorHandle {
     pub http_addr: SocketAddr,
     pub https_addr: Option<SocketAddr>,
+    /// The component listener (`componentTLS`), when configured.
+    pub component_addr: Option<SocketAddr>,
     pub state: AppState,
     pub data_dir: PathBuf,
     shutdown: watch::Sender<bool>,
@@ -74,6 +80,7 @@ impl std::fmt::Debug for OperatorHandle {
         f.debug_struct("OperatorHandle")
             .field("http_addr", &self.http_addr)
             .field("https_addr", &self.https_addr)
+            .field("component_addr", &self.component_addr)
             .finish_non_exhaustive()
     }
 }
@@ -144,6 +151,10 @@ pub async fn start_on(
         operation: "create the data directory",
         detail: format!("{}: {e}", data_dir.display()),
     })?;
+    platform
+        .groups()
+        .preflight(&platform.store(), clock.now())
+        .await?;
     let secrets = platform.secrets();
     let operator_namespace = platform.operator_namespace().to_string();
     let (shutdown_tx, shutdown) = watch::channel(false);
@@ -162,42 +173,19 @@ pub async fn start_on(
         )),
         LeaderGate(leadership.clone()),
     ));
-    let mut reload_tls = None;
-    let (authenticator, audience, acceptor): (Option<Arc<dyn Authenticator>>, String, _) =
-        match &cfg.settings.deploy_api {
-            Some(d) => {
-                let auth: Arc<dyn Authenticator> = platform.authenticator(d, &clock)?;
-                let (cert_pem, key_pem) =
-                    crate::secrets::tls_material(&d.tls, &operator_namespace, &*secrets).await?;
-                let cert = server::ReloadableCert::new(server::certified_key(
-                    &cert_pem,
-                    &key_pem,
-                    "the deploy API certificate",
-                )?);
-                reload_tls = Some((d.tls.clone(), cert.clone()));
-                (
-                    Some(auth),
-                    d.audience.clone(),
-                    Some(server::tls_acceptor_for(cert)),
-                )
-            }
-            None => (None, String::new(), None),
-        };
-    let topology_key = if let Some(src) = &cfg.settings.topology_key {
-        let k = crate::secrets::topology_key(src, &operator_namespace, &*secrets).await?;
-        tracing::info!(key_id = %k.key_id(), "active-site views are signed");
-        KeyCell::new(Some(k))
-    } else {
-        tracing::warn!(
-            "no topology signing key: active-site views are served unsigned, and sidecars that hold an operator public key will refuse them"
-        );
-        KeyCell::new(None)
-    };
+    let DeployApiParts {
+        authenticator,
+        audience,
+        acceptor,
+        reload_tls,
+    } = DeployApiParts::load(&cfg, &*platform, &clock, &operator_namespace, &*secrets).await?;
+    let topology_key = load_topology_key(&cfg, &operator_namespace, &*secrets).await?;
     let reload_topology = cfg
         .settings
         .topology_key
         .clone()
         .map(|src| (src, topology_key.clone()));
+    let component_tls = load_component_tls(&cfg, &metrics)?;
     let state = AppState {
         store: store.clone(),
         clock: clock.clone(),
@@ -211,6 +199,7 @@ pub async fn start_on(
         secrets: secrets.clone(),
         workloads: platform.workloads(),
         databases: Arc::default(),
+        component_tls: component_tls.clone(),
     };
     let mut tasks = Vec::new();
     if reload_tls.is_some() || reload_topology.is_some() {
@@ -222,32 +211,9 @@ pub async fn start_on(
         ));
     }
 
-    let http = server::bind(cfg.settings.http_listen).await?;
-    let http_addr = http.local_addr().map_err(|e| ServerError::Bind {
-        addr: cfg.settings.http_listen,
-        detail: e.to_string(),
-    })?;
-    tasks.push(tokio::spawn(server::serve(
-        http,
-        None,
-        api::plain::router(state.clone()),
-        shutdown.clone(),
-    )));
-    let mut https_addr = None;
-    if let (Some(d), Some(acceptor)) = (&cfg.settings.deploy_api, acceptor) {
-        let l = server::bind(d.listen).await?;
-        https_addr = Some(l.local_addr().map_err(|e| ServerError::Bind {
-            addr: d.listen,
-            detail: e.to_string(),
-        })?);
-        tasks.push(tokio::spawn(server::serve(
-            l,
-            Some(acceptor),
-            api::deploy::router(state.clone()),
-            shutdown.clone(),
-        )));
-    }
-    tracing::info!(http = %http_addr, https = ?https_addr, data_dir = %data_dir.display(), "operator listening");
+    let (http_addr, component_addr, https_addr) =
+        listen(&cfg, &state, component_tls, acceptor, &shutdown, &mut tasks).await?;
+    tracing::info!(http = %http_addr, https = ?https_addr, component = ?component_addr, data_dir = %data_dir.display(), "operator listening");
 
     let lead_state = state.clone();
     let lead_shutdown = shutdown.clone();
@@ -259,12 +225,158 @@ pub async fn start_on(
     Ok(OperatorHandle {
         http_addr,
         https_addr,
+        component_addr,
         state,
         data_dir,
         shutdown: shutdown_tx,
         tasks,
         graceful,
     })
+}
+
+/// The deploy API's part of the start: who may call it, the audience its tokens name, its TLS
+/// acceptor and the certificate the reload task keeps current. Empty without a deploy API.
+struct DeployApiParts {
+    authenticator: Option<Arc<dyn Authenticator>>,
+    audience: String,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    reload_tls: Option<(crate::config::TlsSource, Arc<server::ReloadableCert>)>,
+}
+
+impl DeployApiParts {
+    /// Builds the authenticator and loads the deploy API's certificate, when it is configured.
+    async fn load(
+        cfg: &LoadedConfig,
+        platform: &dyn Platform,
+        clock: &SharedClock,
+        operator_namespace: &str,
+        secrets: &dyn SecretStore,
+    ) -> Result<Self, StartError> {
+        let mut reload_tls = None;
+        let (authenticator, audience, acceptor): (Option<Arc<dyn Authenticator>>, String, _) =
+            match &cfg.settings.deploy_api {
+                Some(d) => {
+                    let auth: Arc<dyn Authenticator> = platform.authenticator(d, clock)?;
+                    let (cert_pem, key_pem) =
+                        crate::secrets::tls_material(&d.tls, operator_namespace, secrets).await?;
+                    let cert = server::ReloadableCert::new(server::certified_key(
+                        &cert_pem,
+                        &key_pem,
+                        "the deploy API certificate",
+                    )?);
+                    reload_tls = Some((d.tls.clone(), cert.clone()));
+                    (
+                        Some(auth),
+                        d.audience.clone(),
+                        Some(server::tls_acceptor_for(cert)),
+                    )
+                }
+                None => (None, String::new(), None),
+            };
+        Ok(DeployApiParts {
+            authenticator,
+            audience,
+            acceptor,
+            reload_tls,
+        })
+    }
+}
+
+/// The topology signing key, when one is configured: without it, active-site views are
+/// served unsigned.
+async fn load_topology_key(
+    cfg: &LoadedConfig,
+    operator_namespace: &str,
+    secrets: &dyn SecretStore,
+) -> Result<KeyCell, StartError> {
+    let topology_key = if let Some(src) = &cfg.settings.topology_key {
+        let k = crate::secrets::topology_key(src, operator_namespace, secrets).await?;
+        tracing::info!(key_id = %k.key_id(), "active-site views are signed");
+        KeyCell::new(Some(k))
+    } else {
+        tracing::warn!(
+            "no topology signing key: active-site views are served unsigned, and sidecars that hold an operator public key will refuse them"
+        );
+        KeyCell::new(None)
+    };
+    Ok(topology_key)
+}
+
+/// The component listener's certificates (mutual TLS with sidecars and routers), when
+/// `componentTLS` is configured; their expiry goes to the metrics.
+fn load_component_tls(
+    cfg: &LoadedConfig,
+    metrics: &Metrics,
+) -> Result<Option<Arc<bloodraven_runtime::mtls::ComponentTls>>, StartError> {
+    let component_tls = if let Some(c) = &cfg.settings.component_tls {
+        let tls = bloodraven_runtime::mtls::ComponentTls::load(c.files.clone())?;
+        let m = tls.material();
+        metrics.certificate_expiry(m.not_after);
+        tracing::info!(
+            identities = ?m.identities.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            not_after = %m.not_after,
+            "component listener: sidecars and routers are served over mutual TLS"
+        );
+        Some(tls)
+    } else {
+        tracing::warn!(
+            "no componentTLS: no sidecar can reach this operator over mutual TLS, so none counts it as answering (rule #2) and strict fencing has no facts"
+        );
+        None
+    };
+    Ok(component_tls)
+}
+
+/// Binds and serves the operator's listeners: plain HTTP always, the component listener and
+/// the deploy API when configured. Returns their addresses (HTTP, component, deploy API).
+async fn listen(
+    cfg: &LoadedConfig,
+    state: &AppState,
+    component_tls: Option<Arc<bloodraven_runtime::mtls::ComponentTls>>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: &watch::Receiver<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<(SocketAddr, Option<SocketAddr>, Option<SocketAddr>), StartError> {
+    let http = server::bind(cfg.settings.http_listen).await?;
+    let http_addr = http.local_addr().map_err(|e| ServerError::Bind {
+        addr: cfg.settings.http_listen,
+        detail: e.to_string(),
+    })?;
+    tasks.push(tokio::spawn(server::serve(
+        http,
+        server::Transport::Plain,
+        api::plain::router(state.clone()),
+        shutdown.clone(),
+    )));
+    let mut component_addr = None;
+    if let (Some(c), Some(tls)) = (&cfg.settings.component_tls, component_tls) {
+        let l = server::bind(c.listen).await?;
+        component_addr = Some(l.local_addr().map_err(|e| ServerError::Bind {
+            addr: c.listen,
+            detail: e.to_string(),
+        })?);
+        tasks.push(tokio::spawn(server::serve(
+            l,
+            server::Transport::Component(tls),
+            api::component::router(state.clone()),
+            shutdown.clone(),
+        )));
+    }
+    let mut https_addr = None;
+    if let (Some(d), Some(acceptor)) = (&cfg.settings.deploy_api, acceptor) {
+        let l = server::bind(d.listen).await?;
+        https_addr = Some(l.local_addr().map_err(|e| ServerError::Bind {
+            addr: d.listen,
+            detail: e.to_string(),
+        })?);
+        tasks.push(tokio::spawn(server::serve(
+            l,
+            server::Transport::Tls(acceptor),
+            api::deploy::router(state.clone()),
+            shutdown.clone(),
+        )));
+    }
+    Ok((http_addr, component_addr, https_addr))
 }
 
 /// The store as a leader writes to it: every write first confirms leadership
@@ -300,6 +412,18 @@ struct Running {
     handles: Vec<JoinHandle<()>>,
     /// `metadata.generation` of the spec it was loaded from.
     generation: i64,
+}
+
+/// Whether a stored change asks a running group to restart: its configuration differs (a
+/// request block a command wrote into the spec, such as `spec.restoreInPlace`, does not).
+fn restart_needed(source: &dyn GroupSource, running: &Running, obj: &RawObject) -> bool {
+    if running.generation == obj.metadata.generation {
+        return false;
+    }
+    // A spec that no longer validates restarts it too: the start reports why it cannot run.
+    source
+        .config_of(obj)
+        .map_or(true, |c| c != running.rt.config)
 }
 
 /// The groups this leader runs, and how to start and stop them.
@@ -359,6 +483,7 @@ impl Groups {
                 leadership: self.state.leadership.clone(),
                 secrets: self.state.secrets.clone(),
                 workloads: self.state.workloads.clone(),
+                component_tls: self.state.component_tls.clone(),
             });
         }) {
             Ok(rt) => rt,
@@ -367,6 +492,7 @@ impl Groups {
                 return;
             }
         };
+        rt.set_config_drift(self.source.drift(obj));
         if let Err(e) = rt.react().await {
             tracing::warn!(group = %rt.name, error = %e, "acting on stored annotations failed");
         }
@@ -406,12 +532,13 @@ impl Groups {
     async fn changed(&mut self, obj: &RawObject) {
         let key = (obj.metadata.namespace.clone(), obj.metadata.name.clone());
         match self.running.get(&key) {
-            Some(r) if self.source.dynamic() && r.generation != obj.metadata.generation => {
+            Some(r) if self.source.dynamic() && restart_needed(&*self.source, r, obj) => {
                 tracing::info!(group = %key.1, namespace = %key.0, "spec changed; restarting the group with it");
                 self.stop(&key).await;
                 self.start(obj).await;
             }
             Some(r) => {
+                r.rt.set_config_drift(self.source.drift(obj));
                 if let Err(e) = r.rt.adopt(obj).await {
                     tracing::warn!(group = %r.rt.name, error = %e, "acting on a group change failed");
                 }
@@ -546,6 +673,10 @@ async fn term(
         source: source.clone(),
         running: BTreeMap::new(),
     };
+    for (namespace, name) in source.unstored(&stored) {
+        tracing::warn!(group = %name, %namespace, "{}: this operator's configuration file has a group the store lacks; not created (`bloodraven apply -f FILE` creates it)", bloodraven_core::reason::ConditionReason::ConfigDrift.as_str());
+        state.metrics.config_drift(&name, true);
+    }
     for obj in &stored {
         groups.start(obj).await;
     }

@@ -1,26 +1,18 @@
-//! Listeners: the TLS listener of the deploy API (rustls, HTTP/1.1) and the plain listener.
-//! Each connection runs in its own task; a TLS handshake that does not finish within
-//! [`HANDSHAKE_TIMEOUT`] is dropped, so slow clients cannot hold the accept loop.
+//! Listeners: the TLS listener of the deploy API (rustls, HTTP/1.1), the component listener
+//! (mutual TLS, `componentTLS`) and the plain listener, each served by
+//! [`bloodraven_runtime::serve`] (a connection per task, bounded handshakes).
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
-
-/// Longest TLS handshake accepted.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A listener could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -141,49 +133,4 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         })
 }
 
-async fn serve_connection<I>(io: I, router: Router)
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let svc = TowerToHyperService::new(router);
-    let _ = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(10))
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(io), svc)
-        .await;
-}
-
-/// Serves `router` until `shutdown` turns true: over TLS with `tls` (a handshake gets
-/// `HANDSHAKE_TIMEOUT`), plain HTTP without.
-pub async fn serve(
-    listener: TcpListener,
-    tls: Option<TlsAcceptor>,
-    router: Router,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((tcp, _)) = accepted else { continue };
-                let _ = tcp.set_nodelay(true);
-                let router = router.clone();
-                match tls.clone() {
-                    Some(acceptor) => {
-                        tokio::spawn(async move {
-                            if let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                                serve_connection(tls, router).await;
-                            }
-                        });
-                    }
-                    None => {
-                        tokio::spawn(serve_connection(tcp, router));
-                    }
-                }
-            }
-            _ = shutdown.changed() => {
-                if *shutdown.borrow() { return; }
-            }
-        }
-    }
-}
+pub use bloodraven_runtime::serve::{Transport, serve};

@@ -334,7 +334,7 @@ async fn expired_released_and_unknown_leases_are_404() {
 async fn a_423_while_a_topology_change_is_persisted_never_extends_the_deadline() {
     let env = Env::new();
     let (op, store, rt) = env.start_gated().await;
-    let client = Client::new(&env.ca, op.https_addr.unwrap());
+    let client = support::Client::new(&env.ca, op.https_addr.unwrap());
     let token = env.token("ci", "deployer");
     let a = client
         .grant(&token, "migration", "op-1", "counter-app", 30)
@@ -1018,7 +1018,7 @@ async fn a_renewal_that_races_a_topology_change_answers_what_was_stored() {
     let raced_at = serde_json::to_value(env.clock.now()).unwrap();
     gate.send_replace(true);
     let renewal = {
-        let client = Client::new(&env.ca, op.https_addr.unwrap());
+        let client = support::Client::new(&env.ca, op.https_addr.unwrap());
         let (token, lease_token) = (token.clone(), lease_token.clone());
         tokio::spawn(async move {
             client
@@ -1163,4 +1163,75 @@ async fn authorization_follows_the_watch_without_reading_the_store() {
     let r = client.renew(&deployer, "migration", "op-1", &lease).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(faults.held(), 0, "a request listed the databases");
+}
+
+/// Embedded mode keeps "the file is the configuration", but a file that removes a group or a
+/// database still holding a live deploy lease or failover-hold is refused at start, naming
+/// them; nothing is deleted. Once the leases are released, the same file starts and removes
+/// them.
+#[tokio::test]
+async fn a_file_that_removes_what_holds_a_live_lease_is_refused_at_start() {
+    let f = fixture().await;
+    let (m, hold) = f.client.migration_with_hold(&f.token, "op-held", 120).await;
+    let Fixture { env, op, token, .. } = f;
+    op.stop().await;
+    // The database and the other group go; `counter-app` (the lease's instance) among them.
+    let text = std::fs::read_to_string(&env.config_path).unwrap();
+    let docs: Vec<&str> = text.split("\n---\n").collect();
+    let kept: Vec<&str> = docs
+        .iter()
+        .copied()
+        .filter(|d| {
+            !d.contains("name: counter-app")
+                && !d.contains("name: second,")
+                && !d.contains("name: other-db")
+        })
+        .collect();
+    let smaller = kept.join("\n---\n");
+    std::fs::write(&env.config_path, &smaller).unwrap();
+    let err =
+        bloodraven_operator::operator::start(env.config(), Arc::new(env.clock.clone()), Vec::new())
+            .await
+            .expect_err("a file removing a held database must be refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("MysqlDatabase default/counter-app")
+            && msg.contains("migration of operation \"op-held\"")
+            && msg.contains("failover-hold of operation \"op-held\""),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("default/billing"),
+        "billing holds nothing: {msg}"
+    );
+    let store = env.open_store();
+    let dbs = store
+        .list(bloodraven_core::resources::KIND_DATABASE, None)
+        .await
+        .unwrap();
+    assert_eq!(dbs.len(), 3, "nothing was deleted");
+    drop(store);
+    // The leases released (the original file again), then the smaller file is taken.
+    std::fs::write(&env.config_path, &text).unwrap();
+    let op = env.start().await;
+    let client = support::Client::new(&env.ca, op.https_addr.unwrap());
+    let r = client
+        .release(&token, "migration", "op-held", m.lease_token())
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text);
+    let h = client
+        .release(&token, "failover-hold", "op-held", hold.lease_token())
+        .await;
+    assert_eq!(h.status, StatusCode::NO_CONTENT, "{}", h.text);
+    op.stop().await;
+    drop(client);
+    std::fs::write(&env.config_path, &smaller).unwrap();
+    let op = env.start().await;
+    let dbs = env
+        .open_store()
+        .list(bloodraven_core::resources::KIND_DATABASE, None)
+        .await
+        .unwrap();
+    assert_eq!(dbs.len(), 1, "billing remains");
+    op.stop().await;
 }

@@ -98,7 +98,7 @@ async fn a_423_during_a_pending_topology_change_ends_authority_at_the_confirmed_
 async fn a_renewal_during_a_new_leaders_load_gets_503_and_the_session_keeps_its_lease() {
     let env = Env::new();
     // Both operators serve the deploy API on the same port, one after the other.
-    let port = bloodraven_mysql::launcher::free_port().unwrap();
+    let port = bloodraven_launch::mysql::free_port().unwrap();
     let text = std::fs::read_to_string(&env.config_path).unwrap().replace(
         r#"https: "127.0.0.1:0""#,
         &format!(r#"https: "127.0.0.1:{port}""#),

@@ -671,7 +671,7 @@ async fn site_workloads_are_found_labelled_and_updated_through_the_platform() {
     assert!(fake.object("/v1/pods", "other", "mysql-iad-0").is_some());
 
     // Embedded: the endpoint, nothing to label; updated only by a command.
-    let endpoints = bloodraven_operator::platform::embedded::Endpoints;
+    let endpoints = bloodraven_operator::platform::machines::Endpoints;
     assert_eq!(
         names(endpoints.find(&group, &iad).await.unwrap()),
         [("mysql-iad:3306".to_string(), None)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bloodraven_core::contract::annotations::ORDERED_UPDATE;
 use bloodraven_core::reason::{DeferReason, EventReason, UpdateFailure};
 use bloodraven_core::status::{GroupStatus, UpdatePhase};
-use bloodraven_mysql::update_desk::UpdateDesk;
+use bloodraven_launch::update_desk::UpdateDesk;
 use bloodraven_operator::OperatorHandle;
 use bloodraven_testkit::ledger::{Probe, Writer};
 use reqwest::StatusCode;

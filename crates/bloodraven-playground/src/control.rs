@@ -2,7 +2,7 @@
 //!
 //! With the embedded store (the default) one operator runs, on the printed operator and
 //! deploy ports. With `--store etcd` three etcd members run on private loopback ports (Debian's
-//! `etcd`, started by [`bloodraven_etcd::launcher`]) and two operators share them, each with
+//! `etcd`, started by [`bloodraven_launch::etcd`]) and two operators share them, each with
 //! its own data directory and ports. The printed ports are then [`Fronts`]: loopback proxies
 //! that send every new connection to whichever operator says it leads (`/readyz`:
 //! `"leader": true` with its groups loaded), and close the open ones when the leader changes,
@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bloodraven_etcd::launcher::{EtcdCluster, LaunchOptions, distinct_ports};
-use bloodraven_operator::local::LocalFiles;
+use bloodraven_launch::etcd::{EtcdCluster, LaunchOptions, distinct_ports};
+use bloodraven_launch::local::LocalFiles;
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
-use crate::playground::PlaygroundError;
+use crate::errors::PlaygroundError;
 use crate::proxy::LinkProxy;
 
 /// How many etcd members `--store etcd` starts.
@@ -54,15 +54,6 @@ impl StoreChoice {
             StoreChoice::Etcd => "etcd",
         }
     }
-
-    /// `--store`'s value.
-    pub fn parse(s: &str) -> Result<StoreChoice, String> {
-        match s {
-            "embedded" => Ok(StoreChoice::Embedded),
-            "etcd" => Ok(StoreChoice::Etcd),
-            other => Err(format!("must be embedded or etcd, got {other:?}")),
-        }
-    }
 }
 
 /// One operator process: its files, its own ports and its log.
@@ -75,6 +66,8 @@ pub struct OperatorProc {
     pub http: u16,
     pub https: u16,
     pub log: PathBuf,
+    /// Tests only: the failpoints file it reads (`BLOODRAVEN_TEST_FAILPOINTS`).
+    failpoints: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -86,8 +79,16 @@ impl OperatorProc {
             http,
             https,
             log,
+            failpoints: None,
             child: None,
         }
+    }
+
+    /// The same process, reading test failpoints from `file` (tests only).
+    #[must_use]
+    pub fn with_failpoints(mut self, file: Option<PathBuf>) -> Self {
+        self.failpoints = file;
+        self
     }
 
     /// Whether the process runs (it may be paused).
@@ -110,8 +111,12 @@ impl OperatorProc {
         if self.running() {
             return Ok(());
         }
-        let log = crate::playground::open_log(&self.log)?;
-        let child = Command::new(exe)
+        let log = crate::errors::open_log(&self.log)?;
+        let mut cmd = Command::new(exe);
+        if let Some(f) = &self.failpoints {
+            cmd.env(bloodraven_operator::failpoints::ENV, f);
+        }
+        let child = cmd
             .args(["operator", "--config"])
             .arg(&self.files.config)
             .env("BLOODRAVEN_LOG_FORMAT", "json")
@@ -131,7 +136,7 @@ impl OperatorProc {
     /// `SIGTERM`, then `SIGKILL` after 10 s.
     pub async fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            crate::playground::terminate(&mut c).await;
+            terminate(&mut c).await;
         }
     }
 
@@ -272,7 +277,7 @@ pub async fn start_etcd(
 ) -> Result<EtcdCluster, PlaygroundError> {
     let ports = match ports.filter(|p| p.len() == ETCD_MEMBERS) {
         Some(p) => p,
-        None => distinct_ports(ETCD_MEMBERS, bloodraven_mysql::launcher::free_port)
+        None => distinct_ports(ETCD_MEMBERS, bloodraven_launch::mysql::free_port)
             .map_err(|e| PlaygroundError::Etcd(e.to_string()))?,
     };
     let mut opts = LaunchOptions::new(dir.to_path_buf(), ports);
@@ -293,3 +298,19 @@ pub fn member_ports(c: &EtcdCluster) -> Vec<(u16, u16)> {
 
 /// Shared by the playground's state and its chaos actions.
 pub type SharedEtcd = Arc<tokio::sync::Mutex<EtcdCluster>>;
+
+/// SIGTERM (and SIGCONT, so a child paused by a scenario handles it now), then SIGKILL
+/// after 10 s.
+pub(crate) async fn terminate(c: &mut Child) {
+    if let Some(pid) = c.id().and_then(|p| i32::try_from(p).ok()) {
+        let pid = nix::unistd::Pid::from_raw(pid);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        if tokio::time::timeout(Duration::from_secs(10), c.wait())
+            .await
+            .is_err()
+        {
+            let _ = c.kill().await;
+        }
+    }
+}

@@ -22,6 +22,25 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{Mutex, RwLock};
 
+/// What kept the app from its database (shown on the dashboard and in the timeline).
+#[derive(Debug, thiserror::Error)]
+enum AppError {
+    #[error("no active site known yet")]
+    NoActiveSite,
+    #[error("no connection to {0} within 1 s")]
+    ConnectTimedOut(String),
+    #[error("cannot connect to {0}: {1}")]
+    Connect(String, mysql_async::Error),
+    #[error("no answer {0} {1} within 1 s")]
+    Silent(&'static str, String),
+    #[error("{0} answered: {1}")]
+    Query(String, mysql_async::Error),
+    #[error("{0}")]
+    Read(mysql_async::Error),
+    #[error("no connection")]
+    NoConnection,
+}
+
 /// The table the counter lives in (created on the primary by the playground).
 pub const COUNTER_DDL: [&str; 2] = [
     "CREATE TABLE IF NOT EXISTS app.counter (id INT PRIMARY KEY, value BIGINT NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
@@ -106,6 +125,8 @@ struct Slot {
     key: String,
     conn: Conn,
     landed: String,
+    /// The session's TLS cipher (`Ssl_cipher`; empty in clear text).
+    cipher: String,
 }
 
 /// The app's state.
@@ -147,6 +168,8 @@ pub struct CounterView {
     pub timeline: Vec<Second>,
     /// Whether the app writes by itself.
     pub writing: bool,
+    /// The TLS cipher of the app's session (`Ssl_cipher`), empty in clear text.
+    pub tls_cipher: String,
 }
 
 /// What `POST /api/increment` answers.
@@ -252,14 +275,12 @@ impl CounterApp {
     }
 
     /// Where the app connects now: the router, or the active site.
-    async fn target(&self) -> Result<AppSite, String> {
+    async fn target(&self) -> Result<AppSite, AppError> {
         if let Some(r) = &self.router {
             return Ok(r.clone());
         }
         let name = self.active_site().await;
-        self.site(&name)
-            .cloned()
-            .ok_or_else(|| "no active site known yet".to_string())
+        self.site(&name).cloned().ok_or(AppError::NoActiveSite)
     }
 
     /// A connection to `site` (opened on first use; reopened after a change), and the site
@@ -268,18 +289,21 @@ impl CounterApp {
         &self,
         slot: &'a mut Option<Slot>,
         site: &AppSite,
-    ) -> Result<&'a mut Slot, String> {
+    ) -> Result<&'a mut Slot, AppError> {
         if slot.as_ref().is_none_or(|s| s.key != site.name) {
-            let mut c = tokio::time::timeout(Duration::from_secs(1), Conn::new(site.opts.clone()))
-                .await
-                .map_err(|_| format!("no connection to {} within 1 s", site.name))?
-                .map_err(|e| format!("cannot connect to {}: {e}", site.name))?;
+            let mut c = tokio::time::timeout(
+                Duration::from_secs(1),
+                Conn::new(bloodraven_mysql::site::renewed(&site.opts)),
+            )
+            .await
+            .map_err(|_| AppError::ConnectTimedOut(site.name.clone()))?
+            .map_err(|e| AppError::Connect(site.name.clone(), e))?;
             let landed = if self.router.is_some() {
                 let port: Option<u16> =
                     tokio::time::timeout(Duration::from_secs(1), c.query_first("SELECT @@port"))
                         .await
-                        .map_err(|_| format!("no answer through {} within 1 s", site.name))?
-                        .map_err(|e| format!("{} answered: {e}", site.name))?;
+                        .map_err(|_| AppError::Silent("through", site.name.clone()))?
+                        .map_err(|e| AppError::Query(site.name.clone(), e))?;
                 self.sites
                     .iter()
                     .find(|s| Some(s.port) == port)
@@ -287,13 +311,21 @@ impl CounterApp {
             } else {
                 site.name.clone()
             };
+            let cipher: Option<(String, String)> = tokio::time::timeout(
+                Duration::from_secs(1),
+                c.query_first("SHOW SESSION STATUS LIKE 'Ssl\\_cipher'"),
+            )
+            .await
+            .map_err(|_| AppError::Silent("from", site.name.clone()))?
+            .map_err(|e| AppError::Query(site.name.clone(), e))?;
             *slot = Some(Slot {
                 key: site.name.clone(),
                 conn: c,
                 landed,
+                cipher: cipher.map(|(_, c)| c).unwrap_or_default(),
             });
         }
-        slot.as_mut().ok_or_else(|| "no connection".to_string())
+        slot.as_mut().ok_or(AppError::NoConnection)
     }
 
     /// One increment on the active site; never retried. Counted in the timeline.
@@ -312,14 +344,14 @@ impl CounterApp {
                 return IncrementResult {
                     outcome: "failed".into(),
                     site: String::new(),
-                    error: Some(e),
+                    error: Some(e.to_string()),
                 };
             }
         };
         let mut slot = self.conn.lock().await;
         let mut name = site.name.clone();
         let result = match self.conn(&mut slot, &site).await {
-            Err(e) => Err((false, e)),
+            Err(e) => Err((false, e.to_string())),
             Ok(s) => {
                 name.clone_from(&s.landed);
                 tokio::time::timeout(
@@ -388,11 +420,12 @@ impl CounterApp {
             error: None,
             timeline: self.timeline.lock().await.seconds(),
             writing: self.writing.load(std::sync::atomic::Ordering::Relaxed),
+            tls_cipher: String::new(),
         };
         let site = match self.target().await {
             Ok(s) => s,
             Err(e) => {
-                v.error = Some(e);
+                v.error = Some(e.to_string());
                 return v;
             }
         };
@@ -404,19 +437,20 @@ impl CounterApp {
                 .conn
                 .query_first("SELECT value, CAST(updated_at AS CHAR), @@read_only FROM app.counter WHERE id = 1")
                 .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((row, s.landed.clone()))
+                .map_err(AppError::Read)?;
+            Ok::<_, AppError>((row, s.landed.clone(), s.cipher.clone()))
         };
         match tokio::time::timeout(Duration::from_secs(2), read).await {
-            Ok(Ok((None, _))) => v.error = Some("the counter row is missing".into()),
-            Ok(Ok((Some((value, at, ro)), landed))) => {
+            Ok(Ok((None, _, _))) => v.error = Some("the counter row is missing".into()),
+            Ok(Ok((Some((value, at, ro)), landed, cipher))) => {
                 v.site = landed;
+                v.tls_cipher = cipher;
                 v.value = Some(value);
                 v.updated_at = Some(at);
                 v.read_only = Some(ro != 0);
             }
             Ok(Err(e)) => {
-                v.error = Some(e);
+                v.error = Some(e.to_string());
                 *slot = None;
             }
             Err(_) => {

@@ -48,10 +48,10 @@ async fn get_json(http: &reqwest::Client, url: String) -> Option<Value> {
 
 /// One snapshot of everything the page shows.
 pub async fn snapshot(pg: &Playground) -> Value {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_millis(800))
-        .build()
-        .unwrap_or_default();
+    // The sidecars answer over TLS with certificates of the component CA.
+    let http =
+        bloodraven_runtime::tls::http_client(Some(&pg.pki.ca.cert), Duration::from_millis(800))
+            .unwrap_or_default();
     let status_url = format!(
         "http://127.0.0.1:{}/status?group={GROUP}",
         pg.opts.operator_port
@@ -59,7 +59,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
     let sidecar_urls: Vec<String> = pg
         .sidecar_ports
         .iter()
-        .map(|p| format!("http://127.0.0.1:{p}/status"))
+        .map(|p| format!("https://127.0.0.1:{p}/status"))
         .collect();
     let (status, sidecars, counter, running, operator_running, lease, router, control) = tokio::join!(
         get_json(&http, status_url),
@@ -123,6 +123,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
         "plannedFailover": st["plannedFailover"],
         "updatePhase": st["updatePhase"],
         "restoreInPlace": st["restoreInPlace"],
+        "backups": st["backups"],
         "lastFailoverTarget": st["lastFailoverTarget"],
         "deploy": group.as_ref().map(|g| g["deploy"].clone()),
         "events": group.as_ref().map(|g| g["events"].clone()),
@@ -134,7 +135,10 @@ pub async fn snapshot(pg: &Playground) -> Value {
             "app": format!("http://{}", pg.app_addr),
             "operator": format!("http://127.0.0.1:{}", pg.opts.operator_port),
             "deployApi": pg.deploy_url(),
-            // What a Prometheus scrapes (docs/runbook.md): the operator and every sidecar.
+            // The CA the sidecars' certificates chain to (`curl --cacert`).
+            "componentCa": pg.pki.ca.cert.display().to_string(),
+            // What a Prometheus scrapes (docs/runbook.md): the operator and every sidecar
+            // (the sidecars over TLS, verified against `componentCa`).
             "metrics": {
                 "operator": format!("127.0.0.1:{}", pg.opts.operator_port),
                 "sidecars": pg.sidecar_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>(),

@@ -13,6 +13,7 @@
 pub mod control;
 pub mod counter;
 pub mod dashboard;
+pub mod errors;
 pub mod measure;
 pub mod playground;
 pub mod proxy;
@@ -89,8 +90,11 @@ fn pg_addr(port: u16) -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-fn serve(l: tokio::net::TcpListener, router: axum::Router) -> Result<std::net::SocketAddr, String> {
-    let bound = l.local_addr().map_err(|e| e.to_string())?;
+fn serve(
+    l: tokio::net::TcpListener,
+    router: axum::Router,
+) -> Result<std::net::SocketAddr, std::io::Error> {
+    let bound = l.local_addr()?;
     tokio::spawn(async move {
         let _ = axum::serve(l, router).await;
     });
@@ -130,10 +134,14 @@ fn print_summary(pg: &Arc<Playground>, app: std::net::SocketAddr, dash: std::net
     );
     for (i, name) in playground::SITES.iter().enumerate() {
         println!(
-            "  site {name:<7}      sidecar http://127.0.0.1:{}/status",
+            "  site {name:<7}      sidecar https://127.0.0.1:{}/status",
             pg.sidecar_ports[i]
         );
     }
+    println!(
+        "  component CA      {}  (curl --cacert it; /peer/* also needs a site's certificate from pki/)",
+        pg.pki.ca.cert.display()
+    );
     println!("  state and logs    {}", pg.dir.display());
     println!();
     // The binary that runs the playground: someone who started it with scripts/playground does

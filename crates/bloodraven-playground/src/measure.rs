@@ -94,22 +94,31 @@ pub fn longest_pause(acked: &[(u64, Instant)], since: Instant) -> Option<Duratio
         .max()
 }
 
+/// Reading the measured rows failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    #[error("cannot connect through the router: {0}")]
+    Connect(mysql_async::Error),
+    #[error("{0}")]
+    Read(mysql_async::Error),
+}
+
 /// The first id above every measured row already written through `opts`.
-pub async fn next_first_id(opts: &Opts) -> Result<u64, String> {
+pub async fn next_first_id(opts: &Opts) -> Result<u64, MeasureError> {
     let mut c = Conn::new(opts.clone())
         .await
-        .map_err(|e| format!("cannot connect through the router: {e}"))?;
+        .map_err(MeasureError::Connect)?;
     let max: Option<u64> = c
         .query_first(format!(
             "SELECT COALESCE(MAX(id), {FIRST_ID}) FROM app.counter"
         ))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(MeasureError::Read)?;
     Ok(max.unwrap_or(FIRST_ID).max(FIRST_ID) + 1000)
 }
 
 /// The acknowledged ids of `acked` that are not on the primary behind `opts`.
-pub async fn lost(opts: &Opts, acked: &[(u64, Instant)]) -> Result<Vec<u64>, String> {
+pub async fn lost(opts: &Opts, acked: &[(u64, Instant)]) -> Result<Vec<u64>, MeasureError> {
     let (Some(lo), Some(hi)) = (
         acked.iter().map(|a| a.0).min(),
         acked.iter().map(|a| a.0).max(),
@@ -118,14 +127,14 @@ pub async fn lost(opts: &Opts, acked: &[(u64, Instant)]) -> Result<Vec<u64>, Str
     };
     let mut c = Conn::new(opts.clone())
         .await
-        .map_err(|e| format!("cannot connect through the router: {e}"))?;
+        .map_err(MeasureError::Connect)?;
     let have: Vec<u64> = c
         .exec(
             "SELECT id FROM app.counter WHERE id BETWEEN ? AND ?",
             (lo, hi),
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(MeasureError::Read)?;
     let have: BTreeSet<u64> = have.into_iter().collect();
     Ok(acked
         .iter()

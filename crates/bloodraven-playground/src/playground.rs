@@ -21,11 +21,11 @@ use bloodraven_core::lease::LeaseKind;
 use bloodraven_core::resources::KIND_GROUP;
 use bloodraven_core::time::Clock as _;
 use bloodraven_deploy::lease::{HttpLeaseApi, LeaseApi, LeaseSession, SessionConfig};
+use bloodraven_launch::local::{LocalFiles, LocalOptions, write_files, write_peer_files};
+use bloodraven_launch::mysql::{Accounts, Launcher, LauncherOptions, ServerTls};
+use bloodraven_launch::update_desk::UpdateDesk;
 use bloodraven_mysql::Credentials;
-use bloodraven_mysql::launcher::{Accounts, Launcher, LauncherOptions};
-use bloodraven_mysql::update_desk::UpdateDesk;
 use bloodraven_operator::auth::{self, SigningKey};
-use bloodraven_operator::local::{LocalFiles, LocalOptions, write_files, write_peer_files};
 use bloodraven_runtime::clock::SystemClock;
 use bloodraven_store::{Durability, ObjectKey, SqliteStore, Store};
 use serde::{Deserialize, Serialize};
@@ -71,6 +71,10 @@ pub struct PlaygroundOptions {
     pub store: StoreChoice,
     /// `spec.emergencyFailover.fencing` of the group.
     pub fencing: bloodraven_core::config::FencingMode,
+    /// Tests only: the file of test failpoints every operator reads
+    /// (`BLOODRAVEN_TEST_FAILPOINTS`, see `bloodraven_operator::failpoints`). `None` in the
+    /// `playground` command.
+    pub failpoints: Option<PathBuf>,
 }
 
 impl PlaygroundOptions {
@@ -90,46 +94,13 @@ impl PlaygroundOptions {
             replication: bloodraven_core::config::ReplicationMode::Async,
             store: StoreChoice::Embedded,
             fencing: bloodraven_core::config::FencingMode::Fast,
+            failpoints: None,
         }
     }
 }
 
-/// Starting failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PlaygroundError {
-    #[error("port {port} ({what}) is in use; pick another with {flag}")]
-    PortInUse {
-        port: u16,
-        what: &'static str,
-        flag: &'static str,
-    },
-    #[error("MariaDB: {0}")]
-    Launcher(#[from] bloodraven_mysql::launcher::LaunchError),
-    #[error("MySQL: {0}")]
-    Mysql(#[from] bloodraven_mysql::MysqlError),
-    #[error("files: {0}")]
-    Files(#[from] bloodraven_operator::local::LocalError),
-    #[error("{what}: {detail}")]
-    Io { what: String, detail: String },
-    #[error("the operator did not become ready within {0} s (see {1}); its log ends:\n{2}")]
-    OperatorNotReady(u64, String, String),
-    #[error(transparent)]
-    Router(#[from] crate::router::RouterError),
-    #[error("etcd: {0}")]
-    Etcd(String),
-    #[error("store: {0}")]
-    Store(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PlaygroundError {
-    let what = what.into();
-    move |e| PlaygroundError::Io {
-        what,
-        detail: e.to_string(),
-    }
-}
+pub use crate::errors::PlaygroundError;
+use crate::errors::{io, open_log};
 
 /// Saved between runs (with `--dir`): the servers' ports and the accounts' passwords.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -147,13 +118,27 @@ struct Saved {
     /// With etcd: each member's client and peer port.
     #[serde(default)]
     etcd_ports: Option<Vec<(u16, u16)>>,
+    /// The database servers' TLS: `ca`, the absolute path of the CA bundle a client verifies
+    /// them against.
+    #[serde(default)]
+    tls: Option<SavedTls>,
+}
+
+/// `playground.json`'s `tls`.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+struct SavedTls {
+    ca: PathBuf,
 }
 
 /// The links of one site.
 #[derive(Debug)]
 pub struct SiteLinks {
-    /// Operator and replicas → this site's MySQL.
+    /// The operators (and the clone account's tools) → this site's MySQL: the site's
+    /// `mysql` address in the spec. Its connections are TLS, so accounts cannot be told apart
+    /// on it: the replicas come through a link of their own.
     pub mysql: LinkProxy,
+    /// The other sites' replicas → this site's MySQL: its `replicationAddress`.
+    pub replication: LinkProxy,
     /// Operator → this site's sidecar.
     pub sidecar: LinkProxy,
     /// This site's sidecar → each operator (one with the embedded store, two with etcd), by
@@ -166,7 +151,7 @@ pub struct SiteLinks {
 
 impl SiteLinks {
     fn all(&self) -> impl Iterator<Item = &LinkProxy> {
-        [&self.mysql, &self.sidecar]
+        [&self.mysql, &self.replication, &self.sidecar]
             .into_iter()
             .chain(self.to_operators.iter())
             .chain(self.to_peers.iter().map(|(_, l)| l))
@@ -178,13 +163,12 @@ pub struct Playground {
     pub dir: PathBuf,
     keep: bool,
     pub files: LocalFiles,
+    /// The component PKI (`<dir>/pki/`): the CA every component trusts and each one's
+    /// certificate.
+    pub pki: bloodraven_runtime::mtls::local::GroupPki,
     pub harness: Mutex<Launcher>,
     pub links: Vec<SiteLinks>,
     pub sidecar_ports: Vec<u16>,
-    /// The MySQL accounts the operator and the replicas connect as: a partial isolation cuts
-    /// one of them on a site's MySQL link.
-    failover_user: String,
-    replication_user: String,
     /// The operator processes: one, or two with etcd.
     operators: Mutex<Vec<OperatorProc>>,
     /// With etcd: the members, and the printed ports in front of the operators.
@@ -233,7 +217,7 @@ fn check_port(port: u16, what: &'static str, flag: &'static str) -> Result<(), P
 }
 
 fn free_port() -> Result<u16, PlaygroundError> {
-    bloodraven_mysql::launcher::free_port().map_err(io("pick a free port"))
+    bloodraven_launch::mysql::free_port().map_err(io("pick a free port"))
 }
 
 fn loopback(port: u16) -> SocketAddr {
@@ -284,10 +268,14 @@ async fn start_servers(
     opts: &PlaygroundOptions,
     stored_active: Option<String>,
     etcd_ports: Option<Vec<(u16, u16)>>,
+    tls: ServerTls,
     progress: &(dyn Fn(&str) + Sync),
-) -> Result<(Launcher, Saved), PlaygroundError> {
-    progress("starting MariaDB servers iad, pdx, reader");
+) -> Result<Launcher, PlaygroundError> {
+    progress(
+        "starting MariaDB servers iad, pdx, reader (TLS with certificates of pki/, require_secure_transport=ON)",
+    );
     let mut hopts = LauncherOptions::new(SITES);
+    hopts.tls = Some(tls);
     hopts.dir = Some(w.dir.join("mysql"));
     hopts.graceful_shutdown = true;
     hopts.buffer_pool = "64M".into();
@@ -299,7 +287,7 @@ async fn start_servers(
             replication: Credentials::new(s.replication.0.clone(), s.replication.1.clone()),
             app: Credentials::new(s.app.0.clone(), s.app.1.clone()),
             clone: s.clone.clone().map_or_else(
-                || Credentials::new("clone", bloodraven_mysql::launcher::random_password()),
+                || Credentials::new("clone", bloodraven_launch::mysql::random_password()),
                 |(u, p)| Credentials::new(u, p),
             ),
         });
@@ -343,12 +331,15 @@ async fn start_servers(
         clone: Some((a.clone.user.clone(), a.clone.password.expose().to_string())),
         store: opts.store,
         etcd_ports,
+        tls: harness.server_tls().map(|t| SavedTls {
+            ca: std::path::absolute(&t.ca).unwrap_or_else(|_| t.ca.clone()),
+        }),
     };
     write_private(
         &w.saved_path,
         &serde_json::to_string_pretty(&saved).unwrap_or_default(),
     )?;
-    Ok((harness, saved))
+    Ok(harness)
 }
 
 /// A fresh set of servers: replication iad → pdx, reader, the accounts and the counter
@@ -379,7 +370,7 @@ async fn wire_fresh(
 }
 
 /// One loopback proxy per path that a scenario can cut: each site's MySQL, its sidecar, its
-/// way to the operator and to each peer's sidecar.
+/// way to the operators' component listeners (`operator_ports`) and to each peer's sidecar.
 async fn start_links(
     harness: &Launcher,
     operator_ports: &[u16],
@@ -409,9 +400,8 @@ async fn start_links(
         links.push(SiteLinks {
             to_peers,
             to_operators,
-            mysql: LinkProxy::start_mysql(&format!("{name}-mysql"), any, loopback(harness.port(i)))
-                .await
-                .map_err(io("start a link proxy"))?,
+            mysql: proxy(format!("{name}-mysql"), harness.port(i)).await?,
+            replication: proxy(format!("{name}-replication"), harness.port(i)).await?,
             sidecar: proxy(format!("{name}-sidecar"), sidecar_ports[i]).await?,
         });
     }
@@ -430,9 +420,10 @@ fn operator_options(
     lo.update = Some((desk.command(), "2m".into()));
     lo.namespace = NAMESPACE.into();
     lo.mysql_ports = Some(links.iter().map(|l| l.mysql.port()).collect());
+    lo.replication_ports = Some(links.iter().map(|l| l.replication.port()).collect());
     lo.sidecar_urls = links
         .iter()
-        .map(|l| format!("http://127.0.0.1:{}", l.sidecar.port()))
+        .map(|l| format!("https://127.0.0.1:{}", l.sidecar.port()))
         .collect();
     lo.poll_interval = "1s".into();
     lo.failure_threshold = 3;
@@ -458,6 +449,9 @@ fn app_opts(harness: &Launcher, port: u16) -> mysql_async::Opts {
         .user(Some(a.app.user.clone()))
         .pass(Some(a.app.password.expose().to_string()))
         .db_name(Some("app"))
+        // Over TLS, verified against the playground's CA (every connection reads it again:
+        // `bloodraven_mysql::site::renewed`).
+        .ssl_opts(bloodraven_mysql::site::ssl_opts(&harness.client_tls()))
         .into()
 }
 
@@ -482,19 +476,57 @@ fn counter_app(harness: &Launcher, operator_port: u16, router_port: u16) -> Arc<
     )
 }
 
+/// The component PKI in `dir` (`ca.crt`, `ca.key`, a certificate per site and the
+/// operator's): the one a kept playground made before, or a new one.
+fn component_pki(dir: &Path) -> Result<bloodraven_runtime::mtls::local::GroupPki, PlaygroundError> {
+    use bloodraven_runtime::mtls::local::GroupPki;
+    let pki_err = |e: bloodraven_runtime::pki::PkiError| {
+        PlaygroundError::Other(format!("component PKI: {e}"))
+    };
+    let kept = dir.join(bloodraven_runtime::pki::CA_KEY).is_file()
+        && SITES.iter().chain([&"operator", &MARIADB_CERT]).all(|s| {
+            dir.join(format!("{s}.crt")).is_file() && dir.join(format!("{s}.key")).is_file()
+        });
+    if kept {
+        return Ok(GroupPki {
+            dir: dir.to_path_buf(),
+            ca: bloodraven_runtime::pki::CaFiles::of(dir),
+            namespace: NAMESPACE.into(),
+            group: GROUP.into(),
+        });
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    let pki =
+        GroupPki::create(dir, NAMESPACE, GROUP, &SITES, SystemClock.now()).map_err(pki_err)?;
+    // The MariaDB servers' certificate (`bloodraven tls issue --server --ip 127.0.0.1`).
+    pki.issue_server(MARIADB_CERT, SystemClock.now())
+        .map_err(pki_err)?;
+    Ok(pki)
+}
+
+/// The stem of the MariaDB servers' certificate in `<dir>/pki/` (`mariadb.crt`, `.key`).
+pub const MARIADB_CERT: &str = "mariadb";
+
+/// What the playground's servers serve: the certificate of [`MARIADB_CERT`], and the component
+/// CA bundle every client (and every replica) verifies it against.
+fn server_tls(pki: &bloodraven_runtime::mtls::local::GroupPki) -> ServerTls {
+    let f = pki.files(MARIADB_CERT);
+    ServerTls {
+        ca: f.ca,
+        cert: f.cert,
+        key: f.key,
+    }
+}
+
 /// `port`, or a free one when it is 0.
 fn port_or_free(port: u16) -> Result<u16, PlaygroundError> {
     if port == 0 { free_port() } else { Ok(port) }
 }
 
-impl Playground {
-    /// Starts everything, reporting progress through `progress`: the servers, the links, the
-    /// operator (which bootstraps the group), the sidecars, then the counter app once the
-    /// deploy API calls the group stable.
-    pub async fn start(
-        opts: PlaygroundOptions,
-        progress: &(dyn Fn(&str) + Sync),
-    ) -> Result<Arc<Playground>, PlaygroundError> {
+impl Workdir {
+    /// Checks that the printed ports are free and prepares the work directory, refusing a
+    /// kept one that ran with the other store.
+    fn for_start(opts: &PlaygroundOptions) -> Result<Workdir, PlaygroundError> {
         // The app's and the dashboard's ports are the caller's (`crate::run` holds them).
         for (port, what, flag) in [
             (opts.operator_port, "operator", "--operator-port"),
@@ -508,7 +540,7 @@ impl Playground {
         ] {
             check_port(port, what, flag)?;
         }
-        let w = Workdir::prepare(&opts)?;
+        let w = Workdir::prepare(opts)?;
         if let Some(saved) = &w.saved
             && saved.store != opts.store
         {
@@ -519,31 +551,51 @@ impl Playground {
                 saved.store.as_str()
             )));
         }
-        let etcd = match opts.store {
-            StoreChoice::Embedded => None,
-            StoreChoice::Etcd => {
-                progress(&format!(
-                    "starting {} etcd members (Debian's etcd, private loopback ports)",
-                    crate::control::ETCD_MEMBERS
-                ));
-                let saved_ports = w.saved.as_ref().and_then(|s| s.etcd_ports.clone());
-                Some(crate::control::start_etcd(&w.dir.join("etcd"), saved_ports).await?)
-            }
-        };
-        let stored_active = match &etcd {
-            Some(c) => stored_active_in_etcd(c.endpoints()).await,
-            None => stored_active_site(&w.dir.join("operator/data")).await,
-        };
-        let etcd_ports = etcd.as_ref().map(crate::control::member_ports);
-        let (harness, saved) =
-            start_servers(&w, &opts, stored_active, etcd_ports, progress).await?;
+        Ok(w)
+    }
+}
 
-        progress("starting the network links (loopback proxies that can be cut)");
-        let operator_port = port_or_free(opts.operator_port)?;
-        let deploy_port = port_or_free(opts.deploy_port)?;
+/// Starts the etcd members when the store is etcd, and reads the active site the store kept
+/// from a previous run.
+async fn start_control(
+    w: &Workdir,
+    opts: &PlaygroundOptions,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<(Option<bloodraven_launch::etcd::EtcdCluster>, Option<String>), PlaygroundError> {
+    let etcd = match opts.store {
+        StoreChoice::Embedded => None,
+        StoreChoice::Etcd => {
+            progress(&format!(
+                "starting {} etcd members (Debian's etcd, private loopback ports)",
+                crate::control::ETCD_MEMBERS
+            ));
+            let saved_ports = w.saved.as_ref().and_then(|s| s.etcd_ports.clone());
+            Some(crate::control::start_etcd(&w.dir.join("etcd"), saved_ports).await?)
+        }
+    };
+    let stored_active = match &etcd {
+        Some(c) => stored_active_in_etcd(c.endpoints()).await,
+        None => stored_active_site(&w.dir.join("operator/data")).await,
+    };
+    Ok((etcd, stored_active))
+}
+
+/// The loopback ports picked for one start.
+struct ListenerPorts {
+    /// Each operator's own HTTP and HTTPS ports.
+    own: Vec<(u16, u16)>,
+    /// Each site's sidecar.
+    sidecar: Vec<u16>,
+    /// Each operator's component listener.
+    component: Vec<u16>,
+}
+
+impl ListenerPorts {
+    /// Picks the ports, in this order: with one operator its own ports are the printed ones.
+    fn pick(etcd: bool, operator_port: u16, deploy_port: u16) -> Result<Self, PlaygroundError> {
         // Each operator's own ports: the printed ones with one operator; private ones behind
         // the fronts with etcd.
-        let own_ports: Vec<(u16, u16)> = if etcd.is_some() {
+        let own_ports: Vec<(u16, u16)> = if etcd {
             (0..2)
                 .map(|_| Ok((free_port()?, free_port()?)))
                 .collect::<Result<_, PlaygroundError>>()?
@@ -553,33 +605,136 @@ impl Playground {
         let sidecar_ports: Vec<u16> = (0..SITES.len())
             .map(|_| free_port())
             .collect::<Result<_, _>>()?;
-        let http_ports: Vec<u16> = own_ports.iter().map(|p| p.0).collect();
-        let links = start_links(&harness, &http_ports, &sidecar_ports).await?;
+        // Each operator's component listener (mutual TLS): what the sidecars call.
+        let component_ports: Vec<u16> = own_ports
+            .iter()
+            .map(|_| free_port())
+            .collect::<Result<_, _>>()?;
+        Ok(ListenerPorts {
+            own: own_ports,
+            sidecar: sidecar_ports,
+            component: component_ports,
+        })
+    }
+}
 
-        progress("writing the operator's configuration, TLS certificates and token key");
-        let desk =
-            UpdateDesk::new(&w.dir.join("update-desk")).map_err(io("create the update desk"))?;
-        let mut lo = operator_options(&links, &opts, own_ports[0].0, own_ports[0].1, &desk);
-        if let Some(c) = &etcd {
-            lo.etcd_endpoints = c.endpoints();
-            lo.etcd_lease_ttl = crate::control::ETCD_LEASE_TTL.into();
-        }
-        let files = write_files(&w.dir.join("operator"), &harness, &lo)?;
-        let mut operators = vec![OperatorProc::new(
+/// Creates the update desk and writes each operator's configuration, TLS files and token key;
+/// returns the desk, the first operator's files and every operator's process (not yet
+/// started).
+fn operator_procs(
+    w: &Workdir,
+    opts: &PlaygroundOptions,
+    harness: &Launcher,
+    links: &[SiteLinks],
+    pki: &bloodraven_runtime::mtls::local::GroupPki,
+    etcd: Option<&bloodraven_launch::etcd::EtcdCluster>,
+    ports: &ListenerPorts,
+) -> Result<(UpdateDesk, LocalFiles, Vec<OperatorProc>), PlaygroundError> {
+    let desk = UpdateDesk::new(&w.dir.join("update-desk")).map_err(io("create the update desk"))?;
+    let own_ports = &ports.own;
+    let component_ports = &ports.component;
+    let mut lo = operator_options(links, opts, own_ports[0].0, own_ports[0].1, &desk);
+    lo.component = Some((loopback(component_ports[0]), pki.files("operator")));
+    // Backups go to `<dir>/backups/`, taken only when asked for (`bloodraven backup now`,
+    // chaos `backup`): the playground's start stays light.
+    let backups = w.dir.join("backups");
+    std::fs::create_dir_all(&backups).map_err(io("create the backups directory"))?;
+    lo.backup_target = Some(backups);
+    if let Some(c) = etcd {
+        lo.etcd_endpoints = c.endpoints();
+        lo.etcd_lease_ttl = crate::control::ETCD_LEASE_TTL.into();
+    }
+    let files = write_files(&w.dir.join("operator"), harness, &lo)?;
+    let mut operators = vec![
+        OperatorProc::new(
             "operator-1",
             files.clone(),
             own_ports[0].0,
             own_ports[0].1,
             w.dir.join("logs/operator.log"),
-        )];
-        for (i, &(http, https)) in own_ports.iter().enumerate().skip(1) {
-            let name = format!("operator-{}", i + 1);
-            lo.http_listen = loopback(http);
-            lo.https_listen = loopback(https);
-            let peer = write_peer_files(&w.dir.join(&name), &harness, &lo, &files)?;
-            let log = w.dir.join(format!("logs/{name}.log"));
-            operators.push(OperatorProc::new(&name, peer, http, https, log));
-        }
+        )
+        .with_failpoints(opts.failpoints.clone()),
+    ];
+    for (i, &(http, https)) in own_ports.iter().enumerate().skip(1) {
+        let name = format!("operator-{}", i + 1);
+        lo.http_listen = loopback(http);
+        lo.https_listen = loopback(https);
+        lo.component = Some((loopback(component_ports[i]), pki.files("operator")));
+        let peer = write_peer_files(&w.dir.join(&name), harness, &lo, &files)?;
+        let log = w.dir.join(format!("logs/{name}.log"));
+        operators.push(
+            OperatorProc::new(&name, peer, http, https, log)
+                .with_failpoints(opts.failpoints.clone()),
+        );
+    }
+    Ok((desk, files, operators))
+}
+
+/// Starts HAProxy in front of the sites' servers, checking `/primary` on every sidecar.
+async fn start_router(
+    w: &Workdir,
+    harness: &Launcher,
+    sidecar_ports: &[u16],
+    pki: &bloodraven_runtime::mtls::local::GroupPki,
+    router_port: u16,
+    router_replica_port: u16,
+) -> Result<crate::router::Router, PlaygroundError> {
+    let routed: Vec<crate::router::RoutedSite> = SITES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| crate::router::RoutedSite {
+            name: (*name).to_string(),
+            mysql_port: harness.port(i),
+            sidecar_port: sidecar_ports[i],
+            reader: ROLES[i] == SiteRole::ReadOnly,
+        })
+        .collect();
+    let router = crate::router::Router::start(
+        &w.dir,
+        &routed,
+        router_port,
+        router_replica_port,
+        &pki.ca.cert,
+        open_log(&w.dir.join("logs/haproxy.log"))?,
+    )
+    .await?;
+    Ok(router)
+}
+
+impl Playground {
+    /// Starts everything, reporting progress through `progress`: the servers, the links, the
+    /// operator (which bootstraps the group), the sidecars, then the counter app once the
+    /// deploy API calls the group stable.
+    pub async fn start(
+        opts: PlaygroundOptions,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<Arc<Playground>, PlaygroundError> {
+        let w = Workdir::for_start(&opts)?;
+        let (etcd, stored_active) = start_control(&w, &opts, progress).await?;
+        let etcd_ports = etcd.as_ref().map(crate::control::member_ports);
+        progress("writing the component CA and certificates (pki/)");
+        let pki = component_pki(&w.dir.join("pki"))?;
+        let harness = start_servers(
+            &w,
+            &opts,
+            stored_active,
+            etcd_ports,
+            server_tls(&pki),
+            progress,
+        )
+        .await?;
+
+        progress("starting the network links (loopback proxies that can be cut)");
+        let operator_port = port_or_free(opts.operator_port)?;
+        let deploy_port = port_or_free(opts.deploy_port)?;
+        let ports = ListenerPorts::pick(etcd.is_some(), operator_port, deploy_port)?;
+        let links = start_links(&harness, &ports.component, &ports.sidecar).await?;
+
+        progress("writing the operator's configuration, TLS certificates and token key");
+        let (desk, files, operators) =
+            operator_procs(&w, &opts, &harness, &links, &pki, etcd.as_ref(), &ports)?;
+        let own_ports = ports.own;
+        let sidecar_ports = ports.sidecar;
         let fronts = match &etcd {
             Some(_) => Some(Arc::new(
                 Fronts::start(operator_port, deploy_port, own_ports.clone()).await?,
@@ -592,22 +747,13 @@ impl Playground {
         progress("starting the router (HAProxy: /primary checked on every sidecar every 100 ms)");
         let router_port = port_or_free(opts.router_port)?;
         let router_replica_port = port_or_free(opts.router_replica_port)?;
-        let routed: Vec<crate::router::RoutedSite> = SITES
-            .iter()
-            .enumerate()
-            .map(|(i, name)| crate::router::RoutedSite {
-                name: (*name).to_string(),
-                mysql_port: harness.port(i),
-                sidecar_port: sidecar_ports[i],
-                reader: ROLES[i] == SiteRole::ReadOnly,
-            })
-            .collect();
-        let router = crate::router::Router::start(
-            &w.dir,
-            &routed,
+        let router = start_router(
+            &w,
+            &harness,
+            &sidecar_ports,
+            &pki,
             router_port,
             router_replica_port,
-            open_log(&w.dir.join("logs/haproxy.log"))?,
         )
         .await?;
         let counter = counter_app(&harness, operator_port, router_port);
@@ -617,13 +763,12 @@ impl Playground {
             dir: w.dir.clone(),
             keep: w.keep,
             files,
+            pki,
             harness: Mutex::new(harness),
             desk,
             updates_served: std::sync::atomic::AtomicU32::new(0),
             links,
             sidecar_ports,
-            failover_user: saved.failover.0.clone(),
-            replication_user: saved.replication.0.clone(),
             operator_addrs: operators
                 .iter()
                 .map(|o| (o.name.clone(), format!("127.0.0.1:{}", o.http)))
@@ -631,7 +776,7 @@ impl Playground {
             operators: Mutex::new(operators),
             etcd_urls: etcd
                 .as_ref()
-                .map(bloodraven_etcd::launcher::EtcdCluster::endpoints)
+                .map(bloodraven_launch::etcd::EtcdCluster::endpoints)
                 .unwrap_or_default(),
             etcd: etcd.map(|c| Arc::new(Mutex::new(c))),
             fronts,
@@ -656,12 +801,37 @@ impl Playground {
         Ok(pg)
     }
 
+    /// `bloodraven apply` of the first operator's file: the group and its database into the
+    /// store (a restarted playground finds them unchanged).
+    async fn apply_documents(
+        &self,
+        progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<(), PlaygroundError> {
+        let docs = bloodraven_operator::config::load_documents(&self.files.config)
+            .map_err(|e| PlaygroundError::Other(format!("apply: {e}")))?;
+        let now = bloodraven_runtime::clock::system().now();
+        let planned = bloodraven_operator::apply::plan(&*self.store, &docs, now)
+            .await
+            .map_err(|e| PlaygroundError::Other(format!("apply: {e}")))?;
+        for p in &planned {
+            progress(&format!("  {p}"));
+        }
+        bloodraven_operator::apply::apply(&*self.store, &planned)
+            .await
+            .map_err(|e| PlaygroundError::Other(format!("apply: {e}")))?;
+        Ok(())
+    }
+
     /// The operator, then the sidecars, then the counter app (once the group is stable).
     async fn bring_up(
         self: &Arc<Self>,
         progress: &(dyn Fn(&str) + Sync),
     ) -> Result<(), PlaygroundError> {
         if let Some(f) = &self.fronts {
+            // The store is the truth with etcd: the group and its database are applied once,
+            // as `bloodraven apply -f operator/bloodraven.yaml` would (both files name them).
+            progress("applying the group and its database to etcd (bloodraven apply)");
+            self.apply_documents(progress).await?;
             tokio::spawn(Fronts::keep_following(Arc::downgrade(f)));
             progress("starting two operators on etcd (the printed ports follow whichever leads)");
         } else {
@@ -725,13 +895,9 @@ impl Playground {
                 timeout: Duration::from_secs(120),
             })
             .collect();
-        if let bloodraven_core::update::Request::Reject(n) = bloodraven_core::update::request(
-            &id,
-            status.update_phase.as_ref(),
-            bloodraven_core::update::busy(&status),
-            &updatable,
-            SystemClock.now(),
-        ) {
+        if let bloodraven_core::update::Request::Reject(n) =
+            bloodraven_core::update::request(&id, &status, &updatable, SystemClock.now())
+        {
             return Err(PlaygroundError::Other(format!("refused: {}", n.message)));
         }
         self.annotate(bloodraven_core::contract::annotations::ORDERED_UPDATE, &id)
@@ -893,6 +1059,54 @@ impl Playground {
         let pid = op.pid()?;
         op.kill().await;
         Some(pid)
+    }
+
+    /// SIGKILLs the operator process named `name` (`operator-2`) and reaps it, leading or
+    /// not. Returns its pid; `None` when it does not run.
+    pub async fn kill_operator_named(&self, name: &str) -> Option<u32> {
+        let mut ops = self.operators.lock().await;
+        let op = ops.iter_mut().find(|o| o.name == name)?;
+        let pid = op.pid()?;
+        op.kill().await;
+        Some(pid)
+    }
+
+    /// The configuration file of the operator process named `name`.
+    pub async fn operator_config(&self, name: &str) -> Option<PathBuf> {
+        self.operators
+            .lock()
+            .await
+            .iter()
+            .find(|o| o.name == name)
+            .map(|o| o.files.config.clone())
+    }
+
+    /// The plain-HTTP port of the operator process named `name`.
+    pub async fn operator_http_port(&self, name: &str) -> Option<u16> {
+        self.operators
+            .lock()
+            .await
+            .iter()
+            .find(|o| o.name == name)
+            .map(|o| o.http)
+    }
+
+    /// The name of the operator process that leads now (`--store etcd`), if one does.
+    pub async fn leading_operator(&self) -> Option<String> {
+        let http = crate::control::check_client();
+        let ops: Vec<(String, u16)> = self
+            .operators
+            .lock()
+            .await
+            .iter()
+            .map(|o| (o.name.clone(), o.http))
+            .collect();
+        for (name, port) in ops {
+            if crate::control::leads(&http, port).await {
+                return Some(name);
+            }
+        }
+        None
     }
 
     /// SIGKILLs the operator that leads (`--store etcd`): the standby takes the group over
@@ -1099,7 +1313,7 @@ impl Playground {
     /// the active site's link would not cut its replication.
     async fn wait_linked(&self, active: &str, limit: Duration) -> Result<(), PlaygroundError> {
         let a = Self::site_index(active)?;
-        let port = self.links[a].mysql.port();
+        let port = self.links[a].replication.port();
         let clients: Vec<_> = {
             let h = self.harness.lock().await;
             (0..SITES.len())
@@ -1156,7 +1370,7 @@ impl Playground {
             self.links[i]
                 .to_operators
                 .iter()
-                .map(|l| format!("http://127.0.0.1:{}", l.port()))
+                .map(|l| format!("https://127.0.0.1:{}", l.port()))
                 .collect::<Vec<_>>()
                 .join(","),
         )
@@ -1164,15 +1378,29 @@ impl Playground {
         .arg(format!("127.0.0.1:{port}"))
         .arg("--mysql-credentials-file")
         .arg(&self.files.site_credentials)
+        // Backups with the clone account (it holds RELOAD, PROCESS, LOCK TABLES,
+        // BINLOG MONITOR and SLAVE MONITOR).
+        .arg("--backup-credentials-file")
+        .arg(&self.files.clone_credentials)
+        // Its server over TLS, verified against the playground's CA.
+        .arg("--mysql-tls-ca")
+        .arg(&self.pki.ca.cert)
         .args(["--lease-timeout", "6s", "--peer-check-interval", "2s"])
         .arg("--operator-public-key")
         .arg(&self.files.topology_public_key)
         .arg("--listen")
         .arg(format!("127.0.0.1:{}", self.sidecar_ports[i]))
         .env("BLOODRAVEN_LOG_FORMAT", "json");
+        let tls = self.pki.files(SITES[i]);
+        cmd.arg("--tls-cert")
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key)
+            .arg("--tls-ca")
+            .arg(&tls.ca);
         for (_, l) in &self.links[i].to_peers {
             cmd.arg("--peer")
-                .arg(format!("http://127.0.0.1:{}", l.port()));
+                .arg(format!("https://127.0.0.1:{}", l.port()));
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -1253,8 +1481,6 @@ impl Playground {
         for l in self.links_of(i) {
             l.heal();
         }
-        self.links[i].mysql.heal_account(&self.failover_user);
-        self.links[i].mysql.heal_account(&self.replication_user);
         Ok(format!("healed {name}'s links"))
     }
 
@@ -1268,7 +1494,7 @@ impl Playground {
         for o in &l.to_operators {
             o.cut();
         }
-        l.mysql.cut_account(&self.failover_user);
+        l.mysql.cut();
         Ok(format!(
             "isolated {name} from the operator: its peers and the replicas still reach it"
         ))
@@ -1288,7 +1514,8 @@ impl Playground {
         for l in outgoing.chain(incoming) {
             l.cut();
         }
-        self.links[i].mysql.cut_account(&self.replication_user);
+        // And the replicas' way to its server (its replication link).
+        self.links[i].replication.cut();
         Ok(format!(
             "isolated {name} from its peers: no sidecar of another site and no replica reaches it; the operator still does"
         ))
@@ -1311,13 +1538,8 @@ impl Playground {
     /// operator's from each sidecar, and the operator's MySQL account.
     fn operator_links(&self, cut: bool) {
         for l in &self.links {
-            for p in std::iter::once(&l.sidecar).chain(&l.to_operators) {
+            for p in [&l.sidecar, &l.mysql].into_iter().chain(&l.to_operators) {
                 if cut { p.cut() } else { p.heal() }
-            }
-            if cut {
-                l.mysql.cut_account(&self.failover_user);
-            } else {
-                l.mysql.heal_account(&self.failover_user);
             }
         }
     }
@@ -1325,8 +1547,8 @@ impl Playground {
     /// Whether any of site `i`'s links is cut, wholly or for the operator or the replicas.
     pub fn isolated(&self, i: usize) -> bool {
         let l = &self.links[i];
-        l.mysql.is_cut_for(&self.failover_user)
-            || l.mysql.is_cut_for(&self.replication_user)
+        l.mysql.is_cut()
+            || l.replication.is_cut()
             || l.sidecar.is_cut()
             || l.to_peers.iter().any(|(_, p)| p.is_cut())
     }
@@ -1373,7 +1595,7 @@ impl Playground {
         }
         let first = crate::measure::next_first_id(&self.router_opts)
             .await
-            .map_err(other)?;
+            .map_err(|e| other(e.to_string()))?;
         let halt = Arc::new(AtomicBool::new(false));
         let writer = crate::measure::spawn_writer(self.router_opts.clone(), first, halt.clone());
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1408,7 +1630,7 @@ impl Playground {
         }
         let lost = crate::measure::lost(&self.router_opts, &acked)
             .await
-            .map_err(other)?;
+            .map_err(|e| other(e.to_string()))?;
         Ok(crate::measure::SwitchoverGap {
             from,
             to,
@@ -1440,6 +1662,29 @@ impl Playground {
         .await?;
         Ok(format!(
             "requested a reclone of {name} (confirmed with {confirm:?})"
+        ))
+    }
+
+    /// Asks for a backup now (as `bloodraven backup now` does): the operator takes it on the
+    /// healthiest replica, into `<dir>/backups/`.
+    pub async fn backup(&self) -> Result<String, PlaygroundError> {
+        let status = self.stored_status().await?;
+        if let Some(b) = status
+            .backups
+            .as_ref()
+            .and_then(bloodraven_core::status::BackupsStatus::running)
+        {
+            return Err(PlaygroundError::Other(format!(
+                "refused: backup {} is running on {} (one at a time)",
+                b.id, b.site
+            )));
+        }
+        let id = bloodraven_core::backup::backup_id(GROUP, SystemClock.now());
+        self.annotate(bloodraven_core::contract::annotations::BACKUP_NOW, &id)
+            .await?;
+        Ok(format!(
+            "requested backup {id} (into {})",
+            self.dir.join("backups").display()
         ))
     }
 
@@ -1588,12 +1833,201 @@ impl Playground {
             "release-lease" => self.release_lease().await,
             "revoke-all" => self.revoke_all().await,
             "reclone-site" => self.reclone_site(site.ok_or_else(missing)?).await,
+            "backup" => self.backup().await,
             "update" => self.ordered_update().await,
             "measure-switchover" => Ok(self.measure_switchover(site).await?.to_string()),
+            "rotate-certificates" => self.rotate_certificates().await,
             other => Err(PlaygroundError::Other(format!(
-                "unknown action {other:?} (increment, start-writing, stop-writing, failover, measure-switchover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator, heal-operator, stop-operator, start-operator, kill-leading-operator, stop-etcd-member, stop-etcd-leader, start-etcd, take-lease, release-lease, revoke-all)"
+                "unknown action {other:?} (increment, start-writing, stop-writing, failover, measure-switchover, kill-site, restart-site, isolate-site, isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, backup, update, isolate-operator, heal-operator, stop-operator, start-operator, kill-leading-operator, stop-etcd-member, stop-etcd-leader, start-etcd, take-lease, release-lease, revoke-all, rotate-certificates)"
             ))),
         }
+    }
+
+    /// What the sidecars and the leading operator report of their component TLS (`/status`'s
+    /// `tls` and `componentTls`), `None` for one that does not answer.
+    async fn tls_in_use(&self) -> Vec<Option<bloodraven_core::wire::ComponentTlsStatus>> {
+        let http =
+            bloodraven_runtime::tls::http_client(Some(&self.pki.ca.cert), Duration::from_secs(2))
+                .unwrap_or_default();
+        let mut out = Vec::new();
+        for port in &self.sidecar_ports {
+            let s = async {
+                let r = http
+                    .get(format!("https://127.0.0.1:{port}/status"))
+                    .send()
+                    .await
+                    .ok()?;
+                r.json::<bloodraven_core::wire::SidecarStatus>()
+                    .await
+                    .ok()?
+                    .tls
+            };
+            out.push(s.await);
+        }
+        let op = async {
+            let r = http
+                .get(format!("{}/status", self.operator_url()))
+                .send()
+                .await
+                .ok()?;
+            r.json::<bloodraven_core::wire::OperatorStatus>()
+                .await
+                .ok()?
+                .component_tls
+        };
+        out.push(op.await);
+        out
+    }
+
+    /// Waits until every sidecar and the leading operator report `done` of their TLS in use
+    /// (each asked again every 200 ms; asking makes it look at its files), and at least two
+    /// reload checks passed, so a component nobody asked (a following operator) takes the files
+    /// at its next connection.
+    async fn wait_tls(
+        &self,
+        what: &str,
+        done: impl Fn(&bloodraven_core::wire::ComponentTlsStatus) -> bool,
+    ) -> Result<(), PlaygroundError> {
+        let floor = tokio::time::Instant::now() + bloodraven_runtime::mtls::RECHECK * 2;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen = self.tls_in_use().await;
+            if seen.iter().all(|s| s.as_ref().is_some_and(&done)) {
+                tokio::time::sleep_until(floor).await;
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(PlaygroundError::Other(format!(
+                    "rotate-certificates: not every component {what} within 30 s (sidecars, then the operator: {:?})",
+                    seen.iter().map(Option::is_some).collect::<Vec<_>>()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Reloads HAProxy so that its checks read the CA bundle again.
+    async fn reload_haproxy(&self) -> Result<(), PlaygroundError> {
+        if let Some(r) = self.router.lock().await.as_mut() {
+            let log = open_log(&self.dir.join("logs/haproxy.log"))?;
+            r.reload(log).await.map_err(|e| {
+                PlaygroundError::Other(format!("rotate-certificates: reload HAProxy: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `rotate-certificates`: a new component CA, trusted beside the old one by every
+    /// component; then every component certificate issued from it; then the old CA removed
+    /// (docs/security.md, "Flow: rotating"). Each step waits until every component took it.
+    /// Bloodraven's components restart nothing; HAProxy, which reads its checks' CA bundle
+    /// only at start, is reloaded after each change of the bundle.
+    pub async fn rotate_certificates(&self) -> Result<String, PlaygroundError> {
+        use bloodraven_runtime::pki;
+        let p = &self.pki;
+        let err = |e: pki::PkiError| PlaygroundError::Other(format!("rotate-certificates: {e}"));
+        let sha = |pem: &str| -> Result<String, PlaygroundError> {
+            use sha2::Digest as _;
+            let der = pki::pem_certificates(pem.as_bytes(), "the new CA").map_err(err)?;
+            Ok(hex::encode(sha2::Sha256::digest(&der[0])))
+        };
+        let now = SystemClock.now();
+        // 1. A new CA, beside the old one.
+        let next = p.dir.join("ca-next");
+        let _ = std::fs::remove_dir_all(&next);
+        let next_ca =
+            pki::create_ca(&next, &format!("Bloodraven component CA ({now})"), now).map_err(err)?;
+        let old_pem = std::fs::read_to_string(&p.ca.cert).map_err(io("read the CA bundle"))?;
+        let new_pem = std::fs::read_to_string(&next_ca.cert).map_err(io("read the new CA"))?;
+        let new_fp = sha(&new_pem)?;
+        // 2. Trusted together.
+        let both = format!("{}\n{}", old_pem.trim_end(), new_pem);
+        pki::replace_file(&p.ca.cert, &both).map_err(err)?;
+        self.reload_haproxy().await?;
+        self.wait_tls("trusts the new CA", |t| t.trusted_cas.contains(&new_fp))
+            .await?;
+        // 3. Every certificate from the new CA.
+        let mut issued = Vec::new();
+        for stem in SITES.iter().copied().chain(std::iter::once("operator")) {
+            let id = if stem == "operator" {
+                bloodraven_core::identity::ComponentId::operator(NAMESPACE, GROUP)
+            } else {
+                bloodraven_core::identity::ComponentId::site(NAMESPACE, GROUP, stem)
+            };
+            let cert = pki::issue(
+                &next_ca,
+                &pki::IssueRequest {
+                    subject: pki::Subject::Component(vec![id]),
+                    ips: vec![std::net::IpAddr::from([127, 0, 0, 1])],
+                    dns: vec!["localhost".into()],
+                    not_before: now,
+                    valid_for: pki::DEFAULT_VALIDITY,
+                },
+            )
+            .map_err(err)?;
+            pki::write_issued(&cert, &p.dir, stem).map_err(err)?;
+            let der = pki::pem_certificates(cert.cert_pem.as_bytes(), stem).map_err(err)?;
+            issued.push(pki::inspect(&der[0], stem).map_err(err)?.fingerprint);
+        }
+        self.wait_tls("presents its new certificate", |t| {
+            issued.contains(&t.fingerprint)
+        })
+        .await?;
+        // 3b. The database servers' certificate too, taken by each server with `FLUSH LOCAL
+        // SSL` (LOCAL: kept out of the binary log, so no replica runs it, or holds a GTID of
+        // its own); open connections keep their session, new ones see the new certificate.
+        let server = pki::issue(
+            &next_ca,
+            &pki::IssueRequest {
+                subject: pki::Subject::Server,
+                ips: vec![std::net::IpAddr::from([127, 0, 0, 1])],
+                dns: vec!["localhost".into()],
+                not_before: now,
+                valid_for: pki::DEFAULT_VALIDITY,
+            },
+        )
+        .map_err(err)?;
+        pki::write_issued(&server, &p.dir, MARIADB_CERT).map_err(err)?;
+        let flushed = self.flush_ssl().await;
+        // 4. The old CA removed: the new one issues from now on.
+        pki::replace_file(&p.ca.cert, &new_pem).map_err(err)?;
+        let key = std::fs::read_to_string(&next_ca.key).map_err(io("read the new CA's key"))?;
+        bloodraven_runtime::files::write_private(&p.ca.key, &key)
+            .map_err(io("write the CA's key"))?;
+        let _ = std::fs::remove_dir_all(&next);
+        self.reload_haproxy().await?;
+        self.wait_tls("trusts only the new CA", |t| {
+            t.trusted_cas == [new_fp.clone()]
+        })
+        .await?;
+        Ok(format!(
+            "rotated the component CA (now {}…), every component certificate and the database servers' certificate ({flushed}): both CAs trusted, new certificates, old CA removed; no component or server restarted (HAProxy, which reads its checks' CA only at start, was reloaded)",
+            &new_fp[..16]
+        ))
+    }
+
+    /// `FLUSH LOCAL SSL` on every running server, as root over its socket: what it says of
+    /// each (a server that does not run is left; it reads the files when it starts).
+    async fn flush_ssl(&self) -> String {
+        let h = self.harness.lock().await;
+        let mut said = Vec::new();
+        for (i, site) in SITES.iter().enumerate() {
+            let r = match h.admin(i) {
+                Ok(c) => c
+                    .execute("FLUSH LOCAL SSL")
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            said.push(match r {
+                Ok(()) => format!("{site} reloaded"),
+                Err(e) => {
+                    tracing::warn!(site, error = %e, "rotate-certificates: FLUSH LOCAL SSL");
+                    format!("{site} not reloaded")
+                }
+            });
+        }
+        said.join(", ")
     }
 
     /// HAProxy's view of its backends, beside its ports, for the dashboard.
@@ -1627,7 +2061,7 @@ impl Playground {
     pub async fn shutdown(&self) {
         let _ = self.release_lease().await;
         for c in self.sidecars.lock().await.iter_mut().flatten() {
-            terminate(c).await;
+            crate::control::terminate(c).await;
         }
         self.stop_operator().await;
         if let Some(r) = self.router.lock().await.take() {
@@ -1714,7 +2148,7 @@ async fn open_store(config: &Path) -> Result<Arc<dyn Store>, PlaygroundError> {
 
 /// Stops etcd member `i` and says what is left.
 async fn stop_member(
-    c: &mut bloodraven_etcd::launcher::EtcdCluster,
+    c: &mut bloodraven_launch::etcd::EtcdCluster,
     i: usize,
     leader: Option<usize>,
 ) -> String {
@@ -1737,31 +2171,7 @@ async fn stop_member(
     )
 }
 
-pub(crate) fn open_log(path: &Path) -> Result<std::fs::File, PlaygroundError> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io(format!("open {}", path.display())))
-}
-
 fn write_private(path: &Path, text: &str) -> Result<(), PlaygroundError> {
     bloodraven_runtime::files::write_private(path, text)
         .map_err(io(format!("write {}", path.display())))
-}
-
-/// SIGTERM (and SIGCONT, so a child paused by a scenario handles it now), then SIGKILL
-/// after 10 s.
-pub(crate) async fn terminate(c: &mut Child) {
-    if let Some(pid) = c.id().and_then(|p| i32::try_from(p).ok()) {
-        let pid = nix::unistd::Pid::from_raw(pid);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
-        if tokio::time::timeout(Duration::from_secs(10), c.wait())
-            .await
-            .is_err()
-        {
-            let _ = c.kill().await;
-        }
-    }
 }

@@ -6,15 +6,10 @@
 //! sees a reset); healing it lets connections through again. A delay holds every chunk of data
 //! that crosses the link, in both directions, for that long (a slow or congested link).
 //!
-//! A link to a MySQL server carries several parties at once: the operator's connections and
-//! the replicas' replication connections both reach a site's server at the address the
-//! operator knows it by. On a real network they come from different places, so a partition can
-//! cut one and spare the other. A MySQL link ([`LinkProxy::start_mysql`]) tells them apart by
-//! the account each connection authenticates as (read from the client's handshake response,
-//! held back until it is read), and can cut one account's connections only
-//! ([`LinkProxy::cut_account`]).
+//! A proxy never looks inside what it carries (the database links are TLS): the parties that a
+//! partition must tell apart — the operator's connections to a site's MySQL and the replicas'
+//! — come through links of their own (a site's `mysql` address and its `replicationAddress`).
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,8 +30,6 @@ pub struct LinkProxy {
     delay_ms: Arc<AtomicU64>,
     /// Bumped on every cut: open connections watch it and close.
     epoch: watch::Sender<u64>,
-    /// Accounts whose connections are cut (MySQL links only).
-    accounts: watch::Sender<BTreeSet<String>>,
     connections: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
@@ -48,31 +41,11 @@ impl LinkProxy {
         listen: SocketAddr,
         target: SocketAddr,
     ) -> std::io::Result<LinkProxy> {
-        Self::start_with(name, listen, target, false).await
-    }
-
-    /// Starts a proxy for the MySQL server at `target` that knows each connection's account,
-    /// so [`Self::cut_account`] can cut one party's connections and spare the others'.
-    pub async fn start_mysql(
-        name: &str,
-        listen: SocketAddr,
-        target: SocketAddr,
-    ) -> std::io::Result<LinkProxy> {
-        Self::start_with(name, listen, target, true).await
-    }
-
-    async fn start_with(
-        name: &str,
-        listen: SocketAddr,
-        target: SocketAddr,
-        mysql: bool,
-    ) -> std::io::Result<LinkProxy> {
         let listener = TcpListener::bind(listen).await?;
         let listen = listener.local_addr()?;
         let cut = Arc::new(AtomicBool::new(false));
         let delay_ms = Arc::new(AtomicU64::new(0));
         let (epoch, epoch_rx) = watch::channel(0u64);
-        let (accounts, accounts_rx) = watch::channel(BTreeSet::new());
         let connections = Arc::new(AtomicU64::new(0));
         let target = Arc::new(std::sync::Mutex::new(target));
         let task = tokio::spawn(accept_loop(
@@ -81,8 +54,6 @@ impl LinkProxy {
             Link {
                 cut: cut.clone(),
                 delay_ms: delay_ms.clone(),
-                mysql,
-                accounts: accounts_rx,
             },
             epoch_rx,
             connections.clone(),
@@ -94,7 +65,6 @@ impl LinkProxy {
             cut,
             delay_ms,
             epoch,
-            accounts,
             connections,
             task,
         })
@@ -134,27 +104,6 @@ impl LinkProxy {
         self.cut.store(false, Ordering::SeqCst);
     }
 
-    /// Cuts the connections that authenticate as MySQL account `user` (a MySQL link only):
-    /// open ones close, new ones are dropped before their handshake reaches the server. Other
-    /// accounts' connections go on.
-    pub fn cut_account(&self, user: &str) {
-        self.accounts.send_modify(|a| {
-            a.insert(user.to_string());
-        });
-    }
-
-    /// Lets account `user`'s connections through again.
-    pub fn heal_account(&self, user: &str) {
-        self.accounts.send_modify(|a| {
-            a.remove(user);
-        });
-    }
-
-    /// Whether account `user`'s connections are cut, by [`Self::cut`] or [`Self::cut_account`].
-    pub fn is_cut_for(&self, user: &str) -> bool {
-        self.is_cut() || self.accounts.borrow().contains(user)
-    }
-
     /// Holds every chunk crossing the link for `delay` (zero: none) from now on, on open
     /// connections too.
     pub fn set_delay(&self, delay: std::time::Duration) {
@@ -190,9 +139,6 @@ impl Drop for LinkProxy {
 struct Link {
     cut: Arc<AtomicBool>,
     delay_ms: Arc<AtomicU64>,
-    /// Read each connection's MySQL account before forwarding it.
-    mysql: bool,
-    accounts: watch::Receiver<BTreeSet<String>>,
 }
 
 async fn accept_loop(
@@ -225,34 +171,6 @@ async fn accept_loop(
             let _ = outbound.set_nodelay(true);
             let (mut in_r, mut in_w) = inbound.into_split();
             let (mut out_r, mut out_w) = outbound.into_split();
-            let mut accounts = link.accounts.clone();
-            let account = if link.mysql {
-                // The server speaks first (its greeting); the client's first packet names the
-                // account. Nothing of the client's reaches the server before it is read.
-                let greeted = tokio::select! {
-                    first = handshake_response(&mut in_r) => first,
-                    () = forward(&mut out_r, &mut in_w, &link.delay_ms) => None,
-                };
-                let Some((bytes, account)) = greeted else {
-                    return;
-                };
-                // Marks the current cuts seen: a later cut wakes the watcher below.
-                let cut_now = account
-                    .as_ref()
-                    .is_some_and(|a| accounts.borrow_and_update().contains(a));
-                if link.cut.load(Ordering::SeqCst) || cut_now {
-                    return;
-                }
-                if tokio::io::AsyncWriteExt::write_all(&mut out_w, &bytes)
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                account
-            } else {
-                None
-            };
             tokio::select! {
                 () = forward(&mut in_r, &mut out_w, &link.delay_ms) => {}
                 () = forward(&mut out_r, &mut in_w, &link.delay_ms) => {}
@@ -263,50 +181,9 @@ async fn accept_loop(
                         }
                     }
                 } => {}
-                () = async {
-                    loop {
-                        if accounts.changed().await.is_err() {
-                            return std::future::pending().await;
-                        }
-                        if account.as_ref().is_some_and(|a| accounts.borrow().contains(a)) {
-                            return;
-                        }
-                    }
-                } => {}
             }
         });
     }
-}
-
-/// Reads a MySQL client's first packet (its handshake response) and the account it names:
-/// `None` for the account when it cannot be read (a TLS request, a pre-4.1 client), `None`
-/// altogether when the connection ends first.
-async fn handshake_response(
-    from: &mut (impl tokio::io::AsyncRead + Unpin),
-) -> Option<(Vec<u8>, Option<String>)> {
-    use tokio::io::AsyncReadExt;
-    let mut header = [0u8; 4];
-    from.read_exact(&mut header).await.ok()?;
-    let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
-    let mut bytes = header.to_vec();
-    bytes.resize(4 + len, 0);
-    from.read_exact(&mut bytes[4..]).await.ok()?;
-    let account = account_of(&bytes[4..]);
-    Some((bytes, account))
-}
-
-/// The user name in a protocol-4.1 handshake response payload: after the capability flags
-/// (4 bytes), the maximum packet size (4), the character set (1) and 23 reserved bytes, up to a
-/// NUL. A 32-byte payload is a TLS request, which names no one.
-fn account_of(payload: &[u8]) -> Option<String> {
-    const CLIENT_PROTOCOL_41: u32 = 0x200;
-    let flags = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?);
-    if flags & CLIENT_PROTOCOL_41 == 0 || payload.len() <= 32 {
-        return None;
-    }
-    let name = &payload[32..];
-    let end = name.iter().position(|b| *b == 0)?;
-    String::from_utf8(name[..end].to_vec()).ok()
 }
 
 /// Copies `from` to `to` until either side ends, holding each chunk for the link's delay.
@@ -337,9 +214,8 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// An echo server; with `mysql`, it first greets like MySQL (one packet) and reads the
-    /// client's first packet, as a MySQL server would before any command.
-    async fn test_server(mysql: bool) -> SocketAddr {
+    /// An echo server.
+    async fn test_server() -> SocketAddr {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(async move {
@@ -348,15 +224,6 @@ mod tests {
                     return;
                 };
                 tokio::spawn(async move {
-                    if mysql
-                        && (s
-                            .write_all(&[5, 0, 0, 0, 10, b'1', b'1', b'.', 0])
-                            .await
-                            .is_err()
-                            || handshake_response(&mut s).await.is_none())
-                    {
-                        return;
-                    }
                     let mut buf = [0u8; 64];
                     while let Ok(n) = s.read(&mut buf).await {
                         if n == 0 || s.write_all(&buf[..n]).await.is_err() {
@@ -382,7 +249,7 @@ mod tests {
 
     /// A proxy in front of an echo server, and a connection through it that carried data.
     async fn linked() -> (LinkProxy, TcpStream) {
-        let target = test_server(false).await;
+        let target = test_server().await;
         let p = LinkProxy::start("test", "127.0.0.1:0".parse().unwrap(), target)
             .await
             .unwrap();
@@ -474,78 +341,5 @@ mod tests {
         assert!(started.elapsed() >= std::time::Duration::from_millis(600));
         p.set_delay(std::time::Duration::ZERO);
         assert!(roundtrip(&mut a).await);
-    }
-
-    /// A protocol-4.1 handshake response naming `user`.
-    fn response(user: &str) -> Vec<u8> {
-        let mut p = 0x0000_0200u32.to_le_bytes().to_vec();
-        p.extend([0u8; 28]);
-        p.extend(user.as_bytes());
-        p.push(0);
-        p.extend([0u8; 3]);
-        let len = u32::try_from(p.len()).unwrap().to_le_bytes();
-        let mut packet = vec![len[0], len[1], len[2], 1];
-        packet.extend(p);
-        packet
-    }
-
-    async fn connect_as(p: &LinkProxy, user: &str) -> Option<TcpStream> {
-        let mut s = TcpStream::connect(p.listen).await.ok()?;
-        let mut greeting = [0u8; 9];
-        tokio::time::timeout(
-            std::time::Duration::from_secs(2),
-            s.read_exact(&mut greeting),
-        )
-        .await
-        .ok()?
-        .ok()?;
-        s.write_all(&response(user)).await.ok()?;
-        Some(s)
-    }
-
-    #[test]
-    fn reads_the_account_of_a_handshake_response_and_nothing_else() {
-        assert_eq!(account_of(&response("repl")[4..]).as_deref(), Some("repl"));
-        // A TLS request (32 bytes) names no one; neither does a truncated or pre-4.1 packet.
-        assert_eq!(account_of(&response("repl")[4..36]), None);
-        assert_eq!(account_of(&[0, 2]), None);
-        let mut old = response("repl");
-        old[5] = 0;
-        assert_eq!(account_of(&old[4..]), None);
-    }
-
-    #[tokio::test]
-    async fn a_mysql_link_cuts_one_account_and_spares_the_others() {
-        let target = test_server(true).await;
-        let p = LinkProxy::start_mysql("test", "127.0.0.1:0".parse().unwrap(), target)
-            .await
-            .unwrap();
-        let mut repl = connect_as(&p, "repl").await.unwrap();
-        let mut operator = connect_as(&p, "failover").await.unwrap();
-        assert!(roundtrip(&mut repl).await);
-        assert!(roundtrip(&mut operator).await);
-
-        p.cut_account("repl");
-        assert!(p.is_cut_for("repl") && !p.is_cut_for("failover"));
-        assert!(
-            !roundtrip(&mut repl).await,
-            "the cut account's connection closes"
-        );
-        assert!(roundtrip(&mut operator).await, "another account's goes on");
-        let mut again = connect_as(&p, "repl").await.unwrap();
-        assert!(
-            !roundtrip(&mut again).await,
-            "a new connection of the cut account is dropped"
-        );
-        let mut other = connect_as(&p, "failover").await.unwrap();
-        assert!(roundtrip(&mut other).await);
-
-        p.heal_account("repl");
-        let mut healed = connect_as(&p, "repl").await.unwrap();
-        assert!(roundtrip(&mut healed).await);
-        // A full cut still cuts everyone.
-        p.cut();
-        assert!(!roundtrip(&mut operator).await);
-        assert!(p.is_cut_for("failover"));
     }
 }

@@ -49,6 +49,8 @@ pub enum RouterError {
 #[derive(Debug)]
 pub struct Router {
     child: Child,
+    /// Processes a reload replaced, until they exit (`hard-stop-after`).
+    retired: Vec<Child>,
     pub primary_port: u16,
     pub replica_port: u16,
     pub config_path: PathBuf,
@@ -85,11 +87,25 @@ pub fn binary() -> String {
     }
 }
 
-/// The configuration: docs/sidecar.md's, on loopback, with a stats socket at `socket`.
-pub fn config(sites: &[RoutedSite], primary_port: u16, replica_port: u16, socket: &Path) -> String {
+/// How long an HAProxy process replaced by a reload may go on serving its connections.
+pub const HARD_STOP_AFTER: Duration = Duration::from_secs(5);
+
+/// The configuration: docs/sidecar.md's, on loopback, with a stats socket at `socket`. The
+/// sidecars' checks go over TLS, their certificates verified against the component CA `ca`
+/// (the checks are open endpoints: HAProxy presents no certificate).
+pub fn config(
+    sites: &[RoutedSite],
+    primary_port: u16,
+    replica_port: u16,
+    socket: &Path,
+    ca: &Path,
+) -> String {
     let mut c = String::new();
     let _ = writeln!(c, "global");
     let _ = writeln!(c, "  stats socket {} mode 600 level user", socket.display());
+    // A reload (a new CA bundle for the checks: HAProxy reads a ca-file only at start) leaves
+    // the old process serving its connections for at most this long.
+    let _ = writeln!(c, "  hard-stop-after {}s", HARD_STOP_AFTER.as_secs());
     let _ = writeln!(c);
     let _ = writeln!(c, "defaults");
     let _ = writeln!(c, "  mode tcp");
@@ -99,8 +115,11 @@ pub fn config(sites: &[RoutedSite], primary_port: u16, replica_port: u16, socket
     let server = |c: &mut String, s: &RoutedSite| {
         let _ = writeln!(
             c,
-            "  server {} 127.0.0.1:{} check port {}",
-            s.name, s.mysql_port, s.sidecar_port
+            "  server {} 127.0.0.1:{} check port {} check-ssl verify required ca-file {}",
+            s.name,
+            s.mysql_port,
+            s.sidecar_port,
+            ca.display()
         );
     };
     let _ = writeln!(c);
@@ -145,6 +164,7 @@ impl Router {
         sites: &[RoutedSite],
         primary_port: u16,
         replica_port: u16,
+        ca: &Path,
         log: std::fs::File,
     ) -> Result<Router, RouterError> {
         let bin = binary();
@@ -153,7 +173,7 @@ impl Router {
         let _ = std::fs::remove_file(&socket);
         std::fs::write(
             &config_path,
-            config(sites, primary_port, replica_port, &socket),
+            config(sites, primary_port, replica_port, &socket, ca),
         )
         .map_err(|e| RouterError::Write {
             path: config_path.display().to_string(),
@@ -190,6 +210,7 @@ impl Router {
             })?;
         let r = Router {
             child,
+            retired: Vec::new(),
             primary_port,
             replica_port,
             config_path,
@@ -213,8 +234,8 @@ impl Router {
         self.child.id()
     }
 
-    /// HAProxy's view of every server of both backends (`show stat`).
-    pub async fn backends(&self) -> Result<Vec<BackendServer>, RouterError> {
+    /// One command on the stats socket, and its answer.
+    async fn command(&self, command: &str) -> Result<String, RouterError> {
         let stats = |e: std::io::Error| RouterError::Stats(e.to_string());
         let mut s = tokio::time::timeout(
             Duration::from_secs(1),
@@ -223,17 +244,65 @@ impl Router {
         .await
         .map_err(|_| RouterError::Stats("no answer within 1 s".into()))?
         .map_err(stats)?;
-        s.write_all(b"show stat\n").await.map_err(stats)?;
+        s.write_all(command.as_bytes()).await.map_err(stats)?;
         let mut out = String::new();
         tokio::time::timeout(Duration::from_secs(1), s.read_to_string(&mut out))
             .await
             .map_err(|_| RouterError::Stats("no answer within 1 s".into()))?
             .map_err(stats)?;
+        Ok(out)
+    }
+
+    /// HAProxy's view of every server of both backends (`show stat`).
+    pub async fn backends(&self) -> Result<Vec<BackendServer>, RouterError> {
+        let out = self.command("show stat\n").await?;
         parse_stats(&out).ok_or_else(|| RouterError::Stats(format!("unreadable: {out:.200}")))
     }
 
-    /// Stops HAProxy (the playground's own child, by its handle).
+    /// Reloads HAProxy (`-sf`): a new process reads the configuration and the CA bundle again
+    /// (HAProxy reads a `ca-file` only at start; its runtime API does not update the CA of a
+    /// server's checks in 2.6) and takes new connections; the old one serves the ones it has
+    /// for at most [`HARD_STOP_AFTER`], then closes them (clients reconnect to the new one).
+    pub async fn reload(&mut self, log: std::fs::File) -> Result<(), RouterError> {
+        let bin = binary();
+        let old = self.child.id().unwrap_or_default();
+        let child = Command::new(&bin)
+            .arg("-db")
+            .arg("-f")
+            .arg(&self.config_path)
+            .arg("-sf")
+            .arg(old.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| RouterError::Missing {
+                bin: bin.clone(),
+                detail: e.to_string(),
+            })?;
+        let previous = std::mem::replace(&mut self.child, child);
+        self.retired
+            .retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        self.retired.push(previous);
+        // Ready once the new process's stats socket answers.
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if self.backends().await.is_ok() {
+                return Ok(());
+            }
+        }
+        Err(RouterError::Stats(format!(
+            "{} did not answer within 5 s of the reload",
+            self.socket.display()
+        )))
+    }
+
+    /// Stops HAProxy (the playground's own children, by their handles).
     pub async fn stop(mut self) {
+        for mut c in self.retired.drain(..) {
+            let _ = c.kill().await;
+        }
         let _ = self.child.kill().await;
         let _ = std::fs::remove_file(&self.socket);
     }
@@ -301,16 +370,25 @@ mod tests {
                 reader: true,
             },
         ];
-        let c = config(&sites, 6033, 6034, Path::new("/tmp/pg/haproxy.sock"));
+        let c = config(
+            &sites,
+            6033,
+            6034,
+            Path::new("/tmp/pg/haproxy.sock"),
+            Path::new("/tmp/pg/pki/ca.crt"),
+        );
         let primary =
             &c[c.find("backend mysql-primary").unwrap()..c.find("backend mysql-replica").unwrap()];
         assert!(primary.contains("option httpchk GET /primary"));
         assert!(primary.contains("inter 100ms fall 1 rise 1 on-marked-down shutdown-sessions"));
-        assert!(primary.contains("server iad 127.0.0.1:3301 check port 8081"));
+        assert!(primary.contains(
+            "server iad 127.0.0.1:3301 check port 8081 check-ssl verify required ca-file /tmp/pg/pki/ca.crt"
+        ));
         assert!(!primary.contains("reader"), "a reader never takes writes");
         assert!(c.contains("server reader 127.0.0.1:3303 check port 8083"));
         assert!(c.contains("bind 127.0.0.1:6033") && c.contains("bind 127.0.0.1:6034"));
         assert!(c.contains("stats socket /tmp/pg/haproxy.sock mode 600 level user"));
+        assert!(c.contains("hard-stop-after 5s"));
     }
 
     #[test]

@@ -258,200 +258,217 @@ pub async fn run(name: &str, dashboard: &str) -> Result<(), ScenarioError> {
     let s = healthy(&api).await?;
     let primary = active(&s);
     match name {
-        "operator-down" => {
-            api.act("stop-operator", None).await?;
-            let (ok, bad) = api.increments(5).await?;
-            if bad > 0 || ok != 5 {
-                return Err(api.fail(format!(
-                    "with the operator down, {bad} of 5 increments failed"
-                )));
-            }
-            println!("  ✓ 5 increments acknowledged on {primary} with the operator down");
-            println!("  … waiting 10 s (longer than the sidecars' leaseTimeout of 6 s)");
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            let s = api.state().await?;
-            let fenced: Vec<&str> = s["sites"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|x| x["sidecar"]["selfFenced"] == true)
-                .filter_map(|x| x["name"].as_str())
-                .collect();
-            if !fenced.is_empty() {
-                return Err(api.fail(format!(
-                    "sites self-fenced with peers answering: {fenced:?}"
-                )));
-            }
-            let (ok, _) = api.increments(3).await?;
-            if ok != 3 {
-                return Err(api.fail("writes failed after the lease timeout with peers answering"));
-            }
-            println!("  ✓ nothing fenced: one answering peer suppresses rule #2");
-            api.act("start-operator", None).await?;
-            healthy(&api).await?;
-        }
-        "deferred-failover" => {
-            let target = other_candidate(&s, &primary)
-                .ok_or_else(|| api.fail("no other primary-candidate"))?;
-            api.act("take-lease", None).await?;
-            api.act("failover", Some(&target)).await?;
-            let s = api
-                .wait(
-                    "the planned failover deferred by the hold",
-                    Duration::from_secs(20),
-                    |s| {
-                        s["plannedFailover"]["phase"] == "Deferred"
-                            && s["plannedFailover"]["admission"]["deferReason"] == "DeploymentHold"
-                    },
-                )
-                .await?;
-            println!(
-                "  ✓ {}",
-                s["plannedFailover"]["admission"]["message"]
-                    .as_str()
-                    .unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            if active(&api.state().await?) != primary {
-                return Err(api.fail("the active site moved while the hold was live"));
-            }
-            api.act("release-lease", None).await?;
-            api.wait(
-                &format!("the planned failover to {target} to succeed"),
-                Duration::from_secs(30),
-                |s| s["plannedFailover"]["phase"] == "Succeeded" && active(s) == target,
-            )
-            .await?;
-        }
-        "kill-primary" => {
-            let generation = s["topologyGeneration"].as_u64().unwrap_or(0);
-            let before = s["counter"]["value"].as_i64().unwrap_or(0);
-            api.increments(3).await?;
-            let mut catch_up = CatchUp::since(SystemClock.now());
-            api.wait(
-                "the candidates to hold the primary's transactions (asynchronous replication)",
-                Duration::from_secs(30),
-                |s| catch_up.reached(s, &primary),
-            )
-            .await?;
-            api.act("kill-site", Some(&primary)).await?;
-            let s = api
-                .wait(
-                    "a new active site and generation",
-                    Duration::from_secs(30),
-                    |s| {
-                        let a = active(s);
-                        !a.is_empty()
-                            && a != primary
-                            && s["topologyGeneration"].as_u64().unwrap_or(0) > generation
-                    },
-                )
-                .await?;
-            let new = active(&s);
-            let mut ok = 0;
-            for _ in 0..40 {
-                if api
-                    .act("increment", None)
-                    .await?
-                    .contains(&format!("on {new}: acknowledged"))
-                {
-                    ok += 1;
-                    if ok >= 3 {
-                        break;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            if ok < 3 {
-                return Err(api.fail(format!("the counter did not keep counting on {new}")));
-            }
-            let s = api
-                .wait(
-                    "the counter above its value before the failover",
-                    Duration::from_secs(10),
-                    |s| s["counter"]["value"].as_i64().unwrap_or(0) > before,
-                )
-                .await?;
-            println!("  ✓ counter {} on {new}", s["counter"]["value"]);
-            api.act("restart-site", Some(&primary)).await?;
-            api.wait(
-                &format!("{primary} back, fenced and replicating from {new}"),
-                Duration::from_secs(30),
-                |s| {
-                    site(s, &primary)
-                        .is_some_and(|x| x["state"] == "read-only" && x["replicating"] == true)
-                },
-            )
-            .await?;
-        }
-        "isolate-primary" => {
-            api.act("isolate-site", Some(&primary)).await?;
-            api.wait(
-                &format!("{primary}'s sidecar to fence it (rule #2)"),
-                Duration::from_secs(30),
-                |s| {
-                    site(s, &primary).is_some_and(|x| {
-                        x["sidecar"]["selfFenced"] == true && x["readOnly"] == true
-                    })
-                },
-            )
-            .await?;
-            api.wait("the operator to fail over", Duration::from_secs(30), |s| {
-                let a = active(s);
-                !a.is_empty() && a != primary
-            })
-            .await?;
-            api.act("heal-site", Some(&primary)).await?;
-            api.wait(
-                &format!("{primary} to rejoin as a replica"),
-                Duration::from_secs(30),
-                |s| {
-                    site(s, &primary)
-                        .is_some_and(|x| x["state"] == "read-only" && x["replicating"] == true)
-                },
-            )
-            .await?;
-        }
-        "switchover-through-router" => {
-            api.wait(
-                &format!("HAProxy to send writes to {primary} only"),
-                Duration::from_secs(10),
-                |s| routed_to(s).as_deref() == Some(primary.as_str()),
-            )
-            .await?;
-            let other = other_candidate(&s, &primary)
-                .ok_or_else(|| api.fail("no other primary-candidate"))?;
-            let mut gaps = Vec::new();
-            for target in [&other, &primary, &other] {
-                // Past the playground's failoverCooldown (5 s) since the last switchover.
-                tokio::time::sleep(Duration::from_secs(6)).await;
-                let m = api.act("measure-switchover", Some(target)).await?;
-                if !m.ends_with(", 0 lost") {
-                    return Err(api.fail(format!("acknowledged writes were lost: {m}")));
-                }
-                let gap = gap_ms(&m).ok_or_else(|| api.fail(format!("no gap in {m:?}")))?;
-                if gap > 5_000 {
-                    return Err(api.fail(format!("writes stopped for {gap} ms: {m}")));
-                }
-                gaps.push(gap);
-                api.wait(
-                    &format!("HAProxy to send writes to {target} only"),
-                    Duration::from_secs(10),
-                    |s| routed_to(s).as_deref() == Some(target.as_str()),
-                )
-                .await?;
-            }
-            gaps.sort_unstable();
-            println!(
-                "  ✓ write gap through HAProxy over {} switchovers: median {} ms, max {} ms; nothing lost",
-                gaps.len(),
-                gaps[gaps.len() / 2],
-                gaps[gaps.len() - 1]
-            );
-        }
+        "operator-down" => operator_down(&api, &primary).await?,
+        "deferred-failover" => deferred_failover(&api, &s, &primary).await?,
+        "kill-primary" => kill_primary(&api, &s, &primary).await?,
+        "isolate-primary" => isolate_primary(&api, &primary).await?,
+        "switchover-through-router" => switchover_through_router(&api, &s, &primary).await?,
         other => return Err(api.fail(format!("no script for {other}"))),
     }
     println!("scenario {name}: passed");
+    Ok(())
+}
+
+/// Scenario "operator-down": writes go on with the operator stopped, and no site fences itself while its peers answer.
+async fn operator_down(api: &Api, primary: &str) -> Result<(), ScenarioError> {
+    api.act("stop-operator", None).await?;
+    let (ok, bad) = api.increments(5).await?;
+    if bad > 0 || ok != 5 {
+        return Err(api.fail(format!(
+            "with the operator down, {bad} of 5 increments failed"
+        )));
+    }
+    println!("  ✓ 5 increments acknowledged on {primary} with the operator down");
+    println!("  … waiting 10 s (longer than the sidecars' leaseTimeout of 6 s)");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let s = api.state().await?;
+    let fenced: Vec<&str> = s["sites"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|x| x["sidecar"]["selfFenced"] == true)
+        .filter_map(|x| x["name"].as_str())
+        .collect();
+    if !fenced.is_empty() {
+        return Err(api.fail(format!(
+            "sites self-fenced with peers answering: {fenced:?}"
+        )));
+    }
+    let (ok, _) = api.increments(3).await?;
+    if ok != 3 {
+        return Err(api.fail("writes failed after the lease timeout with peers answering"));
+    }
+    println!("  ✓ nothing fenced: one answering peer suppresses rule #2");
+    api.act("start-operator", None).await?;
+    healthy(api).await?;
+    Ok(())
+}
+
+/// Scenario "deferred-failover": a deployment hold defers a planned failover, which succeeds once the hold is released.
+async fn deferred_failover(api: &Api, s: &Value, primary: &str) -> Result<(), ScenarioError> {
+    let target =
+        other_candidate(s, primary).ok_or_else(|| api.fail("no other primary-candidate"))?;
+    api.act("take-lease", None).await?;
+    api.act("failover", Some(&target)).await?;
+    let s = api
+        .wait(
+            "the planned failover deferred by the hold",
+            Duration::from_secs(20),
+            |s| {
+                s["plannedFailover"]["phase"] == "Deferred"
+                    && s["plannedFailover"]["admission"]["deferReason"] == "DeploymentHold"
+            },
+        )
+        .await?;
+    println!(
+        "  ✓ {}",
+        s["plannedFailover"]["admission"]["message"]
+            .as_str()
+            .unwrap_or_default()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    if active(&api.state().await?) != primary {
+        return Err(api.fail("the active site moved while the hold was live"));
+    }
+    api.act("release-lease", None).await?;
+    api.wait(
+        &format!("the planned failover to {target} to succeed"),
+        Duration::from_secs(30),
+        |s| s["plannedFailover"]["phase"] == "Succeeded" && active(s) == target,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Scenario "kill-primary": killing the primary fails over to a new site that keeps counting, and the old primary rejoins as a replica.
+async fn kill_primary(api: &Api, s: &Value, primary: &str) -> Result<(), ScenarioError> {
+    let generation = s["topologyGeneration"].as_u64().unwrap_or(0);
+    let before = s["counter"]["value"].as_i64().unwrap_or(0);
+    api.increments(3).await?;
+    let mut catch_up = CatchUp::since(SystemClock.now());
+    api.wait(
+        "the candidates to hold the primary's transactions (asynchronous replication)",
+        Duration::from_secs(30),
+        |s| catch_up.reached(s, primary),
+    )
+    .await?;
+    api.act("kill-site", Some(primary)).await?;
+    let s = api
+        .wait(
+            "a new active site and generation",
+            Duration::from_secs(30),
+            |s| {
+                let a = active(s);
+                !a.is_empty()
+                    && a != primary
+                    && s["topologyGeneration"].as_u64().unwrap_or(0) > generation
+            },
+        )
+        .await?;
+    let new = active(&s);
+    let mut ok = 0;
+    for _ in 0..40 {
+        if api
+            .act("increment", None)
+            .await?
+            .contains(&format!("on {new}: acknowledged"))
+        {
+            ok += 1;
+            if ok >= 3 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    if ok < 3 {
+        return Err(api.fail(format!("the counter did not keep counting on {new}")));
+    }
+    let s = api
+        .wait(
+            "the counter above its value before the failover",
+            Duration::from_secs(10),
+            |s| s["counter"]["value"].as_i64().unwrap_or(0) > before,
+        )
+        .await?;
+    println!("  ✓ counter {} on {new}", s["counter"]["value"]);
+    api.act("restart-site", Some(primary)).await?;
+    api.wait(
+        &format!("{primary} back, fenced and replicating from {new}"),
+        Duration::from_secs(30),
+        |s| site(s, primary).is_some_and(|x| x["state"] == "read-only" && x["replicating"] == true),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Scenario "isolate-primary": an isolated primary fences itself, the operator fails over, and the healed site rejoins as a replica.
+async fn isolate_primary(api: &Api, primary: &str) -> Result<(), ScenarioError> {
+    api.act("isolate-site", Some(primary)).await?;
+    api.wait(
+        &format!("{primary}'s sidecar to fence it (rule #2)"),
+        Duration::from_secs(30),
+        |s| {
+            site(s, primary)
+                .is_some_and(|x| x["sidecar"]["selfFenced"] == true && x["readOnly"] == true)
+        },
+    )
+    .await?;
+    api.wait("the operator to fail over", Duration::from_secs(30), |s| {
+        let a = active(s);
+        !a.is_empty() && a != primary
+    })
+    .await?;
+    api.act("heal-site", Some(primary)).await?;
+    api.wait(
+        &format!("{primary} to rejoin as a replica"),
+        Duration::from_secs(30),
+        |s| site(s, primary).is_some_and(|x| x["state"] == "read-only" && x["replicating"] == true),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Scenario "switchover-through-router": three switchovers through HAProxy lose no acknowledged write and stop writes for at most 5 s.
+async fn switchover_through_router(
+    api: &Api,
+    s: &Value,
+    primary: &str,
+) -> Result<(), ScenarioError> {
+    api.wait(
+        &format!("HAProxy to send writes to {primary} only"),
+        Duration::from_secs(10),
+        |s| routed_to(s).as_deref() == Some(primary),
+    )
+    .await?;
+    let other =
+        other_candidate(s, primary).ok_or_else(|| api.fail("no other primary-candidate"))?;
+    let mut gaps = Vec::new();
+    for target in [other.as_str(), primary, other.as_str()] {
+        // Past the playground's failoverCooldown (5 s) since the last switchover.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let m = api.act("measure-switchover", Some(target)).await?;
+        if !m.ends_with(", 0 lost") {
+            return Err(api.fail(format!("acknowledged writes were lost: {m}")));
+        }
+        let gap = gap_ms(&m).ok_or_else(|| api.fail(format!("no gap in {m:?}")))?;
+        if gap > 5_000 {
+            return Err(api.fail(format!("writes stopped for {gap} ms: {m}")));
+        }
+        gaps.push(gap);
+        api.wait(
+            &format!("HAProxy to send writes to {target} only"),
+            Duration::from_secs(10),
+            |s| routed_to(s).as_deref() == Some(target),
+        )
+        .await?;
+    }
+    gaps.sort_unstable();
+    println!(
+        "  ✓ write gap through HAProxy over {} switchovers: median {} ms, max {} ms; nothing lost",
+        gaps.len(),
+        gaps[gaps.len() / 2],
+        gaps[gaps.len() - 1]
+    );
     Ok(())
 }
 

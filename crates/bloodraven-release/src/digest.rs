@@ -38,10 +38,19 @@ impl PulledDigest {
     }
 }
 
+/// Why a container status's `imageID` names nothing a registry serves.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotPullable {
+    #[error("imageID {0:?} carries no sha256 digest")]
+    NoDigest(String),
+    #[error("imageID {0:?} has no repository (a node-local image): not pullable")]
+    NoRepository(String),
+}
+
 /// The digest in a container status's `imageID`: `repository@sha256:…` (after an optional
 /// `docker-pullable://` or `docker://` scheme). A bare `sha256:…` names a local image
 /// configuration, not something a registry serves: `Err` says so.
-pub fn digest_of_image_id(image_id: &str) -> Result<String, String> {
+pub fn digest_of_image_id(image_id: &str) -> Result<String, NotPullable> {
     let id = image_id
         .strip_prefix("docker-pullable://")
         .or_else(|| image_id.strip_prefix("docker://"))
@@ -49,10 +58,8 @@ pub fn digest_of_image_id(image_id: &str) -> Result<String, String> {
     match id.rsplit_once('@') {
         Some((repository, _)) if !repository.is_empty() => image_digest(id)
             .map(str::to_owned)
-            .ok_or_else(|| format!("imageID {image_id:?} carries no sha256 digest")),
-        _ => Err(format!(
-            "imageID {image_id:?} has no repository (a node-local image): not pullable"
-        )),
+            .ok_or_else(|| NotPullable::NoDigest(image_id.to_string())),
+        _ => Err(NotPullable::NoRepository(image_id.to_string())),
     }
 }
 
@@ -176,6 +183,7 @@ mod tests {
         assert!(
             digest_of_image_id(&d)
                 .unwrap_err()
+                .to_string()
                 .contains("has no repository")
         );
         assert!(digest_of_image_id("registry.example/web@sha256:short").is_err());

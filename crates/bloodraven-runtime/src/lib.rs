@@ -9,11 +9,18 @@
 //! | [`tls`] | the process-wide rustls crypto provider (ring) |
 //! | [`shutdown`] | SIGINT/SIGTERM as a future |
 //! | [`topology`] | the operator's Ed25519 key pair; signing and verifying active-site views |
+//! | [`pki`] | the component CA and the certificates it issues (`bloodraven tls`); reading a certificate back |
+//! | [`mtls`] | mutual TLS between components: identities from verified certificates, reloads, rotation |
+//! | `serve` | (feature `server`) serving a router over plain TCP, TLS or component mutual TLS |
 
 pub mod clock;
 pub mod exposition;
 pub mod files;
 pub mod logging;
+pub mod mtls;
+pub mod pki;
+#[cfg(feature = "server")]
+pub mod serve;
 pub mod shutdown;
 pub mod tls;
 pub mod topology;

@@ -87,24 +87,25 @@ fn pem(label: &str, der: &[u8]) -> String {
     out
 }
 
-fn unpem(text: &str, label: &str) -> Result<Vec<u8>, String> {
+/// What a PEM block lacks.
+#[derive(Debug, thiserror::Error)]
+enum PemError {
+    #[error("no {0} line")]
+    NoLine(String),
+    #[error("bad base64: {0}")]
+    Base64(#[from] base64::DecodeError),
+}
+
+fn unpem(text: &str, label: &str) -> Result<Vec<u8>, PemError> {
     let begin = format!("-----BEGIN {label}-----");
     let end = format!("-----END {label}-----");
-    let start = text
-        .find(&begin)
-        .ok_or_else(|| format!("no {begin} line"))?
-        + begin.len();
-    let stop = text[start..]
-        .find(&end)
-        .ok_or_else(|| format!("no {end} line"))?
-        + start;
+    let start = text.find(&begin).ok_or(PemError::NoLine(begin.clone()))? + begin.len();
+    let stop = text[start..].find(&end).ok_or(PemError::NoLine(end))? + start;
     let body: String = text[start..stop]
         .chars()
         .filter(|c| !c.is_whitespace())
         .collect();
-    STANDARD
-        .decode(body)
-        .map_err(|e| format!("bad base64: {e}"))
+    Ok(STANDARD.decode(body)?)
 }
 
 /// The operator's signing key.
@@ -161,10 +162,10 @@ impl SigningKey {
     /// Reads a private key from PEM text; `origin` names where it came from in errors (a file,
     /// or a Secret as `secret/NAMESPACE/NAME`).
     pub fn from_pem(text: &str, origin: &Path) -> Result<SigningKey, KeyError> {
-        let der = unpem(text, "PRIVATE KEY").map_err(|detail| KeyError::Format {
+        let der = unpem(text, "PRIVATE KEY").map_err(|e| KeyError::Format {
             path: origin.to_path_buf(),
             what: "private key",
-            detail,
+            detail: e.to_string(),
         })?;
         SigningKey::from_pkcs8(&der, origin)
     }
@@ -216,10 +217,10 @@ impl Verifier {
         let mut keys = Vec::new();
         for p in paths {
             let text = std::fs::read_to_string(p).map_err(io_err(p))?;
-            let der = unpem(&text, "PUBLIC KEY").map_err(|detail| KeyError::Format {
+            let der = unpem(&text, "PUBLIC KEY").map_err(|e| KeyError::Format {
                 path: p.clone(),
                 what: "public key",
-                detail,
+                detail: e.to_string(),
             })?;
             let raw = der
                 .strip_prefix(&SPKI_PREFIX[..])

@@ -1,12 +1,16 @@
 //! Figures for the sidecar, measured on the `bloodraven sidecar` and `bloodraven-sidecar`
 //! processes against a real MariaDB server, a fake operator and two fake peers (pdx relaying a
-//! view, a reader without one), with `--peer-check-interval 1s --lease-timeout 3s`:
+//! view, a reader without one), all over mutual TLS with the test CA's certificates, with
+//! `--peer-check-interval 1s --lease-timeout 3s`:
 //! - resident memory of the idle sidecar (`VmRSS`, `VmHWM` from `/proc/<pid>/status`);
 //! - CPU time per tick over many idle ticks: `utime + stime` from `/proc/<pid>/stat`, and the
 //!   nanosecond run time of every thread from `/proc/<pid>/task/*/schedstat`, divided by the
 //!   tick count the sidecar's own `/metrics` reports. The parties keep connections alive here,
 //!   as real ones do (the latency runs use parties that close every connection, so that
 //!   "stop listening" takes effect at once);
+//! - the cost of a peer call's TLS handshake: a peer's `GET /peer/ping` on a new connection
+//!   (handshake with client certificate, both chains verified) against one on a kept-alive
+//!   connection, from a rustls client presenting a site's certificate;
 //! - rule #1 latency: the operator switches the active site → `read_only` observed (polling
 //!   every millisecond), and from the moment the sidecar read the new view (the condition
 //!   became true) → `read_only`;
@@ -34,8 +38,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bloodraven_core::wire::ActiveSite;
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::SiteClient;
-use bloodraven_mysql::launcher::Launcher;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use support::{FakeParty, Mode, at, free_port, view};
@@ -141,7 +145,9 @@ fn clock_ticks_per_second() -> u64 {
 }
 
 async fn metric(url: &str, name: &str) -> f64 {
-    let text = reqwest::get(url)
+    let text = support::client()
+        .get(url)
+        .send()
         .await
         .expect("metrics")
         .text()
@@ -210,11 +216,18 @@ async fn spawn(
     if bin.subcommand {
         cmd.arg("sidecar");
     }
+    let tls = bloodraven_testkit::pki::pki().site(SITE);
     cmd.args([
         "--site",
         SITE,
         "--group",
-        "bench",
+        bloodraven_testkit::pki::GROUP,
+        "--tls-cert",
+        tls.cert.to_str().unwrap(),
+        "--tls-key",
+        tls.key.to_str().unwrap(),
+        "--tls-ca",
+        tls.ca.to_str().unwrap(),
         "--operator",
         &op.url,
         "--peer",
@@ -240,9 +253,10 @@ async fn spawn(
         listen,
         log,
     };
-    let health = format!("http://{}/health", sidecar.listen);
+    let health = format!("https://{}/health", sidecar.listen);
+    let http = support::client();
     support::wait_until(Duration::from_secs(30), || async {
-        matches!(reqwest::get(&health).await, Ok(r) if r.status() == 200)
+        matches!(http.get(&health).send().await, Ok(r) if r.status() == 200)
     })
     .await
     .unwrap_or_else(|| {
@@ -286,7 +300,7 @@ async fn idle(
         name(bin)
     );
     sleep(Duration::from_secs(3)).await;
-    let metrics_url = format!("http://{}/metrics", sidecar.listen);
+    let metrics_url = format!("https://{}/metrics", sidecar.listen);
     let ticks_name = "bloodraven_sidecar_tick_duration_seconds_count";
     let sum_name = "bloodraven_sidecar_tick_duration_seconds_sum";
     let (t0, n0) = (metric(&metrics_url, ticks_name).await, cpu(pid));
@@ -336,6 +350,52 @@ fn name(bin: &Binary) -> String {
     } else {
         file
     }
+}
+
+/// A peer's `/peer/ping` on `listen`, `n` times on a new connection each (a full TLS handshake
+/// with the client certificate, both chains verified) and `n` times on one kept-alive
+/// connection: the handshake's cost per peer call is the difference.
+async fn handshake_cost(listen: &str, n: usize) {
+    let pki = bloodraven_testkit::pki::pki();
+    let peer = pki.site("pdx");
+    let url = format!(
+        "https://{listen}/peer/ping?namespace=default&group={}",
+        bloodraven_testkit::pki::GROUP
+    );
+    let identity = bloodraven_runtime::tls::ClientIdentity {
+        cert_file: peer.cert.clone(),
+        key_file: peer.key.clone(),
+    };
+    let config =
+        bloodraven_runtime::tls::client_config_with_identity(Some(&pki.ca()), Some(&identity))
+            .expect("a client configuration");
+    let fresh = reqwest::Client::builder()
+        .tls_backend_preconfigured(config.clone())
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("a client");
+    let kept = reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .build()
+        .expect("a client");
+    let time = async |c: &reqwest::Client| {
+        let t = Instant::now();
+        let r = c.get(&url).send().await.expect("an answer");
+        assert_eq!(r.status(), 200, "a verified peer is answered");
+        let _ = r.bytes().await;
+        t.elapsed()
+    };
+    let _ = time(&kept).await;
+    let (mut new_conn, mut reused) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        new_conn.push(time(&fresh).await);
+        reused.push(time(&kept).await);
+    }
+    bloodraven_testkit::report::latencies(
+        "peer call on a new connection (TLS handshake, client certificate)",
+        &mut new_conn,
+    );
+    bloodraven_testkit::report::latencies("peer call on a kept-alive connection", &mut reused);
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -391,6 +451,7 @@ async fn main() {
     let reader = FakeParty::start(None).await;
     let sidecar = spawn(&bin, &h, creds.path(), &op, &pdx, &reader).await;
     let pid = sidecar.child.id();
+    handshake_cost(&sidecar.listen, runs * 10).await;
     bloodraven_testkit::figure!("fencing runs: {} pid {pid}, {runs} runs", name(&bin));
 
     // 2. Rule #1.

@@ -44,12 +44,13 @@ pub struct SidecarArgs {
         default_value = "default"
     )]
     namespace: String,
-    /// The operator's plain-HTTP base URL, e.g. `http://bloodraven:8082` (required). On the
-    /// etcd platform, every operator's, separated by commas: whichever leads is the operator.
+    /// The operator's component listener (its `componentTLS.listen`), e.g.
+    /// `https://bloodraven:8444` (required). On the etcd platform, every operator's,
+    /// separated by commas: whichever leads is the operator.
     #[arg(long, env = "BLOODRAVEN_OPERATOR", value_name = "URL")]
     operator: Option<String>,
-    /// A peer sidecar's base URL; repeat for every other site of the group (readers too).
-    /// The environment variable takes a comma-separated list.
+    /// A peer sidecar's base URL (`https://`); repeat for every other site of the group
+    /// (readers too). The environment variable takes a comma-separated list.
     #[arg(
         long = "peer",
         env = "BLOODRAVEN_PEERS",
@@ -66,6 +67,14 @@ pub struct SidecarArgs {
     /// A file with `username=` and `password=` lines for the control-plane account (required).
     #[arg(long, env = "BLOODRAVEN_MYSQL_CREDENTIALS_FILE", value_name = "PATH")]
     mysql_credentials_file: Option<PathBuf>,
+    /// TLS to this site's MySQL over TCP: `disabled`, `required` (encrypted, the certificate
+    /// not checked) or `verify-identity` (the default once --mysql-tls-ca is given).
+    #[arg(long, env = "BLOODRAVEN_MYSQL_TLS_MODE", value_name = "MODE")]
+    mysql_tls_mode: Option<String>,
+    /// The CA bundle this site's MySQL certificate must chain to (re-read at every new
+    /// connection).
+    #[arg(long, env = "BLOODRAVEN_MYSQL_TLS_CA", value_name = "PATH")]
+    mysql_tls_ca: Option<PathBuf>,
     /// Rule #2 fences after the operator and every peer were silent for longer than this.
     #[arg(
         long,
@@ -105,8 +114,29 @@ pub struct SidecarArgs {
         default_value = "10s"
     )]
     replica_max_lag: String,
-    /// Where the HTTP server listens (/health, /status, /primary, /replica, /read-only,
-    /// /peer/*, /metrics).
+    /// This sidecar's component certificate (PEM; `bloodraven tls issue --site S`), naming
+    /// `spiffe://bloodraven/<namespace>/<group>/<site>`. Re-read when it changes.
+    #[arg(long, env = "BLOODRAVEN_TLS_CERT", value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "BLOODRAVEN_TLS_KEY", value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The component CA bundle (PEM; during a CA rotation, the old and the new CA): the
+    /// operator and the peers must prove themselves with certificates it issued.
+    #[arg(long, env = "BLOODRAVEN_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// A file with `username=` and `password=` lines for the backup account (`RELOAD,
+    /// PROCESS, LOCK TABLES, BINLOG MONITOR, SLAVE MONITOR`): lets the group's operator ask
+    /// this site for backups (POST /backups). Needs --mysql (TCP) and `mariadb-backup`, `zstd`.
+    #[arg(long, env = "BLOODRAVEN_BACKUP_CREDENTIALS_FILE", value_name = "PATH")]
+    backup_credentials_file: Option<PathBuf>,
+    /// The server's data directory as this host sees it, when it differs from the server's
+    /// own `@@datadir` (e.g. the data volume mounted read-only elsewhere in a container).
+    #[arg(long, env = "BLOODRAVEN_BACKUP_DATADIR", value_name = "PATH")]
+    backup_datadir: Option<PathBuf>,
+    /// Where the server listens, over TLS (client certificates optional): /health, /status,
+    /// /primary, /replica, /read-only, /metrics for anyone; /peer/* for verified peers;
+    /// /backups for the group's operator.
     #[arg(long, env = "BLOODRAVEN_LISTEN", value_name = "ADDRESS:PORT", default_value = limits::DEFAULT_LISTEN)]
     listen: String,
     /// Log format on stderr.
@@ -130,12 +160,19 @@ pub fn run(args: SidecarArgs) -> i32 {
         mysql: args.mysql,
         mysql_socket: args.mysql_socket,
         mysql_credentials_file: args.mysql_credentials_file,
+        mysql_tls_mode: args.mysql_tls_mode,
+        mysql_tls_ca: args.mysql_tls_ca,
         lease_timeout: Some(args.lease_timeout),
         peer_check_interval: Some(args.peer_check_interval),
         listen: Some(args.listen),
         operator_public_keys: args.operator_public_keys,
         pin_timings: args.pin_timings,
         replica_max_lag: Some(args.replica_max_lag),
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_ca: args.tls_ca,
+        backup_credentials_file: args.backup_credentials_file,
+        backup_datadir: args.backup_datadir,
     };
     let settings = match validate(&raw) {
         Ok(s) => s,

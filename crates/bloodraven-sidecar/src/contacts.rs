@@ -1,6 +1,13 @@
 //! The gather step's outside world: the operators' `/readyz` and `/active-site`, every peer's
 //! `/peer/ping` and `/peer/active-site`.
 //!
+//! **Every party is a component, over mutual TLS.** A sidecar calls the operator's component
+//! listener and its peers only over `https://`, presenting its own certificate and accepting
+//! only a party that proves, by a certificate of the component CA, to be the operator of its
+//! group or a site of its group ([`bloodraven_runtime::mtls`]). An answer from anything else
+//! (a proxy, a stranger on the address, a plain-HTTP listener) is a failed contact, so it never
+//! suppresses rule #2.
+//!
 //! **The operator answered** (what suppresses rule #2 with the peers) means: an operator
 //! answered `/readyz` saying it leads now. With several operators (the etcd platform) each is
 //! asked, and a follower's answer never counts: a follower does nothing, so its being reachable
@@ -8,6 +15,12 @@
 //! writable. A leader leads only while its term is confirmed (its last renewal still covers
 //! it), so an old leader that may have been replaced does not count either. The view is the
 //! first `/active-site` a leader serves (followers answer `503 not_leader`).
+//!
+//! **The receipt.** Every call carries this sidecar's [`Claim`]: the `topologyGeneration` of
+//! the view it holds (`held`) and its server's `read_only` as it read it while holding that
+//! view (`readOnly`). The party records it under the caller's verified identity; that is the
+//! proof strict fencing takes (docs/failover.md): the old primary's own sidecar said it holds
+//! the new view, not that somebody served it one.
 //!
 //! [`Contacts`] is the boundary the monitor and the safety net talk to; [`HttpContacts`] is the
 //! real one ([`crate::http1`]: short per-request timeouts, bounded bodies, one kept-alive
@@ -25,9 +38,38 @@ use bloodraven_core::names::check_dns1123_label;
 use bloodraven_core::wire::ActiveSite;
 use url::{Position, Url};
 
+use bloodraven_core::identity::Expected;
+use bloodraven_runtime::mtls::ComponentTls;
+
 use crate::config::limits;
-use crate::http1::{Answer, Client, HttpError, Request};
+use crate::http1::{Answer, Client, HttpError, Request, TlsSource};
 use crate::identity::Identity;
+
+/// What this sidecar says of itself with every call: the view it holds and its server's
+/// `read_only` read while holding it (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Claim {
+    /// The `topologyGeneration` of the cached view (`None`: it holds none).
+    pub held: Option<u64>,
+    /// Its server's `read_only`, read while holding that view (`None`: unreadable).
+    pub read_only: Option<bool>,
+}
+
+impl Claim {
+    /// The query parameters that carry it (each starting with `&`).
+    pub fn query(&self) -> String {
+        use std::fmt::Write as _;
+        let mut q = String::new();
+        if let Some(g) = self.held {
+            // Writing into a String cannot fail.
+            let _ = write!(q, "&held={g}");
+            if let Some(ro) = self.read_only {
+                let _ = write!(q, "&readOnly={ro}");
+            }
+        }
+        q
+    }
+}
 
 /// Why a contact did not give a usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,6 +132,10 @@ pub trait Contacts: Send + Sync + 'static {
                 round.second(self.peer_active_site(peer).await);
             },);
         }
+    }
+    /// Sets what the next calls say of this sidecar ([`Claim`]). The default keeps nothing.
+    fn claim(&self, claim: Claim) {
+        let _ = claim;
     }
     /// `GET /active-site?after=N` on the operator: waits until it serves a view newer than
     /// generation `after` and returns it, or `None` when it answered `204` (nothing newer
@@ -173,6 +219,44 @@ pub struct HttpContacts {
     /// The operator that last answered as the leader (asked first next time).
     leader: AtomicUsize,
     peers: Vec<PeerParty>,
+    /// What the calls say of this sidecar now.
+    claim: Mutex<Claim>,
+}
+
+/// A party's two questions of a tick, rendered again only when the claim they carry changes.
+#[derive(Debug)]
+struct Questions {
+    /// Each question's path and query, without the claim.
+    paths: [String; 2],
+    rendered: Mutex<Option<(Claim, Arc<[Request; 2]>)>>,
+}
+
+impl Questions {
+    fn new(urls: &[Url; 2]) -> Self {
+        Questions {
+            paths: [
+                path_and_query(&urls[0]).to_string(),
+                path_and_query(&urls[1]).to_string(),
+            ],
+            rendered: Mutex::new(None),
+        }
+    }
+
+    fn get(&self, client: &Client, claim: Claim) -> Arc<[Request; 2]> {
+        let mut r = lock(&self.rendered);
+        if let Some((c, q)) = r.as_ref()
+            && *c == claim
+        {
+            return q.clone();
+        }
+        let suffix = claim.query();
+        let q = Arc::new([
+            client.request(&format!("{}{suffix}", self.paths[0])),
+            client.request(&format!("{}{suffix}", self.paths[1])),
+        ]);
+        *r = Some((claim, q.clone()));
+        q
+    }
 }
 
 #[derive(Debug)]
@@ -181,32 +265,25 @@ struct OperatorParty {
     /// For the long-polled watch: its requests outlive `timeout` by design, so they have a
     /// connection of their own.
     watch: Client,
-    readyz: Request,
-    active_site: Request,
-    /// `/active-site?…` as a path and query, for the watch's `after=`.
-    active_site_path: String,
+    /// `/readyz?…` and `/active-site?…`.
+    questions: Questions,
 }
 
 #[derive(Debug)]
 struct PeerParty {
     base: String,
     client: Client,
-    ping: Request,
-    active_site: Request,
+    /// `/peer/ping?…` and `/peer/active-site?…`.
+    questions: Questions,
 }
 
 /// `base` + `path` with the group's `namespace` and `group` as query parameters.
-fn endpoint(base: &str, path: &str, id: Option<&Identity>) -> Result<Url, ContactError> {
+fn endpoint(base: &str, path: &str, id: &Identity) -> Result<Url, ContactError> {
     let mut url = Url::parse(&format!("{}{path}", base.trim_end_matches('/')))
         .map_err(|e| ContactError::Request(format!("bad URL {base}{path}: {e}")))?;
-    if let Some(id) = id {
-        // `from`: who asks, so the answering party can say when it last answered this site
-        // (strict fencing's facts, docs/failover.md).
-        url.query_pairs_mut()
-            .append_pair("namespace", &id.namespace)
-            .append_pair("group", &id.group)
-            .append_pair("from", &id.site);
-    }
+    url.query_pairs_mut()
+        .append_pair("namespace", &id.namespace)
+        .append_pair("group", &id.group);
     Ok(url)
 }
 
@@ -227,60 +304,56 @@ impl From<HttpError> for ContactError {
     }
 }
 
-/// The TLS configuration for `https://` parties: the platform's trust roots (built only when
-/// a party speaks TLS: loading them is most of a plain sidecar's start-up work).
-fn platform_tls() -> Result<Arc<rustls::ClientConfig>, ContactError> {
-    use rustls_platform_verifier::BuilderVerifierExt;
-    bloodraven_runtime::tls::install_crypto_provider();
-    let config = rustls::ClientConfig::builder()
-        .with_platform_verifier()
-        .map_err(|e| ContactError::Request(format!("cannot load the TLS trust roots: {e}")))?
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
-
 impl HttpContacts {
     /// Contacts for `identity`'s group: the operators at `operators`, peers at `peers` (base
-    /// URLs). Every request is bounded by `timeout`; `https://` parties are checked against
-    /// the platform's trust roots.
+    /// URLs, every one `https://`), called over mutual TLS with `tls`: an operator must prove
+    /// to be the group's operator, a peer a site of the group. Every request is bounded by
+    /// `timeout`.
     pub fn new(
         identity: &Identity,
         operators: &[String],
         peers: &[String],
         timeout: Duration,
+        tls: &Arc<ComponentTls>,
     ) -> Result<Self, ContactError> {
-        let any_tls = operators.iter().chain(peers).any(|u| {
-            u.get(..8)
-                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        let expect_operator = tls.client(Expected::OperatorOf {
+            namespace: identity.namespace.clone(),
+            group: identity.group.clone(),
         });
-        let tls = if any_tls { Some(platform_tls()?) } else { None };
-        Self::with_tls(identity, operators, peers, timeout, tls.as_ref())
-    }
-
-    /// Like [`HttpContacts::new`], with `tls` for `https://` parties (e.g. one that trusts a
-    /// private CA).
-    pub fn with_tls(
-        identity: &Identity,
-        operators: &[String],
-        peers: &[String],
-        timeout: Duration,
-        tls: Option<&Arc<rustls::ClientConfig>>,
-    ) -> Result<Self, ContactError> {
-        // A party's client and its two questions of a tick, rendered once.
-        let party = |base: &str, paths: [&str; 2]| -> Result<(Client, [Url; 2]), ContactError> {
-            let [first, second] = paths.map(|path| endpoint(base, path, Some(identity)));
+        let expect_peer = tls.client(Expected::AnySiteOf {
+            namespace: identity.namespace.clone(),
+            group: identity.group.clone(),
+        });
+        // A party's client and its two questions of a tick.
+        let party = |base: &str,
+                     paths: [&str; 2],
+                     source: &Arc<bloodraven_runtime::mtls::ClientTls>|
+         -> Result<(Client, [Url; 2]), ContactError> {
+            if !base
+                .get(..8)
+                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+            {
+                return Err(ContactError::Request(format!(
+                    "{base}: every party is called over mutual TLS, so its URL must be https://"
+                )));
+            }
+            let [first, second] = paths.map(|path| endpoint(base, path, identity));
             let urls = [first?, second?];
-            let client = Client::new(&urls[0], tls.cloned(), timeout, limits::MAX_BODY_BYTES)?;
+            let client = Client::new(
+                &urls[0],
+                Some(TlsSource::Component(source.clone())),
+                timeout,
+                limits::MAX_BODY_BYTES,
+            )?;
             Ok((client, urls))
         };
         let peers = peers
             .iter()
             .map(|p| {
-                let (client, [ping, active_site]) = party(p, ["/peer/ping", "/peer/active-site"])?;
+                let (client, urls) = party(p, ["/peer/ping", "/peer/active-site"], &expect_peer)?;
                 Ok(PeerParty {
                     base: p.clone(),
-                    ping: client.request(path_and_query(&ping)),
-                    active_site: client.request(path_and_query(&active_site)),
+                    questions: Questions::new(&urls),
                     client,
                 })
             })
@@ -288,12 +361,15 @@ impl HttpContacts {
         let operators = operators
             .iter()
             .map(|o| {
-                let (client, [readyz, active_site]) = party(o, ["/readyz", "/active-site"])?;
+                let (client, urls) = party(o, ["/readyz", "/active-site"], &expect_operator)?;
                 Ok(OperatorParty {
-                    readyz: client.request(path_and_query(&readyz)),
-                    active_site: client.request(path_and_query(&active_site)),
-                    active_site_path: path_and_query(&active_site).to_string(),
-                    watch: Client::new(&readyz, tls.cloned(), timeout, limits::MAX_BODY_BYTES)?,
+                    watch: Client::new(
+                        &urls[0],
+                        Some(TlsSource::Component(expect_operator.clone())),
+                        timeout,
+                        limits::MAX_BODY_BYTES,
+                    )?,
+                    questions: Questions::new(&urls),
                     client,
                 })
             })
@@ -303,7 +379,22 @@ impl HttpContacts {
             operators,
             leader: AtomicUsize::new(0),
             peers,
+            claim: Mutex::new(Claim::default()),
         })
+    }
+
+    fn current_claim(&self) -> Claim {
+        *lock(&self.claim)
+    }
+
+    /// Operator `o`'s two questions, carrying the current claim.
+    fn operator_questions(&self, o: &OperatorParty) -> Arc<[Request; 2]> {
+        o.questions.get(&o.client, self.current_claim())
+    }
+
+    /// Peer `p`'s two questions, carrying the current claim.
+    fn peer_questions(&self, p: &PeerParty) -> Arc<[Request; 2]> {
+        p.questions.get(&p.client, self.current_claim())
     }
 
     /// The operators, the last leader first.
@@ -369,7 +460,8 @@ impl HttpContacts {
             if Some(i) == skip {
                 continue;
             }
-            match self.served_view(i, o.client.get(&o.active_site, self.timeout).await) {
+            let q = self.operator_questions(o);
+            match self.served_view(i, o.client.get(&q[1], self.timeout).await) {
                 Ok(v) => return Ok(v),
                 Err(e) => last = e,
             }
@@ -431,10 +523,10 @@ impl Contacts for HttpContacts {
     async fn operator_healthz(&self) -> Result<(), ContactError> {
         // Every operator at once: a follower's answer is not the leader's, and waiting for
         // each in turn would spend the tick's bound on the ones that do not lead.
-        let answers = futures::future::join_all(
-            self.operators_leader_first()
-                .map(|(i, o)| async move { (i, o.client.get(&o.readyz, self.timeout).await) }),
-        )
+        let answers = futures::future::join_all(self.operators_leader_first().map(|(i, o)| {
+            let q = self.operator_questions(o);
+            async move { (i, o.client.get(&q[0], self.timeout).await) }
+        }))
         .await;
         self.leading(answers)
     }
@@ -455,11 +547,12 @@ impl Contacts for HttpContacts {
         let view_refused = Mutex::new(None);
         futures::future::join_all(self.operators_leader_first().map(|(i, o)| {
             let (refusals, view_refused) = (&refusals, &view_refused);
+            let q = self.operator_questions(o);
             async move {
                 let asked: &[&Request] = if Some(i) == first {
-                    &[&o.readyz, &o.active_site]
+                    &[&q[0], &q[1]]
                 } else {
-                    &[&o.readyz]
+                    &[&q[0]]
                 };
                 o.client
                     .ask_each(asked, |k, answer| {
@@ -501,12 +594,14 @@ impl Contacts for HttpContacts {
 
     async fn peer_ping(&self, peer: usize) -> Result<(), ContactError> {
         let p = self.peer(peer)?;
-        pinged(p.client.get(&p.ping, self.timeout).await)
+        let q = self.peer_questions(p);
+        pinged(p.client.get(&q[0], self.timeout).await)
     }
 
     async fn peer_active_site(&self, peer: usize) -> Result<Option<ActiveSite>, ContactError> {
         let p = self.peer(peer)?;
-        relayed_view(p.client.get(&p.active_site, self.timeout).await)
+        let q = self.peer_questions(p);
+        relayed_view(p.client.get(&q[1], self.timeout).await)
     }
 
     async fn peer_round(&self, peer: usize, round: &Round<(), Option<ActiveSite>>) {
@@ -517,8 +612,9 @@ impl Contacts for HttpContacts {
                 return round.second(Err(e));
             }
         };
+        let q = self.peer_questions(p);
         p.client
-            .ask_each(&[&p.ping, &p.active_site], |k, answer| {
+            .ask_each(&[&q[0], &q[1]], |k, answer| {
                 if k == 0 {
                     round.first(pinged(answer));
                 } else {
@@ -536,14 +632,19 @@ impl Contacts for HttpContacts {
         };
         let request = o
             .watch
-            .request(&format!("{}&after={after}", o.active_site_path));
+            .request(&format!("{}&after={after}", o.questions.paths[1]));
         relayed_view(o.watch.get(&request, WATCH_TIMEOUT).await)
+    }
+
+    fn claim(&self, claim: Claim) {
+        *lock(&self.claim) = claim;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
 
     fn id() -> Identity {
         Identity {
@@ -554,36 +655,70 @@ mod tests {
     }
 
     #[test]
-    fn urls_carry_the_group() {
+    fn urls_carry_the_group_and_the_claim_never_a_name() {
+        let (_dir, pki) = testing::pki();
+        let tls = testing::tls(&pki, "iad");
         let c = HttpContacts::new(
             &id(),
-            &["http://op:8082".into(), "http://op-2:8082".into()],
-            &["http://10.0.0.2:8080/pdx".into()],
+            &["https://op:8444".into(), "https://op-2:8444".into()],
+            &["https://10.0.0.2:8080/pdx".into()],
             Duration::from_secs(1),
+            &tls,
         )
         .unwrap();
-        // `from`: who asks (strict fencing's facts: whom each party answered).
-        assert_eq!(c.operators[0].client.party(), "op:8082");
+        assert_eq!(c.operators[0].client.party(), "op:8444");
+        let q = c.operator_questions(&c.operators[0]);
+        // Who asks is the certificate's business: no `from`.
+        assert_eq!(q[0].target(), "/readyz?namespace=default&group=playground");
+        assert_eq!(c.operators[1].client.party(), "op-2:8444");
         assert_eq!(
-            c.operators[0].readyz.target(),
-            "/readyz?namespace=default&group=playground&from=iad"
-        );
-        assert_eq!(c.operators[1].client.party(), "op-2:8082");
-        assert_eq!(
-            c.operators[1].active_site.target(),
-            "/active-site?namespace=default&group=playground&from=iad"
+            c.operator_questions(&c.operators[1])[1].target(),
+            "/active-site?namespace=default&group=playground"
         );
         assert_eq!(c.peers[0].client.party(), "10.0.0.2:8080");
         assert_eq!(
-            c.peers[0].ping.target(),
-            "/pdx/peer/ping?namespace=default&group=playground&from=iad"
+            c.peer_questions(&c.peers[0])[0].target(),
+            "/pdx/peer/ping?namespace=default&group=playground"
         );
-        assert_eq!(c.peer_name(0), "http://10.0.0.2:8080/pdx");
+        // The claim rides on every question from the next tick on.
+        c.claim(Claim {
+            held: Some(4),
+            read_only: Some(true),
+        });
+        assert_eq!(
+            c.peer_questions(&c.peers[0])[1].target(),
+            "/pdx/peer/active-site?namespace=default&group=playground&held=4&readOnly=true"
+        );
+        c.claim(Claim {
+            held: Some(5),
+            read_only: None,
+        });
+        assert_eq!(
+            c.operator_questions(&c.operators[0])[0].target(),
+            "/readyz?namespace=default&group=playground&held=5"
+        );
+        assert_eq!(c.peer_name(0), "https://10.0.0.2:8080/pdx");
         assert_eq!(c.peer_count(), 1);
+        // A plain-HTTP party could be anybody: refused.
+        let err = HttpContacts::new(
+            &id(),
+            &["http://op:8082".into()],
+            &[],
+            Duration::from_secs(1),
+            &tls,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("https://"), "{err}");
     }
 
-    /// An operator on loopback that says whether it leads; a leader serves `view`.
-    async fn operator(leads: bool, view: &'static str) -> String {
+    /// An operator on loopback, over mutual TLS as `as_`, that says whether it leads; a
+    /// leader serves `view`.
+    async fn operator(
+        pki: &bloodraven_runtime::mtls::local::GroupPki,
+        as_: &str,
+        leads: bool,
+        view: &'static str,
+    ) -> String {
         use axum::routing::get;
         let app = axum::Router::new()
             .route(
@@ -605,20 +740,24 @@ mod tests {
                     }
                 }),
             );
-        crate::testing::serve(app).await
+        testing::serve(app, testing::tls(pki, as_)).await
     }
+
+    const VIEW: &str =
+        r#"{"activeSite":"pdx","topologyGeneration":4,"observedAt":"2026-11-30T10:00:30Z"}"#;
 
     #[tokio::test]
     async fn only_an_operator_that_leads_counts_and_serves_the_view() {
-        let view =
-            r#"{"activeSite":"pdx","topologyGeneration":4,"observedAt":"2026-11-30T10:00:30Z"}"#;
-        let follower = operator(false, view).await;
-        let leader = operator(true, view).await;
+        let (_dir, pki) = testing::pki();
+        let tls = testing::tls(&pki, "iad");
+        let follower = operator(&pki, "operator", false, VIEW).await;
+        let leader = operator(&pki, "operator", true, VIEW).await;
         let both = HttpContacts::new(
             &id(),
             &[follower.clone(), leader],
             &[],
             Duration::from_secs(1),
+            &tls,
         )
         .unwrap();
         assert_eq!(both.operator_healthz().await, Ok(()));
@@ -641,7 +780,8 @@ mod tests {
         assert_eq!(view.unwrap().active_site, "pdx");
         assert_eq!(both.leader.load(Ordering::Relaxed), 1);
         // A follower alone is not the operator: its answer suppresses nothing.
-        let alone = HttpContacts::new(&id(), &[follower], &[], Duration::from_secs(1)).unwrap();
+        let alone =
+            HttpContacts::new(&id(), &[follower], &[], Duration::from_secs(1), &tls).unwrap();
         let round = Round::default();
         alone.operator_round(&round).await;
         assert_eq!(
@@ -665,18 +805,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_party_that_cannot_prove_to_be_the_operator_is_not_the_operator() {
+        let (_dir, pki) = testing::pki();
+        let tls = testing::tls(&pki, "iad");
+        // A leading "operator" that holds a site's certificate (a peer, or a stolen key of
+        // one): it answers, but it is not the operator.
+        let imposter = operator(&pki, "pdx", true, VIEW).await;
+        // One whose certificate comes from another CA.
+        let (_other_dir, other) = testing::pki();
+        let foreign = operator(&other, "operator", true, VIEW).await;
+        for url in [imposter, foreign] {
+            let c = HttpContacts::new(&id(), &[url], &[], Duration::from_secs(1), &tls).unwrap();
+            let err = c.operator_healthz().await.unwrap_err();
+            assert!(
+                matches!(&err, ContactError::Request(m) if m.contains("TLS handshake")),
+                "{err}"
+            );
+            assert!(c.operator_active_site().await.is_err());
+        }
+        // And the operator's own certificate is no peer.
+        let as_peer = operator(&pki, "operator", true, VIEW).await;
+        let c = HttpContacts::new(&id(), &[], &[as_peer], Duration::from_secs(1), &tls).unwrap();
+        assert!(c.peer_ping(0).await.is_err());
+    }
+
+    #[tokio::test]
     async fn a_peer_round_cut_short_keeps_the_ping_it_was_answered() {
         use axum::routing::get;
+        let (_dir, pki) = testing::pki();
         let app = axum::Router::new()
             .route("/peer/ping", get(|| async { "pong" }))
             .route(
                 "/peer/active-site",
                 get(std::future::pending::<&'static str>),
             );
-        let peer = crate::testing::serve(app).await;
-        let c = HttpContacts::new(&id(), &[], &[peer], Duration::from_secs(5)).unwrap();
+        let peer = testing::serve(app, testing::tls(&pki, "pdx")).await;
+        let c = HttpContacts::new(
+            &id(),
+            &[],
+            &[peer],
+            Duration::from_secs(5),
+            &testing::tls(&pki, "iad"),
+        )
+        .unwrap();
         let round = Round::default();
-        let limit = Duration::from_millis(300);
+        let limit = Duration::from_millis(500);
         assert!(
             tokio::time::timeout(limit, c.peer_round(0, &round))
                 .await

@@ -11,7 +11,9 @@
 //! sidecar").
 //!
 //! **What it speaks.** HTTP/1.1 over TCP, or over TLS for `https://` parties (rustls, the
-//! configuration its owner gives). Answers framed by `Content-Length`, `Transfer-Encoding:
+//! configuration its owner gives: fixed, or a component's mutual TLS that follows reloads of
+//! its certificate and CA bundle, in which case a kept-alive connection made under an older
+//! one is not reused). Answers framed by `Content-Length`, `Transfer-Encoding:
 //! chunked` or the end of the connection; `Connection: close` honoured (HTTP/1.0 answers keep
 //! the connection only with `Connection: keep-alive`); interim `1xx` answers skipped; the head
 //! bounded by [`MAX_HEAD_BYTES`] and the body by the caller's limit. It never follows a
@@ -107,6 +109,41 @@ impl Request {
     }
 }
 
+/// Where a client's TLS configuration comes from.
+#[derive(Clone, Debug)]
+pub enum TlsSource {
+    /// One configuration for the client's life.
+    Fixed(Arc<rustls::ClientConfig>),
+    /// A component's mutual TLS for one expected party, rebuilt when its files change.
+    Component(Arc<bloodraven_runtime::mtls::ClientTls>),
+}
+
+impl TlsSource {
+    /// The configuration for a new connection, and the version it belongs to.
+    fn config(&self, party: &str) -> Result<(Arc<rustls::ClientConfig>, u64), HttpError> {
+        match self {
+            TlsSource::Fixed(c) => Ok((c.clone(), 0)),
+            TlsSource::Component(c) => {
+                let version = c.tls().material().version;
+                c.config()
+                    .map(|config| (config, version))
+                    .map_err(|e| HttpError::Tls {
+                        party: party.to_string(),
+                        detail: e.to_string(),
+                    })
+            }
+        }
+    }
+
+    /// The version a connection made now would have (without looking at the files).
+    fn version(&self) -> u64 {
+        match self {
+            TlsSource::Fixed(_) => 0,
+            TlsSource::Component(c) => c.tls().material().version,
+        }
+    }
+}
+
 /// Where a client connects.
 #[derive(Clone, Debug)]
 enum Target {
@@ -119,7 +156,7 @@ pub struct Client {
     /// `host:port`, for messages and the `Host` header.
     party: String,
     target: Target,
-    tls: Option<(TlsConnector, ServerName<'static>)>,
+    tls: Option<(TlsSource, ServerName<'static>)>,
     connect_timeout: Duration,
     max_body: usize,
     idle: Mutex<Option<Conn>>,
@@ -141,7 +178,7 @@ impl Client {
     /// used: requests name theirs). `tls` is required for `https://`.
     pub fn new(
         url: &Url,
-        tls: Option<Arc<rustls::ClientConfig>>,
+        tls: Option<TlsSource>,
         connect_timeout: Duration,
         max_body: usize,
     ) -> Result<Client, HttpError> {
@@ -170,7 +207,7 @@ impl Client {
         let party = url[Position::BeforeHost..Position::AfterPort].to_string();
         let tls = match (https, tls) {
             (false, _) => None,
-            (true, Some(config)) => Some((TlsConnector::from(config), name)),
+            (true, Some(source)) => Some((source, name)),
             (true, None) => return Err(HttpError::NoTls(party)),
         };
         Ok(Client {
@@ -334,19 +371,24 @@ impl Client {
             .await?;
         // Questions are small and answered at once: never hold one back for the next.
         let _ = tcp.set_nodelay(true);
-        let stream = match &self.tls {
-            None => Stream::Plain(tcp),
-            Some((connector, name)) => Stream::Tls(Box::new(
-                self.connecting(connector.connect(name.clone(), tcp), |party, detail| {
-                    HttpError::Tls { party, detail }
-                })
-                .await?,
-            )),
+        let (stream, version) = match &self.tls {
+            None => (Stream::Plain(tcp), 0),
+            Some((source, name)) => {
+                let (config, version) = source.config(&self.party)?;
+                let connector = TlsConnector::from(config);
+                let tls = self
+                    .connecting(connector.connect(name.clone(), tcp), |party, detail| {
+                        HttpError::Tls { party, detail }
+                    })
+                    .await?;
+                (Stream::Tls(Box::new(tls)), version)
+            }
         };
         Ok(Conn {
             stream,
             buf: Vec::with_capacity(READ_CHUNK),
             start: 0,
+            version,
         })
     }
 
@@ -368,10 +410,17 @@ impl Client {
     }
 
     fn take_idle(&self) -> Option<Conn> {
-        self.idle
+        let conn = self
+            .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
+            .take()?;
+        // Made under certificates or a CA bundle that have since changed: a new connection
+        // proves the party again under the new ones.
+        match &self.tls {
+            Some((source, _)) if source.version() != conn.version => None,
+            _ => Some(conn),
+        }
     }
 
     fn put_idle(&self, conn: Conn) {
@@ -462,29 +511,44 @@ struct Head {
     keep_alive: bool,
 }
 
+/// The rule an answer's head breaks.
+#[derive(Debug, thiserror::Error)]
+enum HeadError {
+    #[error("{0}")]
+    Syntax(#[from] httparse::Error),
+    #[error("no status code")]
+    NoStatus,
+    #[error("a header value is not text")]
+    NotText,
+    #[error("Content-Length {0:?} is not a number")]
+    LengthNotANumber(String),
+    #[error("two different Content-Length headers")]
+    TwoLengths,
+}
+
 /// Parses an answer head off the front of `buf`: `Ok(None)` while it is incomplete.
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
-    let status = resp.code.ok_or("no status code")?;
+    let status = resp.code.ok_or(HeadError::NoStatus)?;
     let mut keep_alive = resp.version == Some(1);
     let mut length: Option<usize> = None;
     let mut chunked = false;
     let mut other_coding = false;
     for h in resp.headers.iter() {
-        let value = std::str::from_utf8(h.value).map_err(|_| "a header value is not text")?;
+        let value = std::str::from_utf8(h.value).map_err(|_| HeadError::NotText)?;
         if h.name.eq_ignore_ascii_case("content-length") {
             let n: usize = value
                 .trim()
                 .parse()
-                .map_err(|_| format!("Content-Length {value:?} is not a number"))?;
+                .map_err(|_| HeadError::LengthNotANumber(value.to_string()))?;
             if length.is_some_and(|l| l != n) {
-                return Err("two different Content-Length headers".into());
+                return Err(HeadError::TwoLengths);
             }
             length = Some(n);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
@@ -527,6 +591,8 @@ struct Conn {
     stream: Stream,
     buf: Vec<u8>,
     start: usize,
+    /// The TLS material version it was made under (0: plain or fixed).
+    version: u64,
 }
 
 impl Conn {
@@ -582,7 +648,7 @@ impl Conn {
         };
         let mut begun = false;
         let head = loop {
-            match parse_head(self.unread()).map_err(malformed)? {
+            match parse_head(self.unread()).map_err(|e| malformed(e.to_string()))? {
                 Some(h) if (100..200).contains(&h.status) => {
                     self.start += h.len;
                     begun = true;

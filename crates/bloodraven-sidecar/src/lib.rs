@@ -23,6 +23,7 @@
 //! constructed and before the listener binds.
 
 pub mod announcements;
+pub mod backups;
 pub mod cli;
 pub mod config;
 pub mod contacts;
@@ -39,13 +40,58 @@ pub mod trust;
 /// Helpers for this crate's unit tests.
 #[cfg(test)]
 mod testing {
-    /// Serves `app` on a free loopback port: its base URL.
-    pub async fn serve(app: axum::Router) -> String {
+    use std::sync::Arc;
+
+    use bloodraven_runtime::mtls::ComponentTls;
+    use bloodraven_runtime::mtls::local::GroupPki;
+
+    /// A component PKI for group `playground` (sites iad, pdx, reader, and the operator).
+    pub fn pki() -> (tempfile::TempDir, GroupPki) {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = GroupPki::create(
+            dir.path(),
+            "default",
+            "playground",
+            &["iad", "pdx", "reader"],
+            bloodraven_runtime::clock::SystemClock.now(),
+        )
+        .unwrap();
+        (dir, pki)
+    }
+
+    /// `stem`'s TLS identity in `pki`.
+    pub fn tls(pki: &GroupPki, stem: &str) -> Arc<ComponentTls> {
+        ComponentTls::load(pki.files(stem)).unwrap()
+    }
+
+    /// Serves `app` on a free loopback port over plain HTTP: its base URL.
+    pub async fn serve_plain(app: axum::Router) -> String {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(l, app).await });
         format!("http://{addr}")
     }
+
+    /// Serves `app` on a free loopback port over component mutual TLS as `tls`: its base
+    /// URL.
+    pub async fn serve(app: axum::Router, tls: Arc<ComponentTls>) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            bloodraven_runtime::serve::serve(
+                l,
+                bloodraven_runtime::serve::Transport::Component(tls),
+                app,
+                rx,
+            )
+            .await;
+            drop(stop);
+        });
+        format!("https://{addr}")
+    }
+
+    use bloodraven_runtime::clock::Clock as _;
 }
 
 use std::future::Future;
@@ -54,6 +100,7 @@ use std::sync::Arc;
 
 use bloodraven_mysql::SiteClient;
 use bloodraven_runtime::clock::SharedClock;
+use bloodraven_runtime::mtls::ComponentTls;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -75,6 +122,8 @@ use crate::trust::Trust;
 pub enum StartError {
     #[error("failed to set up the HTTP client: {0}")]
     HttpClient(ContactError),
+    #[error("failed to load the component certificate: {0}")]
+    Tls(bloodraven_runtime::mtls::MtlsError),
     #[error("failed to listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -90,6 +139,9 @@ pub struct Sidecar {
     /// How the startup safety net ended.
     pub safety_net: SafetyNetOutcome,
     shared: Arc<Shared>,
+    /// Backups the operator asks this site for ([`backups`]); disabled until
+    /// [`Sidecar::enable_backups`].
+    backups: Arc<backups::Backups>,
     stop: watch::Sender<bool>,
     monitor: JoinHandle<()>,
     /// Follows the operator's announcements ([`announcements`]).
@@ -103,6 +155,16 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 }
 
 impl Sidecar {
+    /// Lets the operator ask this site for backups (`--backup-credentials-file`).
+    pub fn enable_backups(&self, settings: backups::BackupSettings) {
+        info!(
+            site = %self.shared.identity.site,
+            datadir = ?settings.datadir,
+            "backups enabled: the operator may ask for one (POST /backups)"
+        );
+        self.backups.enable(settings);
+    }
+
     /// `GET /replica`'s default lag bound (`--replica-max-lag`).
     pub fn set_replica_max_lag(&self, lag: std::time::Duration) {
         self.shared.replica_max_lag_ms.store(
@@ -111,8 +173,8 @@ impl Sidecar {
         );
     }
 
-    /// Runs the safety net, then binds `listen` and starts the HTTP server and the monitor.
-    /// Drop the future to give up during the safety net.
+    /// Runs the safety net, then binds `listen` and starts the server (mutual TLS as `tls`)
+    /// and the monitor. Drop the future to give up during the safety net.
     #[allow(clippy::too_many_arguments)] // the sidecar's parts, each named at the call site
     pub async fn start<C: Contacts, D: Database>(
         identity: Identity,
@@ -121,6 +183,7 @@ impl Sidecar {
         timing: Timing,
         trust: Trust,
         listen: SocketAddr,
+        tls: Arc<ComponentTls>,
         clock: SharedClock,
     ) -> Result<Sidecar, StartError> {
         match (&trust.verifier, trust.pin_timings) {
@@ -160,9 +223,15 @@ impl Sidecar {
         }
         let timing = shared.timing();
         let metrics = Arc::new(Metrics::new(&shared.identity.group, &shared.identity.site));
+        metrics.certificate_expiry(tls.current().not_after);
         let announcer = contacts.clone();
-        let monitor =
-            FencingMonitor::new(contacts, db.clone(), shared.clone(), metrics.clone(), clock);
+        let monitor = FencingMonitor::new(
+            contacts,
+            db.clone(),
+            shared.clone(),
+            metrics.clone(),
+            clock.clone(),
+        );
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|source| StartError::Listen {
@@ -174,25 +243,33 @@ impl Sidecar {
             source,
         })?;
         let (stop, rx) = watch::channel(false);
+        let identities: Vec<String> = tls
+            .material()
+            .identities
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let backups = Arc::new(backups::Backups::default());
         let app = Arc::new(App {
             shared: shared.clone(),
+            backups: backups.clone(),
             db,
             metrics,
+            tls: tls.clone(),
+            clock,
         });
-        let shutdown = stopped(rx.clone());
-        let server = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router(app))
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        });
+        let server = tokio::spawn(bloodraven_runtime::serve::serve(
+            listener,
+            bloodraven_runtime::serve::Transport::Component(tls),
+            router(app),
+            rx.clone(),
+        ));
         info!(
             site = %shared.identity.site,
             group = %shared.identity.group,
             namespace = %shared.identity.namespace,
             addr = %addr,
+            identity = ?identities,
             peers = shared.peers.len(),
             lease_timeout = %bloodraven_core::duration::HumanDuration(timing.lease_timeout),
             peer_check_interval = %bloodraven_core::duration::HumanDuration(timing.peer_check_interval),
@@ -208,6 +285,7 @@ impl Sidecar {
             addr,
             safety_net,
             shared,
+            backups,
             stop,
             monitor,
             watcher,
@@ -223,18 +301,10 @@ impl Sidecar {
     /// Stops the monitor (after its current tick) and the HTTP server.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
+        self.backups.abandon_all().await;
         let _ = self.monitor.await;
         let _ = self.watcher.await;
-        // Idle keep-alive connections from peers can hold a graceful shutdown open: give it a
-        // moment, then close the rest.
-        let mut server = self.server;
-        if tokio::time::timeout(std::time::Duration::from_secs(1), &mut server)
-            .await
-            .is_err()
-        {
-            server.abort();
-            let _ = server.await;
-        }
+        let _ = self.server.await;
     }
 }
 
@@ -245,11 +315,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     let timing = settings.timing();
+    let tls = ComponentTls::load(settings.tls.clone()).map_err(StartError::Tls)?;
     let contacts = HttpContacts::new(
         &settings.identity,
         &settings.operators,
         &settings.peers,
         timing.request_timeout,
+        &tls,
     )
     .map_err(StartError::HttpClient)?;
     let db = SiteClient::new(
@@ -266,12 +338,16 @@ pub async fn run(
         timing,
         settings.trust.clone(),
         settings.listen,
+        tls,
         clock,
     );
     let sidecar = tokio::select! {
         s = start => {
             let s = s?;
             s.set_replica_max_lag(settings.replica_max_lag);
+            if let Some(b) = settings.backup.clone() {
+                s.enable_backups(b);
+            }
             s
         }
         () = &mut shutdown => {

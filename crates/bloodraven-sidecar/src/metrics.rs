@@ -24,6 +24,11 @@ struct PartyLabel {
     party: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ComponentLabel {
+    component: &'static str,
+}
+
 /// The registry and its metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -32,6 +37,7 @@ pub struct Metrics {
     tick_duration: Histogram,
     last_contact_age: Family<PartyLabel, Gauge<f64, AtomicU64>>,
     self_fenced: Gauge,
+    certificate_expiry: Family<ComponentLabel, Gauge>,
 }
 
 /// prometheus-client appends `_total` to counters itself.
@@ -59,6 +65,12 @@ impl Metrics {
         let tick_duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let last_contact_age = Family::<PartyLabel, Gauge<f64, AtomicU64>>::default();
         let self_fenced = Gauge::default();
+        let certificate_expiry = Family::<ComponentLabel, Gauge>::default();
+        registry.register(
+            names::CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS,
+            "When this sidecar's component certificate stops being valid (Unix seconds); an expired one looks like silence to every peer",
+            certificate_expiry.clone(),
+        );
         registry.register(
             counter_name(names::SIDECAR_FENCES_TOTAL),
             "Confirmed self-fences of this site's MySQL, by rule",
@@ -98,7 +110,17 @@ impl Metrics {
             tick_duration,
             last_contact_age,
             self_fenced,
+            certificate_expiry,
         }
+    }
+
+    /// When the certificate in use stops being valid.
+    pub fn certificate_expiry(&self, not_after: bloodraven_core::time::Timestamp) {
+        self.certificate_expiry
+            .get_or_create(&ComponentLabel {
+                component: names::COMPONENT_SIDECAR,
+            })
+            .set(not_after.unix_seconds());
     }
 
     /// Counts a confirmed fence for `rule` (a [`bloodraven_core::fencing::Rule::label`]).

@@ -1,7 +1,7 @@
 //! The `FencingMonitor`: every `peerCheckInterval`, gather → decide → act.
 //!
 //! - **Gather**: first the server's fence variable (with its `server_id` and uptime), then the
-//!   operator's `/healthz` and `/active-site`, every peer's `/peer/ping` and
+//!   operator's `/readyz` and `/active-site`, every peer's `/peer/ping` and
 //!   `/peer/active-site`, every party at once, each party's round bounded by the request
 //!   timeout (so one slow peer cannot stall the tick). The fence comes first because the operator announces a new
 //!   active site before it lifts `read_only` there: views asked for after the server was seen
@@ -27,16 +27,17 @@ use std::time::Duration;
 use bloodraven_core::contract::logs;
 use bloodraven_core::contract::metrics as metrics_contract;
 use bloodraven_core::fencing::{
-    ReadOnlyState, Rule, ServerSeen, TickFacts, Verdict, ViewSource, evaluate,
+    Observed, ReadOnlyState, Rule, ServerSeen, TickFacts, Verdict, ViewSource, evaluate,
 };
+use bloodraven_core::time::Timestamp;
 use bloodraven_core::wire::ActiveSite;
-use bloodraven_mysql::FenceOutcome;
+use bloodraven_mysql::{FenceOutcome, FenceReading, MysqlError};
 use bloodraven_runtime::clock::SharedClock;
 use futures::future::join_all;
 use tokio::time::{Instant, MissedTickBehavior, timeout};
 use tracing::{debug, error, info, warn};
 
-use crate::contacts::{ContactError, Contacts, Round};
+use crate::contacts::{Claim, ContactError, Contacts, Round};
 use crate::database::Database;
 use crate::metrics::Metrics;
 use crate::state::Shared;
@@ -236,6 +237,19 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
         // The fence first, then the views (see the module docs).
         let fence_read = self.db.fence_reading().await;
         let read_at = Instant::now();
+        // What this tick's calls say of this sidecar: the view it holds, and the fence it just
+        // read under that view (the views of this tick are adopted only after the reading).
+        let held = self
+            .shared
+            .lock()
+            .monitor
+            .cache()
+            .get()
+            .map(|v| v.topology_generation);
+        c.claim(Claim {
+            held,
+            read_only: fence_read.as_ref().ok().map(|r| r.fenced),
+        });
         let ((healthz, view), rounds) = gather(c, limit).await;
         let (pings, views): (Vec<_>, Vec<_>) = rounds.into_iter().unzip();
         let read_only = match &fence_read {
@@ -273,10 +287,49 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             server,
         };
 
+        let (observed, verdict, source, restart_pending) =
+            self.record(&facts, wall, &healthz, &pings, &fence_read);
+        let adopted_from = self.report_observed(&observed, &facts, server);
+
+        let (fence, restart) = if restart_pending {
+            let (fence, outcome) = self.check_restarted().await;
+            (Some(fence), outcome)
+        } else {
+            let fence = match &verdict {
+                Verdict::Fence(rule) => Some(self.fence(rule, source).await),
+                Verdict::AlreadyReadOnly | Verdict::Nothing => None,
+            };
+            (fence, None)
+        };
+        self.keep_deadline(&observed.snapshot, &verdict).await;
+        self.metrics.tick(started.elapsed());
+        let (op_age, peer_age) = self.shared.contact_ages(Instant::now());
+        self.metrics.contact_ages(op_age, peer_age);
+        TickReport {
+            verdict,
+            fence,
+            rearmed: observed.rearmed,
+            adopted_from,
+            restart,
+        }
+    }
+
+    /// Records the tick's answers under the state lock (contacts, reachability, the server's
+    /// readability, the tick count), observes `facts` and evaluates the rules; the changes of
+    /// reachability are logged once the lock is released.
+    fn record(
+        &self,
+        facts: &TickFacts,
+        wall: Timestamp,
+        healthz: &Result<(), ContactError>,
+        pings: &[Result<(), ContactError>],
+        fence_read: &Result<FenceReading, MysqlError>,
+    ) -> (Observed, Verdict, Option<ViewSource>, bool) {
+        let c = &*self.contacts;
         let mut changes = Vec::new();
-        let (observed, verdict, source, restart_pending) = {
+        let decided = {
             let mut g = self.shared.lock();
-            let observed = g.monitor.observe(&facts);
+            let observed = g.monitor.observe(facts);
             if healthz.is_ok() {
                 g.operator_contact = Some(wall);
             }
@@ -301,7 +354,7 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
             }
             let mysql_up = fence_read.is_ok();
             if g.mysql_up != Some(mysql_up) {
-                match &fence_read {
+                match fence_read {
                     Err(e) => {
                         warn!(site = %self.shared.identity.site, error = %e, "could not read the fence variable; the rules still run");
                     }
@@ -326,6 +379,19 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
                 Change::Up(who) => info!(party = %who, "answering again"),
             }
         }
+        decided
+    }
+
+    /// Logs what the observation changed (views adopted from peers, timings followed from the
+    /// signed view, a re-armed lease window, a restarted server) and returns the peers whose
+    /// views were adopted.
+    fn report_observed(
+        &self,
+        observed: &Observed,
+        facts: &TickFacts,
+        server: Option<ServerSeen>,
+    ) -> Vec<String> {
+        let c = &*self.contacts;
         let adopted_from: Vec<String> = observed
             .adopted
             .iter()
@@ -368,28 +434,7 @@ impl<C: Contacts, D: Database> FencingMonitor<C, D> {
                 logs::SAFETY_NET_SERVER_RESTARTED
             );
         }
-
-        let (fence, restart) = if restart_pending {
-            let (fence, outcome) = self.check_restarted().await;
-            (Some(fence), outcome)
-        } else {
-            let fence = match &verdict {
-                Verdict::Fence(rule) => Some(self.fence(rule, source).await),
-                Verdict::AlreadyReadOnly | Verdict::Nothing => None,
-            };
-            (fence, None)
-        };
-        self.keep_deadline(&observed.snapshot, &verdict).await;
-        self.metrics.tick(started.elapsed());
-        let (op_age, peer_age) = self.shared.contact_ages(Instant::now());
-        self.metrics.contact_ages(op_age, peer_age);
-        TickReport {
-            verdict,
-            fence,
-            rearmed: observed.rearmed,
-            adopted_from,
-            restart,
-        }
+        adopted_from
     }
 
     /// Strict fencing's dead man's switch ([`bloodraven_core::fencing::deadline`]): on a

@@ -1,29 +1,44 @@
-//! The sidecar's plain-HTTP server (`:8080`): `/health`, `/status`, the routers' checks
-//! (`/primary`, `/replica`, `/read-only`: `200` or `503`, as [`bloodraven_core::routing`]
-//! decides), `/peer/ping`, `/peer/active-site`, `/metrics`.
+//! The sidecar's server (`--listen`, TLS with client certificates optional): `/health`,
+//! `/status`, the routers' checks (`/primary`, `/replica`, `/read-only`: `200` or `503`, as
+//! [`bloodraven_core::routing`] decides) and `/metrics`, open to load balancers and probes;
+//! `/peer/ping` and `/peer/active-site` only for a verified peer; `/backups` only for the
+//! group's operator ([`crate::backups`]).
 //!
-//! Peers call `/peer/ping` and `/peer/active-site` with `namespace` and `group` query
-//! parameters; a sidecar of another group answers `404`, so a misconfigured peer list cannot
-//! lend a view (or a lease) across groups. Nothing here holds a secret: `/status` shows the
-//! server's state, the cached view and contact times, never credentials.
+//! **Peers prove who they are.** A `/peer/*` caller must present a certificate of the
+//! component CA naming a site of this sidecar's group (docs/security.md). Without a verified
+//! certificate the answer is `401`, with another party's `403`, each with a JSON `reason`, and
+//! nothing is recorded. The caller's site is its certificate's, never a parameter: what the
+//! sidecar records of it (when it answered it, the view it said it holds: strict fencing's
+//! facts) is what that site's own sidecar said. Peers also send `namespace` and `group`; a
+//! sidecar of another group answers `404`, so a misconfigured peer list cannot lend a view (or
+//! a lease) across groups. Nothing here holds a secret: `/status` shows the server's state,
+//! the cached view and contact times, never credentials.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Path as UrlPath, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use bloodraven_core::duration::HumanDuration;
 use bloodraven_core::fencing::ViewSource;
 use bloodraven_core::wire::{
     SidecarMysql, SidecarPeer, SidecarReplication, SidecarStatus, SidecarTopology,
 };
-use bloodraven_mysql::Probe;
+use bloodraven_mysql::{MysqlError, Probe};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::{Instant, timeout};
 
+use bloodraven_core::identity::Expected;
+use bloodraven_runtime::clock::SharedClock;
+use bloodraven_runtime::mtls::{ComponentTls, Refusal};
+use bloodraven_runtime::serve::PeerCertificates;
+
+use crate::backups::Refused;
+use crate::contacts::Claim;
 use crate::database::Database;
 use crate::metrics::Metrics;
 use crate::state::Shared;
@@ -32,8 +47,14 @@ use crate::state::Shared;
 #[derive(Debug)]
 pub struct App<D> {
     pub shared: Arc<Shared>,
+    /// Backups the operator asks for ([`crate::backups`]).
+    pub backups: Arc<crate::backups::Backups>,
     pub db: Arc<D>,
     pub metrics: Arc<Metrics>,
+    /// This sidecar's certificate and the CA bundle its peers are checked against.
+    pub tls: Arc<ComponentTls>,
+    /// When a peer's certificate is judged.
+    pub clock: SharedClock,
 }
 
 /// The routes.
@@ -47,6 +68,11 @@ pub fn router<D: Database>(app: Arc<App<D>>) -> Router {
         .route("/peer/ping", get(peer_ping::<D>))
         .route("/peer/active-site", get(peer_active_site::<D>))
         .route("/metrics", get(metrics::<D>))
+        .route("/backups", post(backup_start::<D>))
+        .route(
+            "/backups/{id}",
+            get(backup_report::<D>).delete(backup_abandon::<D>),
+        )
         .with_state(app)
 }
 
@@ -57,8 +83,95 @@ pub const STALE_READS_NOTE: &str = "client writes are refused, but fencing does 
 struct GroupQuery {
     namespace: Option<String>,
     group: Option<String>,
-    /// The calling sidecar's site (recorded for strict fencing's facts).
-    from: Option<String>,
+    /// The generation of the view the caller holds ([`Claim::held`]).
+    held: Option<u64>,
+    /// Its server's `read_only` under that view ([`Claim::read_only`]).
+    #[serde(rename = "readOnly")]
+    read_only: Option<bool>,
+}
+
+impl GroupQuery {
+    fn claim(&self) -> Claim {
+        Claim {
+            held: self.held,
+            read_only: self.read_only,
+        }
+    }
+}
+
+/// The verified site calling `/peer/*`, or the refusal: `401` without a verified certificate,
+/// `403` for a certificate of another party than a site of this group.
+fn peer_site<D>(app: &App<D>, peer: Option<&PeerCertificates>) -> Result<String, Box<Response>> {
+    let id = &app.shared.identity;
+    let expected = Expected::AnySiteOf {
+        namespace: id.namespace.clone(),
+        group: id.group.clone(),
+    };
+    let chain = peer.and_then(PeerCertificates::chain);
+    app.tls
+        .authorize(chain, app.clock.now(), &expected)
+        .map(|c| c.site_name().unwrap_or_default().to_string())
+        .map_err(|r| Box::new(refusal(&r)))
+}
+
+/// A refused caller's answer: `{"error": …, "reason": …}`.
+pub fn refusal(r: &Refusal) -> Response {
+    let code = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+    (
+        code,
+        axum::Json(json!({"error": r.code(), "reason": r.to_string()})),
+    )
+        .into_response()
+}
+
+/// A malformed query's answer, naming the parameters and their rules.
+fn bad_peer_query() -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({
+            "error": "invalid_request",
+            "reason": "query parameters: namespace and group (names), held (a topologyGeneration, a whole number), readOnly (true or false)",
+        })),
+    )
+        .into_response()
+}
+
+type PeerQuery = Result<Query<GroupQuery>, axum::extract::rejection::QueryRejection>;
+
+/// The checks every `/peer/*` request passes, in order: who calls (nothing else is read
+/// before), a well-formed query, this group. Returns the caller's site and what it said.
+fn admit_peer<D>(
+    app: &App<D>,
+    peer: Option<&PeerCertificates>,
+    q: PeerQuery,
+) -> Result<(String, Claim), Box<Response>> {
+    let site = peer_site(app, peer)?;
+    let Ok(Query(q)) = q else {
+        return Err(Box::new(bad_peer_query()));
+    };
+    if let Some(r) = wrong_group(&app.shared, &q) {
+        return Err(Box::new(r));
+    }
+    Ok((site, q.claim()))
+}
+
+/// A `/peer/*` caller that passed [`admit_peer`] and is recorded as heard, with what it said
+/// ([`Shared::heard`]), before its handler runs. A refused one gets the refusal instead.
+struct HeardPeer;
+
+impl<D: Database> FromRequestParts<Arc<App<D>>> for HeardPeer {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<App<D>>,
+    ) -> Result<Self, Self::Rejection> {
+        let q = Query::<GroupQuery>::from_request_parts(parts, app).await;
+        let peer = parts.extensions.get::<PeerCertificates>();
+        let (site, claim) = admit_peer(app, peer, q).map_err(|r| *r)?;
+        app.shared.heard(&site, claim);
+        Ok(HeardPeer)
+    }
 }
 
 /// `Some(404)` when the query names another group or namespace.
@@ -219,49 +332,117 @@ async fn routing_check<D: Database>(app: &App<D>, check: Check, lag: Option<u64>
         .into_response()
 }
 
-async fn peer_ping<D: Database>(
-    State(app): State<Arc<App<D>>>,
-    Query(q): Query<GroupQuery>,
-) -> Response {
-    if let Some(r) = wrong_group(&app.shared, &q) {
-        return r;
-    }
-    if let Some(from) = &q.from {
-        app.shared.heard(from, None);
-    }
+async fn peer_ping<D: Database>(State(app): State<Arc<App<D>>>, _: HeardPeer) -> Response {
     let id = &app.shared.identity;
     axum::Json(json!({"site": id.site, "group": id.group, "namespace": id.namespace}))
         .into_response()
 }
 
-async fn peer_active_site<D: Database>(
-    State(app): State<Arc<App<D>>>,
-    Query(q): Query<GroupQuery>,
-) -> Response {
-    if let Some(r) = wrong_group(&app.shared, &q) {
-        return r;
-    }
+async fn peer_active_site<D: Database>(State(app): State<Arc<App<D>>>, _: HeardPeer) -> Response {
     let view = app.shared.peer_view();
-    if let Some(from) = &q.from {
-        app.shared
-            .heard(from, view.as_ref().map(|v| v.topology_generation));
-    }
     match view {
         Some(v) => axum::Json(v).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     }
 }
 
+/// The operator of this sidecar's group, proven by its certificate: `401` without a verified
+/// certificate, `403` for another party (a peer sidecar included).
+struct TheOperator;
+
+impl<D: Database> FromRequestParts<Arc<App<D>>> for TheOperator {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<App<D>>,
+    ) -> Result<Self, Self::Rejection> {
+        let id = &app.shared.identity;
+        let expected = Expected::OperatorOf {
+            namespace: id.namespace.clone(),
+            group: id.group.clone(),
+        };
+        let chain = parts
+            .extensions
+            .get::<PeerCertificates>()
+            .and_then(PeerCertificates::chain);
+        app.tls
+            .authorize(chain, app.clock.now(), &expected)
+            .map(|_| TheOperator)
+            .map_err(|r| refusal(&r))
+    }
+}
+
+/// A refused backup request's answer: `{"error", "reason"}`, and `field` for a bad one.
+fn backup_refused(r: &Refused) -> Response {
+    let (status, code) = r.status_and_code();
+    let mut body = json!({"error": code, "reason": r.to_string()});
+    if let Refused::Invalid { field, rule } = r {
+        body["field"] = json!(field);
+        body["reason"] = json!(rule);
+    }
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, axum::Json(body)).into_response()
+}
+
+async fn backup_start<D: Database>(
+    State(app): State<Arc<App<D>>>,
+    _: TheOperator,
+    body: axum::body::Bytes,
+) -> Response {
+    let id = &app.shared.identity;
+    let source = crate::backups::Source {
+        group: id.group.clone(),
+        site: id.site.clone(),
+    };
+    match app.backups.start(&body, &source, &app.clock) {
+        Ok(r) => (StatusCode::ACCEPTED, axum::Json(r)).into_response(),
+        Err(r) => backup_refused(&r),
+    }
+}
+
+async fn backup_report<D: Database>(
+    State(app): State<Arc<App<D>>>,
+    _: TheOperator,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    match app.backups.get(&id) {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(r) => backup_refused(&r),
+    }
+}
+
+async fn backup_abandon<D: Database>(
+    State(app): State<Arc<App<D>>>,
+    _: TheOperator,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    match app.backups.delete(&id).await {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(r) => backup_refused(&r),
+    }
+}
+
 async fn metrics<D: Database>(State(app): State<Arc<App<D>>>, headers: HeaderMap) -> Response {
     let (op, peers) = app.shared.contact_ages(Instant::now());
     app.metrics.contact_ages(op, peers);
+    app.metrics.certificate_expiry(app.tls.current().not_after);
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let (content_type, body) =
         bloodraven_runtime::exposition::negotiate(accept, app.metrics.encode());
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-fn mysql_status(probe: Result<Probe, String>) -> (SidecarMysql, &'static str) {
+/// Why the status has no probe of the server.
+#[derive(Debug, thiserror::Error)]
+enum ProbeFailed {
+    #[error("{0}")]
+    Answered(#[from] MysqlError),
+    #[error("no answer within {} ms", .0.as_millis())]
+    Silent(std::time::Duration),
+}
+
+fn mysql_status(probe: Result<Probe, ProbeFailed>) -> (SidecarMysql, &'static str) {
     match probe {
         Ok(p) => {
             let fenced = p.fenced();
@@ -294,7 +475,7 @@ fn mysql_status(probe: Result<Probe, String>) -> (SidecarMysql, &'static str) {
         Err(error) => (
             SidecarMysql {
                 reachable: false,
-                error: Some(error),
+                error: Some(error.to_string()),
                 flavor: None,
                 read_only: None,
                 super_read_only: None,
@@ -310,10 +491,11 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
     let limit = app.shared.timing().mysql_timeouts().statement * 2;
     let probe = match timeout(limit, app.db.probe()).await {
         Ok(Ok(p)) => Ok(p),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {} ms", limit.as_millis())),
+        Ok(Err(e)) => Err(ProbeFailed::Answered(e)),
+        Err(_) => Err(ProbeFailed::Silent(limit)),
     };
     let (mysql, role) = mysql_status(probe);
+    let tls = app.tls.current().status();
     let shared = &app.shared;
     let now = shared.mono(Instant::now());
     let g = shared.lock();
@@ -362,10 +544,11 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
                             answered_seconds_ago: at
                                 .saturating_duration_since(h.answered)
                                 .as_secs_f64(),
-                            served_generation: h.served.map(|(g, _)| g),
-                            served_seconds_ago: h
-                                .served
-                                .map(|(_, t)| at.saturating_duration_since(t).as_secs_f64()),
+                            held_generation: h.holds.map(|x| x.generation),
+                            held_seconds_ago: h
+                                .holds
+                                .map(|x| at.saturating_duration_since(x.since).as_secs_f64()),
+                            held_read_only: h.holds.and_then(|x| x.read_only),
                         },
                     )
                 })
@@ -380,6 +563,7 @@ async fn status<D: Database>(State(app): State<Arc<App<D>>>) -> Response {
         last_tick: g.last_tick,
         sessions_killed: g.sessions_killed,
         note: (self_fenced || role == "fenced").then(|| STALE_READS_NOTE.to_string()),
+        tls: Some(tls),
     };
     drop(g);
     axum::Json(body).into_response()

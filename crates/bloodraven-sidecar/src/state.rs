@@ -41,9 +41,9 @@ pub struct Inner {
     /// Per source (`operator` or a peer's URL): why its last view was refused, so a refusal
     /// is logged when it starts or changes, not every tick.
     pub refused: std::collections::BTreeMap<String, String>,
-    /// Per calling site (`from=` on `/peer/ping` and `/peer/active-site`): when this sidecar
-    /// last answered it, and the newest generation it served it and when (strict fencing's
-    /// facts). Bounded: [`MAX_CALLERS`].
+    /// Per calling site, as its verified certificate names it (`/peer/ping`,
+    /// `/peer/active-site`): when this sidecar last answered it, and the newest view it said
+    /// it holds (strict fencing's facts). Bounded: [`MAX_CALLERS`].
     pub heard_from: std::collections::BTreeMap<String, Heard>,
     /// This sidecar set the server's own deadline (strict fencing) and has not dropped it.
     pub deadline_armed: bool,
@@ -53,11 +53,21 @@ pub struct Inner {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Heard {
     pub answered: Instant,
-    pub served: Option<(u64, Instant)>,
+    /// The newest view it said it holds: its generation, when it first said so, and its
+    /// server's `read_only` as it said it read it under that view (`Some(true)` once said).
+    pub holds: Option<Holds>,
 }
 
-/// How many calling sites a sidecar remembers (a group has at most a handful; a hostile caller
-/// naming thousands of sites must not grow the map).
+/// What a caller said of the view it holds ([`crate::contacts::Claim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holds {
+    pub generation: u64,
+    pub since: Instant,
+    pub read_only: Option<bool>,
+}
+
+/// How many calling sites a sidecar remembers (a group has at most a handful; even a party
+/// that holds the CA's key must not grow the map without bound).
 pub const MAX_CALLERS: usize = 32;
 
 /// State shared between the monitor and the HTTP server.
@@ -162,29 +172,42 @@ impl Shared {
         at.saturating_duration_since(self.origin)
     }
 
-    /// Records that this sidecar answered `from`'s sidecar now, serving it `served` (a
-    /// generation) when it asked for the view. A name that is not a DNS-1123 label, or a new
-    /// one past [`MAX_CALLERS`], is not recorded.
-    pub fn heard(&self, from: &str, served: Option<u64>) {
-        if bloodraven_core::names::check_dns1123_label(from).is_err() {
+    /// Records that this sidecar answered `site`'s sidecar now (its verified identity), which
+    /// said `claim` of itself. A new site past [`MAX_CALLERS`] is not recorded.
+    pub fn heard(&self, site: &str, claim: crate::contacts::Claim) {
+        if bloodraven_core::names::check_dns1123_label(site).is_err() {
             return;
         }
         let now = Instant::now();
         let mut g = self.lock();
-        if !g.heard_from.contains_key(from) && g.heard_from.len() >= MAX_CALLERS {
+        if !g.heard_from.contains_key(site) && g.heard_from.len() >= MAX_CALLERS {
             return;
         }
-        let e = g.heard_from.entry(from.to_string()).or_insert(Heard {
+        let e = g.heard_from.entry(site.to_string()).or_insert(Heard {
             answered: now,
-            served: None,
+            holds: None,
         });
         e.answered = now;
-        // When it was *first* served a generation: that is when its sidecar learned the view
-        // (serving the same one again later says nothing new).
-        if let Some(generation) = served
-            && e.served.is_none_or(|(g, _)| generation > g)
-        {
-            e.served = Some((generation, now));
+        let Some(generation) = claim.held else {
+            return;
+        };
+        match &mut e.holds {
+            // When it *first* said it holds a generation: that is when rule #1 fired there (a
+            // later word of the same one says nothing new). An older one (a replay, or a
+            // sidecar that restarted) changes nothing.
+            Some(h) if generation < h.generation => {}
+            Some(h) if generation == h.generation => {
+                if claim.read_only == Some(true) {
+                    h.read_only = Some(true);
+                }
+            }
+            _ => {
+                e.holds = Some(Holds {
+                    generation,
+                    since: now,
+                    read_only: claim.read_only,
+                });
+            }
         }
     }
 
@@ -217,6 +240,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contacts::Claim;
 
     fn shared() -> Arc<Shared> {
         Shared::new(
@@ -232,36 +256,46 @@ mod tests {
         )
     }
 
+    fn holds(generation: u64, read_only: Option<bool>) -> Claim {
+        Claim {
+            held: Some(generation),
+            read_only,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn callers_are_remembered_with_when_each_first_got_a_generation() {
+    async fn callers_are_remembered_with_when_each_first_said_it_holds_a_generation() {
         let s = shared();
-        s.heard("iad", Some(2));
+        s.heard("iad", holds(2, Some(false)));
         tokio::time::advance(Duration::from_secs(5)).await;
-        // Served the same generation again: when it first learned it is what counts.
-        s.heard("iad", Some(2));
-        s.heard("reader", None);
+        // The same generation again: when it first said so is what counts; read-only sticks.
+        s.heard("iad", holds(2, Some(true)));
+        s.heard("reader", Claim::default());
         let g = s.lock();
         let iad = g.heard_from["iad"];
         let now = Instant::now();
         assert_eq!(now - iad.answered, Duration::ZERO);
+        let h = iad.holds.unwrap();
         assert_eq!(
-            iad.served.map(|(g, at)| (g, now - at)),
-            Some((2, Duration::from_secs(5)))
+            (h.generation, now - h.since, h.read_only),
+            (2, Duration::from_secs(5), Some(true))
         );
-        assert_eq!(g.heard_from["reader"].served, None);
+        assert_eq!(g.heard_from["reader"].holds, None);
         drop(g);
-        // A newer generation moves it; an older one does not.
-        s.heard("iad", Some(3));
-        s.heard("iad", Some(1));
-        assert_eq!(s.lock().heard_from["iad"].served.map(|(g, _)| g), Some(3));
+        // A newer generation moves it (read-only unknown again); an older one, a replay,
+        // does not.
+        s.heard("iad", holds(3, None));
+        s.heard("iad", holds(1, Some(true)));
+        let h = s.lock().heard_from["iad"].holds.unwrap();
+        assert_eq!((h.generation, h.read_only), (3, None));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn hostile_callers_cannot_grow_the_record() {
+    async fn the_record_stays_bounded() {
         let s = shared();
-        s.heard("not a site!", None);
+        s.heard("not a site!", Claim::default());
         for i in 0..(MAX_CALLERS + 10) {
-            s.heard(&format!("site-{i}"), None);
+            s.heard(&format!("site-{i}"), Claim::default());
         }
         let g = s.lock();
         assert_eq!(g.heard_from.len(), MAX_CALLERS);

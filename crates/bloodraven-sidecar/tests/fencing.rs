@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use bloodraven_core::contract::logs;
-use bloodraven_mysql::launcher::Launcher;
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
@@ -293,8 +293,8 @@ async fn a_stale_primary_learns_from_a_real_peer_and_fences() {
     let op_b = FakeParty::start(Some(view(a, 1, at(0)))).await;
     let (port_a, port_b) = (free_port(), free_port());
     let (url_a, url_b) = (
-        format!("http://127.0.0.1:{port_a}"),
-        format!("http://127.0.0.1:{port_b}"),
+        format!("https://127.0.0.1:{port_a}"),
+        format!("https://127.0.0.1:{port_b}"),
     );
     let sidecar_b = sidecar_for(
         &h,

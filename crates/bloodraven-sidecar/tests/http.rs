@@ -1,5 +1,7 @@
-//! The sidecar's HTTP endpoints on a real server, with a real MariaDB behind them: what they
-//! say, that peers of another group get nothing, and that no credential ever shows.
+//! The sidecar's HTTP endpoints on a real server (TLS, client certificates optional), with a
+//! real MariaDB behind them: what they say, that peers of another group get nothing, that a
+//! caller is only ever the site its verified certificate names (every hostile caller is
+//! refused with a reason and changes nothing), and that no credential ever shows.
 
 mod support;
 
@@ -7,16 +9,32 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bloodraven_core::contract::metrics as names;
+use bloodraven_core::identity::ComponentId;
 use bloodraven_core::wire::ActiveSite;
-use bloodraven_mysql::launcher::Launcher;
+use bloodraven_launch::mysql::Launcher;
+use bloodraven_testkit::pki::{self, pki};
 use reqwest::StatusCode;
 use serde_json::Value;
 use support::{FakeParty, at, sidecar_for, view, wait_until};
 
+/// `GET` as a probe or a load balancer would: trusting the CA, no certificate.
 async fn get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
-    let r = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
+    get_as(&support::client(), addr, path).await
+}
+
+async fn get_as(client: &reqwest::Client, addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    let r = client
+        .get(format!("https://{addr}{path}"))
+        .send()
+        .await
+        .unwrap();
     let status = r.status();
     (status, r.text().await.unwrap())
+}
+
+/// A client presenting the certificate of site `site` of the test group.
+fn peer_client(site: &str) -> reqwest::Client {
+    pki().client_as(&pki().site(site))
 }
 
 #[tokio::test]
@@ -86,10 +104,21 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
         "a writable primary has no stale-read note"
     );
 
-    // The peer endpoints serve the cache, to this group only.
-    let (code, body) = get(addr, "/peer/ping?namespace=default&group=playground").await;
+    // The peer endpoints serve the cache, to verified peers of this group only.
+    let peer_pdx = peer_client("http-pdx");
+    let (code, body) = get_as(
+        &peer_pdx,
+        addr,
+        "/peer/ping?namespace=default&group=playground",
+    )
+    .await;
     assert_eq!(code, StatusCode::OK, "{body}");
-    let (code, body) = get(addr, "/peer/active-site?namespace=default&group=playground").await;
+    let (code, body) = get_as(
+        &peer_pdx,
+        addr,
+        "/peer/active-site?namespace=default&group=playground",
+    )
+    .await;
     assert_eq!(code, StatusCode::OK);
     let relayed: ActiveSite = serde_json::from_str(&body).unwrap();
     assert_eq!(relayed, view(site, 5, at(0)));
@@ -97,7 +126,7 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
         "/peer/ping?namespace=default&group=other",
         "/peer/active-site?namespace=prod&group=playground",
     ] {
-        let (code, body) = get(addr, path).await;
+        let (code, body) = get_as(&peer_pdx, addr, path).await;
         assert_eq!(code, StatusCode::NOT_FOUND, "{path}: {body}");
         assert!(body.contains("unknown_group"));
     }
@@ -109,6 +138,7 @@ async fn endpoints_report_state_relay_the_view_and_never_show_a_secret() {
         names::SIDECAR_TICK_DURATION_SECONDS,
         names::SIDECAR_LAST_CONTACT_AGE_SECONDS,
         names::SIDECAR_SELF_FENCED,
+        names::CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS,
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
@@ -229,5 +259,148 @@ async fn the_routing_checks_follow_the_view_and_the_servers() {
     let (_, body) = get(primary.addr, "/primary").await;
     assert_eq!(json(&body)["activeSite"], b, "{body}");
     assert_ne!(json(&body)["role"], "primary", "{body}");
+    drop(h);
+}
+
+/// Every kind of caller that is not a verified peer of the group, against `/peer/ping` and
+/// `/peer/active-site`: refused with `401` (no verified certificate) or `403` (another party),
+/// with a JSON `reason`, and nothing recorded. A verified peer is recorded as the site its
+/// certificate names, whatever `from=` says, and a replayed older view changes nothing.
+#[tokio::test]
+async fn hostile_peers_are_refused_clearly_and_change_nothing() {
+    let site = "hostile-iad";
+    let h = Launcher::start_group(&[site]).await.unwrap();
+    let op = FakeParty::start(Some(view(site, 5, at(0)))).await;
+    let sidecar = sidecar_for(&h, 0, site, &op.url, &[], "127.0.0.1:0".parse().unwrap())
+        .start()
+        .await;
+    let addr = sidecar.addr;
+    let p = pki();
+    let now = bloodraven_core::time::Clock::now(&bloodraven_runtime::clock::SystemClock);
+    let day = Duration::from_secs(24 * 3600);
+    let expired = p.issue(
+        &ComponentId::site("default", "playground", "old-site"),
+        "old-site",
+        now.minus(day * 3),
+        day,
+    );
+    let other_group = p.issue(
+        &ComponentId::site("default", "other", "iad"),
+        "other-group-iad",
+        now,
+        day,
+    );
+    let (_foreign_ca, foreign) = pki::foreign("hostile-pdx");
+    let cases: Vec<(&str, reqwest::Client, StatusCode, &str)> = vec![
+        (
+            "no certificate",
+            p.client(),
+            StatusCode::UNAUTHORIZED,
+            "no client certificate",
+        ),
+        (
+            "another CA's certificate",
+            p.client_as(&foreign),
+            StatusCode::UNAUTHORIZED,
+            "not issued by the component CA",
+        ),
+        (
+            "an expired certificate",
+            p.client_as(&expired),
+            StatusCode::UNAUTHORIZED,
+            "expired",
+        ),
+        (
+            "another group's certificate",
+            p.client_as(&other_group),
+            StatusCode::FORBIDDEN,
+            "spiffe://bloodraven/default/other/iad",
+        ),
+        (
+            "the operator's certificate",
+            p.client_as(&p.operator()),
+            StatusCode::FORBIDDEN,
+            "/operator",
+        ),
+    ];
+    for (what, client, want, reason) in &cases {
+        for path in [
+            "/peer/ping?namespace=default&group=playground&from=pdx&held=99&readOnly=true",
+            "/peer/active-site?namespace=default&group=playground&from=pdx&held=99",
+        ] {
+            let (code, body) = get_as(client, addr, path).await;
+            assert_eq!(code, *want, "{what} {path}: {body}");
+            let v: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{what}: {body}"));
+            assert!(
+                v["reason"].as_str().is_some_and(|r| r.contains(reason)),
+                "{what}: {body}"
+            );
+            assert!(v["error"].is_string(), "{what}: {body}");
+            assert!(!body.contains("activeSite"), "{what} got the view: {body}");
+        }
+    }
+    // Garbage in the query, from a verified peer: 400 naming the parameters, nothing recorded.
+    let caller = peer_client("hostile-pdx");
+    for bad in [
+        "held=soon",
+        "held=-1",
+        "readOnly=perhaps",
+        "held=99999999999999999999999",
+    ] {
+        let (code, body) = get_as(
+            &caller,
+            addr,
+            &format!("/peer/ping?namespace=default&group=playground&{bad}"),
+        )
+        .await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert!(body.contains("held") && body.contains("readOnly"), "{body}");
+    }
+    // Bodies: the peer endpoints take none (a large one is refused, never read into memory).
+    let big = vec![b'x'; 4 * 1024 * 1024];
+    let r = caller
+        .post(format!(
+            "https://{addr}/peer/ping?namespace=default&group=playground"
+        ))
+        .body(big)
+        .send()
+        .await;
+    assert!(
+        r.as_ref()
+            .map_or(true, |r| r.status() == StatusCode::METHOD_NOT_ALLOWED),
+        "{r:?}"
+    );
+    let heard = &support::status(addr).await["heard_from"];
+    assert!(
+        heard.is_null() || heard.as_object().is_some_and(serde_json::Map::is_empty),
+        "a refused caller was recorded: {heard}"
+    );
+    // A verified peer is the site its certificate names, whatever `from` says; the view it
+    // says it holds is kept, and an older one (a replay) changes nothing.
+    for held in [7, 3] {
+        let (code, body) = get_as(
+            &caller,
+            addr,
+            &format!(
+                "/peer/ping?namespace=default&group=playground&from=pdx&held={held}&readOnly=false"
+            ),
+        )
+        .await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+    }
+    let s = support::status(addr).await;
+    let heard = s["heard_from"].as_object().unwrap();
+    assert_eq!(heard.keys().collect::<Vec<_>>(), ["hostile-pdx"], "{s}");
+    assert_eq!(heard["hostile-pdx"]["held_generation"], 7, "{s}");
+    assert_eq!(heard["hostile-pdx"]["held_read_only"], false, "{s}");
+    // The open endpoints stay open to anyone who trusts the CA.
+    for path in ["/health", "/status", "/read-only", "/metrics"] {
+        let (code, body) = get(addr, path).await;
+        assert!(
+            code != StatusCode::UNAUTHORIZED && code != StatusCode::FORBIDDEN,
+            "{path}: {body}"
+        );
+    }
+    sidecar.stop().await;
     drop(h);
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bloodraven_core::contract::logs;
-use bloodraven_mysql::launcher::Launcher;
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_sidecar::safety_net::SafetyNetOutcome;
 use bloodraven_testkit::ledger::WRITES_TABLE_DDL;
 use mysql_async::Conn;
@@ -86,7 +86,7 @@ async fn assert_stays_fenced(site: &str, operator: &str, line: &str) -> SafetyNe
 
 #[tokio::test]
 async fn operator_unreachable_stays_fenced() {
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = format!("https://127.0.0.1:{}", free_port());
     let outcome = assert_stays_fenced("sn-unreach", &url, logs::SAFETY_NET_QUERY_FAILED).await;
     assert!(
         matches!(outcome, SafetyNetOutcome::QueryFailed { .. }),

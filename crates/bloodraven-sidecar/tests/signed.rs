@@ -11,7 +11,7 @@ use std::time::Duration;
 use bloodraven_core::contract::logs;
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::wire::ActiveSite;
-use bloodraven_mysql::launcher::Launcher;
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_runtime::topology::{SigningKey, Verifier};
 use bloodraven_sidecar::trust::Trust;
 use serde_json::Value;

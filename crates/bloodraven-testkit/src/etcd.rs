@@ -1,22 +1,22 @@
 //! A real etcd cluster for tests: `n` members of Debian's `etcd` (3.4) started by
-//! [`bloodraven_etcd::launcher`] on free loopback ports (drawn as the MariaDB launcher draws
+//! [`bloodraven_launch::etcd`] on free loopback ports (drawn as the MariaDB launcher draws
 //! them), under one temporary directory removed when the cluster is dropped, with timings
 //! short enough for tests (heartbeat 50 ms, election timeout 500 ms).
 
 use std::ops::{Deref, DerefMut};
 
-pub use bloodraven_etcd::launcher::{
+pub use bloodraven_launch::etcd::{
     EtcdSetupError, EtcdTls, LaunchOptions, distinct_ports, etcd_binary,
 };
 /// A free loopback port, drawn as the MariaDB launcher draws them.
-pub use bloodraven_mysql::launcher::free_port;
+pub use bloodraven_launch::mysql::free_port;
 
 /// A running test cluster: the launcher's cluster on ports and a directory of its own.
 #[derive(Debug)]
-pub struct EtcdCluster(bloodraven_etcd::launcher::EtcdCluster);
+pub struct EtcdCluster(bloodraven_launch::etcd::EtcdCluster);
 
 impl Deref for EtcdCluster {
-    type Target = bloodraven_etcd::launcher::EtcdCluster;
+    type Target = bloodraven_launch::etcd::EtcdCluster;
     fn deref(&self) -> &Self::Target {
         &self.0
     }
@@ -55,7 +55,7 @@ impl EtcdCluster {
         let mut opts = LaunchOptions::new(dir, ports);
         opts.tls = tls;
         opts.extra_args = extra_args.iter().map(|a| (*a).to_string()).collect();
-        bloodraven_etcd::launcher::EtcdCluster::launch(opts)
+        bloodraven_launch::etcd::EtcdCluster::launch(opts)
             .await
             .map(EtcdCluster)
     }

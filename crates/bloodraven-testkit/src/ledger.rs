@@ -38,7 +38,7 @@ pub const LOCKABLE_TABLE_SETUP: [&str; 2] = [
 /// Runs `statements` (the tables a story needs: [`WRITES_TABLE_DDL`], [`PROBES_TABLE_DDL`],
 /// [`LOCKABLE_TABLE_SETUP`]) on `h`'s first site, the primary, as an administrator, and waits
 /// (up to 20 s) until every replica has applied them.
-pub async fn set_up_primary(h: &bloodraven_mysql::launcher::Launcher, statements: &[&str]) {
+pub async fn set_up_primary(h: &bloodraven_launch::mysql::Launcher, statements: &[&str]) {
     let admin = h.admin(0).unwrap();
     for sql in statements {
         admin.execute(*sql).await.unwrap();
@@ -49,7 +49,7 @@ pub async fn set_up_primary(h: &bloodraven_mysql::launcher::Launcher, statements
 }
 
 /// Every site of `h` as a [`Writer`] reaches it: its name and the application's connection.
-pub fn sites(h: &bloodraven_mysql::launcher::Launcher) -> Vec<(String, Opts)> {
+pub fn sites(h: &bloodraven_launch::mysql::Launcher) -> Vec<(String, Opts)> {
     (0..h.len())
         .map(|i| (h.name(i).to_string(), h.app_opts(i)))
         .collect()
@@ -334,7 +334,13 @@ where
     P: Into<mysql_async::Params> + Send,
 {
     if slot.is_none() {
-        match timeout(CONNECT_TIMEOUT, Conn::new(opts.clone())).await {
+        // A configuration of its own per connection: a rotated CA bundle is read again.
+        match timeout(
+            CONNECT_TIMEOUT,
+            Conn::new(bloodraven_mysql::site::renewed(opts)),
+        )
+        .await
+        {
             Ok(Ok(c)) => *slot = Some(c),
             _ => return Outcome::NotSent,
         }

@@ -1,11 +1,15 @@
 //! What a test does on a harness server as root, over its socket, behind the group's back: a
-//! session (to hold a lock, rotate binary logs), and a logical dump as an operator takes one
-//! for a restore-in-place (`mariadb-dump`, one consistent snapshot).
+//! session (to hold a lock, rotate binary logs, read the replica's status), and a logical dump
+//! as an operator takes one for a restore-in-place (`mariadb-dump`, one consistent snapshot).
+//! And what the failover account sees of a server's TLS over TCP.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use bloodraven_mysql::launcher::Launcher;
+use bloodraven_core::config::{MysqlTls, TlsMode};
+use bloodraven_launch::mysql::Launcher;
+use bloodraven_mysql::{Endpoint, SiteClient, Timeouts};
+use mysql_async::prelude::Queryable;
 
 /// A root session on site `i` of `h`, over its socket.
 pub async fn root_session(h: &Launcher, i: usize) -> mysql_async::Conn {
@@ -18,6 +22,54 @@ pub async fn root_session(h: &Launcher, i: usize) -> mysql_async::Conn {
     )
     .await
     .unwrap()
+}
+
+/// `SHOW ALL SLAVES STATUS` on site `i` of `h`: column `name` of its one connection.
+pub async fn slave_column(h: &Launcher, i: usize, name: &str) -> String {
+    let mut c = root_session(h, i).await;
+    let rows: Vec<mysql_async::Row> = c.query("SHOW ALL SLAVES STATUS").await.unwrap();
+    let row = rows.first().expect("a replica");
+    let idx = row
+        .columns_ref()
+        .iter()
+        .position(|c| c.name_str() == name)
+        .unwrap_or_else(|| panic!("no column {name}"));
+    row.get::<Option<String>, _>(idx)
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// The failover account's client of site `i` of `h` over TCP, with `tls`.
+pub fn tcp_client(h: &Launcher, i: usize, tls: MysqlTls) -> SiteClient {
+    SiteClient::new(
+        h.name(i).to_string(),
+        Endpoint::tcp("127.0.0.1", h.port(i)).with_tls(tls),
+        h.accounts().failover.clone(),
+        Timeouts::default(),
+    )
+}
+
+/// Asserts that site `i` of `h` serves a certificate of the CA bundle `trusted`, not of
+/// `untrusted`: a client verifying against `trusted` logs in, one verifying against
+/// `untrusted` alone is refused as a TLS failure.
+pub async fn assert_certificate_of(h: &Launcher, i: usize, trusted: &Path, untrusted: &Path) {
+    let trusting = |ca: &Path| {
+        tcp_client(
+            h,
+            i,
+            MysqlTls {
+                mode: TlsMode::VerifyIdentity,
+                ca_file: Some(ca.display().to_string()),
+                server_name: None,
+            },
+        )
+    };
+    assert!(trusting(trusted).probe().await.is_ok(), "server {i}");
+    let err = trusting(untrusted).probe().await.unwrap_err().to_string();
+    assert!(
+        err.contains("TLS to the server failed"),
+        "server {i}: {err}"
+    );
 }
 
 /// `mariadb-dump` of database `db` on site `i` of `h`, written to `path` (streamed: large

@@ -14,12 +14,16 @@ use std::time::Duration;
 
 use bloodraven_core::config::ReplicationMode;
 use bloodraven_playground::playground::{Playground, PlaygroundOptions};
-use bloodraven_testkit::ledger::{self, Probe, Writer};
+use bloodraven_testkit::ledger;
 use bloodraven_testkit::matrix::{self, Promise, RunResult};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::time::Instant;
+
+#[path = "../tests/common/load.rs"]
+mod load;
+use load::load;
 
 /// The playground's sidecar `leaseTimeout` (docs/playground.md).
 const LEASE_TIMEOUT: Duration = Duration::from_secs(6);
@@ -147,49 +151,6 @@ async fn writable_by(pg: &Playground, i: usize, deadline: Instant, r: &mut RunRe
     }
     r.violations
         .push("the announced primary never took writes".into());
-}
-
-struct Load {
-    writer: Writer,
-    probe: Probe,
-    sites: Vec<(String, mysql_async::Opts)>,
-}
-
-async fn load(pg: &Playground) -> Load {
-    let sites = ledger::sites(&*pg.harness.lock().await);
-    let writer = Writer::start(sites.clone(), Duration::from_millis(2));
-    let probe = Probe::start(ledger::targets(&sites), Duration::from_millis(5));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    Load {
-        writer,
-        probe,
-        sites,
-    }
-}
-
-impl Load {
-    /// Stops the load and judges it against `final_primary`.
-    async fn judge(
-        self,
-        r: &mut RunResult,
-        final_primary: usize,
-        fault: Instant,
-        moved: Option<Instant>,
-    ) {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let log = self.writer.stop().await;
-        let probe = self.probe.stop().await;
-        r.add_timeline(&log, fault, moved);
-        if moved.is_some() {
-            r.recovery = log.first_ack_on(final_primary, fault).map(|t| t - fault);
-        }
-        match ledger::check(&self.sites[final_primary].1, &log, Some(&probe)).await {
-            Ok(report) => r.take_report(&report),
-            Err(e) => r
-                .violations
-                .push(format!("cannot read the final primary: {e}")),
-        }
-    }
 }
 
 fn phase(s: &Value) -> &str {

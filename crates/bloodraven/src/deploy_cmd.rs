@@ -97,7 +97,18 @@ enum LeaseAction {
     },
 }
 
-fn lease_token(file: Option<&PathBuf>) -> Result<String, String> {
+/// The lease token could not be read.
+#[derive(Debug, thiserror::Error)]
+enum TokenError {
+    #[error("--lease-token-file {0}: {1}")]
+    Read(String, std::io::Error),
+    #[error(
+        "the lease token: set BLOODRAVEN_LEASE_TOKEN or --lease-token-file (never on the command line)"
+    )]
+    Missing,
+}
+
+fn lease_token(file: Option<&PathBuf>) -> Result<String, TokenError> {
     if let Ok(t) = std::env::var("BLOODRAVEN_LEASE_TOKEN")
         && !t.is_empty()
     {
@@ -106,8 +117,8 @@ fn lease_token(file: Option<&PathBuf>) -> Result<String, String> {
     match file {
         Some(f) => std::fs::read_to_string(f)
             .map(|t| t.trim().to_string())
-            .map_err(|e| format!("--lease-token-file {}: {e}", f.display())),
-        None => Err("the lease token: set BLOODRAVEN_LEASE_TOKEN or --lease-token-file (never on the command line)".into()),
+            .map_err(|e| TokenError::Read(f.display().to_string(), e)),
+        None => Err(TokenError::Missing),
     }
 }
 
@@ -155,14 +166,14 @@ fn lease_command(action: &LeaseAction) -> i32 {
                 .await
                 .map(|g| serde_json::json!({"kind": kind.as_str(), "operationId": operation_id, "token": g.token, "expiresAt": g.expires_at, "topologyGeneration": g.topology_generation})),
             LeaseAction::Renew { lease_token_file, ttl, .. } => {
-                let token = lease_token(lease_token_file.as_ref()).map_err(|m| bloodraven_deploy::lease::ApiError::Invalid { message: m })?;
+                let token = lease_token(lease_token_file.as_ref()).map_err(|e| bloodraven_deploy::lease::ApiError::Invalid { message: e.to_string() })?;
                 client
                     .renew(kind, operation_id, &token, *ttl)
                     .await
                     .map(|r| serde_json::json!({"expiresAt": r.expires_at, "topologyGeneration": r.topology_generation}))
             }
             LeaseAction::Release { lease_token_file, .. } => {
-                let token = lease_token(lease_token_file.as_ref()).map_err(|m| bloodraven_deploy::lease::ApiError::Invalid { message: m })?;
+                let token = lease_token(lease_token_file.as_ref()).map_err(|e| bloodraven_deploy::lease::ApiError::Invalid { message: e.to_string() })?;
                 client.release(kind, operation_id, &token).await.map(|()| serde_json::json!({"released": true}))
             }
         }

@@ -15,6 +15,7 @@ use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::health::PlannedFailoverPhase;
 use bloodraven_core::resources::FailoverGroupBody;
 use bloodraven_core::status::OperationStatus as _;
+use bloodraven_core::status::RestorePhase;
 use bloodraven_operator::config;
 use bloodraven_store::{ObjectKey, Store, StoreError};
 use clap::Args;
@@ -99,18 +100,33 @@ async fn force_and_follow(
         Ok(g) => g,
         Err(code) => return code,
     };
-    match &body.status.awaiting_fence {
-        Some(w) if w.target == to => {}
-        Some(w) => {
+    let failed_restore = body
+        .status
+        .restore_in_place
+        .as_ref()
+        .filter(|r| r.phase == RestorePhase::Failed && r.holds_writes());
+    match (&body.status.awaiting_fence, failed_restore) {
+        (Some(w), _) if w.target == to => {}
+        (Some(w), _) => {
             eprintln!(
                 "error: --to: {} awaits its promotion (announced after {} stopped answering), not {to}; nothing changed",
                 w.target, w.site
             );
             return exit::USAGE;
         }
-        None => {
+        (None, Some(r)) => {
+            if !body.spec.sites.iter().any(|s| s.name == to) {
+                eprintln!("error: --to: {to:?} is not a site of {group}; nothing changed");
+                return exit::USAGE;
+            }
             eprintln!(
-                "error: --force: no promotion of {group} awaits a fence (status.awaitingFence is empty: it happens with spec.emergencyFailover.fencing: strict); nothing changed. Without --force this command requests a planned failover."
+                "the restore-in-place ({}) failed and keeps every site fenced: {to} will take writes, and the sites whose data differs from it will await a reclone",
+                r.confirm_token_used
+            );
+        }
+        (None, None) => {
+            eprintln!(
+                "error: --force: no promotion of {group} awaits a fence (status.awaitingFence is empty: it happens with spec.emergencyFailover.fencing: strict), and no failed restore-in-place keeps the writes fenced; nothing changed. Without --force this command requests a planned failover."
             );
             return exit::USAGE;
         }
@@ -132,9 +148,25 @@ async fn force_and_follow(
         code: exit::NOT_FINISHED,
         says: "the request stands (follow it with `bloodraven status`)",
     };
-    crate::cli::follow_until(&*store, &key, wait, stands, |_, b| {
+    let restore_forced = failed_restore.is_some();
+    crate::cli::follow_until(&*store, &key, wait, stands, |obj, b| {
         if b.status.awaiting_fence.is_some() {
             return Progress::Nothing;
+        }
+        if restore_forced {
+            let r = b.status.restore_in_place.as_ref();
+            if r.is_some_and(|r| r.forced_to.is_empty() && r.holds_writes()) {
+                if obj.metadata.annotations.contains_key(FORCE_PROMOTION) {
+                    return Progress::Nothing;
+                }
+                return Progress::Ended {
+                    line: String::new(),
+                    outcome: format!(
+                        "the operator refused to force {to} out of the failed restore (its event ForcedPromotion says why); nothing changed"
+                    ),
+                    code: exit::FAILED,
+                };
+            }
         }
         let (outcome, code) = if b.status.active_site == to {
             (

@@ -3,6 +3,8 @@
 use clap::{Parser, Subcommand};
 
 mod alerts_cmd;
+mod apply_cmd;
+mod backup_cmd;
 mod cli;
 mod crds_cmd;
 mod deploy_cmd;
@@ -17,6 +19,7 @@ mod restore_cmd;
 mod sidecar_cmd;
 mod site_cmd;
 mod status_cmd;
+mod tls_cmd;
 mod update_cmd;
 
 #[derive(Debug, Parser)]
@@ -38,10 +41,18 @@ enum Command {
     Token(operator_cmd::TokenArgs),
     /// The operator's topology signing key: sidecars adopt only active-site views it signed.
     Topology(operator_cmd::TopologyArgs),
+    /// The component CA and the certificates every component proves itself with (mutual
+    /// TLS between the operator, the sidecars and the routers).
+    Tls(tls_cmd::TlsArgs),
+    /// Create or change groups and databases in the store (etcd): a difference against it,
+    /// `--dry-run` to see it first.
+    Apply(apply_cmd::ApplyArgs),
     /// Request a planned failover of a group to a site and follow its phases.
     Failover(failover_cmd::FailoverArgs),
     /// Operations on one site of a group: rebuild it from the group (`site reclone`).
     Site(site_cmd::SiteArgs),
+    /// Backups of a group: take one now and follow it, or list them (docs/backup.md).
+    Backup(backup_cmd::BackupArgs),
     /// Update every site one at a time (replicas first, one switchover to an updated site,
     /// the old primary last) and follow the phases.
     Update(update_cmd::UpdateArgs),
@@ -58,7 +69,7 @@ enum Command {
     /// Safe changes to a Kubernetes Deployment: plan, Lease, re-check, update, verify, record.
     Release(release_cmd::ReleaseArgs),
     /// The self-fencing sidecar of one MySQL server: safety net, fencing monitor, peer server.
-    Sidecar(sidecar_cmd::SidecarArgs),
+    Sidecar(Box<sidecar_cmd::SidecarArgs>),
     /// Print Bloodraven's alerting rules as a Prometheus rules file (docs/runbook.md says
     /// what each alert means and what to do).
     Alerts(alerts_cmd::AlertsArgs),
@@ -90,9 +101,12 @@ fn main() {
         Command::Operator(args) => std::process::exit(operator_cmd::run_operator(&args)),
         Command::Token(args) => std::process::exit(operator_cmd::run_token(args)),
         Command::Topology(args) => std::process::exit(operator_cmd::run_topology(args)),
+        Command::Tls(args) => std::process::exit(tls_cmd::run(args)),
+        Command::Apply(args) => std::process::exit(apply_cmd::run(&args)),
         Command::Failover(args) => std::process::exit(failover_cmd::run(&args)),
         Command::Status(args) => std::process::exit(status_cmd::run(&args)),
         Command::Site(args) => std::process::exit(site_cmd::run(&args)),
+        Command::Backup(args) => std::process::exit(backup_cmd::run(&args)),
         Command::Update(args) => std::process::exit(update_cmd::run(&args)),
         Command::RestoreInPlace(args) => std::process::exit(restore_cmd::run(&args)),
         Command::Deploy(args) => std::process::exit(deploy_cmd::run(args)),
@@ -105,6 +119,6 @@ fn main() {
         Command::Manifests(args) => std::process::exit(manifests_cmd::run(&args)),
         Command::Playground(args) => std::process::exit(playground_cmd::run(args)),
         Command::Release(args) => std::process::exit(release_cmd::run(args)),
-        Command::Sidecar(args) => std::process::exit(sidecar_cmd::run(args)),
+        Command::Sidecar(args) => std::process::exit(sidecar_cmd::run(*args)),
     }
 }

@@ -30,12 +30,9 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    pub fn client(&self, request_timeout: Duration) -> Result<HttpLeaseApi, String> {
+    pub fn client(&self, request_timeout: Duration) -> Result<HttpLeaseApi, ClientError> {
         if !self.token_file.is_file() {
-            return Err(format!(
-                "--token-file: {} does not exist",
-                self.token_file.display()
-            ));
+            return Err(ClientError::NoTokenFile(self.token_file.clone()));
         }
         HttpLeaseApi::new(
             &self.api,
@@ -44,8 +41,17 @@ impl ApiArgs {
             &self.group,
             request_timeout,
         )
-        .map_err(|e| e.to_string())
+        .map_err(ClientError::Setup)
     }
+}
+
+/// The lease API's client could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("--token-file: {} does not exist", .0.display())]
+    NoTokenFile(PathBuf),
+    #[error(transparent)]
+    Setup(bloodraven_deploy::lease::api::ClientSetupError),
 }
 
 #[derive(Debug, Args)]

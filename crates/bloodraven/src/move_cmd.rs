@@ -75,19 +75,34 @@ pub struct MoveArgs {
     dry_run: bool,
 }
 
+/// A flag that does not fit the destination.
+#[derive(Debug, thiserror::Error)]
+enum ArgError {
+    #[error("--to: move-to-kubernetes moves to Kubernetes; use bloodraven move --to etcd")]
+    ImpliedKubernetes,
+    #[error("--to: required: etcd or kubernetes")]
+    NoDestination,
+    #[error("{0}: only with --to kubernetes")]
+    KubernetesOnly(&'static str),
+    #[error("--target-config: required with --to etcd (the etcd operators' configuration)")]
+    NoTargetConfig,
+    #[error("--target-config: only with --to etcd")]
+    EtcdOnly,
+    #[error("{flag}: {rule}")]
+    Name {
+        flag: &'static str,
+        rule: &'static str,
+    },
+}
+
 /// Checks the flags for the destination (`implied`: the command's own, for
 /// `move-to-kubernetes`).
-fn check_args(args: &MoveArgs, implied: Option<To>) -> Result<(To, MoveOptions), String> {
+fn check_args(args: &MoveArgs, implied: Option<To>) -> Result<(To, MoveOptions), ArgError> {
     let to = match (args.to, implied) {
         (Some(t), None) | (None, Some(t)) => t,
         (Some(t), Some(i)) if t == i => t,
-        (Some(_), Some(_)) => {
-            return Err(
-                "--to: move-to-kubernetes moves to Kubernetes; use bloodraven move --to etcd"
-                    .into(),
-            );
-        }
-        (None, None) => return Err("--to: required: etcd or kubernetes".into()),
+        (Some(_), Some(_)) => return Err(ArgError::ImpliedKubernetes),
+        (None, None) => return Err(ArgError::NoDestination),
     };
     if to == To::Etcd {
         for (flag, given) in [
@@ -101,14 +116,11 @@ fn check_args(args: &MoveArgs, implied: Option<To>) -> Result<(To, MoveOptions),
             ),
         ] {
             if given {
-                return Err(format!("{flag}: only with --to kubernetes"));
+                return Err(ArgError::KubernetesOnly(flag));
             }
         }
         if args.target_config.is_none() {
-            return Err(
-                "--target-config: required with --to etcd (the etcd operators' configuration)"
-                    .into(),
-            );
+            return Err(ArgError::NoTargetConfig);
         }
         return Ok((
             to,
@@ -119,10 +131,13 @@ fn check_args(args: &MoveArgs, implied: Option<To>) -> Result<(To, MoveOptions),
         ));
     }
     if args.target_config.is_some() {
-        return Err("--target-config: only with --to etcd".into());
+        return Err(ArgError::EtcdOnly);
     }
     if let Some(ns) = &args.namespace {
-        check_dns1123_label(ns).map_err(|rule| format!("--namespace: {rule}"))?;
+        check_dns1123_label(ns).map_err(|rule| ArgError::Name {
+            flag: "--namespace",
+            rule,
+        })?;
     }
     for (flag, v) in [
         ("--credentials-secret", &args.credentials_secret),
@@ -132,7 +147,7 @@ fn check_args(args: &MoveArgs, implied: Option<To>) -> Result<(To, MoveOptions),
         ),
     ] {
         if let Some(name) = v {
-            check_dns1123_subdomain(name).map_err(|rule| format!("{flag}: {rule}"))?;
+            check_dns1123_subdomain(name).map_err(|rule| ArgError::Name { flag, rule })?;
         }
     }
     Ok((
@@ -502,7 +517,9 @@ mod tests {
                 "--replication-credentials-secret",
             ),
         ] {
-            let e = check_args(&parse(&flags), Some(To::Kubernetes)).unwrap_err();
+            let e = check_args(&parse(&flags), Some(To::Kubernetes))
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with(field), "{e}");
         }
         let (to, ok) = check_args(
@@ -516,7 +533,8 @@ mod tests {
 
     #[test]
     fn the_destination_decides_which_flags_belong() {
-        let e = |flags: &[&str], implied| check_args(&parse(flags), implied).unwrap_err();
+        let e =
+            |flags: &[&str], implied| check_args(&parse(flags), implied).unwrap_err().to_string();
         assert!(e(&[], None).starts_with("--to: required"));
         assert!(e(&["--to", "etcd"], None).starts_with("--target-config: required"));
         assert!(

@@ -40,34 +40,64 @@ pub struct PlaygroundArgs {
     router_replica_port: u16,
     /// The group's `spec.replication.mode`: `async`, or `semi-sync` (lossless: no acknowledged
     /// write is lost in an emergency; writes wait while no replica acknowledges).
-    #[arg(long, default_value = "async", value_parser = parse_replication)]
-    replication: ReplicationMode,
+    #[arg(long, value_enum, default_value_t = ReplicationArg::Async)]
+    replication: ReplicationArg,
     /// Where the operators keep the group: `embedded` (one operator, SQLite), or `etcd`
     /// (three etcd members on private ports and two operators; the printed operator and
     /// deploy addresses follow whichever leads).
-    #[arg(long, default_value = "embedded", value_parser = StoreChoice::parse)]
-    store: StoreChoice,
+    #[arg(long, value_enum, default_value_t = StoreArg::Embedded)]
+    store: StoreArg,
     /// The group's `spec.emergencyFailover.fencing`: `fast`, or `strict` (never two writable
     /// sites: an emergency promotion waits until the old primary is proven fenced).
-    #[arg(long, default_value = "fast", value_parser = parse_fencing)]
-    fencing: FencingMode,
+    #[arg(long, value_enum, default_value_t = FencingArg::Fast)]
+    fencing: FencingArg,
 }
 
 /// `--fencing`: the mode's name as `spec.emergencyFailover.fencing` spells it.
-fn parse_fencing(s: &str) -> Result<FencingMode, String> {
-    match s {
-        "fast" => Ok(FencingMode::Fast),
-        "strict" => Ok(FencingMode::Strict),
-        other => Err(format!("must be fast or strict, got {other:?}")),
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum FencingArg {
+    Fast,
+    Strict,
+}
+
+impl From<FencingArg> for FencingMode {
+    fn from(a: FencingArg) -> Self {
+        match a {
+            FencingArg::Fast => FencingMode::Fast,
+            FencingArg::Strict => FencingMode::Strict,
+        }
     }
 }
 
 /// `--replication`: the mode's name as `spec.replication.mode` spells it.
-fn parse_replication(s: &str) -> Result<ReplicationMode, String> {
-    match s {
-        "async" => Ok(ReplicationMode::Async),
-        "semi-sync" => Ok(ReplicationMode::SemiSync),
-        other => Err(format!("must be async or semi-sync, got {other:?}")),
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ReplicationArg {
+    Async,
+    SemiSync,
+}
+
+impl From<ReplicationArg> for ReplicationMode {
+    fn from(a: ReplicationArg) -> Self {
+        match a {
+            ReplicationArg::Async => ReplicationMode::Async,
+            ReplicationArg::SemiSync => ReplicationMode::SemiSync,
+        }
+    }
+}
+
+/// `--store`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum StoreArg {
+    Embedded,
+    Etcd,
+}
+
+impl From<StoreArg> for StoreChoice {
+    fn from(a: StoreArg) -> Self {
+        match a {
+            StoreArg::Embedded => StoreChoice::Embedded,
+            StoreArg::Etcd => StoreChoice::Etcd,
+        }
     }
 }
 
@@ -76,7 +106,7 @@ enum PlaygroundCommand {
     /// Run one chaos action against a running playground (the dashboard's buttons).
     Chaos {
         /// increment, failover, kill-site, restart-site, isolate-site,
-        /// isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, update, isolate-operator,
+        /// isolate-site-from-operator, isolate-site-from-peers, heal-site, reclone-site, backup, update, isolate-operator,
         /// heal-operator, stop-operator, start-operator, start-writing, stop-writing, take-lease, release-lease,
         /// revoke-all; with --store etcd also kill-leading-operator, stop-etcd-member [MEMBER],
         /// stop-etcd-leader, start-etcd.
@@ -178,11 +208,64 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                     router_port: args.router_port,
                     router_replica_port: args.router_replica_port,
                     exe,
-                    replication: args.replication,
-                    store: args.store,
-                    fencing: args.fencing,
+                    replication: args.replication.into(),
+                    store: args.store.into(),
+                    fencing: args.fencing.into(),
+                    failpoints: None,
                 }),
             )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: PlaygroundArgs,
+    }
+
+    #[test]
+    fn the_modes_read_as_the_spec_spells_them_and_others_are_refused() {
+        let cli = Cli::try_parse_from([
+            "playground",
+            "--fencing",
+            "strict",
+            "--replication",
+            "semi-sync",
+            "--store",
+            "etcd",
+        ])
+        .unwrap();
+        assert_eq!(FencingMode::from(cli.args.fencing), FencingMode::Strict);
+        assert_eq!(
+            ReplicationMode::from(cli.args.replication),
+            ReplicationMode::SemiSync
+        );
+        assert_eq!(StoreChoice::from(cli.args.store), StoreChoice::Etcd);
+        let defaults = Cli::try_parse_from(["playground"]).unwrap();
+        assert_eq!(FencingMode::from(defaults.args.fencing), FencingMode::Fast);
+        assert_eq!(
+            StoreChoice::from(defaults.args.store),
+            StoreChoice::Embedded
+        );
+        for (flag, bad) in [
+            ("--fencing", "safe"),
+            ("--replication", "sync"),
+            ("--store", "sqlite"),
+        ] {
+            let err = Cli::try_parse_from(["playground", flag, bad])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                err.contains(flag) && err.contains("possible values"),
+                "{err}"
+            );
         }
     }
 }

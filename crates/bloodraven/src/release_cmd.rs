@@ -133,13 +133,50 @@ struct AppArgs {
     no_app_check: bool,
 }
 
+/// A release's arguments break a rule (before anything is read from the cluster).
+#[derive(Debug, thiserror::Error)]
+enum ArgError {
+    #[error("--app-selector: {0}")]
+    AppSelector(#[from] bloodraven_core::release::selector::SelectorError),
+    #[error("--app: no applications file: HOME is not set; pass --apps FILE")]
+    NoAppsFile,
+    #[error(transparent)]
+    Apps(#[from] apps::AppsError),
+    #[error(
+        "name the application this release is for, so the plan can check the Deployment is \
+         its own: --app NAME (looked up in ~/.config/bloodraven/apps.yaml, or --apps FILE) or \
+         --app-selector 'app=web'; --no-app-check releases without the check (the record says so)"
+    )]
+    NoApp,
+    #[error(
+        "CONTAINER=IMAGE: must be a container name, '=' and an image \
+         (e.g. app=registry.example/web:2.0); got {0:?}"
+    )]
+    NotAnAssignment(String),
+    #[error("CONTAINER: {0}")]
+    Container(&'static str),
+    #[error("IMAGE: must not be empty")]
+    EmptyImage,
+    #[error("REPLICAS: must be a whole number between 0 and 1000; got {0:?}")]
+    ReplicasNotANumber(String),
+    #[error(transparent)]
+    Replicas(#[from] bloodraven_core::release::PlanError),
+    #[error(
+        "not applied: stdin is not a terminal, so the plan cannot be confirmed; pass --yes \
+         to apply without asking"
+    )]
+    NotATerminal,
+    #[error("not applied: failed to read the answer: {0}")]
+    ReadAnswer(std::io::Error),
+}
+
 /// The application check and, from the applications file, the application's namespace.
-fn resolve_app(a: &AppArgs) -> Result<(AppCheck, Option<String>), String> {
+fn resolve_app(a: &AppArgs) -> Result<(AppCheck, Option<String>), ArgError> {
     if a.no_app_check {
         return Ok((AppCheck::Skipped, None));
     }
     if let Some(text) = &a.app_selector {
-        let selector = Selector::parse(text).map_err(|e| format!("--app-selector: {e}"))?;
+        let selector = Selector::parse(text)?;
         return Ok((
             AppCheck::Selector {
                 name: None,
@@ -150,19 +187,12 @@ fn resolve_app(a: &AppArgs) -> Result<(AppCheck, Option<String>), String> {
     }
     if let Some(name) = &a.app {
         let Some(path) = a.apps.clone().or_else(apps::default_path) else {
-            return Err(
-                "--app: no applications file: HOME is not set; pass --apps FILE".to_owned(),
-            );
+            return Err(ArgError::NoAppsFile);
         };
-        let r = apps::resolve(name, &path).map_err(|e| e.to_string())?;
+        let r = apps::resolve(name, &path)?;
         return Ok((r.check, r.namespace));
     }
-    Err(
-        "name the application this release is for, so the plan can check the Deployment is \
-         its own: --app NAME (looked up in ~/.config/bloodraven/apps.yaml, or --apps FILE) or \
-         --app-selector 'app=web'; --no-app-check releases without the check (the record says so)"
-            .to_owned(),
-    )
+    Err(ArgError::NoApp)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -213,7 +243,7 @@ pub fn run(args: ReleaseArgs) -> i32 {
             common,
         } => match parse_assignment(&assignment) {
             Ok(action) => (deployment, Request::Action(action), app, common),
-            Err(e) => return usage(&e),
+            Err(e) => return usage(&e.to_string()),
         },
         ReleaseCommand::Scale {
             deployment,
@@ -227,7 +257,7 @@ pub fn run(args: ReleaseArgs) -> i32 {
                 app,
                 common,
             ),
-            Err(e) => return usage(&e),
+            Err(e) => return usage(&e.to_string()),
         },
         ReleaseCommand::Restart {
             deployment,
@@ -278,7 +308,7 @@ pub fn run(args: ReleaseArgs) -> i32 {
             }
             check
         }
-        Err(e) => return usage(&e),
+        Err(e) => return usage(&e.to_string()),
     };
     crate::cli::run(
         crate::cli::Flavor::CurrentThread,
@@ -304,18 +334,13 @@ fn report_error(output: Output, stage: &str, message: &str) {
 }
 
 /// Parses `CONTAINER=IMAGE`.
-fn parse_assignment(s: &str) -> Result<ReleaseAction, String> {
+fn parse_assignment(s: &str) -> Result<ReleaseAction, ArgError> {
     let Some((container, image)) = s.split_once('=') else {
-        return Err(format!(
-            "CONTAINER=IMAGE: must be a container name, '=' and an image \
-             (e.g. app=registry.example/web:2.0); got {s:?}"
-        ));
+        return Err(ArgError::NotAnAssignment(s.to_owned()));
     };
-    if let Err(rule) = check_dns1123_label(container) {
-        return Err(format!("CONTAINER: {rule}"));
-    }
+    check_dns1123_label(container).map_err(ArgError::Container)?;
     if image.is_empty() {
-        return Err("IMAGE: must not be empty".to_owned());
+        return Err(ArgError::EmptyImage);
     }
     Ok(ReleaseAction::Image {
         container: container.to_owned(),
@@ -324,12 +349,12 @@ fn parse_assignment(s: &str) -> Result<ReleaseAction, String> {
 }
 
 /// Parses `REPLICAS` and applies the 0–1000 rule before anything is read from the cluster.
-fn parse_replicas(s: &str) -> Result<i64, String> {
+fn parse_replicas(s: &str) -> Result<i64, ArgError> {
     let n: i64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("REPLICAS: must be a whole number between 0 and 1000; got {s:?}"))?;
-    check_replicas(n).map_err(|e| e.to_string())?;
+        .map_err(|_| ArgError::ReplicasNotANumber(s.to_owned()))?;
+    check_replicas(n)?;
     Ok(n)
 }
 
@@ -388,9 +413,9 @@ async fn release(deployment: &str, request: Request, app: &AppCheck, common: &Co
                 report_plan_only(common.output, &plan, "not applied: declined");
                 return exit::NOT_CONFIRMED;
             }
-            Err(message) => {
+            Err(why) => {
                 releaser.discard(&plan.id);
-                report_plan_only(common.output, &plan, &message);
+                report_plan_only(common.output, &plan, &why.to_string());
                 return exit::NOT_CONFIRMED;
             }
         }
@@ -422,14 +447,10 @@ async fn release(deployment: &str, request: Request, app: &AppCheck, common: &Co
 }
 
 /// Asks on the terminal. Refuses when stdin is not a terminal.
-fn confirm() -> Result<bool, String> {
+fn confirm() -> Result<bool, ArgError> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
-        return Err(
-            "not applied: stdin is not a terminal, so the plan cannot be confirmed; pass --yes \
-             to apply without asking"
-                .to_owned(),
-        );
+        return Err(ArgError::NotATerminal);
     }
     eprint!("Apply this plan? [y/N] ");
     let _ = std::io::stderr().flush();
@@ -437,7 +458,7 @@ fn confirm() -> Result<bool, String> {
     stdin
         .lock()
         .read_line(&mut answer)
-        .map_err(|e| format!("not applied: failed to read the answer: {e}"))?;
+        .map_err(ArgError::ReadAnswer)?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
 }
 
@@ -607,32 +628,41 @@ mod tests {
         assert!(
             parse_assignment("web:2")
                 .unwrap_err()
+                .to_string()
                 .starts_with("CONTAINER=IMAGE:")
         );
         assert!(
             parse_assignment("App=web:2")
                 .unwrap_err()
+                .to_string()
                 .starts_with("CONTAINER:")
         );
         assert_eq!(
-            parse_assignment("app=").unwrap_err(),
+            parse_assignment("app=").unwrap_err().to_string(),
             "IMAGE: must not be empty"
         );
     }
 
     #[test]
     fn replicas_are_checked_before_the_cluster_is_asked() {
-        assert_eq!(parse_replicas("0"), Ok(0));
-        assert_eq!(parse_replicas("1000"), Ok(1000));
+        assert_eq!(parse_replicas("0").unwrap(), 0);
+        assert_eq!(parse_replicas("1000").unwrap(), 1000);
         assert!(
             parse_replicas("1001")
                 .unwrap_err()
+                .to_string()
                 .starts_with("REPLICAS: must be between 0 and 1000")
         );
-        assert!(parse_replicas("-1").unwrap_err().starts_with("REPLICAS:"));
+        assert!(
+            parse_replicas("-1")
+                .unwrap_err()
+                .to_string()
+                .starts_with("REPLICAS:")
+        );
         assert!(
             parse_replicas("three")
                 .unwrap_err()
+                .to_string()
                 .starts_with("REPLICAS: must be a whole number")
         );
     }

@@ -3,6 +3,11 @@
 //! (`spec.restoreInPlace` on the stored group, through the store of the platform the
 //! configuration names), then follows `status.restoreInPlace`.
 //!
+//! `--from-backup ID` instead of `--from`: the backup (`spec.backup`'s target, a directory
+//! this host reaches) is checked, prepared and opened by a scratch server in the operator's
+//! data directory (`restores/`), and its application schemas dumped into
+//! `restores/ID.sql`: the dump the restore then loads (docs/backup.md).
+//!
 //! `--check` reads the dump only (its header, the databases it replaces, its size) and
 //! touches nothing. Without it the dump is checked first too: an incomplete file is refused
 //! before anything is written.
@@ -31,8 +36,16 @@ pub struct RestoreArgs {
     #[arg(long)]
     group: String,
     /// The `mariadb-dump` file (a path the operator reads).
-    #[arg(long = "from")]
-    from: PathBuf,
+    #[arg(
+        long = "from",
+        required_unless_present = "from_backup",
+        conflicts_with = "from_backup"
+    )]
+    from: Option<PathBuf>,
+    /// A backup of the group (`bloodraven backup list`): its application schemas become the
+    /// dump the restore loads.
+    #[arg(long = "from-backup", value_name = "ID")]
+    from_backup: Option<String>,
     /// `now`, or an RFC 3339 timestamp later than the group's `confirmTokenUsed`.
     #[arg(long)]
     confirm: Option<String>,
@@ -58,11 +71,177 @@ pub fn run(args: &RestoreArgs) -> i32 {
     crate::cli::run(crate::cli::Flavor::CurrentThread, go(args, wait))
 }
 
+/// Writes the restore request into the stored group's spec, with the stored object's version
+/// (a concurrent change is read again), after the operator's own rules; the store and the
+/// group's key, or the exit code.
+async fn request(
+    cfg: &bloodraven_operator::config::LoadedConfig,
+    args: &RestoreArgs,
+    confirm: &str,
+    from: &std::path::Path,
+) -> Result<
+    (
+        std::sync::Arc<dyn bloodraven_store::Store>,
+        bloodraven_store::ObjectKey,
+    ),
+    i32,
+> {
+    let (store, key, _) = crate::cli::open_group(cfg, &args.group).await?;
+    let request = bloodraven_core::config::RestoreInPlaceSpec {
+        confirm: confirm.to_string(),
+        source: from.display().to_string(),
+        target: args.target.clone(),
+    };
+    // Written with the stored object's version: a concurrent change is read again.
+    for attempt in 1..=5 {
+        let obj = match store.get(&key).await {
+            Ok(Some(o)) => o,
+            Ok(None) => {
+                eprintln!("error: group {} is not in the store", args.group);
+                return Err(exit::ERROR);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(exit::ERROR);
+            }
+        };
+        let body = match obj.decode::<FailoverGroupBody>() {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("error: the stored group {} cannot be read: {e}", args.group);
+                return Err(exit::ERROR);
+            }
+        };
+        // The operator's own rules, before anything is written.
+        let mut spec = body.spec.clone();
+        spec.restore_in_place = Some(request.clone());
+        match bloodraven_core::restore::admit_confirm(&request, &body.status) {
+            Ok(true) => {}
+            Ok(false) => {
+                eprintln!(
+                    "confirm {confirm} is the restore in flight (or the one that ran); following it"
+                );
+                break;
+            }
+            Err(why) => {
+                eprintln!("error: refused, nothing was written: {why}");
+                return Err(exit::REFUSED);
+            }
+        }
+        if let Some(t) = &request.target
+            && !body.spec.sites.iter().any(|s| &s.name == t)
+        {
+            eprintln!(
+                "error: --target: {t:?} is not a site of group {}",
+                args.group
+            );
+            return Err(exit::USAGE);
+        }
+        let mut next = obj.clone();
+        let value = match serde_json::to_value(&spec) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(exit::ERROR);
+            }
+        };
+        next.body.insert("spec".into(), value);
+        match store.replace(next).await {
+            Ok(_) => break,
+            Err(StoreError::Conflict { .. }) if attempt < 5 => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(exit::ERROR);
+            }
+        }
+    }
+    Ok((store, key))
+}
+
+/// The dump a backup becomes: its application schemas, dumped from a scratch server on its
+/// prepared data, into the operator's data directory (`restores/ID.sql`).
+async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
+    if !bloodraven_mysql::backup::valid_id(id) {
+        eprintln!(
+            "error: --from-backup: must be 1 to 64 of letters, digits, -, _ and ., not starting with ."
+        );
+        return Err(exit::USAGE);
+    }
+    let Some(config_path) = &args.config else {
+        eprintln!("error: --config: required with --from-backup (the group's backup target)");
+        return Err(exit::USAGE);
+    };
+    let cfg = crate::cli::load_config(config_path)?;
+    let (_, key, body) = crate::cli::open_group(&cfg, &args.group).await?;
+    let group = bloodraven_core::config::validate_group(&key.name, &key.namespace, &body.spec)
+        .map_err(|e| {
+            eprintln!("error: the stored spec does not validate: {e}");
+            exit::ERROR
+        })?;
+    let Some(bloodraven_core::config::BackupTarget::File(root)) = group.backup.map(|b| b.target)
+    else {
+        eprintln!(
+            "error: refused, nothing was written: group {} has no spec.backup",
+            args.group
+        );
+        return Err(exit::REFUSED);
+    };
+    let data_dir = if cfg.settings.data_dir.is_absolute() {
+        cfg.settings.data_dir.clone()
+    } else {
+        cfg.base.join(&cfg.settings.data_dir)
+    };
+    let dir = data_dir.join("restores");
+    let work = dir.join(format!("{id}.work"));
+    let out = dir.join(format!("{id}.sql"));
+    let _ = std::fs::remove_dir_all(&work);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("error: {}: {e}", dir.display());
+        return Err(exit::ERROR);
+    }
+    eprintln!(
+        "preparing backup {id} from {} in a scratch server under {} (needs about the data's size)",
+        root.display(),
+        work.display()
+    );
+    let dumped = bloodraven_mysql::backup::dump_of(&root, id, &work, &out).await;
+    let _ = std::fs::remove_dir_all(&work);
+    match dumped {
+        Ok((m, databases)) => {
+            eprintln!(
+                "backup {id} (site {}, GTID position {}) dumped: {} into {}",
+                m.site,
+                m.gtid_position,
+                databases.join(", "),
+                out.display()
+            );
+            Ok(out)
+        }
+        Err(e) => {
+            eprintln!("error: refused, nothing was written: backup {id}: {e}");
+            Err(exit::REFUSED)
+        }
+    }
+}
+
 async fn go(args: &RestoreArgs, wait: Duration) -> i32 {
-    let from = match std::fs::canonicalize(&args.from) {
+    let given = match (&args.from, &args.from_backup) {
+        (Some(f), _) => f.clone(),
+        (None, Some(id)) => match dump_of_backup(args, id).await {
+            Ok(p) => p,
+            Err(code) => return code,
+        },
+        (None, None) => {
+            eprintln!("error: --from or --from-backup: one is required");
+            return exit::USAGE;
+        }
+    };
+    let from = match std::fs::canonicalize(&given) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: --from {}: {e}", args.from.display());
+            eprintln!("error: --from {}: {e}", given.display());
             return exit::USAGE;
         }
     };
@@ -113,80 +292,10 @@ async fn go(args: &RestoreArgs, wait: Duration) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let (store, key, _) = match crate::cli::open_group(&cfg, &args.group).await {
-        Ok(g) => g,
+    let (store, key) = match request(&cfg, args, &confirm, &from).await {
+        Ok(r) => r,
         Err(code) => return code,
     };
-    let request = bloodraven_core::config::RestoreInPlaceSpec {
-        confirm: confirm.clone(),
-        source: from.display().to_string(),
-        target: args.target.clone(),
-    };
-    // Written with the stored object's version: a concurrent change is read again.
-    for attempt in 1..=5 {
-        let obj = match store.get(&key).await {
-            Ok(Some(o)) => o,
-            Ok(None) => {
-                eprintln!("error: group {} is not in the store", args.group);
-                return exit::ERROR;
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::ERROR;
-            }
-        };
-        let body = match obj.decode::<FailoverGroupBody>() {
-            Ok(b) => b,
-            Err(e) => {
-                eprintln!("error: the stored group {} cannot be read: {e}", args.group);
-                return exit::ERROR;
-            }
-        };
-        // The operator's own rules, before anything is written.
-        let mut spec = body.spec.clone();
-        spec.restore_in_place = Some(request.clone());
-        match bloodraven_core::restore::admit_confirm(&request, &body.status) {
-            Ok(true) => {}
-            Ok(false) => {
-                eprintln!(
-                    "confirm {confirm} is the restore in flight (or the one that ran); following it"
-                );
-                break;
-            }
-            Err(why) => {
-                eprintln!("error: refused, nothing was written: {why}");
-                return exit::REFUSED;
-            }
-        }
-        if let Some(t) = &request.target
-            && !body.spec.sites.iter().any(|s| &s.name == t)
-        {
-            eprintln!(
-                "error: --target: {t:?} is not a site of group {}",
-                args.group
-            );
-            return exit::USAGE;
-        }
-        let mut next = obj.clone();
-        let value = match serde_json::to_value(&spec) {
-            Ok(v) => v,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::ERROR;
-            }
-        };
-        next.body.insert("spec".into(), value);
-        match store.replace(next).await {
-            Ok(_) => break,
-            Err(StoreError::Conflict { .. }) if attempt < 5 => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::ERROR;
-            }
-        }
-    }
     eprintln!(
         "requested a restore-in-place of {} into {} (confirm {confirm})",
         from.display(),

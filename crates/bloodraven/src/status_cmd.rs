@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use bloodraven_core::wire::{ControlPlane, OperatorStatus};
+use bloodraven_core::status::{GroupStatus, SiteStatus};
+use bloodraven_core::wire::{ControlPlane, GroupReport, OperatorStatus};
 use clap::Args;
 use serde_json::Value;
 
@@ -27,12 +28,12 @@ pub struct StatusArgs {
     json: bool,
 }
 
-fn base_url(args: &StatusArgs) -> Result<String, String> {
+fn base_url(args: &StatusArgs) -> Result<String, bloodraven_operator::config::ConfigError> {
     if let Some(o) = &args.operator {
         return Ok(o.trim_end_matches('/').to_string());
     }
     if let Some(c) = &args.config {
-        let cfg = bloodraven_operator::config::load(c).map_err(|e| e.to_string())?;
+        let cfg = bloodraven_operator::config::load(c)?;
         let mut addr = cfg.settings.http_listen;
         if addr.ip().is_unspecified() {
             addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
@@ -50,35 +51,24 @@ pub fn run(args: &StatusArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    let url = match &args.group {
-        Some(g) => format!("{base}/status?group={g}"),
-        None => format!("{base}/status"),
-    };
-    let body: Result<Value, String> =
+    let query = args
+        .group
+        .as_ref()
+        .map(|g| format!("?group={g}"))
+        .unwrap_or_default();
+    let body: Result<Value, Asked> =
         match crate::cli::block_on(crate::cli::Flavor::CurrentThread, async {
-            let resp = reqwest::get(&url)
-                .await
-                .map_err(|e| format!("cannot reach the operator at {base}: {e}"))?;
-            let status = resp.status();
-            let v: Value = resp
-                .json()
-                .await
-                .map_err(|e| format!("bad answer from {url}: {e}"))?;
-            if !status.is_success() {
-                let mut e = format!(
-                    "{url}: {status}: {}",
-                    v.get("message").and_then(Value::as_str).unwrap_or("")
-                );
-                if let Some(c) = v
-                    .get("control")
-                    .and_then(|c| serde_json::from_value::<ControlPlane>(c.clone()).ok())
-                {
-                    e.push('\n');
-                    e.push_str(control_line(&c).trim_end());
+            match ask(&base, &query).await {
+                // A follower names the leader (etcd): ask it instead, once.
+                Err(Asked::Follower {
+                    leader_url: Some(leader),
+                    ..
+                }) if leader != base => {
+                    eprintln!("({base} follows; asking the leader at {leader})");
+                    ask(&leader, &query).await
                 }
-                return Err(e);
+                other => other,
             }
-            Ok(v)
         }) {
             Ok(b) => b,
             Err(code) => return code,
@@ -103,6 +93,77 @@ pub fn run(args: &StatusArgs) -> i32 {
             exit::ERROR
         }
     }
+}
+
+/// Why `/status` gave no report.
+enum Asked {
+    /// An error of the call or the answer.
+    Failed(String),
+    /// The operator asked follows: what it said, and the leader's address when it names one.
+    Follower {
+        error: String,
+        leader_url: Option<String>,
+    },
+}
+
+impl std::fmt::Display for Asked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Asked::Failed(e) | Asked::Follower { error: e, .. } => f.write_str(e),
+        }
+    }
+}
+
+/// The plain address of the operator an etcd identity (`host/pid@addr`) names: `addr`, with
+/// an unspecified IP (`0.0.0.0`) replaced by `host`.
+fn leader_url(identity: &str) -> Option<String> {
+    let (who, addr) = identity.rsplit_once('@')?;
+    let addr: std::net::SocketAddr = addr.parse().ok()?;
+    let host = who.split('/').next().unwrap_or_default();
+    if addr.ip().is_unspecified() {
+        if host.is_empty() {
+            return None;
+        }
+        return Some(format!("http://{host}:{}", addr.port()));
+    }
+    Some(format!("http://{addr}"))
+}
+
+/// `GET base/status…`: the report, or why not.
+async fn ask(base: &str, query: &str) -> Result<Value, Asked> {
+    let url = format!("{base}/status{query}");
+    let resp = reqwest::get(&url)
+        .await
+        .map_err(|e| Asked::Failed(format!("cannot reach the operator at {base}: {e}")))?;
+    let status = resp.status();
+    let v: Value = resp
+        .json()
+        .await
+        .map_err(|e| Asked::Failed(format!("bad answer from {url}: {e}")))?;
+    if status.is_success() {
+        return Ok(v);
+    }
+    let mut e = format!(
+        "{url}: {status}: {}",
+        v.get("message").and_then(Value::as_str).unwrap_or("")
+    );
+    let control = v
+        .get("control")
+        .and_then(|c| serde_json::from_value::<ControlPlane>(c.clone()).ok());
+    let Some(c) = control else {
+        return Err(Asked::Failed(e));
+    };
+    e.push('\n');
+    e.push_str(control_line(&c).trim_end());
+    let leader = c
+        .leader
+        .as_deref()
+        .filter(|l| *l != c.identity)
+        .and_then(leader_url);
+    Err(Asked::Follower {
+        error: e,
+        leader_url: leader,
+    })
 }
 
 /// An operation's tail: ` (Reason): message`, either part left out when empty.
@@ -141,200 +202,234 @@ fn control_line(c: &ControlPlane) -> String {
 /// Renders `/status` as text.
 pub fn render(v: &OperatorStatus) -> String {
     let mut out = v.control.as_ref().map(control_line).unwrap_or_default();
+    if let Some(t) = &v.component_tls {
+        let _ = writeln!(
+            out,
+            "component TLS: the operator's certificate is valid until {}; {} trusted CA(s)",
+            t.not_after,
+            t.trusted_cas.len()
+        );
+    }
     if v.groups.is_empty() {
         out.push_str("no groups\n");
         return out;
     }
     for (name, g) in &v.groups {
-        let st = &g.status;
-        let _ = writeln!(
-            out,
-            "group {name} (namespace {})  active site: {}  topologyGeneration: {}  stable: {}{}",
-            g.namespace,
-            if st.active_site.is_empty() {
-                "(none)"
-            } else {
-                st.active_site.as_str()
-            },
-            st.topology_generation,
-            if g.deploy.stable { "yes" } else { "no" },
-            if g.deploy.unstable_reason.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", g.deploy.unstable_reason)
-            }
-        );
-        if !st.conditions.is_empty() {
-            let line: Vec<String> = st
-                .conditions
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{}={}{}",
-                        c.type_,
-                        c.status,
-                        if c.reason.as_str().is_empty() {
-                            String::new()
-                        } else {
-                            format!(" ({})", c.reason)
-                        }
-                    )
-                })
-                .collect();
-            let _ = writeln!(out, "conditions: {}", line.join("  "));
+        render_group(&mut out, name, g);
+    }
+    out
+}
+
+/// Appends one group's section: its heading, site table, operations in flight, leases and events.
+fn render_group(out: &mut String, name: &str, g: &GroupReport) {
+    group_heading(out, name, g);
+    site_table(out, &g.status.sites);
+    operations(out, &g.status);
+    leases_and_events(out, g);
+    out.push('\n');
+}
+
+/// Appends the group's heading line and, when it has any, its conditions.
+fn group_heading(out: &mut String, name: &str, g: &GroupReport) {
+    let st = &g.status;
+    let _ = writeln!(
+        out,
+        "group {name} (namespace {})  active site: {}  topologyGeneration: {}  stable: {}{}",
+        g.namespace,
+        if st.active_site.is_empty() {
+            "(none)"
+        } else {
+            st.active_site.as_str()
+        },
+        st.topology_generation,
+        if g.deploy.stable { "yes" } else { "no" },
+        if g.deploy.unstable_reason.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", g.deploy.unstable_reason)
         }
-        let _ = writeln!(
-            out,
-            "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {:<26} RECOVERY",
-            "SITE", "ROLE", "STATE", "REPLICATING", "LAG", "GTID", "FENCED", "SIDECAR TIMINGS"
-        );
-        for site in &st.sites {
-            let fenced = match site.sidecar_self_fenced {
-                Some(true) => "self",
-                Some(false) => "no",
-                None => "?",
-            };
-            let timings = site.sidecar_timings.as_ref().map_or_else(
-                || "?".to_string(),
-                |t| {
-                    format!(
-                        "{}/{} ({}{})",
-                        t.lease_timeout,
-                        t.peer_check_interval,
-                        t.source,
-                        if t.signed_topology { ", signed" } else { "" }
-                    )
-                },
-            );
-            let _ = writeln!(
-                out,
-                "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {:<26} {}",
-                site.name,
-                site.role.as_str(),
-                site.state.as_str(),
-                if site.replicating { "yes" } else { "no" },
-                or_dash(site.seconds_behind_source.map(|l| format!("{l}s"))),
-                site.gtid_executed,
-                fenced,
-                timings,
-                site.recovery_state,
-            );
-        }
-        if let Some(pf) = &st.planned_failover {
-            let admission = &pf.admission;
-            let _ = writeln!(
-                out,
-                "planned failover: {} {} → {}{}{}",
-                pf.phase.as_str(),
-                pf.source,
-                pf.target,
-                if let Some(defer) = &admission.defer_reason {
-                    format!(
-                        " ({defer}, retry at {}: {})",
-                        or_dash(
-                            admission
-                                .retry_time
-                                .map(bloodraven_core::time::Timestamp::to_rfc3339)
-                        ),
-                        admission.message
-                    )
-                } else {
-                    String::new()
-                },
-                match pf.duration_seconds {
-                    Some(d) => format!(
-                        " in {d} s, {} transactions lost",
-                        pf.transactions_lost.unwrap_or(0)
-                    ),
-                    None => String::new(),
-                }
-            );
-        }
-        for site in &st.sites {
-            if !site.divergent_gtid_set.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "{} diverges: {} ({} transaction(s) the active site lacks; `bloodraven site reclone` discards them)",
-                    site.name,
-                    site.divergent_gtid_set,
-                    or_dash(site.divergent_transaction_count.map(|n| n.to_string()))
-                );
-            }
-            if let Some(r) = &site.reclone {
-                let _ = writeln!(
-                    out,
-                    "reclone of {}: {}{}, {} bytes{}",
-                    site.name,
-                    r.phase.as_str(),
-                    if r.donor.is_empty() {
+    );
+    if !st.conditions.is_empty() {
+        let line: Vec<String> = st
+            .conditions
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={}{}",
+                    c.type_,
+                    c.status,
+                    if c.reason.as_str().is_empty() {
                         String::new()
                     } else {
-                        format!(" from {}", r.donor)
-                    },
-                    r.bytes_copied,
-                    outcome(r)
-                );
+                        format!(" ({})", c.reason)
+                    }
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "conditions: {}", line.join("  "));
+    }
+}
+
+/// Appends the table of the group's sites, one row each.
+fn site_table(out: &mut String, sites: &[SiteStatus]) {
+    let _ = writeln!(
+        out,
+        "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {:<26} RECOVERY",
+        "SITE", "ROLE", "STATE", "REPLICATING", "LAG", "GTID", "FENCED", "SIDECAR TIMINGS"
+    );
+    for site in sites {
+        let fenced = match site.sidecar_self_fenced {
+            Some(true) => "self",
+            Some(false) => "no",
+            None => "?",
+        };
+        let timings = site.sidecar_timings.as_ref().map_or_else(
+            || "?".to_string(),
+            |t| {
+                format!(
+                    "{}/{} ({}{})",
+                    t.lease_timeout,
+                    t.peer_check_interval,
+                    t.source,
+                    if t.signed_topology { ", signed" } else { "" }
+                )
+            },
+        );
+        let _ = writeln!(
+            out,
+            "{:<10} {:<18} {:<12} {:<12} {:>6}  {:<24} {:<8} {:<26} {}",
+            site.name,
+            site.role.as_str(),
+            site.state.as_str(),
+            if site.replicating { "yes" } else { "no" },
+            or_dash(site.seconds_behind_source.map(|l| format!("{l}s"))),
+            site.gtid_executed,
+            fenced,
+            timings,
+            site.recovery_state,
+        );
+    }
+}
+
+/// Appends the operations in flight: planned failover, divergence and reclone per site,
+/// ordered update and restore-in-place.
+fn operations(out: &mut String, st: &GroupStatus) {
+    if let Some(pf) = &st.planned_failover {
+        let admission = &pf.admission;
+        let _ = writeln!(
+            out,
+            "planned failover: {} {} → {}{}{}",
+            pf.phase.as_str(),
+            pf.source,
+            pf.target,
+            if let Some(defer) = &admission.defer_reason {
+                format!(
+                    " ({defer}, retry at {}: {})",
+                    or_dash(
+                        admission
+                            .retry_time
+                            .map(bloodraven_core::time::Timestamp::to_rfc3339)
+                    ),
+                    admission.message
+                )
+            } else {
+                String::new()
+            },
+            match pf.duration_seconds {
+                Some(d) => format!(
+                    " in {d} s, {} transactions lost",
+                    pf.transactions_lost.unwrap_or(0)
+                ),
+                None => String::new(),
             }
-        }
-        if let Some(u) = &st.update_phase {
+        );
+    }
+    for site in &st.sites {
+        if !site.divergent_gtid_set.is_empty() {
             let _ = writeln!(
                 out,
-                "ordered update {}: {}{}; done: {}{}",
-                u.request_id,
-                u.phase.as_str(),
-                if u.site.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", u.site)
-                },
-                if u.sites_done.is_empty() {
-                    "none".to_string()
-                } else {
-                    u.sites_done.join(", ")
-                },
-                outcome(u)
+                "{} diverges: {} ({} transaction(s) the active site lacks; `bloodraven site reclone` discards them)",
+                site.name,
+                site.divergent_gtid_set,
+                or_dash(site.divergent_transaction_count.map(|n| n.to_string()))
             );
         }
-        if let Some(r) = &st.restore_in_place {
+        if let Some(r) = &site.reclone {
             let _ = writeln!(
                 out,
-                "restore-in-place ({}): {} into {}, {} bytes loaded{}",
-                r.confirm_token_used,
+                "reclone of {}: {}{}, {} bytes{}",
+                site.name,
                 r.phase.as_str(),
-                r.target_site,
-                r.bytes_loaded,
+                if r.donor.is_empty() {
+                    String::new()
+                } else {
+                    format!(" from {}", r.donor)
+                },
+                r.bytes_copied,
                 outcome(r)
             );
         }
-        if g.deploy.leases.is_empty() {
-            let _ = writeln!(out, "deploy leases: none");
-        } else {
-            let _ = writeln!(out, "deploy leases:");
-            for l in &g.deploy.leases {
-                let _ = writeln!(
-                    out,
-                    "  {:<14} {} (instance {}) until {} (generation {})",
-                    l.kind.as_str(),
-                    l.operation_id,
-                    l.instance,
-                    l.expires_at,
-                    l.topology_generation
-                );
-            }
-        }
-        if !g.events.is_empty() {
-            let _ = writeln!(out, "recent events:");
-            for e in g.events.iter().take(10) {
-                let _ = writeln!(
-                    out,
-                    "  {} {:<8} {:<26} {}",
-                    e.event_time, e.type_, e.reason, e.message
-                );
-            }
-        }
-        out.push('\n');
     }
-    out
+    if let Some(u) = &st.update_phase {
+        let _ = writeln!(
+            out,
+            "ordered update {}: {}{}; done: {}{}",
+            u.request_id,
+            u.phase.as_str(),
+            if u.site.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", u.site)
+            },
+            if u.sites_done.is_empty() {
+                "none".to_string()
+            } else {
+                u.sites_done.join(", ")
+            },
+            outcome(u)
+        );
+    }
+    if let Some(r) = &st.restore_in_place {
+        let _ = writeln!(
+            out,
+            "restore-in-place ({}): {} into {}, {} bytes loaded{}",
+            r.confirm_token_used,
+            r.phase.as_str(),
+            r.target_site,
+            r.bytes_loaded,
+            outcome(r)
+        );
+    }
+}
+
+/// Appends the group's deploy leases and its ten most recent events.
+fn leases_and_events(out: &mut String, g: &GroupReport) {
+    if g.deploy.leases.is_empty() {
+        let _ = writeln!(out, "deploy leases: none");
+    } else {
+        let _ = writeln!(out, "deploy leases:");
+        for l in &g.deploy.leases {
+            let _ = writeln!(
+                out,
+                "  {:<14} {} (instance {}) until {} (generation {})",
+                l.kind.as_str(),
+                l.operation_id,
+                l.instance,
+                l.expires_at,
+                l.topology_generation
+            );
+        }
+    }
+    if !g.events.is_empty() {
+        let _ = writeln!(out, "recent events:");
+        for e in g.events.iter().take(10) {
+            let _ = writeln!(
+                out,
+                "  {} {:<8} {:<26} {}",
+                e.event_time, e.type_, e.reason, e.message
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -372,8 +467,19 @@ mod tests {
         let text = render(&OperatorStatus {
             groups: BTreeMap::new(),
             control: Some(c),
+            component_tls: Some(bloodraven_core::wire::ComponentTlsStatus {
+                identities: vec!["spiffe://bloodraven/default/playground/operator".into()],
+                not_after: bloodraven_core::time::Timestamp::from_unix_seconds(1_830_000_000),
+                fingerprint: "ef".into(),
+                trusted_cas: vec!["ab".into(), "cd".into()],
+            }),
         });
         assert!(text.starts_with("control plane: etcd"), "{text}");
+        assert!(
+            text.contains("component TLS: the operator's certificate is valid until 2027-12-28T")
+                && text.contains("2 trusted CA(s)"),
+            "{text}"
+        );
         assert!(text.ends_with("no groups\n"), "{text}");
     }
 

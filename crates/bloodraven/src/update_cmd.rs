@@ -97,13 +97,7 @@ async fn request_and_follow(cfg: &config::LoadedConfig, args: &UpdateArgs, wait:
         .id
         .clone()
         .unwrap_or_else(|| format!("update-{}", now.unix_seconds()));
-    match update::request(
-        &id,
-        status.update_phase.as_ref(),
-        update::busy(&status),
-        &updatable,
-        now,
-    ) {
+    match update::request(&id, &status, &updatable, now) {
         Request::Reject(note) => {
             eprintln!("error: refused, nothing was written: {}", note.message);
             return exit::REFUSED;

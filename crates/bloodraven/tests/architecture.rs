@@ -186,6 +186,99 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     graph
 }
 
+/// The files of a crate as modules (`a::b` for `src/a/b.rs` or `src/a/b/mod.rs`), and which of
+/// its other files each one's code names: `crate::a::b::…` and `super::…` paths, each taken to
+/// the longest module that exists. `tests.rs` files, inline test modules and comments are not
+/// code here; `lib.rs` and `main.rs` (the crate's root) are left out.
+fn file_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    fn module_of(src: &Path, p: &Path) -> Vec<String> {
+        let rel = p.strip_prefix(src).unwrap().with_extension("");
+        let mut parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().to_string())
+            .collect();
+        if parts.last().is_some_and(|l| l == "mod") {
+            parts.pop();
+        }
+        if parts == ["lib"] || parts == ["main"] {
+            parts.clear();
+        }
+        parts
+    }
+    let mut files = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                stack.push(e.path());
+            }
+        } else if p.extension().is_some_and(|x| x == "rs")
+            && p.file_name().is_some_and(|n| n != "tests.rs")
+        {
+            files.push(p);
+        }
+    }
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|p| module_of(src, p)).collect();
+    let resolve = |parts: &[String]| -> Option<Vec<String>> {
+        (1..=parts.len())
+            .rev()
+            .map(|n| parts[..n].to_vec())
+            .find(|m| modules.contains(m))
+    };
+    let ident = |t: &str| -> Vec<String> {
+        t.split("::")
+            .map(|seg| {
+                seg.chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect::<String>()
+            })
+            .take_while(|seg| !seg.is_empty())
+            .collect()
+    };
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in &files {
+        let m = module_of(src, p);
+        if m.is_empty() {
+            continue;
+        }
+        let text = std::fs::read_to_string(p).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        let deps = graph.entry(m.join("::")).or_default();
+        for line in code.lines() {
+            let l = line.trim_start();
+            if l.starts_with("//") {
+                continue;
+            }
+            for piece in l.split("crate::").skip(1) {
+                if let Some(t) = resolve(&ident(piece)).filter(|t| *t != m && !t.is_empty()) {
+                    deps.insert(t.join("::"));
+                }
+            }
+            for (i, _) in l.match_indices("super::") {
+                // Only the first `super::` of a run: `super::super::x` climbs twice.
+                if l[..i].ends_with("super::") {
+                    continue;
+                }
+                let mut rest = &l[i..];
+                let mut ups = 0;
+                while let Some(r) = rest.strip_prefix("super::") {
+                    ups += 1;
+                    rest = r;
+                }
+                if ups > m.len() {
+                    continue;
+                }
+                let mut parts = m[..m.len() - ups].to_vec();
+                parts.extend(ident(rest));
+                if let Some(t) = resolve(&parts).filter(|t| *t != m && !t.is_empty()) {
+                    deps.insert(t.join("::"));
+                }
+            }
+        }
+    }
+    graph
+}
+
 /// A circle among `graph`'s modules, if there is one (as the path that closes it).
 fn a_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(
@@ -230,21 +323,42 @@ fn a_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     None
 }
 
-/// The core's modules are layered: vocabulary (names, reasons, time, config), the persisted
-/// shapes (`status`), the views of the gathered world (`view`), then decisions that depend on
-/// those and never on each other in a circle. The sidecar's modules likewise.
+/// No crate's files import each other in a circle (`crate::…` and `super::…` paths between
+/// files, tests left out). The core's modules are layered besides: vocabulary (names,
+/// reasons, time, config), the persisted shapes (`status`), the views of the gathered world
+/// (`view`), then decisions that depend on those and never on each other in a circle.
 #[test]
-fn the_core_and_the_sidecar_import_their_modules_without_circles() {
-    for krate in ["bloodraven-core", "bloodraven-sidecar"] {
-        let graph = module_graph(&workspace().join("crates").join(krate).join("src"));
-        assert!(graph.len() > 5, "{krate}: read its modules: {graph:?}");
+fn no_crate_imports_its_files_in_a_circle() {
+    let crates: Vec<PathBuf> = std::fs::read_dir(workspace().join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    assert!(crates.len() >= 12, "read the crates: {crates:?}");
+    for src in crates {
+        let graph = file_graph(&src);
         if let Some(c) = a_circle(&graph) {
             panic!(
-                "{krate}: modules import each other in a circle: {}",
+                "{}: files import each other in a circle: {}",
+                src.display(),
                 c.join(" → ")
             );
         }
     }
+    // A circle is seen (the reader would otherwise pass anything).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.rs"), "use crate::b::X;\n").unwrap();
+    std::fs::create_dir(dir.path().join("b")).unwrap();
+    std::fs::write(dir.path().join("b/mod.rs"), "mod c;\n").unwrap();
+    std::fs::write(dir.path().join("b/c.rs"), "use super::super::a::Y;\n").unwrap();
+    assert!(
+        a_circle(&file_graph(dir.path())).is_none(),
+        "b → b::c only through `mod`, which is not an import"
+    );
+    std::fs::write(dir.path().join("b/mod.rs"), "mod c;\nuse crate::b::c::Z;\n").unwrap();
+    let c = a_circle(&file_graph(dir.path())).expect("a → b → b::c → a");
+    assert!(c.contains(&"b::c".to_string()), "{c:?}");
     // The layers, named.
     let core = module_graph(&workspace().join("crates/bloodraven-core/src"));
     for shape in ["status", "view", "reason", "config"] {
@@ -345,4 +459,54 @@ fn every_path_the_architecture_page_names_exists() {
         missing.is_empty(),
         "docs/architecture.md names paths that do not exist: {missing:?}"
     );
+}
+
+/// The operator's poll writes the store and records events only through its writer
+/// (`controller/writer.rs`): every other file of the controller asks it.
+#[test]
+fn the_poll_writes_only_through_its_writer() {
+    let dir = workspace().join("crates/bloodraven-operator/src/controller");
+    // The group runtime's writes and the event recorder, as a call reads with its spaces
+    // and line breaks taken out (`self\n    .rt\n    .update(` is `self.rt.update(`).
+    let writes = [
+        "rt.update(",
+        "rt.update_status(",
+        "rt.change_active_site(",
+        "rt.annotate(",
+        "events::record(",
+        ".store()",
+    ];
+    let squeeze = |text: &str| -> String {
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        code.lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .flat_map(|l| l.chars().filter(|c| !c.is_whitespace()))
+            .collect()
+    };
+    let mut offenders = Vec::new();
+    let mut read = 0;
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if p.extension().is_none_or(|x| x != "rs") || name == "tests.rs" {
+            continue;
+        }
+        read += 1;
+        let code = squeeze(&std::fs::read_to_string(&p).unwrap());
+        for w in writes {
+            let n = code.matches(w).count();
+            if name == "writer.rs" {
+                assert!(n <= 1, "writer.rs: {w} more than once");
+            } else if n > 0 {
+                offenders.push(format!("{name}: {w} ({n}×)"));
+            }
+        }
+    }
+    assert!(read >= 9, "read the controller's files ({read})");
+    assert!(
+        offenders.is_empty(),
+        "store writes or events outside the writer: {offenders:#?}"
+    );
+    // The reader sees a write spread over lines.
+    assert!(squeeze("self\n    .rt\n    .update_status(|s| {})").contains("rt.update_status("));
 }

@@ -31,7 +31,7 @@ fn run(cmd: &mut Command) -> Output {
 
 /// The representative values: defaults; the deploy API on (with its TLS, a topology key, one
 /// watched namespace); `ServiceMonitor` and `NetworkPolicy` on.
-const CASES: [(&str, &str); 5] = [
+const CASES: [(&str, &str); 6] = [
     ("defaults", ""),
     (
         "deploy-api",
@@ -42,6 +42,10 @@ const CASES: [(&str, &str); 5] = [
         "serviceMonitor: {enabled: true, labels: {release: prometheus}}\nnetworkPolicy:\n  enabled: true\n  httpFrom:\n    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: databases}}\n    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}\ngrafanaDashboard: {labels: {grafana_dashboard: \"1\", team: dba}}\nresources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}\ntolerations: [{key: dedicated, operator: Equal, value: ops, effect: NoSchedule}]\n",
     ),
     ("restore", "restore: {existingClaim: mysql-dumps}\n"),
+    (
+        "component-tls",
+        "componentTLS: {existingSecret: bloodraven-component-tls}\nservice: {componentPort: 9444}\nnetworkPolicy:\n  enabled: true\n  componentFrom:\n    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: databases}}\npodMonitor: {enabled: true, selector: {app: mysql}, caSecret: bloodraven-component-ca}\n",
+    ),
     (
         "alerts",
         "prometheusRule:\n  enabled: true\n  labels: {release: prometheus}\n  runbookURL: https://wiki.example/bloodraven/runbook\n  alerts:\n    BloodravenRecoveryPending: {for: 1h}\n    BloodravenLeaderChanges: {threshold: 5, window: 30m}\n    BloodravenDeployAPISlow: {threshold: \"0.5\"}\n    BloodravenSidecarNotScraped: {disabled: true}\npodMonitor: {enabled: true, selector: {app: mysql}, namespaces: [databases], labels: {release: prometheus}}\n",
@@ -185,6 +189,94 @@ fn by_key(objs: Vec<Value>) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// A directory laid out as the component TLS Secret's volume: `tls.crt`, `tls.key`, `ca.crt`.
+fn component_secret(dir: &Path) -> PathBuf {
+    let d = dir.join("component-tls");
+    let op = bloodraven_testkit::pki::pki().operator();
+    std::fs::create_dir_all(&d).unwrap();
+    for (from, to) in [
+        (&op.cert, "tls.crt"),
+        (&op.key, "tls.key"),
+        (&op.ca, "ca.crt"),
+    ] {
+        std::fs::copy(from, d.join(to)).unwrap();
+    }
+    d
+}
+
+/// The component TLS Secret, when named, is mounted read-only, served on `component`
+/// (:8444, the Service's `componentPort`), named in the operator's configuration, and admitted
+/// by the network policy; the `PodMonitor` scrapes the sidecars over TLS.
+#[test]
+fn the_component_tls_secret_is_mounted_served_and_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in CASES {
+        let objs = template(&values_file(dir.path(), name, text));
+        let on = name == "component-tls";
+        let d = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let c = &d["spec"]["template"]["spec"]["containers"][0];
+        let port = c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "component")
+            .cloned();
+        assert_eq!(port.is_some(), on, "{name}");
+        let mount = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "component-tls")
+            .cloned();
+        assert_eq!(mount.is_some(), on, "{name}");
+        let cm = objs
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap" && o["data"]["operator.yaml"].is_string())
+            .unwrap();
+        let config = cm["data"]["operator.yaml"].as_str().unwrap();
+        assert_eq!(config.contains("componentTLS:"), on, "{name}");
+        if !on {
+            continue;
+        }
+        assert_eq!(port.unwrap()["containerPort"], 8444);
+        let mount = mount.unwrap();
+        assert_eq!(mount["readOnly"], true);
+        assert_eq!(
+            mount["mountPath"],
+            bloodraven_kube::manifests::COMPONENT_TLS_DIR
+        );
+        assert!(config.contains("listen: 0.0.0.0:8444"), "{config}");
+        let svc = objs
+            .iter()
+            .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "bloodraven")
+            .unwrap();
+        assert!(
+            svc["spec"]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "component" && p["port"] == 9444),
+            "{svc}"
+        );
+        let np = objs.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap();
+        assert!(
+            np["spec"]["ingress"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["ports"][0]["port"] == 8444 && r["from"].is_array()),
+            "{np}"
+        );
+        let pm = objs.iter().find(|o| o["kind"] == "PodMonitor").unwrap();
+        let ep = &pm["spec"]["podMetricsEndpoints"][0];
+        assert_eq!(ep["scheme"], "https");
+        assert_eq!(
+            ep["tlsConfig"]["ca"]["secret"]["name"],
+            "bloodraven-component-ca"
+        );
+    }
+}
+
 #[test]
 fn helm_lint_and_template_decode_and_bloodraven_manifests_renders_the_same() {
     let dir = tempfile::tempdir().unwrap();
@@ -221,7 +313,12 @@ fn helm_lint_and_template_decode_and_bloodraven_manifests_renders_the_same() {
             .find(|o| o["kind"] == "ConfigMap" && o["data"]["operator.yaml"].is_string())
             .unwrap();
         let config = dir.path().join(format!("{name}-operator.yaml"));
-        std::fs::write(&config, cm["data"]["operator.yaml"].as_str().unwrap()).unwrap();
+        // The component TLS Secret, where the kubelet would mount it: a real certificate.
+        let text = cm["data"]["operator.yaml"].as_str().unwrap().replace(
+            bloodraven_kube::manifests::COMPONENT_TLS_DIR,
+            &component_secret(dir.path()).display().to_string(),
+        );
+        std::fs::write(&config, text).unwrap();
         if let Err(e) = bloodraven_operator::config::load(&config) {
             panic!("{name}: the chart's operator configuration is refused: {e}");
         }
@@ -282,6 +379,10 @@ fn the_bloodraven_service_serves_the_seeds_deploy_url() {
             let mut want = vec![("http".to_string(), 8082, "http".to_string())];
             if deploy_api {
                 want.push(("https".to_string(), 8443, "https".to_string()));
+            }
+            // The component listener, what the sidecars call (`--operator https://…:8444`).
+            if text.contains("componentTLS") {
+                want.push(("component".to_string(), 9444, "component".to_string()));
             }
             assert_eq!(ports, want, "{name}, {how}: the bloodraven Service's ports");
             // The container names those ports.
@@ -535,6 +636,9 @@ fn the_snippets_users_paste_are_valid() {
         "--mysql-credentials-file",
         "--operator-public-key",
         "--peer",
+        "--tls-cert",
+        "--tls-key",
+        "--tls-ca",
     ] {
         assert!(
             args.iter().any(|a| a.starts_with(&format!("{required}="))),
@@ -545,6 +649,17 @@ fn the_snippets_users_paste_are_valid() {
         !args.iter().any(|a| a.contains("token")),
         "sidecars never carry a deploy token"
     );
+    // Every party over mutual TLS; the probes speak TLS to the sidecar.
+    for a in args
+        .iter()
+        .filter(|a| a.starts_with("--operator=") || a.starts_with("--peer="))
+    {
+        assert!(a.contains("=https://"), "{a}");
+    }
+    for probe in [&sidecar.readiness_probe, &sidecar.liveness_probe] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
+    }
     // The Services that follow the roles select the label the operator sets, with a value
     // it sets.
     let services: Vec<k8s_openapi::api::core::v1::Service> =

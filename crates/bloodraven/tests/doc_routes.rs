@@ -181,20 +181,36 @@ async fn every_route_the_docs_name_is_served() {
     };
     let app = serve(pg.counter.clone().router()).await;
     let dashboard = serve(bloodraven_playground::dashboard::router(pg.clone())).await;
-    let bases = [
-        format!("http://127.0.0.1:{}", pg.opts.operator_port),
-        pg.deploy_url(),
-        format!("http://127.0.0.1:{}", pg.sidecar_ports[0]),
-        format!("http://{app}"),
-        format!("http://{dashboard}"),
-    ];
+    // The deploy API's certificate comes from its own CA, the sidecars' from the component
+    // CA; the peer endpoints need a site's certificate.
     let http =
         bloodraven_runtime::tls::http_client(Some(&pg.files.pki.ca_cert), Duration::from_secs(5))
             .unwrap();
+    let pdx = pg.pki.files("pdx");
+    let components = bloodraven_runtime::tls::http_client_with(
+        Some(&pg.pki.ca.cert),
+        Some(&bloodraven_runtime::tls::ClientIdentity {
+            cert_file: pdx.cert,
+            key_file: pdx.key,
+        }),
+        Some(Duration::from_secs(5)),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let bases = [
+        (format!("http://127.0.0.1:{}", pg.opts.operator_port), &http),
+        (pg.deploy_url(), &http),
+        (
+            format!("https://127.0.0.1:{}", pg.sidecar_ports[0]),
+            &components,
+        ),
+        (format!("http://{app}"), &http),
+        (format!("http://{dashboard}"), &http),
+    ];
     let mut served = BTreeSet::new();
     for (route, _) in &named {
         let path = concrete(route);
-        for base in &bases {
+        for (base, http) in &bases {
             // GET only: a handler that takes another method answers 405, still not the
             // fallback.
             let Ok(r) = http.get(format!("{base}{path}")).send().await else {

@@ -38,6 +38,14 @@ struct Op {
 }
 
 async fn start(etcd: &EtcdCluster) -> (Setup, [Op; 2]) {
+    let (s, ops) = unapplied(etcd).await;
+    // The store is the truth: the group and its database go into etcd once, by `apply`.
+    apply_cli(&ops[0].config);
+    (s, ops)
+}
+
+/// Two operators' files on `etcd`, nothing in etcd yet.
+async fn unapplied(etcd: &EtcdCluster) -> (Setup, [Op; 2]) {
     let endpoints = etcd.endpoints();
     let s = setup_with(|o| {
         o.etcd_endpoints = endpoints;
@@ -59,6 +67,13 @@ async fn start(etcd: &EtcdCluster) -> (Setup, [Op; 2]) {
                     format!("dataDir: {}", dir.join("data").display())
                 } else if l == listen {
                     format!("listen: {{http: \"127.0.0.1:{http}\", https: \"127.0.0.1:{https}\"}}")
+                } else if l.starts_with("componentTLS: {listen: ") && name != "a" {
+                    // Each operator's component listener on its own port.
+                    let (_, rest) = l.split_once("\", ").unwrap();
+                    format!(
+                        "componentTLS: {{listen: \"127.0.0.1:{}\", {rest}",
+                        free_port()
+                    )
                 } else {
                     l.to_string()
                 }
@@ -78,6 +93,24 @@ async fn start(etcd: &EtcdCluster) -> (Setup, [Op; 2]) {
     let a = mk("a", s.http, s.https);
     let b = mk("b", free_port(), free_port());
     (s, [a, b])
+}
+
+/// `bloodraven apply -f FILE --config FILE`, which must succeed; its standard output.
+fn apply_cli(config: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["apply", "-f"])
+        .arg(config)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "apply failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn spawn(op: &Op) -> OperatorProcess {
@@ -339,6 +372,15 @@ async fn a_standby_takes_over_after_kill_9_keeps_the_leases_and_carries_out_the_
         .unwrap();
     assert_eq!(r.status(), 503);
     assert!(!leads(&b).await);
+    // `bloodraven status` with the follower's file finds the leader itself.
+    let st = status_cli(&b.config);
+    let (out, err) = (
+        String::from_utf8_lossy(&st.stdout),
+        String::from_utf8_lossy(&st.stderr),
+    );
+    assert!(st.status.success(), "{out}{err}");
+    assert!(err.contains("follows; asking the leader at"), "{err}");
+    assert!(out.contains("playground"), "{out}");
 
     // A migration lease through the leader.
     wait_stable(&s, &a).await;
@@ -551,12 +593,35 @@ async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it
         String::from_utf8_lossy(&st.stderr)
     );
 
+    // A client follows the active site: its watch must end when the operator stops leading.
+    let mut watch = reqwest::get(format!(
+        "http://127.0.0.1:{}/active-site?group=playground&watch=true",
+        a.http
+    ))
+    .await
+    .unwrap();
+    assert_eq!(watch.status(), 200);
+
     // etcd's leader stopped too: one member of three answers, no quorum.
     let leader = etcd
         .leader()
         .await
         .expect("an etcd leader with two members");
     etcd.stop(leader).await;
+    let watch_ended = tokio::spawn(async move {
+        let mut buf = String::new();
+        loop {
+            while let Some((name, data)) = bloodraven_testkit::sse::take_named_event(&mut buf) {
+                if name == "end" {
+                    return Some(data);
+                }
+            }
+            match watch.chunk().await {
+                Ok(Some(c)) => buf.push_str(&String::from_utf8_lossy(&c)),
+                _ => return None,
+            }
+        }
+    });
     let lost = Instant::now();
     let deadline = lost + TTL + Duration::from_secs(20);
     loop {
@@ -575,6 +640,12 @@ async fn with_one_etcd_member_down_the_operator_works_on_and_without_a_quorum_it
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The watch ended with its last event, saying why.
+    let end = tokio::time::timeout(Duration::from_secs(10), watch_ended)
+        .await
+        .expect("the watch ended within 10 s of the lost leadership")
+        .unwrap();
+    assert_eq!(end.as_deref(), Some(r#"{"reason":"NotLeader"}"#));
     // It says so: /status answers 503 not_leader with the reason, and so does the CLI.
     let (code, v) = get(&format!("http://127.0.0.1:{}/status", a.http))
         .await
@@ -647,7 +718,7 @@ async fn keys_in_etcd(etcd: &EtcdCluster) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_embedded_group_moves_to_etcd_keeping_its_generation_and_leases() {
     let etcd = three_members().await;
-    let (s, [a, _]) = start(&etcd).await;
+    let (s, [a, _]) = unapplied(&etcd).await;
     // The same group in embedded mode: the configuration without its store line, on the
     // ports operator `a` takes over after the move.
     let text = std::fs::read_to_string(&a.config).unwrap();

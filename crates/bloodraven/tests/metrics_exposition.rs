@@ -6,7 +6,7 @@
 mod common;
 
 use bloodraven_core::contract::metrics as m;
-use common::{promtool_check, setup, spawn_operator, wait_active};
+use common::{promtool_check, spawn_operator, wait_active};
 
 async fn scrape(port: u16, accept: Option<&str>) -> (String, String) {
     let mut r = reqwest::Client::new().get(format!("http://127.0.0.1:{port}/metrics"));
@@ -21,7 +21,10 @@ async fn scrape(port: u16, accept: Option<&str>) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_serves_classic_text_that_promtool_accepts_with_every_series_from_the_start() {
-    let s = setup().await;
+    // With backups configured: their series exist from the start too (0: none yet).
+    let backups = tempfile::tempdir().unwrap();
+    let target = backups.path().to_path_buf();
+    let s = common::setup_with(move |lo| lo.backup_target = Some(target)).await;
     let _op = spawn_operator(&s, "operator.log");
     wait_active(&s, "iad", 1).await;
     // The group's first poll has settled (its conditions are set) once Ready is exposed.
@@ -97,6 +100,10 @@ async fn the_operator_serves_classic_text_that_promtool_accepts_with_every_serie
         format!("{}{{group=\"playground\",site=\"iad\"}} 1", m::ACTIVE_SITE),
         format!("{}{{group=\"playground\",site=\"pdx\"}} 0", m::ACTIVE_SITE),
         format!("{}{{group=\"playground\"}} 1", m::TOPOLOGY_GENERATION),
+        format!(
+            "{}{{group=\"playground\"}} 0",
+            m::BACKUP_LAST_SUCCESS_TIMESTAMP_SECONDS
+        ),
         // What the packaged alerts read: leadership, the store, each site's probe and
         // recovery state, replication, the group's conditions and its lag bound.
         format!("{} 1", m::OPERATOR_LEADER),

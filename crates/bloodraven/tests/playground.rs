@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
 
 fn free_port() -> u16 {
-    bloodraven_mysql::launcher::free_port().unwrap()
+    bloodraven_launch::mysql::free_port().unwrap()
 }
 
 struct Running {
@@ -317,6 +317,363 @@ async fn the_counter_keeps_counting_across_a_failover() {
         "the five increments before the failover plus three after, and at most the {ambiguous} ambiguous ones: {c}"
     );
     assert!(c["acknowledged"].as_u64().unwrap() >= 8);
+    stop(r);
+}
+
+/// `bloodraven backup …` against the running playground.
+fn backup_cli(r: &Running, args: &[&str]) -> (i32, String, String) {
+    let config = r.dir.path().join("pg/operator/bloodraven.yaml");
+    let out = Command::new(BIN)
+        .arg("backup")
+        .args(args)
+        .arg("--config")
+        .arg(&config)
+        .env_remove("BLOODRAVEN_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_asked_for_runs_on_a_replica_is_listed_and_verifies() {
+    let (r, _) = running_on_iad().await;
+    for _ in 0..5 {
+        increment(&r).await;
+    }
+    // Refused before anything is written: a malformed id.
+    let (code, _, err) = backup_cli(&r, &["now", "--group", "playground", "--id", "../x"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(
+        err.contains("--id") && err.contains("nothing was written"),
+        "{err}"
+    );
+
+    let (code, out, err) = backup_cli(
+        &r,
+        &[
+            "now",
+            "--group",
+            "playground",
+            "--id",
+            "pg-b1",
+            "--wait",
+            "3m",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    // The outcome on standard output, the progress lines on standard error.
+    assert!(
+        out.contains("backup pg-b1 succeeded: GTID position 0-"),
+        "{out}"
+    );
+    assert!(err.contains("MB/s"), "progress shows the rate: {err}");
+
+    let (code, out, err) = backup_cli(&r, &["list", "--group", "playground", "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let b = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == "pg-b1")
+        .unwrap_or_else(|| panic!("listed: {listed}"));
+    assert_eq!(b["phase"], "Succeeded");
+    assert_ne!(b["site"], "iad", "taken on a replica, not the primary: {b}");
+    assert!(b["gtidPosition"].as_str().unwrap().starts_with("0-"), "{b}");
+    let s = r.state().await;
+    assert_eq!(s["backups"]["lastSucceeded"]["id"], "pg-b1", "{s}");
+
+    // Verified on the operator's host (the newest good backup by default): opened in a
+    // scratch server with every table checked.
+    let (code, out, err) = backup_cli(&r, &["verify", "--group", "playground", "--wait", "3m"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("backup pg-b1 verified:") && out.contains("tables checked"),
+        "{out}"
+    );
+    let s = r.state().await;
+    assert_eq!(s["backups"]["lastVerified"]["phase"], "Succeeded", "{s}");
+
+    // One byte of its data changed: the verification fails naming the file, and the
+    // failure counter the alert reads rises.
+    let data = r
+        .dir
+        .path()
+        .join("pg/backups/pg-b1/data-00000.mbstream.zst");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&data, &bytes).unwrap();
+    let (code, out, err) = backup_cli(
+        &r,
+        &[
+            "verify",
+            "--group",
+            "playground",
+            "--id",
+            "pg-b1",
+            "--wait",
+            "3m",
+        ],
+    );
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains("failed its verification") && out.contains("data-00000.mbstream.zst"),
+        "{out}"
+    );
+    let operator = s["urls"]["operator"].as_str().unwrap().to_string();
+    let metrics = reqwest::get(format!("{operator}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "bloodraven_backup_verifications_total{group=\"playground\",result=\"failed\"} 1"
+        ),
+        "{metrics}"
+    );
+
+    // The chaos action (the dashboard's button) asks the same way.
+    let said = chaos(&r, &["backup"]);
+    assert!(said.contains("requested backup playground-"), "{said}");
+    let s = wait(&r, "the chaos backup to succeed", |s| {
+        s["backups"]["lastSucceeded"]["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("playground-"))
+    })
+    .await;
+    assert_ne!(s["backups"]["lastSucceeded"]["site"], "iad", "{s}");
+    stop(r);
+}
+
+/// `restore-in-place --from-backup`: the backup's application schemas, dumped from a scratch
+/// server on its prepared data, are loaded through the restore-in-place flow: every site ends
+/// with exactly the counter the backup's position holds (not the increments after it), and the
+/// generation rises by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_from_a_backup_gives_every_site_exactly_the_backups_rows() {
+    use mysql_async::prelude::Queryable;
+    let (r, _) = running_on_iad().await;
+    for _ in 0..3 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    // Every site holds the increments before the backup is taken.
+    wait(&r, "every site caught up", |s| {
+        let gtids: Vec<&Value> = s["sites"]
+            .as_array()
+            .map(|a| a.iter().map(|x| &x["gtid"]).collect())
+            .unwrap_or_default();
+        gtids.len() == 3 && gtids.iter().all(|g| *g == gtids[0] && !g.is_null())
+    })
+    .await;
+    let saved: Value =
+        serde_json::from_slice(&std::fs::read(r.dir.path().join("pg/playground.json")).unwrap())
+            .unwrap();
+    let mysql: Vec<u16> = serde_json::from_value(saved["mysql_ports"].clone()).unwrap();
+    let ca = saved["tls"]["ca"].as_str().unwrap().to_string();
+    let counter_on = |port: u16| {
+        let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
+            .ip_or_hostname("127.0.0.1")
+            .tcp_port(port)
+            .user(Some(saved["app"][0].as_str().unwrap().to_string()))
+            .pass(Some(saved["app"][1].as_str().unwrap().to_string()))
+            .ssl_opts(bloodraven_mysql::site::ssl_opts(
+                &bloodraven_core::config::MysqlTls {
+                    mode: bloodraven_core::config::TlsMode::VerifyIdentity,
+                    ca_file: Some(ca.clone()),
+                    server_name: None,
+                },
+            ))
+            .into();
+        async move {
+            let mut c = mysql_async::Conn::new(opts).await.unwrap();
+            let v: Option<i64> = c
+                .query_first("SELECT value FROM app.counter WHERE id = 1")
+                .await
+                .unwrap();
+            v.unwrap_or(0)
+        }
+    };
+    let at_backup = counter_on(mysql[0]).await;
+    let (code, out, err) = backup_cli(
+        &r,
+        &[
+            "now",
+            "--group",
+            "playground",
+            "--id",
+            "rb1",
+            "--wait",
+            "3m",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    for _ in 0..3 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    assert_eq!(counter_on(mysql[0]).await, at_backup + 3);
+    let before = r.state().await["topologyGeneration"].as_u64().unwrap();
+
+    let config = r.dir.path().join("pg/operator/bloodraven.yaml");
+    let out = Command::new(BIN)
+        .args([
+            "restore-in-place",
+            "--group",
+            "playground",
+            "--from-backup",
+            "rb1",
+        ])
+        .args(["--confirm", "now", "--wait", "5m", "--config"])
+        .arg(&config)
+        .env_remove("BLOODRAVEN_CONFIG")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("backup rb1 (site") && said.contains("dumped: app"),
+        "{said}"
+    );
+    let s = wait(
+        &r,
+        "the restore's reclones to end and every site to replicate",
+        |s| {
+            s["restoreInPlace"]["phase"] == "Succeeded"
+                && s["sites"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .all(|x| x["name"] == s["activeSite"] || x["replicating"] == true)
+                })
+        },
+    )
+    .await;
+    assert_eq!(s["topologyGeneration"].as_u64().unwrap(), before + 1, "{s}");
+    for port in &mysql {
+        let mut v = counter_on(*port).await;
+        // A recloned replica applies what it copied: wait for it, boundedly.
+        for _ in 0..100 {
+            if v == at_backup {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            v = counter_on(*port).await;
+        }
+        assert_eq!(
+            v, at_backup,
+            "site on port {port} holds the backup's counter"
+        );
+    }
+    stop(r);
+}
+
+/// A backup whose source stops being fit mid-way is abandoned cleanly: held at its first lock
+/// (a session of ours in `BACKUP STAGE` on every replica), its source is then recloned; the
+/// operator abandons it (its tools killed, nothing left under the target) and records why,
+/// and the next one succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_source_is_recloned_mid_way_is_abandoned_and_leaves_nothing() {
+    use mysql_async::prelude::Queryable;
+    let (r, _) = running_on_iad().await;
+    let saved: Value =
+        serde_json::from_slice(&std::fs::read(r.dir.path().join("pg/playground.json")).unwrap())
+            .unwrap();
+    let mysql: Vec<u16> = serde_json::from_value(saved["mysql_ports"].clone()).unwrap();
+    let ca = saved["tls"]["ca"].as_str().unwrap().to_string();
+    let opts = |port: u16| -> mysql_async::Opts {
+        mysql_async::OptsBuilder::default()
+            .ip_or_hostname("127.0.0.1")
+            .tcp_port(port)
+            .user(Some(saved["clone"][0].as_str().unwrap().to_string()))
+            .pass(Some(saved["clone"][1].as_str().unwrap().to_string()))
+            .ssl_opts(bloodraven_mysql::site::ssl_opts(
+                &bloodraven_core::config::MysqlTls {
+                    mode: bloodraven_core::config::TlsMode::VerifyIdentity,
+                    ca_file: Some(ca.clone()),
+                    server_name: None,
+                },
+            ))
+            .into()
+    };
+    // pdx and reader: whichever the operator picks waits at its first lock.
+    let mut holders = Vec::new();
+    for port in &mysql[1..] {
+        let mut c = mysql_async::Conn::new(opts(*port)).await.unwrap();
+        c.query_drop("BACKUP STAGE START").await.unwrap();
+        holders.push(c);
+    }
+    let (code, out, err) = backup_cli(
+        &r,
+        &[
+            "now",
+            "--group",
+            "playground",
+            "--id",
+            "held",
+            "--wait",
+            "0s",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let s = wait(&r, "the backup to run", |s| {
+        s["backups"]["last"]["id"] == "held" && s["backups"]["last"]["phase"] == "Running"
+    })
+    .await;
+    let source = s["backups"]["last"]["site"].as_str().unwrap().to_string();
+    assert_ne!(source, "iad", "{s}");
+    let said = chaos(&r, &["reclone-site", &source]);
+    assert!(said.contains("requested a reclone"), "{said}");
+    let s = wait(&r, "the backup to be abandoned", |s| {
+        s["backups"]["last"]["id"] == "held" && s["backups"]["last"]["phase"] == "Failed"
+    })
+    .await;
+    let message = s["backups"]["last"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("abandoned") && message.contains("being recloned"),
+        "{s}"
+    );
+    let backups = r.dir.path().join("pg/backups");
+    let left: Vec<_> = std::fs::read_dir(&backups)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "an abandoned backup leaves nothing: {left:?}"
+    );
+    for mut c in holders {
+        let _ = c.query_drop("BACKUP STAGE END").await;
+    }
+    // Once the reclone ended, the next backup succeeds.
+    wait(&r, "the reclone to end", |s| {
+        s["sites"].as_array().is_some_and(|a| {
+            a.iter()
+                .all(|x| x["reclone"].is_null() || x["reclone"]["phase"] == "Succeeded")
+        })
+    })
+    .await;
+    let (code, out, err) = backup_cli(
+        &r,
+        &[
+            "now",
+            "--group",
+            "playground",
+            "--id",
+            "after",
+            "--wait",
+            "3m",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(backups.join("after/manifest.json").is_file());
     stop(r);
 }
 
@@ -704,9 +1061,9 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    /// Starts `prometheus` scraping the playground's operator and sidecars every 500 ms and
-    /// evaluating `rules` as often.
-    async fn start(operator: &str, sidecars: &[String], rules: &str) -> Prometheus {
+    /// Starts `prometheus` scraping the playground's operator and sidecars (over TLS, checked
+    /// against the component CA `ca`) every 500 ms and evaluating `rules` as often.
+    async fn start(operator: &str, sidecars: &[String], ca: &str, rules: &str) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
         let targets = |t: &[String]| {
@@ -718,7 +1075,7 @@ impl Prometheus {
         std::fs::write(
             dir.path().join("prometheus.yml"),
             format!(
-                "global: {{scrape_interval: 500ms, scrape_timeout: 400ms, evaluation_interval: 500ms}}\nrule_files: [rules.yaml]\nscrape_configs:\n  - job_name: bloodraven-operator\n    static_configs: [{{targets: [{}]}}]\n  - job_name: bloodraven-sidecar\n    static_configs: [{{targets: [{}]}}]\n",
+                "global: {{scrape_interval: 500ms, scrape_timeout: 400ms, evaluation_interval: 500ms}}\nrule_files: [rules.yaml]\nscrape_configs:\n  - job_name: bloodraven-operator\n    static_configs: [{{targets: [{}]}}]\n  - job_name: bloodraven-sidecar\n    scheme: https\n    tls_config: {{ca_file: \"{ca}\"}}\n    static_configs: [{{targets: [{}]}}]\n",
                 targets(&[operator.to_string()]),
                 targets(sidecars)
             ),
@@ -947,7 +1304,14 @@ async fn the_packaged_alerts_fire_and_resolve_on_a_real_prometheus_through_a_kil
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let p = Prometheus::start(&operator, &sidecars, &String::from_utf8_lossy(&out.stdout)).await;
+    let ca = s["urls"]["componentCa"].as_str().unwrap().to_string();
+    let p = Prometheus::start(
+        &operator,
+        &sidecars,
+        &ca,
+        &String::from_utf8_lossy(&out.stdout),
+    )
+    .await;
     for _ in 0..600 {
         if p.all_up(1 + sidecars.len()).await {
             break;
@@ -1005,6 +1369,7 @@ async fn the_packaged_alerts_fire_and_resolve_on_a_real_prometheus_through_a_kil
 fn haproxy_config(
     mysql: &[u16],
     sidecars: &[String],
+    ca: &str,
     primary_port: u16,
     replica_port: u16,
 ) -> String {
@@ -1023,7 +1388,8 @@ fn haproxy_config(
                     let sidecar_port = sidecars[i].rsplit(':').next().unwrap();
                     return l
                         .replace(a, &format!("127.0.0.1:{}", mysql[i]))
-                        .replace("port 8080", &format!("port {sidecar_port}"));
+                        .replace("port 8080", &format!("port {sidecar_port}"))
+                        .replace("/etc/bloodraven/ca.crt", ca);
                 }
             }
             l.replace("bind :3306", &format!("bind 127.0.0.1:{primary_port}"))
@@ -1058,7 +1424,13 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
     let cfg = dir.path().join("haproxy.cfg");
     std::fs::write(
         &cfg,
-        haproxy_config(&mysql, &sidecars, primary_port, replica_port),
+        haproxy_config(
+            &mysql,
+            &sidecars,
+            s["urls"]["componentCa"].as_str().unwrap(),
+            primary_port,
+            replica_port,
+        ),
     )
     .unwrap();
     let bin = std::env::var("BLOODRAVEN_HAPROXY").unwrap_or_else(|_| "haproxy".into());
@@ -1080,6 +1452,8 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
             .spawn()
             .unwrap(),
     );
+    // The servers refuse clear-text logins: TLS, verified against the CA playground.json names.
+    let ca = saved["tls"]["ca"].as_str().unwrap().to_string();
     let opts = |port: u16| {
         mysql_async::OptsBuilder::default()
             .ip_or_hostname("127.0.0.1")
@@ -1087,6 +1461,13 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
             .user(Some(user.clone()))
             .pass(Some(password.clone()))
             .db_name(Some("app"))
+            .ssl_opts(bloodraven_mysql::site::ssl_opts(
+                &bloodraven_core::config::MysqlTls {
+                    mode: bloodraven_core::config::TlsMode::VerifyIdentity,
+                    ca_file: Some(ca.clone()),
+                    server_name: None,
+                },
+            ))
     };
     // The writer: one connection through HAProxy's primary port, reconnecting after an error;
     // each attempt inserts a new row.
@@ -1206,12 +1587,14 @@ async fn primary_checks_through_an_isolation_end_on_the_fenced_old_primary() {
     let (r, s) = running_on_iad().await;
     let sidecars: Vec<String> =
         serde_json::from_value(s["urls"]["metrics"]["sidecars"].clone()).unwrap();
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let ca = s["urls"]["componentCa"].as_str().unwrap().to_string();
+    let client = bloodraven_runtime::tls::http_client(
+        Some(std::path::Path::new(&ca)),
+        Duration::from_millis(500),
+    )
+    .unwrap();
     let primary_ok = |i: usize| {
-        let (client, url) = (client.clone(), format!("http://{}/primary", sidecars[i]));
+        let (client, url) = (client.clone(), format!("https://{}/primary", sidecars[i]));
         async move {
             client
                 .get(url)
@@ -1221,7 +1604,7 @@ async fn primary_checks_through_an_isolation_end_on_the_fenced_old_primary() {
         }
     };
     let fenced = |i: usize| {
-        let (client, url) = (client.clone(), format!("http://{}/status", sidecars[i]));
+        let (client, url) = (client.clone(), format!("https://{}/status", sidecars[i]));
         async move {
             match client.get(url).send().await {
                 Ok(r) => r

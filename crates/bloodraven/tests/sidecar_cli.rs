@@ -12,13 +12,13 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use bloodraven_core::contract::logs;
-use bloodraven_mysql::launcher::Launcher;
+use bloodraven_launch::mysql::Launcher;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 use support::{FakeParty, at, free_port, view, wait_until};
 
-const ENV: [&str; 12] = [
+const ENV: [&str; 15] = [
     "BLOODRAVEN_SITE",
     "BLOODRAVEN_GROUP",
     "BLOODRAVEN_NAMESPACE",
@@ -31,7 +31,20 @@ const ENV: [&str; 12] = [
     "BLOODRAVEN_PEER_CHECK_INTERVAL",
     "BLOODRAVEN_LISTEN",
     "BLOODRAVEN_LOG_FORMAT",
+    "BLOODRAVEN_TLS_CERT",
+    "BLOODRAVEN_TLS_KEY",
+    "BLOODRAVEN_TLS_CA",
 ];
+
+/// The TLS flags of site `site` of the test group (its certificate from the test CA).
+fn tls_env(site: &str) -> [(&'static str, String); 3] {
+    let files = bloodraven_testkit::pki::pki().site(site);
+    [
+        ("BLOODRAVEN_TLS_CERT", files.cert.display().to_string()),
+        ("BLOODRAVEN_TLS_KEY", files.key.display().to_string()),
+        ("BLOODRAVEN_TLS_CA", files.ca.display().to_string()),
+    ]
+}
 
 /// The two ways to run the sidecar.
 #[derive(Clone, Copy, Debug)]
@@ -85,7 +98,12 @@ fn bad_values_exit_2_naming_the_flag_and_the_rule() {
 }
 
 fn bad_values(bin: Binary) {
-    let output = |args: &[&str], env: &[(&str, &str)]| output(bin, args, env);
+    let tls = tls_env("iad");
+    let output = |args: &[&str], env: &[(&str, &str)]| {
+        let mut all: Vec<(&str, &str)> = tls.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        all.extend_from_slice(env);
+        output(bin, args, &all)
+    };
     let f = creds("username=bloodraven\npassword=pw\n");
     let path = f.path().to_str().unwrap();
     let base = [
@@ -94,7 +112,7 @@ fn bad_values(bin: Binary) {
         "--group",
         "playground",
         "--operator",
-        "http://127.0.0.1:1",
+        "https://127.0.0.1:1",
         "--mysql",
         "127.0.0.1:3307",
         "--mysql-credentials-file",
@@ -129,13 +147,38 @@ fn bad_values(bin: Binary) {
     assert!(stderr(&o).contains("error: --lease-timeout: must be a duration"));
     let o = output(
         &base,
-        &[("BLOODRAVEN_PEERS", "http://10.0.0.2:8080,ftp://10.0.0.3")],
+        &[("BLOODRAVEN_PEERS", "https://10.0.0.2:8080,ftp://10.0.0.3")],
     );
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("error: --peer: must be an http:// or https:// URL"));
+    assert!(
+        stderr(&o).contains("error: --peer: must be an https:// URL"),
+        "{}",
+        stderr(&o)
+    );
+    // Plain HTTP to the operator: nobody could prove to be it there.
+    let mut args = base.to_vec();
+    args[5] = "http://127.0.0.1:1";
+    let o = output(&args, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("error: --operator: must be an https:// URL"));
+    // Another site's certificate.
+    let pdx = tls_env("pdx");
+    let o = output(
+        &base,
+        &[
+            ("BLOODRAVEN_TLS_CERT", pdx[0].1.as_str()),
+            ("BLOODRAVEN_TLS_KEY", pdx[1].1.as_str()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("error: --tls-cert: names spiffe://bloodraven/default/playground/pdx"),
+        "{}",
+        stderr(&o)
+    );
 
     // Everything missing: every required flag is named, all at once.
-    let o = output(&[], &[]);
+    let o = self::output(bin, &[], &[]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     for flag in [
@@ -144,6 +187,9 @@ fn bad_values(bin: Binary) {
         "--operator",
         "--mysql",
         "--mysql-credentials-file",
+        "--tls-cert",
+        "--tls-key",
+        "--tls-ca",
     ] {
         assert!(e.contains(&format!("error: {flag}: ")), "{flag}: {e}");
     }
@@ -249,19 +295,23 @@ async fn story(bin: Binary) {
         ],
         &[("BLOODRAVEN_LISTEN", &listen)],
     );
+    cmd.envs(tls_env(site));
     cmd.stdout(Stdio::null())
         .stderr(Stdio::from(log.reopen().unwrap()));
     let mut running = Running {
         child: cmd.spawn().unwrap(),
         log,
     };
-    let health = format!("http://{listen}/health");
+    let health = format!("https://{listen}/health");
+    let http = support::client();
     wait_until(Duration::from_secs(30), || async {
-        matches!(reqwest::get(&health).await, Ok(r) if r.status() == 200)
+        matches!(http.get(&health).send().await, Ok(r) if r.status() == 200)
     })
     .await
     .unwrap_or_else(|| panic!("the sidecar never became healthy:\n{}", running.log()));
-    let status: Value = reqwest::get(format!("http://{listen}/status"))
+    let status: Value = http
+        .get(format!("https://{listen}/status"))
+        .send()
         .await
         .unwrap()
         .json()
@@ -302,7 +352,9 @@ async fn story(bin: Binary) {
     );
 
     // Its /metrics, in the classic text format, pass promtool and count the fence.
-    let metrics = reqwest::get(format!("http://{listen}/metrics"))
+    let metrics = http
+        .get(format!("https://{listen}/metrics"))
+        .send()
         .await
         .unwrap();
     assert!(

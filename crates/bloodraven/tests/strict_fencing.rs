@@ -39,10 +39,20 @@ async fn promoted(pg: &Playground, limit: Duration) -> (Duration, bool) {
         if s.active_site == "pdx" && pdx.probe().await.is_ok_and(|p| !p.read_only) {
             return (started.elapsed(), waited);
         }
-        assert!(
-            started.elapsed() < limit,
-            "pdx did not take writes within {limit:?}: {s:?}"
-        );
+        if started.elapsed() >= limit {
+            let logs: Vec<String> = pg
+                .logs()
+                .iter()
+                .filter(|(name, _)| name.starts_with("operator") || name.starts_with("sidecar"))
+                .map(|(name, path)| {
+                    format!("--- {name}:\n{}", bloodraven_runtime::files::tail(path, 25))
+                })
+                .collect();
+            panic!(
+                "pdx did not take writes within {limit:?}: {s:?}\n{}",
+                logs.join("\n")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -142,12 +152,10 @@ async fn a_primary_cut_from_the_operator_gets_the_view_from_a_peer_before_the_ne
         pg.isolate_site_from_operator("iad").unwrap();
     })
     .await;
-    // The peers still answer iad: the proof is one of them serving it the new view (rule #1).
-    judged(
-        "isolate-primary-from-operator",
-        out,
-        "served iad's sidecar the new view",
-    );
+    // The peers still answer iad: the proof is iad's own sidecar telling one of them, over
+    // its verified identity, that it holds the new view (rule #1 fenced it), or that its
+    // server is read-only under it.
+    judged("isolate-primary-from-operator", out, "iad's sidecar told");
 }
 
 fn signal(pid: Option<u32>, sig: nix::sys::signal::Signal) {
@@ -281,6 +289,161 @@ async fn a_peer_the_operator_cannot_hear_holds_the_promotion_back_until_it_is_fo
             .iter()
             .any(|e| e.starts_with("ForcedPromotion:") && e.contains("alice")),
         "{events:#?}"
+    );
+    pg.shutdown().await;
+}
+
+/// Calls pdx's sidecar (its own port, not through a link: the isolation does not cut this
+/// caller) as if it were iad's, every 250 ms until dropped: `from=iad`, claiming it holds
+/// every generation up to 20 and that its server is read-only.
+fn forge_calls(pg: &Playground, client: reqwest::Client) -> tokio::task::JoinHandle<()> {
+    let port = pg.sidecar_ports[1];
+    tokio::spawn(async move {
+        loop {
+            for held in 1..=20 {
+                for path in ["/peer/ping", "/peer/active-site"] {
+                    let _ = client
+                        .get(format!(
+                            "https://127.0.0.1:{port}{path}?namespace=default&group=playground&from=iad&held={held}&readOnly=true"
+                        ))
+                        .send()
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    })
+}
+
+/// A stranger on the network calls the candidate's sidecar as the old primary the whole time,
+/// with no certificate, then (another run) with the certificate of a third site: neither is
+/// iad's sidecar, so neither can be proof. The promotion comes by silence (rule #2), no sooner
+/// than the lease allows, with no two writable sites.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_calls_as_the_old_primary_do_not_hasten_a_strict_promotion() {
+    for caller in ["no certificate", "the reader's certificate"] {
+        let pg = start().await;
+        let ca = pg.pki.ca.cert.clone();
+        let reader = pg.pki.files("reader");
+        let client = match caller {
+            "no certificate" => {
+                bloodraven_runtime::tls::http_client(Some(&ca), Duration::from_secs(2))
+            }
+            _ => bloodraven_runtime::tls::http_client_with(
+                Some(&ca),
+                Some(&bloodraven_runtime::tls::ClientIdentity {
+                    cert_file: reader.cert,
+                    key_file: reader.key,
+                }),
+                Some(Duration::from_secs(2)),
+                Duration::from_secs(2),
+            ),
+        }
+        .unwrap();
+        let forger = forge_calls(&pg, client);
+        let out = story_on(pg, |pg| {
+            pg.isolate_site("iad").unwrap();
+            Box::pin(async {})
+        })
+        .await;
+        forger.abort();
+        let took = out.1;
+        judged(
+            &format!("isolate-primary, forged calls with {caller}"),
+            out,
+            "rule #2",
+        );
+        // Silence needs leaseTimeout + peerCheckInterval + the fence bound (6 + 2 + 4 s) since
+        // each party last answered iad, at most a tick before the isolation: a forged receipt
+        // would have promoted within ~8 s.
+        assert!(
+            took >= Duration::from_secs(9),
+            "with {caller}, pdx took writes {took:?} after the isolation: sooner than the silence allows"
+        );
+    }
+}
+
+/// `curl` as a user runs it against every sidecar: without a client certificate `/peer/ping`
+/// and `/peer/active-site` answer `401` with a JSON reason; with a certificate that
+/// `bloodraven tls issue` made for another site, the caller recorded is that site, never
+/// `from=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_without_a_certificate_is_refused_and_a_certificate_names_the_caller() {
+    let pg = start().await;
+    let ca = pg.pki.ca.cert.display().to_string();
+    let curl = |args: &[&str]| -> (String, String) {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "5",
+                "-w",
+                "\n%{http_code}",
+                "--cacert",
+                &ca,
+            ])
+            .args(args)
+            .output()
+            .expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or((&text, ""));
+        (code.to_string(), body.to_string())
+    };
+    for (i, site) in ["iad", "pdx", "reader"].iter().enumerate() {
+        let port = pg.sidecar_ports[i];
+        for path in ["/peer/ping", "/peer/active-site"] {
+            let url = format!(
+                "https://127.0.0.1:{port}{path}?namespace=default&group=playground&from=pdx"
+            );
+            let (code, body) = curl(&[&url]);
+            assert_eq!(code, "401", "{site}{path}: {body}");
+            let v: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
+            assert_eq!(v["error"], "unauthenticated", "{body}");
+            assert!(
+                v["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("no client certificate")),
+                "{body}"
+            );
+        }
+    }
+    // A visitor's certificate, made as a user makes one.
+    let dir = pg.dir.join("visitor");
+    common::cli_ok([
+        "tls",
+        "issue",
+        "--ca",
+        pg.pki.dir.to_str().unwrap(),
+        "--group",
+        "playground",
+        "--site",
+        "visitor",
+        "--ip",
+        "127.0.0.1",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let (cert, key) = (dir.join("visitor.crt"), dir.join("visitor.key"));
+    let port = pg.sidecar_ports[0];
+    let url = format!(
+        "https://127.0.0.1:{port}/peer/ping?namespace=default&group=playground&from=pdx&held=99"
+    );
+    let (code, body) = curl(&[
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+        &url,
+    ]);
+    assert_eq!(code, "200", "{body}");
+    let (code, body) = curl(&[&format!("https://127.0.0.1:{port}/status")]);
+    assert_eq!(code, "200", "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let heard = &status["heard_from"];
+    assert_eq!(heard["visitor"]["held_generation"], 99, "{heard}");
+    assert_ne!(
+        heard["pdx"]["held_generation"], 99,
+        "from=pdx was taken for the caller: {heard}"
     );
     pg.shutdown().await;
 }

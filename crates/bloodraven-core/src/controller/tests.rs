@@ -751,6 +751,7 @@ fn strict_fencing_announces_and_holds_then_lifts_on_proof_or_force() {
             sites: &names,
             reports,
             operator_silent_for: Duration::from_secs(operator_silent),
+            operator_receipt: None,
             timings: Timings {
                 lease_timeout: Duration::from_secs(6),
                 peer_check_interval: Duration::from_secs(2),
@@ -1418,4 +1419,55 @@ fn a_site_whose_reclone_failed_is_not_unblocked_by_its_position() {
         d.conditions.recovery_pending.as_deref(),
         Some("reclone failed part-way (reclone again): pdx")
     );
+}
+
+#[test]
+fn every_topology_has_its_name() {
+    let state =
+        |sites: &[SiteView], active: &str, last: &str| decide(&input(sites, active, last)).topology;
+    // No active site yet.
+    assert_eq!(state(&healthy_trio(), "", ""), TopologyState::Bootstrapping);
+    // The primary takes writes.
+    assert_eq!(state(&healthy_trio(), "iad", ""), TopologyState::Healthy);
+    // A second writable site, whether or not the debounce confirmed it.
+    let mut split = healthy_trio();
+    split[1].writable_now = true;
+    assert_eq!(state(&split, "iad", ""), TopologyState::Split);
+    split[1].state = SiteState::Writable;
+    assert_eq!(state(&split, "iad", ""), TopologyState::Split);
+    // The primary is gone.
+    assert_eq!(state(&iad_dead(), "iad", ""), TopologyState::PrimaryLost);
+    // Announced, not yet writable: completed by a reassertion (the old primary silent, so
+    // not seen writable this poll).
+    let mut announced = awaiting_trio();
+    announced[0].writable_now = false;
+    assert_eq!(state(&announced, "pdx", "pdx"), TopologyState::Promoting);
+    // The same in strict mode, waiting for the proof.
+    let awaiting = crate::status::AwaitingFence {
+        site: "iad".into(),
+        target: "pdx".into(),
+        topology_generation: 2,
+        since: t(990),
+    };
+    let mut i = input(&announced, "pdx", "pdx");
+    i.awaiting_fence = Some(&awaiting);
+    let d = decide(&i);
+    assert_eq!(d.topology, TopologyState::Fencing);
+    assert!(
+        d.alerts
+            .iter()
+            .any(|a| matches!(a, Alert::FenceUnconfirmed { .. })),
+        "{:?}",
+        d.alerts
+    );
+    // Every site read-only and no promotion to complete.
+    let mut all_ro = healthy_trio();
+    all_ro[0].state = SiteState::ReadOnly;
+    let d = decide(&input(&all_ro, "iad", ""));
+    assert_eq!(d.topology, TopologyState::Blocked);
+    assert_eq!(d.alerts, vec![Alert::NoPrimary]);
+    // The primary's state not settled yet.
+    let mut settling = healthy_trio();
+    settling[0].state = SiteState::Unknown;
+    assert_eq!(state(&settling, "iad", ""), TopologyState::Settling);
 }

@@ -98,24 +98,23 @@ pub enum Request {
 }
 
 /// Decides a request for a planned failover to `target`.
-pub fn request(
-    target: &str,
-    current: Option<&PlannedFailoverStatus>,
-    active_site: &str,
-    now: Timestamp,
-) -> Request {
-    match current {
-        Some(p) if !p.phase.is_terminal() && p.target == target => Request::Taken,
-        Some(p) if !p.phase.is_terminal() => Request::Reject(Note {
+pub fn request(target: &str, status: &crate::status::GroupStatus, now: Timestamp) -> Request {
+    use crate::arbiter::{Answer, Kind, Requested, Running, admit};
+    match admit(
+        &Running::of(status),
+        &Requested::new(Kind::PlannedFailover, target),
+    ) {
+        Answer::Taken => Request::Taken,
+        Answer::Refused { by } => Request::Reject(Note {
             severity: Severity::Warning,
             reason: EventReason::PlannedFailoverRejected,
-            message: format!(
-                "a planned failover to {} is already in flight ({}); the request for {target} was dropped",
-                p.target,
-                p.phase.as_str()
-            ),
+            message: format!("{by} is in progress; the planned failover to {target} was dropped"),
         }),
-        _ => Request::Accept(PlannedFailoverStatus::requested(target, active_site, now)),
+        Answer::Start => Request::Accept(PlannedFailoverStatus::requested(
+            target,
+            &status.active_site,
+            now,
+        )),
     }
 }
 
@@ -132,6 +131,8 @@ pub struct Facts<'a> {
     pub drain_timeout: Duration,
     /// `plannedFailover.maxLagWait`, counted from the failover's start.
     pub max_lag_wait: Duration,
+    /// `operationTimeouts.plannedFailover`: how long each phase past admission may last.
+    pub phase_timeout: Duration,
 }
 
 /// The next thing to do.
@@ -171,6 +172,16 @@ pub enum Step {
     /// target lacks; the rest are left to the controller's regular checks (re-point, or block
     /// when divergent). Report [`Done::Resumed`].
     Resume { target: String, sites: Vec<String> },
+    /// A phase ran past its deadline before anything was announced: apply this transition
+    /// (undo the source's fence, persist `Failed`) without executing anything else.
+    Abandon(Transition),
+    /// `Resuming` ran past its deadline (the announced target never took writes): fence
+    /// `target` and report [`Done::RollbackFenced`] or [`Done::RollbackUnfenced`]; a fenced
+    /// target is rolled back to `source` as a new topology change.
+    RollBack { target: String, source: String },
+    /// An executing phase without a deadline yet (a status an older version wrote): persist
+    /// it with one.
+    SetDeadline(PlannedFailoverStatus),
 }
 
 /// How the fence of `Draining` ended when it did not take effect.
@@ -218,6 +229,12 @@ pub enum Done {
         /// Sites that could not be re-pointed, with why (the controller retries them).
         failures: Vec<(String, String)>,
     },
+    /// The timed-out target is fenced: it never took a write, the source holds everything.
+    RollbackFenced,
+    /// The timed-out target's fence could not be confirmed: no rollback.
+    RollbackUnfenced {
+        error: String,
+    },
 }
 
 /// What to undo before persisting a failure.
@@ -247,6 +264,9 @@ pub struct Transition {
     pub undo: Undo,
     /// Persisted in the same write as `next`.
     pub new_active_site: Option<NewActiveSite>,
+    /// A site whose fence is cleared once `next` (and its new active site) is persisted: the
+    /// source of a rolled-back failover, announced again first.
+    pub lift_after: Option<String>,
     pub note: Option<Note>,
     pub count: Option<Count>,
     /// Step again at once.
@@ -259,9 +279,27 @@ impl Transition {
             next: Some(next),
             undo: Undo::Nothing,
             new_active_site: None,
+            lift_after: None,
             note: None,
             count: None,
             again: true,
+        }
+    }
+
+    /// The failover ran past its deadline: `Failed` (`TimedOut`), event `OperationTimedOut`.
+    fn timed_out(pf: &PlannedFailoverStatus, message: String, undo: Undo, now: Timestamp) -> Self {
+        Transition {
+            note: note(
+                Severity::Warning,
+                EventReason::OperationTimedOut,
+                format!("planned failover to {}: {message}", pf.target),
+            ),
+            next: Some(pf.failed(FailureReason::TimedOut, message, now)),
+            undo,
+            new_active_site: None,
+            lift_after: None,
+            count: Some(Count::Failed),
+            again: false,
         }
     }
 
@@ -281,9 +319,69 @@ impl Transition {
             next: Some(pf.failed(reason, message, now)),
             undo,
             new_active_site: None,
+            lift_after: None,
             count: Some(Count::Failed),
             again: false,
         }
+    }
+}
+
+/// Whether `phase` runs against `spec.operationTimeouts.plannedFailover` (the admission
+/// phases wait for what their admission block names instead).
+pub fn executing(phase: PlannedFailoverPhase) -> bool {
+    use PlannedFailoverPhase as P;
+    matches!(
+        phase,
+        P::Draining | P::WaitingForLag | P::Promoting | P::Resuming
+    )
+}
+
+/// The deadline `next` should carry once it replaces `before`: a new executing phase gets
+/// `now + phase_timeout`; the same phase keeps its deadline; a deferral shows when it is tried
+/// again; anything else has none.
+pub fn deadline_for(
+    before: &PlannedFailoverStatus,
+    next: &PlannedFailoverStatus,
+    now: Timestamp,
+    phase_timeout: Duration,
+) -> Option<Timestamp> {
+    use PlannedFailoverPhase as P;
+    if next.phase.is_terminal() {
+        return None;
+    }
+    if executing(next.phase) {
+        if next.phase == before.phase && before.deadline.is_some() {
+            return before.deadline;
+        }
+        return Some(now.plus(phase_timeout));
+    }
+    if next.phase == P::Deferred {
+        return next.admission.retry_time;
+    }
+    None
+}
+
+/// What a phase that ran past its deadline comes to.
+fn expired(pf: &PlannedFailoverStatus, now: Timestamp) -> Step {
+    use PlannedFailoverPhase as P;
+    let source = pf.source.clone();
+    let bound = "its phase bound (spec.operationTimeouts.plannedFailover)";
+    match pf.phase {
+        // Nothing announced: the source stays the primary (its fence read back and lifted).
+        P::Draining | P::WaitingForLag | P::Promoting => Step::Abandon(Transition::timed_out(
+            pf,
+            format!(
+                "{} ran past {bound}; nothing was announced, {source} stays the primary (its fence read back and lifted)",
+                pf.phase.as_str()
+            ),
+            Undo::ReadBackThenUnfence { site: source },
+            now,
+        )),
+        P::Resuming => Step::RollBack {
+            target: pf.target.clone(),
+            source,
+        },
+        _ => Step::Idle,
     }
 }
 
@@ -300,6 +398,18 @@ fn persist(next: PlannedFailoverStatus, note: Option<Note>, again: bool) -> Step
 pub fn step(pf: Option<&PlannedFailoverStatus>, f: &Facts<'_>, now: Timestamp) -> Step {
     use PlannedFailoverPhase as P;
     let Some(pf) = pf else { return Step::Idle };
+    if executing(pf.phase) {
+        match pf.deadline {
+            None => {
+                return Step::SetDeadline(PlannedFailoverStatus {
+                    deadline: Some(now.plus(f.phase_timeout)),
+                    ..pf.clone()
+                });
+            }
+            Some(d) if now >= d => return expired(pf, now),
+            Some(_) => {}
+        }
+    }
     match pf.phase {
         P::Succeeded | P::Failed => Step::Idle,
         P::Pending => persist(
@@ -459,31 +569,7 @@ pub fn finish(pf: &PlannedFailoverStatus, done: Done, now: Timestamp) -> Transit
         Done::DrainFailed {
             fence,
             blockers_killed,
-        } => {
-            let (what, undo) = match fence {
-                FenceVerdict::NotApplied { reason } => (
-                    format!("it did not take effect ({reason}); nothing was changed"),
-                    Undo::Nothing,
-                ),
-                FenceVerdict::Unknown { reason } => (
-                    format!(
-                        "its outcome is unknown ({reason}); it was read back and lifted if set"
-                    ),
-                    Undo::ReadBackThenUnfence {
-                        site: source.clone(),
-                    },
-                ),
-            };
-            Transition::fail(
-                pf,
-                FailureReason::FenceFailed,
-                format!(
-                    "fencing {source} within drainTimeout failed after killing {blockers_killed} blocking session(s): {what}; {source} stays the primary"
-                ),
-                undo,
-                now,
-            )
-        }
+        } => drain_failed(pf, fence, blockers_killed, now),
         Done::SourceUnreadable { error } => Transition::fail(
             pf,
             FailureReason::SourceUnreadable,
@@ -523,20 +609,7 @@ pub fn finish(pf: &PlannedFailoverStatus, done: Done, now: Timestamp) -> Transit
         Done::Promoted {
             promotion_gtid,
             transactions_lost,
-        } => Transition {
-            next: Some(PlannedFailoverStatus {
-                transactions_lost: Some(transactions_lost),
-                ..pf.in_phase(P::Resuming)
-            }),
-            undo: Undo::Nothing,
-            new_active_site: Some(NewActiveSite {
-                site: pf.target.clone(),
-                promotion_gtid,
-            }),
-            note: None,
-            count: None,
-            again: true,
-        },
+        } => promoted(pf, promotion_gtid, transactions_lost),
         // Retried next poll, unchanged. PromoteFailed: the source stays fenced (no site
         // writable is recoverable; two writable sites are not). LiftFailed: the new active
         // site is announced, the change stands, and the target's fence is cleared again
@@ -545,41 +618,143 @@ pub fn finish(pf: &PlannedFailoverStatus, done: Done, now: Timestamp) -> Transit
             next: None,
             undo: Undo::Nothing,
             new_active_site: None,
+            lift_after: None,
             note: None,
             count: None,
             again: false,
         },
-        Done::Resumed { failures } => {
-            let next = pf.ended(P::Succeeded, now);
-            let duration = Duration::from_secs_f64(next.duration_seconds.unwrap_or(0.0));
-            let pending = if failures.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; re-pointing {} is retried by the next polls",
-                    failures
-                        .iter()
-                        .map(|(s, _)| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            Transition {
-                note: note(
-                    Severity::Normal,
-                    EventReason::PlannedFailoverSucceeded,
-                    format!(
-                        "{} is the active site; {} transactions lost{pending}",
-                        pf.target,
-                        pf.transactions_lost.unwrap_or(0)
-                    ),
-                ),
-                next: Some(next),
-                undo: Undo::Nothing,
-                new_active_site: None,
-                count: Some(Count::Succeeded(duration)),
-                again: false,
-            }
-        }
+        Done::RollbackFenced => rolled_back(pf, now),
+        Done::RollbackUnfenced { error } => Transition::timed_out(
+            pf,
+            format!(
+                "Resuming ran past its phase bound (spec.operationTimeouts.plannedFailover), and {} could not be fenced to roll back ({error}): it stays the announced active site; the controller lifts its fence once it answers (reassertion), or an emergency failover replaces it",
+                pf.target
+            ),
+            Undo::Nothing,
+            now,
+        ),
+        Done::Resumed { failures } => resumed(pf, &failures, now),
+    }
+}
+
+/// A drain whose fence of the source failed: the failover fails, and the undo follows from
+/// what is known of the fence.
+fn drain_failed(
+    pf: &PlannedFailoverStatus,
+    fence: FenceVerdict,
+    blockers_killed: usize,
+    now: Timestamp,
+) -> Transition {
+    let source = pf.source.clone();
+    let (what, undo) = match fence {
+        FenceVerdict::NotApplied { reason } => (
+            format!("it did not take effect ({reason}); nothing was changed"),
+            Undo::Nothing,
+        ),
+        FenceVerdict::Unknown { reason } => (
+            format!("its outcome is unknown ({reason}); it was read back and lifted if set"),
+            Undo::ReadBackThenUnfence {
+                site: source.clone(),
+            },
+        ),
+    };
+    Transition::fail(
+        pf,
+        FailureReason::FenceFailed,
+        format!(
+            "fencing {source} within drainTimeout failed after killing {blockers_killed} blocking session(s): {what}; {source} stays the primary"
+        ),
+        undo,
+        now,
+    )
+}
+
+/// The target was promoted: the failover resumes, with the target announced as the new
+/// active site.
+fn promoted(
+    pf: &PlannedFailoverStatus,
+    promotion_gtid: String,
+    transactions_lost: u64,
+) -> Transition {
+    use PlannedFailoverPhase as P;
+    Transition {
+        next: Some(PlannedFailoverStatus {
+            transactions_lost: Some(transactions_lost),
+            ..pf.in_phase(P::Resuming)
+        }),
+        undo: Undo::Nothing,
+        new_active_site: Some(NewActiveSite {
+            site: pf.target.clone(),
+            promotion_gtid,
+        }),
+        lift_after: None,
+        note: None,
+        count: None,
+        again: true,
+    }
+}
+
+/// Resuming ran past its phase bound and the target was fenced again: the source is
+/// announced again, then its fence is lifted.
+fn rolled_back(pf: &PlannedFailoverStatus, now: Timestamp) -> Transition {
+    let source = pf.source.clone();
+    // Rolling back after the announce is a new topology change: the source is announced
+    // again (a generation bump, every deploy lease revoked), then its fence is lifted.
+    // Otherwise rule #1 would fence the source that was just made writable again.
+    Transition {
+        lift_after: Some(source.clone()),
+        new_active_site: Some(NewActiveSite {
+            site: source.clone(),
+            promotion_gtid: pf.source_gtid_executed.clone(),
+        }),
+        ..Transition::timed_out(
+            pf,
+            format!(
+                "Resuming ran past its phase bound (spec.operationTimeouts.plannedFailover): {} never took writes; rolled back to {source}, announced again",
+                pf.target
+            ),
+            Undo::Nothing,
+            now,
+        )
+    }
+}
+
+/// The failover succeeded: it ends, noting the re-pointings that the next polls retry.
+fn resumed(
+    pf: &PlannedFailoverStatus,
+    failures: &[(String, String)],
+    now: Timestamp,
+) -> Transition {
+    use PlannedFailoverPhase as P;
+    let next = pf.ended(P::Succeeded, now);
+    let duration = Duration::from_secs_f64(next.duration_seconds.unwrap_or(0.0));
+    let pending = if failures.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; re-pointing {} is retried by the next polls",
+            failures
+                .iter()
+                .map(|(s, _)| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Transition {
+        note: note(
+            Severity::Normal,
+            EventReason::PlannedFailoverSucceeded,
+            format!(
+                "{} is the active site; {} transactions lost{pending}",
+                pf.target,
+                pf.transactions_lost.unwrap_or(0)
+            ),
+        ),
+        next: Some(next),
+        undo: Undo::Nothing,
+        new_active_site: None,
+        lift_after: None,
+        count: Some(Count::Succeeded(duration)),
+        again: false,
     }
 }

@@ -26,5 +26,5 @@ pub use crate::status::{Admission, PlannedFailoverPhase, PlannedFailoverStatus};
 pub use admission::{AdmissionInput, Verdict, admit};
 pub use machine::{
     Count, Done, Facts, FenceVerdict, NewActiveSite, Note, Persist, Request, Severity, Step,
-    Transition, Undo, finish, request, step,
+    Transition, Undo, deadline_for, executing, finish, request, step,
 };

@@ -136,6 +136,7 @@ fn facts<'a>(sites: &'a [SiteView], hold: Option<&'a LeaseView>) -> Facts<'a> {
         live_hold: hold,
         drain_timeout: Duration::from_secs(30),
         max_lag_wait: Duration::from_secs(300),
+        phase_timeout: Duration::from_secs(3600),
     }
 }
 
@@ -144,6 +145,7 @@ fn pf(phase: PlannedFailoverPhase) -> PlannedFailoverStatus {
         phase,
         source: "iad".into(),
         source_gtid_executed: "0-1-5".into(),
+        deadline: Some(t(3600)),
         ..PlannedFailoverStatus::requested("pdx", "iad", t(0))
     }
 }
@@ -484,10 +486,19 @@ fn each_outcome_leads_to_its_transition_with_the_typed_undo() {
     );
 }
 
+/// A group status whose planned failover is `pf` (its active site iad).
+fn with_planned(pf: PlannedFailoverStatus) -> crate::status::GroupStatus {
+    crate::status::GroupStatus {
+        active_site: "iad".into(),
+        planned_failover: Some(pf),
+        ..crate::status::GroupStatus::default()
+    }
+}
+
 #[test]
 fn a_second_request_while_one_is_in_flight_is_dropped() {
     let current = pf(PlannedFailoverPhase::Draining);
-    match request("reader", Some(&current), "iad", t(5)) {
+    match request("reader", &with_planned(current), t(5)) {
         Request::Reject(n) => {
             assert_eq!(n.reason, EventReason::PlannedFailoverRejected);
             assert!(n.message.contains("reader"));
@@ -495,7 +506,7 @@ fn a_second_request_while_one_is_in_flight_is_dropped() {
         other => panic!("{other:?}"),
     }
     let done = pf(PlannedFailoverPhase::Succeeded);
-    match request("pdx", Some(&done), "iad", t(5)) {
+    match request("pdx", &with_planned(done), t(5)) {
         Request::Accept(s) => {
             assert_eq!(s.phase, PlannedFailoverPhase::Pending);
             assert_eq!((s.target.as_str(), s.source.as_str()), ("pdx", "iad"));
@@ -511,12 +522,120 @@ fn the_annotation_of_the_failover_in_flight_is_taken_not_rejected() {
     // between the two): the next poll sees its own request again.
     let current = pf(PlannedFailoverPhase::Pending);
     assert_eq!(
-        request(&current.target, Some(&current), "iad", t(5)),
+        request(&current.target, &with_planned(current.clone()), t(5)),
         Request::Taken
     );
     let draining = pf(PlannedFailoverPhase::Draining);
     assert_eq!(
-        request(&draining.target, Some(&draining), "iad", t(5)),
+        request(&draining.target, &with_planned(draining.clone()), t(5)),
         Request::Taken
     );
+}
+
+/// Past its deadline, a phase before the announcement is abandoned (the source keeps the
+/// primary, its fence read back and lifted); `Resuming` rolls back as a new topology change.
+#[test]
+fn a_phase_past_its_deadline_ends_timed_out_and_resuming_rolls_back() {
+    use PlannedFailoverPhase as P;
+    let s = sites();
+    let f = facts(&s, None);
+    for phase in [P::Draining, P::WaitingForLag, P::Promoting] {
+        let mut late = pf(phase);
+        late.deadline = Some(t(100));
+        let Step::Abandon(tr) = step(Some(&late), &f, t(100)) else {
+            panic!("{phase:?} past its deadline is not abandoned");
+        };
+        let next = tr.next.expect("a failed status");
+        assert_eq!(
+            (next.phase, next.reason),
+            (P::Failed, Some(FailureReason::TimedOut))
+        );
+        assert_eq!(next.deadline, None, "an ended failover has no deadline");
+        assert_eq!(tr.undo, Undo::ReadBackThenUnfence { site: "iad".into() });
+        assert!(tr.new_active_site.is_none() && tr.lift_after.is_none());
+        assert_eq!(tr.note.unwrap().reason, EventReason::OperationTimedOut);
+        assert_eq!(tr.count, Some(Count::Failed));
+        // One second earlier it runs as usual.
+        assert!(!matches!(
+            step(Some(&late), &f, t(99)),
+            Step::Abandon(_) | Step::SetDeadline(_)
+        ));
+    }
+    let mut resuming = pf(P::Resuming);
+    resuming.deadline = Some(t(100));
+    assert_eq!(
+        step(Some(&resuming), &f, t(101)),
+        Step::RollBack {
+            target: "pdx".into(),
+            source: "iad".into()
+        }
+    );
+    let back = finish(&resuming, Done::RollbackFenced, t(102));
+    assert_eq!(
+        back.new_active_site,
+        Some(NewActiveSite {
+            site: "iad".into(),
+            promotion_gtid: "0-1-5".into()
+        }),
+        "the source is announced again: a new generation, every lease revoked"
+    );
+    assert_eq!(back.lift_after.as_deref(), Some("iad"));
+    assert_eq!(back.undo, Undo::Nothing);
+    assert_eq!(back.next.unwrap().reason, Some(FailureReason::TimedOut));
+    let stuck = finish(
+        &resuming,
+        Done::RollbackUnfenced {
+            error: "timeout".into(),
+        },
+        t(102),
+    );
+    assert!(stuck.new_active_site.is_none() && stuck.lift_after.is_none());
+    assert_eq!(stuck.next.unwrap().phase, P::Failed);
+    // Admission phases and ended failovers are not bounded by it.
+    for phase in [P::Pending, P::Admitting, P::Succeeded, P::Failed] {
+        let mut p = pf(phase);
+        p.deadline = Some(t(0));
+        assert!(!matches!(
+            step(Some(&p), &f, t(100)),
+            Step::Abandon(_) | Step::RollBack { .. } | Step::SetDeadline(_)
+        ));
+    }
+}
+
+/// A status without a deadline (written by an older version) gets one before anything runs;
+/// a new phase gets `now + bound`, the same phase keeps its own, a deferral shows its retry.
+#[test]
+fn deadlines_are_set_per_phase() {
+    use PlannedFailoverPhase as P;
+    let s = sites();
+    let f = facts(&s, None);
+    let mut old = pf(P::Draining);
+    old.deadline = None;
+    let Step::SetDeadline(next) = step(Some(&old), &f, t(10)) else {
+        panic!("no deadline set");
+    };
+    assert_eq!(next.deadline, Some(t(3610)));
+    let bound = Duration::from_secs(60);
+    let draining = pf(P::Draining);
+    let lag = PlannedFailoverStatus {
+        phase: P::WaitingForLag,
+        deadline: None,
+        ..draining.clone()
+    };
+    assert_eq!(deadline_for(&draining, &lag, t(5), bound), Some(t(65)));
+    assert_eq!(
+        deadline_for(&draining, &draining, t(5), bound),
+        draining.deadline
+    );
+    let done = PlannedFailoverStatus {
+        phase: P::Succeeded,
+        ..draining.clone()
+    };
+    assert_eq!(deadline_for(&draining, &done, t(5), bound), None);
+    let mut deferred = PlannedFailoverStatus {
+        phase: P::Deferred,
+        ..draining.clone()
+    };
+    deferred.admission.retry_time = Some(t(42));
+    assert_eq!(deadline_for(&draining, &deferred, t(5), bound), Some(t(42)));
 }

@@ -232,7 +232,12 @@ fn running(phase: ReclonePhase) -> RecloneStatus {
     r.phase = phase;
     r.donor = "reader".into();
     r.attempts = 1;
+    r.deadline = Some(at(3600));
     r
+}
+
+fn at(secs: i64) -> crate::time::Timestamp {
+    crate::time::Timestamp::from_unix_seconds(secs)
 }
 
 fn facts(sites: &[SiteView], copy: Copy) -> Facts<'_> {
@@ -241,7 +246,45 @@ fn facts(sites: &[SiteView], copy: Copy) -> Facts<'_> {
         active_site: "iad",
         topology_generation: 4,
         copy,
+        now: at(60),
+        phase_timeout: std::time::Duration::from_secs(3600),
     }
+}
+
+#[test]
+fn every_phase_gets_a_deadline_and_ends_timed_out_past_it() {
+    use ReclonePhase as P;
+    let sites = trio(Some(0));
+    for phase in [P::Pending, P::Copying, P::CatchingUp] {
+        let mut r = running(phase);
+        r.deadline = None;
+        assert_eq!(
+            step(&r, "pdx", &facts(&sites, Copy::Running { bytes: 1 })),
+            Step::SetDeadline(at(3660)),
+            "{phase:?} without a deadline"
+        );
+        r.deadline = Some(at(60));
+        assert_eq!(
+            step(&r, "pdx", &facts(&sites, Copy::Running { bytes: 1 })),
+            Step::Fail {
+                reason: RecloneFailure::TimedOut,
+                message: format!(
+                    "{} ran past its phase bound (spec.operationTimeouts.reclone)",
+                    phase.as_str()
+                ),
+            },
+            "{phase:?} at its deadline"
+        );
+        r.deadline = Some(at(61));
+        assert_ne!(
+            step(&r, "pdx", &facts(&sites, Copy::Running { bytes: 1 })),
+            Step::SetDeadline(at(3660)),
+        );
+    }
+    // An ended reclone keeps nothing running, whatever its deadline says.
+    let mut done = running(P::Failed);
+    done.deadline = Some(at(0));
+    assert_eq!(step(&done, "pdx", &facts(&sites, Copy::Idle)), Step::Wait);
 }
 
 #[test]

@@ -45,6 +45,11 @@ pub struct Selector {
 #[error("{0}")]
 pub struct SelectorError(pub String);
 
+/// Labels a selector does not select: which requirement, and what the labels have.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LabelMismatch(pub String);
+
 impl fmt::Display for Requirement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let k = &self.key;
@@ -61,34 +66,35 @@ impl fmt::Display for Requirement {
 
 /// Checks a label key: `[prefix/]name`, the prefix a DNS subdomain, the name 1–63 characters
 /// of alphanumerics, `-`, `_`, `.`, starting and ending with an alphanumeric.
-pub fn check_label_key(key: &str) -> Result<(), String> {
+pub fn check_label_key(key: &str) -> Result<(), SelectorError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
     if let Some(p) = prefix {
-        check_dns1123_subdomain(p).map_err(|rule| format!("key {key:?}: prefix {rule}"))?;
+        check_dns1123_subdomain(p)
+            .map_err(|rule| SelectorError(format!("key {key:?}: prefix {rule}")))?;
     }
     if name.is_empty() || !is_label_value(name) {
-        return Err(format!(
+        return Err(SelectorError(format!(
             "key {key:?}: the name must be 1-63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-        ));
+        )));
     }
     Ok(())
 }
 
-fn check_value(key: &str, value: &str) -> Result<(), String> {
+fn check_value(key: &str, value: &str) -> Result<(), SelectorError> {
     if is_label_value(value) {
         Ok(())
     } else {
-        Err(format!(
+        Err(SelectorError(format!(
             "value {value:?} of {key}: must be at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (or empty)"
-        ))
+        )))
     }
 }
 
 /// Splits on commas outside parentheses.
-fn terms(s: &str) -> Result<Vec<&str>, String> {
+fn terms(s: &str) -> Result<Vec<&str>, SelectorError> {
     let mut out = Vec::new();
     let (mut depth, mut start) = (0i32, 0usize);
     for (i, c) in s.char_indices() {
@@ -97,7 +103,7 @@ fn terms(s: &str) -> Result<Vec<&str>, String> {
             ')' => {
                 depth -= 1;
                 if depth < 0 {
-                    return Err("a ')' without its '('".into());
+                    return Err(SelectorError("a ')' without its '('".into()));
                 }
             }
             ',' if depth == 0 => {
@@ -108,16 +114,16 @@ fn terms(s: &str) -> Result<Vec<&str>, String> {
         }
     }
     if depth != 0 {
-        return Err("a '(' without its ')'".into());
+        return Err(SelectorError("a '(' without its ')'".into()));
     }
     out.push(&s[start..]);
     Ok(out)
 }
 
-fn requirement(term: &str) -> Result<Requirement, String> {
+fn requirement(term: &str) -> Result<Requirement, SelectorError> {
     let t = term.trim();
     if t.is_empty() {
-        return Err("is empty".into());
+        return Err(SelectorError("is empty".into()));
     }
     // Set-based: `key in (…)` / `key notin (…)`.
     let words: Vec<&str> = t.splitn(2, char::is_whitespace).collect();
@@ -129,14 +135,16 @@ fn requirement(term: &str) -> Result<Requirement, String> {
                     .strip_prefix('(')
                     .and_then(|l| l.strip_suffix(')'))
                     .ok_or_else(|| {
-                        format!("{word} needs a parenthesised list, e.g. {key} {word} (a, b)")
+                        SelectorError(format!(
+                            "{word} needs a parenthesised list, e.g. {key} {word} (a, b)"
+                        ))
                     })?;
                 check_label_key(key)?;
                 let values: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
                 if values.iter().all(String::is_empty) {
-                    return Err(format!(
+                    return Err(SelectorError(format!(
                         "{key} {word} (): the list must name at least one value"
-                    ));
+                    )));
                 }
                 for v in &values {
                     check_value(key, v)?;
@@ -190,7 +198,7 @@ impl Selector {
                 "must not be empty: an empty selector matches every Deployment".into(),
             ));
         }
-        let parts = terms(text).map_err(SelectorError)?;
+        let parts = terms(text)?;
         let mut requirements = Vec::with_capacity(parts.len());
         for (i, part) in parts.iter().enumerate() {
             requirements.push(requirement(part).map_err(|rule| {
@@ -204,7 +212,7 @@ impl Selector {
     }
 
     /// Whether `labels` satisfy every requirement; `Err` names the first label that differs.
-    pub fn check(&self, labels: &BTreeMap<String, String>) -> Result<(), String> {
+    pub fn check(&self, labels: &BTreeMap<String, String>) -> Result<(), LabelMismatch> {
         for r in &self.requirements {
             let have = labels.get(&r.key);
             let shown = have.map_or_else(
@@ -220,7 +228,9 @@ impl Selector {
                 Operator::DoesNotExist => have.is_none(),
             };
             if !ok {
-                return Err(format!("the selector wants {r}, the Pod template {shown}"));
+                return Err(LabelMismatch(format!(
+                    "the selector wants {r}, the Pod template {shown}"
+                )));
             }
         }
         Ok(())
@@ -289,11 +299,12 @@ mod tests {
         );
         assert_eq!(
             s.check(&labels(&[("app", "api"), ("tier", "edge")]))
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "the selector wants app=web, the Pod template has app=api"
         );
         assert_eq!(
-            s.check(&labels(&[("app", "web")])).unwrap_err(),
+            s.check(&labels(&[("app", "web")])).unwrap_err().to_string(),
             "the selector wants tier in (frontend,edge), the Pod template has no label tier"
         );
         assert!(
@@ -303,6 +314,7 @@ mod tests {
                 ("legacy", "1")
             ]))
             .unwrap_err()
+            .to_string()
             .starts_with("the selector wants !legacy")
         );
         let s = Selector::parse("env notin (dev),track!=canary,release").unwrap();

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::status::{RecloneStatus, SiteState, SiteStatus};
+use std::time::Duration;
 
 fn t(s: i64) -> Timestamp {
     Timestamp::from_unix_seconds(1_800_000_000 + s)
@@ -148,6 +149,7 @@ fn it_defers_behind_a_live_hold_then_fences_loads_promotes_and_reclones() {
                 status: g,
                 site_names: &names,
                 live_hold: hold,
+                phase_timeout: Duration::from_secs(3600),
             },
             t(1),
         )
@@ -172,7 +174,9 @@ fn it_defers_behind_a_live_hold_then_fences_loads_promotes_and_reclones() {
         }
     );
     assert!(fencing.holds_writes());
-    let (loading, _) = persisted(finish(&fencing, Done::Fenced, t(2)));
+    let (mut loading, _) = persisted(finish(&fencing, Done::Fenced, t(2)));
+    // The executor stamps each new phase's deadline as it persists it.
+    loading.deadline = Some(t(3600));
     assert!(loading.target_fenced);
     g.restore_in_place = Some(loading.clone());
     assert_eq!(
@@ -182,7 +186,8 @@ fn it_defers_behind_a_live_hold_then_fences_loads_promotes_and_reclones() {
             source: "/backups/orders.sql".into()
         }
     );
-    let (promoting, notes) = persisted(finish(&loading, Done::Loaded { bytes: 1234 }, t(3)));
+    let (mut promoting, notes) = persisted(finish(&loading, Done::Loaded { bytes: 1234 }, t(3)));
+    promoting.deadline = Some(t(3600));
     assert_eq!(
         (promoting.phase, promoting.bytes_loaded),
         (RestorePhase::Promoting, 1234)
@@ -204,7 +209,8 @@ fn it_defers_behind_a_live_hold_then_fences_loads_promotes_and_reclones() {
     assert!(!announced.holds_writes());
     g.topology_generation = 5;
     g.active_site = "pdx".into();
-    let (recloning, _) = persisted(finish(&announced, Done::Promoted, t(4)));
+    let (mut recloning, _) = persisted(finish(&announced, Done::Promoted, t(4)));
+    recloning.deadline = Some(t(3600));
     g.restore_in_place = Some(recloning.clone());
     // Every other site, in order, from the primary.
     assert_eq!(f(&g, None), Step::Reclone { site: "iad".into() });
@@ -296,6 +302,7 @@ fn a_failed_load_leaves_the_target_fenced_and_an_emergency_ends_the_restore() {
             status: &g,
             site_names: &names,
             live_hold: None,
+            phase_timeout: Duration::from_secs(3600),
         },
         t(3),
     ));
@@ -306,4 +313,134 @@ fn a_failed_load_leaves_the_target_fenced_and_an_emergency_ends_the_restore() {
         "{}",
         e.message
     );
+}
+
+fn loading_into(target: &str, deadline: i64) -> RestoreStatus {
+    RestoreStatus {
+        phase: RestorePhase::Loading,
+        target_fenced: true,
+        deadline: Some(t(deadline)),
+        ..accepted(Some(target))
+    }
+}
+
+/// Past its deadline a restore fails `TimedOut` (event `OperationTimedOut`): fail-closed
+/// before its announcement, writable after it; a status without a deadline gets one first.
+#[test]
+fn a_phase_past_its_deadline_fails_closed_before_the_announcement_and_open_after() {
+    let names: Vec<String> = ["iad", "pdx", "reader"].map(String::from).to_vec();
+    let facts = |g: &GroupStatus| {
+        step(
+            &Facts {
+                status: g,
+                site_names: &names,
+                live_hold: None,
+                phase_timeout: Duration::from_secs(600),
+            },
+            t(100),
+        )
+    };
+    let mut g = group();
+    g.restore_in_place = Some(loading_into("pdx", 100));
+    let (r, notes) = persisted(facts(&g));
+    assert_eq!(
+        (r.phase, r.reason.clone(), r.deadline),
+        (RestorePhase::Failed, Some(RestoreFailure::TimedOut), None)
+    );
+    assert!(r.holds_writes(), "a half-loaded target is never promoted");
+    assert!(
+        r.message.contains("failover --force --to SITE"),
+        "the way out is named: {}",
+        r.message
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.reason == EventReason::OperationTimedOut)
+    );
+    // Announced and recloning: the restored primary takes writes, the rest await a reclone.
+    let mut g = group();
+    g.active_site = "pdx".into();
+    g.restore_in_place = Some(RestoreStatus {
+        phase: RestorePhase::Recloning,
+        announced: true,
+        ..loading_into("pdx", 50)
+    });
+    let (r, _) = persisted(facts(&g));
+    assert_eq!(r.reason, Some(RestoreFailure::TimedOut));
+    assert!(!r.holds_writes());
+    assert!(r.message.contains("AwaitingReclone"), "{}", r.message);
+    // No deadline yet: one is set (now + the bound), nothing else happens.
+    let mut g = group();
+    g.restore_in_place = Some(RestoreStatus {
+        deadline: None,
+        ..loading_into("pdx", 0)
+    });
+    let (r, notes) = persisted(facts(&g));
+    assert_eq!((r.phase, r.deadline), (RestorePhase::Loading, Some(t(700))));
+    assert!(notes.is_empty());
+}
+
+/// `failover --force --to S` out of a failed restore: only then, only onto an answering
+/// primary-candidate; whoever holds other data awaits a reclone; once forced, the failure
+/// holds no write.
+#[test]
+fn a_failed_restore_is_left_only_by_a_forced_promotion_of_an_answering_candidate() {
+    let mut failed = loading_into("pdx", 100);
+    failed.phase = RestorePhase::Failed;
+    let mut g = group();
+    g.restore_in_place = Some(failed.clone());
+    let mut v = views();
+    assert_eq!(
+        force_out(&g, &v, "pdx"),
+        Ok(ForcedOut {
+            site: "pdx".into(),
+            awaiting_reclone: vec!["iad".into(), "reader".into()],
+        })
+    );
+    assert_eq!(
+        force_out(&g, &v, "iad"),
+        Ok(ForcedOut {
+            site: "iad".into(),
+            awaiting_reclone: vec!["pdx".into()],
+        })
+    );
+    assert_eq!(
+        force_out(&g, &v, "reader"),
+        Err(ForceOutRefusal::NotCandidate {
+            site: "reader".into(),
+            role: "read-only"
+        })
+    );
+    assert_eq!(
+        force_out(&g, &v, "sfo"),
+        Err(ForceOutRefusal::UnknownSite("sfo".into()))
+    );
+    v[0].answered = false;
+    assert_eq!(
+        force_out(&g, &v, "iad"),
+        Err(ForceOutRefusal::NotAnswering("iad".into()))
+    );
+    // Nothing to force out of: a restore that failed before its load, or one forced already.
+    for r in [
+        RestoreStatus {
+            target_fenced: false,
+            ..failed.clone()
+        },
+        RestoreStatus {
+            forced_to: "pdx".into(),
+            ..failed.clone()
+        },
+        RestoreStatus {
+            phase: RestorePhase::Succeeded,
+            ..failed.clone()
+        },
+    ] {
+        assert!(!r.holds_writes() || r.phase != RestorePhase::Failed);
+        g.restore_in_place = Some(r);
+        assert_eq!(
+            force_out(&g, &views(), "pdx"),
+            Err(ForceOutRefusal::NoFailedRestore)
+        );
+    }
 }

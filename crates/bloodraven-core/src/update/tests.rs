@@ -61,6 +61,7 @@ fn facts<'a>(sites: &'a [SiteView], active: &'a str, gen_: u64, up: &'a [Updatab
         topology_generation: gen_,
         updatable: up,
         current: &[],
+        phase_timeout: Duration::from_secs(3600),
     }
 }
 
@@ -94,27 +95,43 @@ fn a_request_runs_once_and_never_beside_another_operation() {
         phase: UpdatePhase::Succeeded,
         ..UpdateStatus::requested("r1", t(0))
     };
+    let with = |u: Option<&UpdateStatus>| crate::status::GroupStatus {
+        active_site: "iad".into(),
+        update_phase: u.cloned(),
+        ..crate::status::GroupStatus::default()
+    };
     assert!(matches!(
-        request("r1", None, Busy::Free, &up, t(1)),
+        request("r1", &with(None), &up, t(1)),
         Request::Accept(u) if u.phase == UpdatePhase::Pending && u.request_id == "r1"
     ));
     // The same id: the update in flight, or one that ran (a request id runs once).
     assert_eq!(
-        request("r1", Some(&running), Busy::Free, &up, t(1)),
+        request("r1", &with(Some(&running)), &up, t(1)),
         Request::Taken
     );
-    assert_eq!(
-        request("r1", Some(&done), Busy::Free, &up, t(1)),
-        Request::Taken
-    );
-    // Another id while one runs, or beside another operation, or with nothing to update.
-    for (cur, busy, up, why) in [
-        (Some(&running), Busy::Free, &up[..], "already in progress"),
-        (None, Busy::PlannedFailover, &up[..], "planned failover"),
-        (None, Busy::Reclone, &up[..], "reclone"),
-        (None, Busy::Free, &[][..], "no site needs an update"),
+    assert_eq!(request("r1", &with(Some(&done)), &up, t(1)), Request::Taken);
+    // Another id while one runs, or beside another operation (the arbiter's answer), or with
+    // nothing to update.
+    let mut planned = with(None);
+    planned.planned_failover = Some(crate::status::PlannedFailoverStatus {
+        phase: crate::status::PlannedFailoverPhase::Draining,
+        ..crate::status::PlannedFailoverStatus::requested("pdx", "iad", t(0))
+    });
+    let mut recloning = with(None);
+    let mut rc = crate::reclone::accepted(&recloning, "pdx");
+    rc.phase = crate::status::ReclonePhase::Copying;
+    recloning.sites.push(crate::status::SiteStatus {
+        name: "pdx".into(),
+        reclone: Some(rc),
+        ..crate::status::SiteStatus::default()
+    });
+    for (status, up, why) in [
+        (with(Some(&running)), &up[..], "an ordered update (r1"),
+        (planned, &up[..], "a planned failover to pdx"),
+        (recloning, &up[..], "a reclone of pdx"),
+        (with(None), &[][..], "no site needs an update"),
     ] {
-        match request("r2", cur, busy, up, t(1)) {
+        match request("r2", &status, up, t(1)) {
             Request::Reject(n) => {
                 assert_eq!(n.reason, EventReason::OrderedUpdateRejected);
                 assert!(n.message.contains(why), "{why}: {}", n.message);
@@ -124,7 +141,7 @@ fn a_request_runs_once_and_never_beside_another_operation() {
     }
     // A finished update with another id does not stop a new one.
     assert!(matches!(
-        request("r2", Some(&done), Busy::Free, &up, t(1)),
+        request("r2", &with(Some(&done)), &up, t(1)),
         Request::Accept(_)
     ));
 }
@@ -222,6 +239,7 @@ fn a_site_that_is_not_caught_up_or_does_not_come_back_stops_the_update() {
         old_primary: "iad".into(),
         topology_generation: 3,
         site_start: Some(t(0)),
+        deadline: Some(t(3600)),
         ..UpdateStatus::requested("r", t(0))
     };
     // Lagging before its update: wait, then fail without updating it.
@@ -267,6 +285,7 @@ fn the_primary_never_moves_onto_a_site_that_is_not_updated_and_caught_up() {
         old_primary: "iad".into(),
         topology_generation: 3,
         site_start: Some(t(0)),
+        deadline: Some(t(3600)),
         ..UpdateStatus::requested("r", t(0))
     };
     let (n, _, _) = persisted(step(Some(&u), &f, t(1)));
@@ -422,4 +441,63 @@ fn a_drift_names_its_request_once_whatever_the_order() {
     assert_ne!(one, a(&[("iad", "mysql-iad-7f")]));
     // Site and revision are kept apart: no two pairs run together into the same text.
     assert_ne!(a(&[("ia", "dx")]), a(&[("i", "adx")]));
+}
+
+/// Each step of an ordered update is bounded by `spec.operationTimeouts.orderedUpdate`: past
+/// it the update fails (`TimedOut`, event `OperationTimedOut`); a switchover in flight is
+/// never cut short from outside (it has bounds of its own).
+#[test]
+fn a_step_past_its_deadline_fails_the_update_but_a_running_switchover_is_left_to_its_own_bound() {
+    let up = all();
+    let v = sites("iad");
+    let f = facts(&v, "iad", 3, &up);
+    let waiting = UpdateStatus {
+        phase: UpdatePhase::WaitingForReplica,
+        site: "pdx".into(),
+        site_updated: true,
+        old_primary: "iad".into(),
+        topology_generation: 3,
+        site_start: Some(t(0)),
+        deadline: Some(t(30)),
+        ..UpdateStatus::requested("r", t(0))
+    };
+    let (n, note, count) = persisted(step(Some(&waiting), &f, t(30)));
+    assert_eq!(
+        (n.phase, n.reason),
+        (UpdatePhase::Failed, Some(UpdateFailure::TimedOut))
+    );
+    assert_eq!(n.deadline, None);
+    assert!(
+        n.message.contains("WaitingForReplica at pdx"),
+        "{}",
+        n.message
+    );
+    assert_eq!(note.unwrap().reason, EventReason::OperationTimedOut);
+    assert_eq!(count, Some(Count::Failed));
+    // A status without a deadline gets one (now + the bound) before anything else.
+    let old = UpdateStatus {
+        deadline: None,
+        ..waiting.clone()
+    };
+    let (n, _, _) = persisted(step(Some(&old), &f, t(10)));
+    assert_eq!(
+        (n.phase, n.deadline),
+        (UpdatePhase::WaitingForReplica, Some(t(3610)))
+    );
+    // The switchover runs: the update waits for it, whatever its own deadline says.
+    let failing_over = UpdateStatus {
+        phase: UpdatePhase::FailingOver,
+        switchover: Some(crate::status::PlannedFailoverStatus {
+            phase: crate::status::PlannedFailoverPhase::Draining,
+            ..crate::status::PlannedFailoverStatus::requested("pdx", "iad", t(0))
+        }),
+        ..waiting.clone()
+    };
+    assert!(
+        !matches!(
+            step(Some(&failing_over), &f, t(4000)),
+            Step::Persist(Persist { ref next, .. }) if next.reason == Some(UpdateFailure::TimedOut)
+        ),
+        "a running switchover was cut short"
+    );
 }

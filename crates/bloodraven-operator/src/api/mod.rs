@@ -1,5 +1,6 @@
-//! The operator's HTTP surface: the deploy API (`deploy`, TLS only) and the plain status
-//! endpoints (`plain`). Both read the same [`AppState`].
+//! The operator's HTTP surface: the deploy API (`deploy`, TLS only), the plain status
+//! endpoints (`plain`), and the component listener (`component`, mutual TLS: what sidecars
+//! and routers call). All read the same [`AppState`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tokio::sync::RwLock;
 use crate::group::GroupRuntime;
 use crate::metrics::Metrics;
 
+pub mod component;
 pub mod databases;
 pub mod deploy;
 pub mod plain;
@@ -44,6 +46,9 @@ pub struct AppState {
     /// The `MysqlDatabase` objects, from the store's watch while this process leads: what
     /// the deploy API authorizes against.
     pub databases: Arc<databases::Databases>,
+    /// The component listener's certificate and CA bundle (`componentTLS`): who a caller
+    /// there is, and how this operator proves itself to the sidecars it reads.
+    pub component_tls: Option<Arc<bloodraven_runtime::mtls::ComponentTls>>,
 }
 
 impl std::fmt::Debug for AppState {

@@ -1,5 +1,7 @@
-//! The plain listener (`:8082`): liveness, readiness, `/active-site` for sidecars, the
-//! groups' status, and metrics. It never serves `/deploy/v1` (that answers `404`).
+//! The plain listener (`:8082`): liveness, readiness, `/active-site` (signed views, for
+//! anyone who follows the primary), the groups' status, and metrics. It never serves
+//! `/deploy/v1` (that answers `404`). Nobody is identified here: sidecars count the operator
+//! only on the component listener ([`super::component`]).
 
 use std::collections::BTreeMap;
 
@@ -27,46 +29,27 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn healthz() -> Response {
+pub(super) async fn healthz() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
-/// `/readyz`'s query: a sidecar says who it is, so strict fencing knows whom this operator
-/// answered as leader.
-#[derive(Deserialize)]
-struct ReadyzQuery {
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    group: Option<String>,
-    #[serde(default)]
-    from: Option<String>,
+async fn readyz(State(state): State<AppState>) -> Response {
+    let leader = state.is_leader();
+    readiness(&state, leader)
 }
 
-async fn readyz(
-    State(state): State<AppState>,
-    q: Result<Query<ReadyzQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    if let Ok(Query(ReadyzQuery {
-        namespace,
-        group: Some(group),
-        from: Some(from),
-    })) = &q
-        && state.is_leader()
-        && let Some(rt) = state.group(group).await
-        && namespace.as_deref().is_none_or(|n| n == rt.namespace)
-    {
-        rt.answered_sidecar(from);
-    }
+/// The `/readyz` answer, with `leader` as read once by the caller.
+pub(super) fn readiness(state: &AppState, leader: bool) -> Response {
+    let ready = !leader || state.is_loaded();
     let mut body = json!({
-        "ready": state.is_ready(),
-        "leader": state.is_leader(),
+        "ready": ready,
+        "leader": leader,
         "loaded": state.is_loaded(),
     });
     if let Some(c) = state.leadership.control() {
         body["control"] = json!(c);
     }
-    let code = if state.is_ready() {
+    let code = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -75,7 +58,7 @@ async fn readyz(
 }
 
 #[derive(Deserialize)]
-struct GroupQuery {
+pub(super) struct GroupQuery {
     #[serde(default)]
     namespace: Option<String>,
     #[serde(default)]
@@ -94,7 +77,7 @@ const LONG_POLL: std::time::Duration = std::time::Duration::from_secs(30);
 /// How often a watch sends a keep-alive comment.
 const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(10);
 
-async fn active_site(
+pub(super) async fn active_site(
     State(state): State<AppState>,
     q: Result<Query<GroupQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -174,19 +157,42 @@ fn signed_view(
 }
 
 /// `/active-site?watch=true`: the current view, then each new one as it is announced, as
-/// server-sent events (`data:` lines of the view's JSON); keep-alive comments between. The
-/// stream ends when this operator stops leading (the client reconnects, to the new leader).
+/// server-sent events (`data:` lines of the view's JSON); keep-alive comments between. When
+/// this operator stops leading, a last event `end` (`data: {"reason":"NotLeader"}`) ends the
+/// stream: the client reconnects, to the new leader.
 fn watch_views(state: AppState, rt: std::sync::Arc<crate::group::GroupRuntime>) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
+    /// Where a watch stands.
+    enum At {
+        First,
+        Following,
+        Ended,
+    }
+    let ended = || {
+        Event::default()
+            .event(WATCH_END_EVENT)
+            .data(r#"{"reason":"NotLeader"}"#)
+    };
     let rx = rt.watch_views();
+    let lead = state.leadership.watch();
     let stream = futures::stream::unfold(
-        (state, rt, rx, true),
-        |(state, rt, mut rx, first)| async move {
-            if !first && rx.changed().await.is_err() {
-                return None;
+        (state, rt, rx, lead, At::First),
+        move |(state, rt, mut rx, mut lead, at)| async move {
+            match at {
+                At::Ended => return None,
+                At::First => {}
+                At::Following => {
+                    let next = tokio::select! {
+                        r = rx.changed() => r.is_ok(),
+                        _ = lead.wait_for(|l| !*l) => false,
+                    };
+                    if !next {
+                        return Some((Ok(ended()), (state, rt, rx, lead, At::Ended)));
+                    }
+                }
             }
             if !state.is_leader() {
-                return None;
+                return Some((Ok(ended()), (state, rt, rx, lead, At::Ended)));
             }
             rx.borrow_and_update();
             let event = match signed_view(&state, &rt) {
@@ -197,7 +203,7 @@ fn watch_views(state: AppState, rt: std::sync::Arc<crate::group::GroupRuntime>) 
             };
             Some((
                 Ok::<_, std::convert::Infallible>(event),
-                (state, rt, rx, false),
+                (state, rt, rx, lead, At::Following),
             ))
         },
     );
@@ -205,6 +211,9 @@ fn watch_views(state: AppState, rt: std::sync::Arc<crate::group::GroupRuntime>) 
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response()
 }
+
+/// The event that ends a watch when its operator stops leading (SPEC: `event: end`).
+pub const WATCH_END_EVENT: &str = "end";
 
 async fn status(
     State(state): State<AppState>,
@@ -264,18 +273,22 @@ async fn status(
         &OperatorStatus {
             groups: out,
             control: state.leadership.control(),
+            component_tls: state.component_tls.as_ref().map(|t| t.current().status()),
         },
     )
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(tls) = &state.component_tls {
+        state.metrics.certificate_expiry(tls.current().not_after);
+    }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let (content_type, body) =
         bloodraven_runtime::exposition::negotiate(accept, state.metrics.render());
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-async fn fallback(uri: axum::http::Uri) -> Response {
+pub(super) async fn fallback(uri: axum::http::Uri) -> Response {
     let message = if uri.path().starts_with("/deploy/") {
         "the deploy API is served only on the TLS listener"
     } else {

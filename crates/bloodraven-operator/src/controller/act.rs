@@ -14,6 +14,7 @@ use bloodraven_mysql::{CaughtUp, FenceOutcome, Site};
 use tokio::time::Instant;
 
 use super::status::set_conditions;
+use super::writer::Stage;
 use super::{Controller, ControllerError};
 use crate::events::EventType;
 use crate::metrics::FailoverLabels;
@@ -76,6 +77,7 @@ impl<S: Site> Controller<S> {
             }
             Action::ConfigureSemiSync { site, settings } => {
                 let c = self.client(site)?;
+                self.trace(Stage::Act, &format!("configure semi-sync on {site}"));
                 c.configure_semi_sync(*settings).await.map_err(|e| {
                     ControllerError::ConfigureSemiSync {
                         site: site.clone(),
@@ -96,6 +98,7 @@ impl<S: Site> Controller<S> {
             }
             Action::Reassert { site } => {
                 let c = self.client(site)?;
+                self.trace(Stage::Act, &format!("reassert {site}"));
                 c.unfence().await.map_err(|e| ControllerError::Unfence {
                     site: site.clone(),
                     source: e,
@@ -157,6 +160,7 @@ impl<S: Site> Controller<S> {
             // The catch-up replicated into it: stop and reset that again (it stays fenced).
             let settings =
                 bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
+            self.trace(Stage::Act, &format!("prepare the promotion of {site}"));
             self.client(site)?
                 .prepare_promotion(Some(settings))
                 .await
@@ -171,8 +175,7 @@ impl<S: Site> Controller<S> {
         if forced {
             use bloodraven_core::contract::annotations::FORCE_PROMOTION;
             let _ = self
-                .rt
-                .update(|obj| obj.metadata.annotations.remove(FORCE_PROMOTION).is_some())
+                .consume_annotation(FORCE_PROMOTION, "the answered force-promotion request")
                 .await;
         }
         tracing::warn!(group = %self.group(), site, forced, "strict fencing: promoted: {why}");
@@ -207,6 +210,7 @@ impl<S: Site> Controller<S> {
             };
             let settings =
                 bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
+            self.trace(Stage::Act, &format!("prepare the promotion of {site}"));
             let promotion = c.prepare_promotion(Some(settings)).await.map_err(|e| {
                 ControllerError::Promote {
                     site: site.to_string(),
@@ -219,13 +223,10 @@ impl<S: Site> Controller<S> {
         };
         let now = self.rt.now();
         let generation = self
-            .rt
-            .change_active_site(site, |s| set_conditions(s, announced, now))
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "topologyGeneration",
-                source: e,
-            })?;
+            .announce("topologyGeneration", site, |s| {
+                set_conditions(s, announced, now);
+            })
+            .await?;
         if promote {
             self.lift_fence(site).await?;
         }
@@ -249,6 +250,7 @@ impl<S: Site> Controller<S> {
         let mut attempt = 1;
         loop {
             let c = self.client(site)?;
+            self.trace(Stage::Act, &format!("lift the fence of {site}"));
             match c.unfence().await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
@@ -276,6 +278,7 @@ impl<S: Site> Controller<S> {
         status: &GroupStatus,
     ) -> Result<(), ControllerError> {
         let c = self.client(site)?;
+        self.trace(Stage::Act, &format!("fence the intruder {site}"));
         let outcome = c.fence(INTRUDER_FENCE_BOUND).await;
         tracing::warn!(group = %self.group(), site, ?outcome, divergent, active = %status.active_site, "fencing a writable site that is not the active site");
         if outcome != FenceOutcome::Fenced {
@@ -342,6 +345,7 @@ impl<S: Site> Controller<S> {
         let started = Instant::now();
         let result = match (self.replication_spec(src), self.client(to)) {
             (Ok(spec), Ok(c)) => {
+                self.trace(Stage::Act, &format!("catch {to} up from {src}"));
                 c.catch_up(&spec, target, bound)
                     .await
                     .map_err(|e| ControllerError::CatchUp {
@@ -443,6 +447,7 @@ impl<S: Site> Controller<S> {
         let group = self.group().to_string();
         // 1. Best effort: fence the old primary (it is unreachable, so this rarely lands).
         if let Ok(old) = self.client(from) {
+            self.trace(Stage::Act, &format!("fence the old primary {from}"));
             let outcome = tokio::time::timeout(
                 Duration::from_secs(1),
                 old.fence(Duration::from_millis(500)),
@@ -480,6 +485,7 @@ impl<S: Site> Controller<S> {
             site: to.to_string(),
             source,
         };
+        self.trace(Stage::Act, &format!("drain the relay log of {to}"));
         match c.drain_relay_log(drain.bound).await {
             Ok(drained) => {
                 tracing::info!(group = %group, site = to, drained, "emergency failover: relay log drain");
@@ -502,6 +508,7 @@ impl<S: Site> Controller<S> {
         // 3. Stop and reset replication, record the GTID set, give it the semi-synchronous
         //    settings of a primary. It stays fenced.
         let settings = bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
+        self.trace(Stage::Act, &format!("prepare the promotion of {to}"));
         let promotion =
             c.prepare_promotion(Some(settings))
                 .await
@@ -518,8 +525,7 @@ impl<S: Site> Controller<S> {
         let old = from.to_string();
         let hold = plan.hold_fence;
         let generation = self
-            .rt
-            .change_active_site(to, |s| {
+            .announce("topologyGeneration", to, |s| {
                 s.last_failover = Some(now);
                 s.last_failover_target.clone_from(&target);
                 s.promotion_gtid_executed.clone_from(&gtid);
@@ -531,11 +537,7 @@ impl<S: Site> Controller<S> {
                 });
                 set_conditions(s, plan.announced, now);
             })
-            .await
-            .map_err(|e| ControllerError::Persist {
-                what: "topologyGeneration",
-                source: e,
-            })?;
+            .await?;
         // 5. Clear the fence and confirm; strict: not before the old primary is proven
         //    fenced (`ConfirmFence`, a later poll).
         if plan.hold_fence {

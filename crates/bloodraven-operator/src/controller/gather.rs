@@ -1,7 +1,16 @@
 //! Gather: probe every site (concurrently, each bounded by the poll interval) and ask each
-//! sidecar for its fence state and effective timings; then debounce.
+//! sidecar for its fence state and effective timings, into an [`Observed`] that changes
+//! nothing; then take it in (debounce).
+//!
+//! A sidecar's `/status` counts as strict fencing's facts only when it was read over mutual
+//! TLS that proved it is that site's sidecar (its certificate names
+//! `spiffe://bloodraven/<namespace>/<group>/<site>`): an `https://` sidecar URL and the
+//! operator's `componentTLS`. Anything else still shows the sidecar's state, never as proof.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use bloodraven_core::identity::{ComponentId, Expected};
 
 use bloodraven_core::status::SidecarTimings;
 use bloodraven_core::view::{self, ProbeResult};
@@ -30,8 +39,84 @@ fn probe_result(p: &Result<Probe, ProbeFailed>) -> ProbeResult {
     }
 }
 
-/// What the operator keeps of a sidecar's `/status`.
-fn sidecar_report(s: &SidecarStatus) -> SidecarReport {
+/// The clients `/status` is read with: per site, one that proves that site's sidecar (rebuilt
+/// when the operator's certificate or CA bundle changes), or a plain one.
+#[derive(Debug)]
+pub(super) struct SidecarReaders {
+    plain: reqwest::Client,
+    /// The material version the verified clients were built under, and the clients by site.
+    verified: Option<(u64, BTreeMap<String, reqwest::Client>)>,
+}
+
+/// How long a sidecar's `/status` may take.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl SidecarReaders {
+    pub(super) fn new() -> Self {
+        SidecarReaders {
+            plain: bloodraven_runtime::tls::http_client(None, STATUS_TIMEOUT).unwrap_or_default(),
+            verified: None,
+        }
+    }
+
+    /// Each site's client, and whether it proves the site (`https://` and `componentTLS`).
+    pub(super) fn clients(
+        &mut self,
+        rt: &crate::group::GroupRuntime,
+        sites: &[bloodraven_core::config::SiteConfig],
+    ) -> Vec<(reqwest::Client, bool)> {
+        let tls = rt.component_tls();
+        if let Some(tls) = &tls {
+            let m = tls.current();
+            if self.verified.as_ref().is_none_or(|(v, _)| *v != m.version) {
+                let mut clients = BTreeMap::new();
+                for s in sites {
+                    match verified_client(&m, &rt.namespace, &rt.name, &s.name) {
+                        Ok(c) => {
+                            clients.insert(s.name.clone(), c);
+                        }
+                        Err(e) => {
+                            tracing::warn!(group = %rt.name, site = %s.name, error = %e, "cannot build the client that reads this sidecar over mutual TLS");
+                        }
+                    }
+                }
+                self.verified = Some((m.version, clients));
+            }
+        }
+        sites
+            .iter()
+            .map(|s| {
+                let https = s.sidecar_url.starts_with("https://");
+                match (&self.verified, https, &tls) {
+                    (Some((_, clients)), true, Some(_)) => clients
+                        .get(&s.name)
+                        .map_or_else(|| (self.plain.clone(), false), |c| (c.clone(), true)),
+                    _ => (self.plain.clone(), false),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A client that presents the operator's certificate and accepts only `site`'s sidecar.
+fn verified_client(
+    m: &bloodraven_runtime::mtls::Material,
+    namespace: &str,
+    group: &str,
+    site: &str,
+) -> Result<reqwest::Client, bloodraven_runtime::mtls::MtlsError> {
+    let config = m.client_config(Expected::Exactly(ComponentId::site(namespace, group, site)))?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .timeout(STATUS_TIMEOUT)
+        .connect_timeout(STATUS_TIMEOUT)
+        .build()
+        .map_err(|e| bloodraven_runtime::mtls::MtlsError::Config(e.to_string()))
+}
+
+/// What the operator keeps of a sidecar's `/status`; strict fencing's facts only when it was
+/// read from that site's sidecar proven by its certificate (`verified`).
+fn sidecar_report(s: &SidecarStatus, verified: bool) -> SidecarReport {
     SidecarReport {
         self_fenced: Some(s.self_fenced),
         timings: (!s.lease_timeout.is_empty() && !s.peer_check_interval.is_empty()).then(|| {
@@ -42,7 +127,7 @@ fn sidecar_report(s: &SidecarStatus) -> SidecarReport {
                 signed_topology: s.signed_topology,
             }
         }),
-        strict: Some(strict_report(s)),
+        strict: verified.then(|| strict_report(s)),
     }
 }
 
@@ -57,21 +142,36 @@ fn strict_report(s: &SidecarStatus) -> bloodraven_core::strict::SidecarReport {
             .iter()
             .map(|(site, h)| (site.clone(), secs(h.answered_seconds_ago)))
             .collect(),
-        served: s
+        received: s
             .heard_from
             .iter()
             .filter_map(|(site, h)| {
                 Some((
                     site.clone(),
-                    (h.served_generation?, secs(h.served_seconds_ago?)),
+                    bloodraven_core::strict::Receipt {
+                        generation: h.held_generation?,
+                        read_only: h.held_read_only,
+                        ago: secs(h.held_seconds_ago?),
+                    },
                 ))
             })
             .collect(),
     }
 }
 
+/// Everything one poll gathered: each site's probe and its sidecar's report, in the order of
+/// the group's sites, and when. Read-only: gathering changes nothing; [`Controller::take_in`]
+/// folds it into what the controller knows (the debounce).
+pub(super) struct Observed {
+    at: bloodraven_core::time::Timestamp,
+    probes: Vec<Result<Probe, ProbeFailed>>,
+    sidecars: Vec<Option<SidecarReport>>,
+}
+
 impl<S: Site> Controller<S> {
-    pub(super) async fn gather(&mut self) {
+    /// Reads every site and every sidecar, concurrently, each bounded by the poll interval
+    /// (`clients` read the sidecars, see [`SidecarReaders::clients`]).
+    pub(super) async fn gather(&self, clients: Vec<(reqwest::Client, bool)>) -> Observed {
         let poll = self.rt.config.poll_interval.max(Duration::from_millis(500));
         let probes = join_all(self.sites.iter().map(|s| async move {
             match &s.client {
@@ -82,14 +182,31 @@ impl<S: Site> Controller<S> {
                 Err(e) => Err(ProbeFailed::NoClient(e.clone())),
             }
         }));
-        let http = &self.http;
-        let sidecars = join_all(self.sites.iter().map(|s| async move {
-            let url = format!("{}/status", s.cfg.sidecar_url);
-            let s: SidecarStatus = http.get(url).send().await.ok()?.json().await.ok()?;
-            Some(sidecar_report(&s))
-        }));
+        let sidecars = join_all(self.sites.iter().zip(clients).map(
+            |(s, (http, verified))| async move {
+                let url = format!("{}/status", s.cfg.sidecar_url);
+                let status: SidecarStatus = http.get(url).send().await.ok()?.json().await.ok()?;
+                // A sidecar that says it is another site is not this one's.
+                let verified = verified && status.site == s.cfg.name;
+                Some(sidecar_report(&status, verified))
+            },
+        ));
         let (probes, sidecars) = tokio::join!(probes, sidecars);
-        let now = self.rt.now();
+        Observed {
+            at: self.rt.now(),
+            probes,
+            sidecars,
+        }
+    }
+
+    /// Folds what a poll gathered into what the controller knows of each site: the debounced
+    /// state, the last probe, the sidecar's report.
+    pub(super) fn take_in(&mut self, observed: Observed) {
+        let Observed {
+            at: now,
+            probes,
+            sidecars,
+        } = observed;
         let (failure, recovery) = (
             self.rt.config.failure_threshold,
             self.rt.config.recovery_threshold,

@@ -1,17 +1,25 @@
-//! The failover controller of one group: every `pollInterval`, gather → decide → act →
-//! persist, in that order.
+//! The failover controller of one group: every `pollInterval`, one poll as a pipeline of
+//! values, with one writer at its end.
 //!
-//! 1. **Gather** ([`gather`]): probe every site and ask each sidecar for its state; debounce.
-//! 2. **Decide**: [`bloodraven_core::controller::decide`], a pure function, returns every
-//!    action with every bound and rule it needs, and the conditions the group will have after
-//!    them.
-//! 3. **Act** ([`act`]): execute the actions through the [`Site`] trait (the MySQL adapter)
-//!    and report which succeeded; nothing is decided there.
-//! 4. **Persist** ([`status`]): [`bloodraven_core::controller::settle`] says what the group is
+//! 1. **Gather** ([`gather`]): probe every site and ask each sidecar for its state; the
+//!    result is an `Observed` value and nothing changes until `take_in` debounces it.
+//! 2. **Operations' steps** ([`planned`], [`update`], [`restore`], [`reclone`]): each advances
+//!    by at most one persisted phase transition; the arbiter (`bloodraven_core::arbiter`)
+//!    says which may start.
+//! 3. **Decide**: [`bloodraven_core::controller::decide`], a pure function, names the
+//!    topology's state and returns every action with every bound and rule it needs, and the
+//!    conditions the group will have after them.
+//! 4. **Persist, then act** ([`act`]): execute the actions through the [`Site`] trait (the
+//!    MySQL adapter) and report which succeeded; a step's store write (the announcement of a
+//!    new active site) comes before the side effect that depends on it.
+//! 5. **Persist** ([`status`]): [`bloodraven_core::controller::settle`] says what the group is
 //!    after what act reported; the status is written once, and only when it changed (the
 //!    fields that move every poll — `lastSeen`, GTID positions, lag — at most every
 //!    [`status::REFRESH_EVERY`]). The served view's `observedAt` is the last poll's time, kept
 //!    in memory and signed each time it is served.
+//!
+//! Every store write and event goes through [`writer`], which traces each stage on
+//! `bloodraven::poll`.
 //!
 //! | module | owns |
 //! |---|---|
@@ -21,7 +29,9 @@
 //! | [`update`] | taking an ordered-update request, running each site's update beside the poll, the update's switchover through [`planned`]'s machine, as [`bloodraven_core::update`] decides |
 //! | [`restore`] | taking a restore-in-place request from the spec, fencing, loading the dump beside the poll, announcing the target, its reclones, as [`bloodraven_core::restore`] decides |
 //! | [`reclone`] | taking a reclone request, running its copy beside the poll, its steps as [`bloodraven_core::reclone`] decides them |
+//! | [`backup`] | starting a backup on its source's sidecar (schedule or request), following it, abandoning it when its source stops being fit, retention |
 //! | [`status`] | building the status, writing it when it changed, alerts, site metrics |
+//! | [`writer`] | every store write and event of the poll, and the poll's trace |
 //! | [`error`] | why a step failed |
 //!
 //! A planned failover, when one is requested or in flight, is advanced first — one persisted
@@ -35,6 +45,7 @@
 #![allow(clippy::result_large_err)]
 
 mod act;
+mod backup;
 mod error;
 mod gather;
 mod planned;
@@ -42,6 +53,7 @@ mod reclone;
 mod restore;
 mod status;
 mod update;
+mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -61,7 +73,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 pub use error::{ControllerError, CredentialsUnavailable};
 
-use crate::events::{self, EventType};
+use crate::events::EventType;
 use crate::group::{GroupRuntime, GroupSnapshot};
 use crate::metrics::{GroupLabel, Metrics};
 use crate::operator::GroupTask;
@@ -87,7 +99,7 @@ pub fn connect_mysql(
 ) -> SiteClient {
     SiteClient::new(
         site.name.clone(),
-        Endpoint::tcp(site.mysql_host.clone(), site.mysql_port),
+        Endpoint::tcp(site.mysql_host.clone(), site.mysql_port).with_tls(site.mysql_tls.clone()),
         credentials,
         timeouts,
     )
@@ -112,6 +124,7 @@ struct FenceGathered {
     names: Vec<String>,
     reports: BTreeMap<String, bloodraven_core::strict::SidecarReport>,
     operator_silent_for: Duration,
+    operator_receipt: Option<bloodraven_core::strict::Receipt>,
     timings: bloodraven_core::strict::Timings,
 }
 
@@ -175,7 +188,8 @@ pub struct Controller<S: Site = SiteClient> {
     started: Instant,
     /// Alerts raised and not yet cleared (each is evented once when it starts).
     raised: BTreeSet<String>,
-    http: reqwest::Client,
+    /// Reads the sidecars' `/status` (over mutual TLS that proves each site, when it can).
+    readers: gather::SidecarReaders,
     timeouts: Timeouts,
     /// The credentials each site's client was built with (to rebuild it when they change).
     creds: Vec<Option<Credentials>>,
@@ -185,59 +199,41 @@ pub struct Controller<S: Site = SiteClient> {
     /// When the status was last written (the slow-moving fields are refreshed from then on
     /// at most every [`status::REFRESH_EVERY`]).
     persisted: Option<Instant>,
+    /// Until when this term leaves the day-2 operations alone (an earlier leader may still
+    /// believe it leads); `None` once its sessions were ended and operations resumed.
+    resume_operations_at: Option<Instant>,
+    /// Backups between polls ([`backup`]).
+    backup: backup::BackupState,
 }
 
 /// How often credentials are read again (a rotated Secret or file takes effect).
 const CREDENTIALS_EVERY: Duration = crate::secrets::RELOAD_EVERY;
 
-impl<S: Site> Controller<S> {
-    /// Writes `change` into the stored status (nothing when it changes nothing); a failed
-    /// write is [`ControllerError::Persist`] of `what`.
-    pub(super) async fn persist_status(
-        &self,
-        what: &'static str,
-        change: impl FnMut(&mut GroupStatus),
-    ) -> Result<(), ControllerError> {
-        match self.rt.update_status(change).await {
-            Ok(_) => Ok(()),
-            Err(source) => Err(ControllerError::Persist { what, source }),
-        }
-    }
-
-    /// Removes the request annotation `key` from the stored group (the request is taken); a
-    /// failed write is [`ControllerError::Persist`] of `what`.
-    pub(super) async fn consume_annotation(
-        &self,
-        key: &str,
-        what: &'static str,
-    ) -> Result<(), ControllerError> {
-        match self
-            .rt
-            .update(|obj| obj.metadata.annotations.remove(key).is_some())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(source) => Err(ControllerError::Persist { what, source }),
-        }
-    }
-}
+/// A failover-account session busy this long when a term begins is taken for an earlier
+/// leader's (a wait, a catch-up) and ended; a sidecar's statements are far shorter.
+const PREVIOUS_BUSY_FOR: Duration = Duration::from_secs(1);
 
 impl<S: Site> Controller<S> {
     /// A controller for `rt`'s group whose sites' clients `connect` makes.
     pub fn new(rt: Arc<GroupRuntime>, connect: Connect<S>) -> Controller<S> {
         let cfg = rt.config.clone();
+        let rt_handover = rt.handover();
         let bound = cfg.poll_interval.max(Duration::from_millis(500));
         let timeouts = Timeouts {
             connect: bound.min(Duration::from_secs(2)),
             statement: Duration::from_secs(5),
         };
+        // A term begins from the stored site states (see `SiteTracker::resumed`).
+        let stored = rt.snapshot().status().clone();
         let sites: Vec<SiteFacts<S>> = cfg
             .sites
             .iter()
             .map(|s| SiteFacts {
                 cfg: s.clone(),
                 client: Err(CredentialsUnavailable::NotReadYet),
-                tracker: SiteTracker::default(),
+                tracker: SiteTracker::resumed(
+                    stored.site(&s.name).map(|st| st.state).unwrap_or_default(),
+                ),
                 probe: None,
                 answered: false,
                 probed_writable: false,
@@ -247,9 +243,8 @@ impl<S: Site> Controller<S> {
             })
             .collect();
         let creds = vec![None; sites.len()];
+        let epoch = rt.now();
         let replication = Err(CredentialsUnavailable::NotReadYet);
-        let http =
-            bloodraven_runtime::tls::http_client(None, Duration::from_secs(1)).unwrap_or_default();
         Controller {
             rt,
             sites,
@@ -265,12 +260,14 @@ impl<S: Site> Controller<S> {
             last_reassertion: None,
             started: Instant::now(),
             raised: BTreeSet::new(),
-            http,
+            readers: gather::SidecarReaders::new(),
             timeouts,
             creds,
             creds_read: None,
             blind_polls: 0,
             persisted: None,
+            resume_operations_at: Some(Instant::now() + rt_handover),
+            backup: backup::BackupState::new(epoch),
         }
     }
 
@@ -436,8 +433,8 @@ impl<S: Site> Controller<S> {
                     role: s.cfg.role,
                     priority: s.cfg.priority,
                     index: i,
-                    host: s.cfg.mysql_host.clone(),
-                    port: s.cfg.mysql_port,
+                    host: s.cfg.replication_host.clone(),
+                    port: s.cfg.replication_port,
                     state: s.tracker.state,
                     gtid: p.map(|p| p.gtid.clone()),
                     answered: s.answered,
@@ -451,7 +448,11 @@ impl<S: Site> Controller<S> {
                     }),
                     recovery_blocked: restoring || recovery.is_some_and(RecoveryState::is_blocked),
                     recloning: restoring || recovery == Some(&RecoveryState::Recloning),
-                    reclone_failed: recovery == Some(&RecoveryState::RecloneFailed),
+                    // Held until a reclone ends it, whatever its position says.
+                    reclone_failed: matches!(
+                        recovery,
+                        Some(RecoveryState::RecloneFailed | RecoveryState::AwaitingReclone)
+                    ),
                     received: p.and_then(received),
                     semi_sync: p.filter(|_| s.answered).and_then(|p| p.semi_sync.clone()),
                     sidecar_timings: s.sidecar.timings.clone(),
@@ -465,7 +466,11 @@ impl<S: Site> Controller<S> {
     pub async fn poll(&mut self) {
         let started = Instant::now();
         self.refresh_credentials().await;
-        self.gather().await;
+        let configs: Vec<SiteConfig> = self.sites.iter().map(|s| s.cfg.clone()).collect();
+        let clients = self.readers.clients(&self.rt, &configs);
+        let observed = self.gather(clients).await;
+        self.trace(writer::Stage::Gather, "every site and sidecar");
+        self.take_in(observed);
         self.metrics()
             .poll_duration
             .get_or_create(&GroupLabel {
@@ -473,10 +478,17 @@ impl<S: Site> Controller<S> {
             })
             .observe(started.elapsed().as_secs_f64());
 
-        self.planned_step().await;
-        self.update_step().await;
-        self.restore_step().await;
-        self.reclone_step().await;
+        // The day-2 operations resume from their stored phases once the previous leader
+        // cannot act any more; the poll itself (detection, fencing, emergency failover) runs
+        // from the term's first moment.
+        if self.handover_done().await {
+            self.planned_step().await;
+            self.update_step().await;
+            self.restore_step().await;
+            self.reclone_step().await;
+            self.backup_step().await;
+            self.force_step().await;
+        }
 
         let snap = self.rt.snapshot();
         let status = snap.status().clone();
@@ -492,10 +504,12 @@ impl<S: Site> Controller<S> {
             sites: &f.names,
             reports: &f.reports,
             operator_silent_for: f.operator_silent_for,
+            operator_receipt: f.operator_receipt,
             timings: f.timings,
         });
         input.forced_by = forced.as_deref();
         let decision = controller::decide(&input);
+        self.trace(writer::Stage::Decide, decision.topology.as_str());
         if decision.deferred_by_restore
             && self
                 .restore_deferred_logged
@@ -605,11 +619,74 @@ impl<S: Site> Controller<S> {
                 .filter_map(|s| Some((s.cfg.name.clone(), s.sidecar.strict.clone()?)))
                 .collect(),
             operator_silent_for: answered,
+            operator_receipt: self.rt.sidecar_receipt(&w.site),
             timings: bloodraven_core::strict::Timings {
                 lease_timeout: cfg.lease_timeout.max(lease.unwrap_or_default()),
                 peer_check_interval: cfg.peer_check_interval.max(check.unwrap_or_default()),
             },
         })
+    }
+
+    /// Whether the day-2 operations may run: once the previous leader's lease has run out
+    /// since this term began (`Leadership::handover`), the sessions it may have left on the
+    /// servers are ended first (the clone account's, and the failover account's busy ones),
+    /// once per term.
+    async fn handover_done(&mut self) -> bool {
+        let Some(at) = self.resume_operations_at else {
+            return true;
+        };
+        if Instant::now() < at {
+            return false;
+        }
+        let clone_user = self.clone_credentials.as_ref().ok().map(|c| c.user.clone());
+        let names: Vec<String> = self.sites.iter().map(|s| s.cfg.name.clone()).collect();
+        for name in names {
+            let Ok(client) = self.client(&name) else {
+                continue;
+            };
+            match client
+                .end_previous_sessions(clone_user.as_deref(), PREVIOUS_BUSY_FOR)
+                .await
+            {
+                Ok(r) if !r.killed.is_empty() => {
+                    tracing::warn!(group = %self.group(), site = %name, sessions = r.killed.len(), "new term: ended sessions an earlier leader left on the server");
+                }
+                Ok(_) => {}
+                // An unreachable site: each operation ends such sessions itself before it
+                // loads or copies again.
+                Err(e) => {
+                    tracing::info!(group = %self.group(), site = %name, error = %e, "new term: could not look for an earlier leader's sessions");
+                }
+            }
+        }
+        if !self.rt.may_act() {
+            return false;
+        }
+        tracing::info!(group = %self.group(), "new term: resuming the day-2 operations from their stored phases");
+        self.resume_operations_at = None;
+        true
+    }
+
+    /// `bloodraven failover --force` out of a failed restore that keeps every site fenced:
+    /// run before the poll's decision, which then reads the status it wrote.
+    async fn force_step(&mut self) {
+        use bloodraven_core::contract::annotations::FORCE_PROMOTION;
+        let snap = self.rt.snapshot();
+        let Some(value) = snap.annotations.get(FORCE_PROMOTION) else {
+            return;
+        };
+        let status = snap.status();
+        let failed_restore = status.restore_in_place.as_ref().is_some_and(|r| {
+            r.phase == bloodraven_core::status::RestorePhase::Failed && r.holds_writes()
+        });
+        if status.awaiting_fence.is_some() || !failed_restore {
+            return;
+        }
+        let (site, who) = value.split_once(':').unwrap_or((value.as_str(), "someone"));
+        if let Err(e) = self.force_out_of_restore(status, site, who).await {
+            // Tried again next poll: the request stands.
+            tracing::warn!(group = %self.group(), site, who, error = %e, step = e.step(), "forced promotion out of a failed restore did not finish");
+        }
     }
 
     /// `bloodraven failover --force`: who asked to promote the awaiting site. A request for
@@ -625,9 +702,17 @@ impl<S: Site> Controller<S> {
         if waiting.is_some() {
             return Some(who.to_string());
         }
+        let failed_restore = status.restore_in_place.as_ref().is_some_and(|r| {
+            r.phase == bloodraven_core::status::RestorePhase::Failed && r.holds_writes()
+        });
+        if status.awaiting_fence.is_none() && failed_restore {
+            // Answered by `force_step` before the decision, on the status it then reads.
+            return None;
+        }
         let why = match &status.awaiting_fence {
             Some(w) => format!("{} awaits its promotion, not {site}", w.target),
-            None => "no promotion awaits a fence".into(),
+            None => "no promotion awaits a fence, and no failed restore-in-place holds the writes"
+                .into(),
         };
         tracing::warn!(group = %self.group(), site, who, "forced promotion refused: {why}");
         self.event(
@@ -638,29 +723,16 @@ impl<S: Site> Controller<S> {
             ),
         )
         .await;
-        let _ = self
-            .rt
-            .update(|obj| obj.metadata.annotations.remove(FORCE_PROMOTION).is_some())
-            .await;
+        self.drop_force_request().await;
         None
     }
 
-    async fn event(
-        &self,
-        type_: EventType,
-        reason: bloodraven_core::reason::EventReason,
-        message: &str,
-    ) {
-        events::record(
-            self.rt.store(),
-            &self.rt.namespace,
-            &self.rt.name,
-            type_,
-            reason,
-            message,
-            self.rt.now(),
-        )
-        .await;
+    /// Removes the `force-promotion` request (answered, or refused).
+    async fn drop_force_request(&self) {
+        use bloodraven_core::contract::annotations::FORCE_PROMOTION;
+        let _ = self
+            .consume_annotation(FORCE_PROMOTION, "the answered force-promotion request")
+            .await;
     }
 
     fn replication_spec(&self, source: &str) -> Result<SourceSpec, ControllerError> {
@@ -671,10 +743,13 @@ impl<S: Site> Controller<S> {
         let s = self
             .site(source)
             .ok_or_else(|| ControllerError::UnknownSite(source.to_string()))?;
+        // Replicas reach their source at its replication address, over TLS as the group
+        // says (`spec.replication.tls`).
         Ok(SourceSpec {
-            host: s.cfg.mysql_host.clone(),
-            port: s.cfg.mysql_port,
+            host: s.cfg.replication_host.clone(),
+            port: s.cfg.replication_port,
             credentials: creds,
+            tls: self.rt.config.replication_tls.clone(),
         })
     }
 
@@ -689,6 +764,7 @@ impl<S: Site> Controller<S> {
     async fn repoint(&self, site: &str, source: &str) -> Result<(), ControllerError> {
         let spec = self.replication_spec(source)?;
         let c = self.client(site)?;
+        self.trace(writer::Stage::Act, &format!("re-point {site} to {source}"));
         c.repoint(&spec)
             .await
             .map_err(|e| ControllerError::Repoint {

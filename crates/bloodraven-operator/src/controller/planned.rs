@@ -16,6 +16,7 @@ use bloodraven_core::status::GroupStatus;
 use bloodraven_mysql::switchover::{self, CatchUp, Undone};
 use bloodraven_mysql::{FenceOutcome, Site};
 
+use super::writer::Stage;
 use super::{Controller, ControllerError};
 use crate::events::EventType;
 use crate::metrics::{FailoverLabels, GroupLabel, Metrics};
@@ -122,15 +123,7 @@ impl<S: Site> Controller<S> {
         let Some(target) = snap.annotations.get(PLANNED_FAILOVER).cloned() else {
             return Ok(());
         };
-        let decision = match bloodraven_core::update::blocks_planned(snap.status(), &target) {
-            Some(note) => Request::Reject(note),
-            None => request(
-                &target,
-                snap.status().planned_failover.as_ref(),
-                &snap.status().active_site,
-                self.rt.now(),
-            ),
-        };
+        let decision = request(&target, snap.status(), self.rt.now());
         if let Request::Accept(pf) = &decision {
             self.persist_status("the planned failover request", |s| {
                 s.planned_failover = Some(pf.clone());
@@ -159,6 +152,9 @@ impl<S: Site> Controller<S> {
         let Some(pf) = slot.get(&status) else {
             return Ok(false);
         };
+        if crate::failpoints::holds("planned", pf.phase.as_str()) {
+            return Ok(false);
+        }
         let views = self.views(&status);
         let cfg = self.rt.config.clone();
         let now = self.rt.now();
@@ -180,8 +176,14 @@ impl<S: Site> Controller<S> {
             live_hold: hold.as_ref(),
             drain_timeout: cfg.drain_timeout,
             max_lag_wait: cfg.max_lag_wait,
+            phase_timeout: cfg.operation_timeouts.planned_failover,
         };
-        let done = match step(Some(&pf), &facts, now) {
+        let decided = step(Some(&pf), &facts, now);
+        self.trace(
+            Stage::Decide,
+            &format!("planned failover in {}", pf.phase.as_str()),
+        );
+        let done = match decided {
             Step::Idle => return Ok(false),
             Step::Persist {
                 next,
@@ -201,6 +203,7 @@ impl<S: Site> Controller<S> {
             }
             Step::Drain { source, budget } => {
                 drop(leases);
+                self.trace(Stage::Act, &format!("drain {source}"));
                 self.drain(&source, budget).await
             }
             Step::CatchUp {
@@ -208,12 +211,33 @@ impl<S: Site> Controller<S> {
                 want,
                 budget,
                 ..
-            } => self.catch_up(&target, &want, budget).await,
+            } => {
+                self.trace(Stage::Act, &format!("catch {target} up"));
+                self.catch_up(&target, &want, budget).await
+            }
             Step::Promote {
                 target,
                 source_gtid,
-            } => self.promote(&target, &source_gtid).await,
-            Step::Resume { target, sites } => self.resume(&target, &sites).await,
+            } => {
+                self.trace(Stage::Act, &format!("prepare the promotion of {target}"));
+                self.promote(&target, &source_gtid).await
+            }
+            Step::Resume { target, sites } => {
+                self.trace(Stage::Act, &format!("resume writes on {target}"));
+                self.resume(&target, &sites).await
+            }
+            Step::Abandon(transition) => {
+                drop(leases);
+                return self.apply(slot, &pf, transition, None).await;
+            }
+            Step::SetDeadline(next) => {
+                self.persist_phase(slot, &pf, next, None, None).await?;
+                return Ok(true);
+            }
+            Step::RollBack { target, source } => {
+                tracing::warn!(group = %self.group(), target = %target, source = %source, "planned failover: Resuming ran past its deadline; fencing the target to roll back to the source");
+                self.roll_back(&target).await
+            }
         };
         let transition = finish(&pf, done, self.rt.now());
         // A transition that announces the target carries the conditions of the group once the
@@ -385,6 +409,28 @@ impl<S: Site> Controller<S> {
         Done::Resumed { failures }
     }
 
+    /// Fences the announced target of a failover that timed out in `Resuming`, so that the
+    /// source can be announced again.
+    async fn roll_back(&mut self, target: &str) -> Done {
+        let client = match self.client(target) {
+            Ok(c) => c,
+            Err(e) => {
+                return Done::RollbackUnfenced {
+                    error: e.to_string(),
+                };
+            }
+        };
+        match client.fence(self.timeouts.statement).await {
+            FenceOutcome::Fenced => {
+                self.apply_effect(&Effect::ReadOnly(target.to_string()));
+                Done::RollbackFenced
+            }
+            FenceOutcome::NotFenced { reason } | FenceOutcome::Unknown { reason } => {
+                Done::RollbackUnfenced { error: reason }
+            }
+        }
+    }
+
     /// Undoes by the transition's rule, persists it, records its event and metrics.
     async fn apply(
         &mut self,
@@ -415,6 +461,18 @@ impl<S: Site> Controller<S> {
         };
         self.persist_phase(slot, pf, next, tr.new_active_site, announced)
             .await?;
+        if let Some(site) = &tr.lift_after {
+            // Announced first (persisted and served), then writable.
+            match self.lift_fence(site).await {
+                Ok(()) => {
+                    self.apply_effect(&Effect::Writable(site.clone()));
+                    tracing::info!(group = %self.group(), site = %site, "planned failover: rolled back; the source takes writes again");
+                }
+                Err(e) => {
+                    tracing::error!(group = %self.group(), site = %site, step = e.step(), error = %e, "planned failover: rolled back, but the source's fence could not be cleared; reassertion clears it once it answers");
+                }
+            }
+        }
         if let Some(n) = tr.note {
             self.note(n).await;
         }
@@ -424,27 +482,31 @@ impl<S: Site> Controller<S> {
         Ok(tr.again)
     }
 
-    /// Persists `next` as the planned failover's status; with a new active site, in the same
-    /// write that bumps `topologyGeneration` (and revokes every deploy lease afterwards).
+    /// Persists `next` as the planned failover's status, with its phase's deadline; with a new
+    /// active site, in the same write that bumps `topologyGeneration` (and revokes every
+    /// deploy lease afterwards).
     async fn persist_phase(
         &self,
         slot: Slot,
         before: &PlannedFailoverStatus,
-        next: PlannedFailoverStatus,
+        mut next: PlannedFailoverStatus,
         new_active: Option<bloodraven_core::planned::NewActiveSite>,
         announced: Option<&Conditions>,
     ) -> Result<(), ControllerError> {
+        if next.deadline.is_none() || next.phase != before.phase {
+            next.deadline = bloodraven_core::planned::deadline_for(
+                before,
+                &next,
+                self.rt.now(),
+                self.rt.config.operation_timeouts.planned_failover,
+            );
+        }
         let phase = next.phase;
-        let persist_err = |e| ControllerError::Persist {
-            what: "the planned failover phase",
-            source: e,
-        };
         if let Some(na) = new_active {
             let now = self.rt.now();
             let (target, gtid) = (na.site.clone(), na.promotion_gtid.clone());
             let generation = self
-                .rt
-                .change_active_site(&na.site, |s| {
+                .announce("the planned failover phase", &na.site, |s| {
                     s.last_failover = Some(now);
                     s.last_failover_target.clone_from(&target);
                     s.promotion_gtid_executed.clone_from(&gtid);
@@ -453,17 +515,16 @@ impl<S: Site> Controller<S> {
                         super::status::set_conditions(s, c, now);
                     }
                 })
-                .await
-                .map_err(persist_err)?;
+                .await?;
             tracing::info!(group = %self.group(), target = %na.site, topologyGeneration = generation, transactions_lost = next.transactions_lost.unwrap_or(0), "planned failover: promoted");
             return Ok(());
         }
         let failed = (phase == bloodraven_core::planned::PlannedFailoverPhase::Failed)
             .then(|| (next.reason.clone(), next.message.clone()));
-        self.rt
-            .update_status(|s| slot.set(s, next.clone(), false))
-            .await
-            .map_err(persist_err)?;
+        self.persist_status("the planned failover phase", |s| {
+            slot.set(s, next.clone(), false);
+        })
+        .await?;
         match failed {
             Some((reason, message)) => {
                 tracing::warn!(group = %self.group(), target = %before.target, reason = reason.as_ref().map(FailureReason::as_str).unwrap_or_default(), message = %message, "planned failover failed");

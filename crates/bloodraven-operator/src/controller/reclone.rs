@@ -261,6 +261,9 @@ impl<S: Site> Controller<S> {
             self.reclone_run = None;
             return Ok(());
         };
+        if crate::failpoints::holds("reclone", r.phase.as_str()) {
+            return Ok(());
+        }
         let views = self.views(&status);
         let copy = self.copy_state(&site).await;
         let facts = Facts {
@@ -268,9 +271,15 @@ impl<S: Site> Controller<S> {
             active_site: &status.active_site,
             topology_generation: status.topology_generation,
             copy,
+            now: self.rt.now(),
+            phase_timeout: self.rt.config.operation_timeouts.reclone,
         };
         match reclone::step(&r, &site, &facts) {
             Step::Wait => Ok(()),
+            Step::SetDeadline(deadline) => {
+                self.persist_reclone(&site, |r| r.deadline = Some(deadline), None)
+                    .await
+            }
             Step::StartCopy { donor, attempt } => self.start_copy(&site, &r, donor, attempt).await,
             Step::Progress { bytes } => {
                 let due = self
@@ -352,7 +361,24 @@ impl<S: Site> Controller<S> {
         reason: RecloneFailure,
         message: &str,
     ) -> Result<(), ControllerError> {
-        self.reclone_run = None;
+        if self.reclone_run.take().is_some() || r.phase == ReclonePhase::Copying {
+            // The tools die with the task; the sessions they held on the servers end here.
+            for name in [site, r.donor.as_str()] {
+                if !name.is_empty()
+                    && let Err(e) = self.end_clone_sessions(name).await
+                {
+                    tracing::warn!(group = %self.group(), site = name, error = %e, "reclone: could not end the copy's sessions");
+                }
+            }
+        }
+        if reason == RecloneFailure::TimedOut {
+            self.event(
+                EventType::Warning,
+                E::OperationTimedOut,
+                &format!("the reclone of {site}: {message}"),
+            )
+            .await;
+        }
         let now = self.rt.now();
         let touched = r.attempts > 0;
         let recovery = touched.then_some(RecoveryState::RecloneFailed);
@@ -468,6 +494,7 @@ impl<S: Site> Controller<S> {
             host: f.cfg.mysql_host.clone(),
             port: f.cfg.mysql_port,
             credentials: clone_creds.clone(),
+            tls: f.cfg.mysql_tls.clone(),
         };
         let as_clone =
             |f: &super::SiteFacts<S>| (self.connect)(&f.cfg, clone_creds.clone(), self.timeouts);
@@ -490,33 +517,57 @@ impl<S: Site> Controller<S> {
         })
     }
 
-    /// Writes the reclone of `site` (`change`), and its recovery state when given.
+    /// Ends every session the clone account holds on `site`: a copy's dump or load, this
+    /// leader's or an earlier one's (restore-in-place loads run as that account too).
+    pub(super) async fn end_clone_sessions(&self, site: &str) -> Result<(), ControllerError> {
+        let user = match &self.clone_credentials {
+            Ok(c) => c.user.clone(),
+            Err(e) => return Err(ControllerError::CloneCredentials(e.clone())),
+        };
+        let killed = self
+            .client(site)?
+            .kill_sessions_of(&user)
+            .await
+            .map_err(|e| ControllerError::KillSessions {
+                site: site.to_string(),
+                source: e,
+            })?;
+        if !killed.killed.is_empty() {
+            tracing::warn!(group = %self.group(), site, sessions = killed.killed.len(), "ended the clone account's sessions");
+        }
+        Ok(())
+    }
+
+    /// Writes the reclone of `site` (`change`), and its recovery state when given. A new
+    /// phase gets a new deadline (`spec.operationTimeouts.reclone`); an ended one none.
     async fn persist_reclone(
         &self,
         site: &str,
         mut change: impl FnMut(&mut RecloneStatus),
         recovery: Option<RecoveryState>,
     ) -> Result<(), ControllerError> {
-        self.rt
-            .update_status(|st| {
-                if let Some(s) = st.sites.iter_mut().find(|s| s.name == site) {
-                    if let Some(r) = s.reclone.as_mut() {
-                        change(r);
-                    }
-                    if let Some(state) = &recovery {
-                        s.recovery_state = state.clone();
-                        if state.is_none() {
-                            s.divergent_gtid_set.clear();
-                            s.divergent_transaction_count = None;
-                        }
+        let now = self.rt.now();
+        let bound = self.rt.config.operation_timeouts.reclone;
+        self.persist_status("the reclone", |st| {
+            if let Some(s) = st.sites.iter_mut().find(|s| s.name == site) {
+                if let Some(r) = s.reclone.as_mut() {
+                    let before = r.phase;
+                    change(r);
+                    if r.phase.is_terminal() {
+                        r.deadline = None;
+                    } else if r.phase != before {
+                        r.deadline = Some(now.plus(bound));
                     }
                 }
-            })
-            .await
-            .map(|_| ())
-            .map_err(|e| ControllerError::Persist {
-                what: "the reclone",
-                source: e,
-            })
+                if let Some(state) = &recovery {
+                    s.recovery_state = state.clone();
+                    if state.is_none() {
+                        s.divergent_gtid_set.clear();
+                        s.divergent_transaction_count = None;
+                    }
+                }
+            }
+        })
+        .await
     }
 }

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use bloodraven_core::controller::Effect;
 use bloodraven_core::planned::Persist;
+use bloodraven_core::reason::{EventReason, RecoveryState};
 use bloodraven_core::restore::{self, Done, Facts, Request, Step};
-use bloodraven_core::status::{RestorePhase, RestoreStatus};
+use bloodraven_core::status::{GroupStatus, RestorePhase, RestoreStatus};
 use bloodraven_mysql::clone::{Endpoint, Progress};
 use bloodraven_mysql::restore::RestoreError;
 use bloodraven_mysql::{FenceOutcome, Site};
@@ -96,6 +97,9 @@ impl<S: Site> Controller<S> {
         let Some(r) = super::in_flight(running, &mut self.restore_run) else {
             return Ok(false);
         };
+        if crate::failpoints::holds("restore", r.phase.as_str()) {
+            return Ok(false);
+        }
         let names = snap.site_names();
         // Admission holds the lease lock until its verdict is persisted: a failover-hold is
         // either seen here or refused (the group is not stable once the restore is stored).
@@ -112,6 +116,7 @@ impl<S: Site> Controller<S> {
                 status: &status,
                 site_names: &names,
                 live_hold: hold.as_ref(),
+                phase_timeout: self.rt.config.operation_timeouts.restore_in_place,
             },
             now,
         );
@@ -218,6 +223,9 @@ impl<S: Site> Controller<S> {
         if !mine {
             self.restore_run = None;
             let client = self.client(target)?;
+            // A load left behind by an operator that died or lost its lease mid-way ends here
+            // (its session would otherwise go on writing beside the new one).
+            self.end_clone_sessions(target).await?;
             if client.probe().await.is_ok_and(|p| p.replica.is_some()) {
                 client
                     .prepare_promotion(None)
@@ -239,6 +247,7 @@ impl<S: Site> Controller<S> {
                 host: f.cfg.mysql_host.clone(),
                 port: f.cfg.mysql_port,
                 credentials: creds,
+                tls: f.cfg.mysql_tls.clone(),
             };
             let progress = Progress::default();
             let path = std::path::PathBuf::from(source);
@@ -262,8 +271,7 @@ impl<S: Site> Controller<S> {
                 run.reported = Instant::now();
                 let bytes = run.progress.bytes();
                 let _ = self
-                    .rt
-                    .update_status(|s| {
+                    .persist_status("the restore's progress", |s| {
                         if let Some(x) = s.restore_in_place.as_mut() {
                             x.bytes_loaded = bytes;
                         }
@@ -292,48 +300,127 @@ impl<S: Site> Controller<S> {
     }
 
     /// The target becomes the active site in one write that bumps `topologyGeneration`
-    /// (revoking every deploy lease), before its writes are lifted.
+    /// (revoking every deploy lease), before its writes are lifted. Every other site holds the
+    /// data from before the restore: `AwaitingReclone` (never a candidate) until its reclone.
     async fn announce_restored(
         &mut self,
         r: &RestoreStatus,
         target: &str,
     ) -> Result<(), ControllerError> {
+        let others: Vec<String> = self
+            .sites
+            .iter()
+            .map(|s| s.cfg.name.clone())
+            .filter(|n| n != target)
+            .collect();
+        let target_name = target.to_string();
+        let generation = self
+            .announce_site(target, &others, |x| {
+                x.announced = true;
+                x.message = format!("{target_name} announced; lifting its writes");
+            })
+            .await?;
+        tracing::info!(group = %self.group(), target, topologyGeneration = generation, confirm = %r.confirm_token_used, "restore-in-place: the target is announced");
+        Ok(())
+    }
+
+    /// Announces `site` as the active site after (or during) a restore, in one write that
+    /// bumps `topologyGeneration`: `change` updates the restore's status, and `awaiting`
+    /// get `recoveryState: AwaitingReclone` unless a reclone already holds them.
+    async fn announce_site(
+        &mut self,
+        site: &str,
+        awaiting: &[String],
+        mut change: impl FnMut(&mut RestoreStatus),
+    ) -> Result<u64, ControllerError> {
         let status = self.rt.snapshot().status().clone();
         let views = self.views(&status);
         let promotion = self.promotion_gtid(&status);
         let cfg = self.rt.config.clone();
         let input = self.decide_input(&status, &views, promotion.as_ref(), &cfg);
-        let announced = bloodraven_core::controller::announced(&input, target);
+        let announced = bloodraven_core::controller::announced(&input, site);
         let gtid = views
             .iter()
-            .find(|v| v.name == target)
+            .find(|v| v.name == site)
             .and_then(|v| v.gtid.as_ref())
             .map(ToString::to_string)
             .unwrap_or_default();
         let now = self.rt.now();
-        let target_name = target.to_string();
-        let generation = self
-            .rt
-            .change_active_site(target, |s| {
-                s.last_failover = Some(now);
-                s.last_failover_target.clone_from(&target_name);
-                if !gtid.is_empty() {
-                    s.promotion_gtid_executed.clone_from(&gtid);
+        let name = site.to_string();
+        self.announce("the restored target's announcement", site, |s| {
+            s.last_failover = Some(now);
+            s.last_failover_target.clone_from(&name);
+            if !gtid.is_empty() {
+                s.promotion_gtid_executed.clone_from(&gtid);
+            }
+            let g = s.topology_generation;
+            if let Some(x) = s.restore_in_place.as_mut() {
+                x.topology_generation = g;
+                change(x);
+            }
+            for st in &mut s.sites {
+                if awaiting.contains(&st.name) && !st.recovery_state.is_held_by_reclone() {
+                    st.recovery_state = RecoveryState::AwaitingReclone;
                 }
-                let g = s.topology_generation;
-                if let Some(x) = s.restore_in_place.as_mut() {
-                    x.announced = true;
-                    x.topology_generation = g;
-                    x.message = format!("{target_name} announced; lifting its writes");
-                }
-                super::status::set_conditions(s, &announced, now);
-            })
+            }
+            super::status::set_conditions(s, &announced, now);
+        })
+        .await
+    }
+
+    /// `bloodraven failover --force --to SITE` out of a failed restore that keeps every site
+    /// fenced: `site` is announced (a new topology change: every deploy lease revoked), its
+    /// replication stopped and its writes lifted; every site whose data differs from its own
+    /// awaits a reclone. A refusal changes nothing and is said (log and event).
+    pub(super) async fn force_out_of_restore(
+        &mut self,
+        status: &GroupStatus,
+        site: &str,
+        who: &str,
+    ) -> Result<(), ControllerError> {
+        let views = self.views(status);
+        let out = match restore::force_out(status, &views, site) {
+            Ok(out) => out,
+            Err(why) => {
+                tracing::warn!(group = %self.group(), site, who, "forced promotion out of a failed restore refused: {why}");
+                self.event(
+                    EventType::Warning,
+                    EventReason::ForcedPromotion,
+                    &format!("{who} asked to force {site} out of the failed restore, refused: {why}; nothing changed"),
+                )
+                .await;
+                self.drop_force_request().await;
+                return Ok(());
+            }
+        };
+        let settings = bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
+        self.client(site)?
+            .prepare_promotion(Some(settings))
             .await
-            .map_err(|e| ControllerError::Persist {
-                what: "the restored target's announcement",
+            .map_err(|e| ControllerError::Promote {
+                site: site.to_string(),
                 source: e,
             })?;
-        tracing::info!(group = %self.group(), target, topologyGeneration = generation, confirm = %r.confirm_token_used, "restore-in-place: the target is announced");
+        let (name, by) = (site.to_string(), who.to_string());
+        let generation = self
+            .announce_site(site, &out.awaiting_reclone, |x| {
+                x.forced_to.clone_from(&name);
+                x.message = format!("{} (forced out by {by}: {name} takes writes)", x.message);
+            })
+            .await?;
+        self.lift_fence(site).await?;
+        self.apply_effect(&Effect::Writable(site.to_string()));
+        self.drop_force_request().await;
+        let awaiting = out.awaiting_reclone.join(", ");
+        tracing::warn!(group = %self.group(), site, who, topologyGeneration = generation, awaiting_reclone = %awaiting, "forced out of a failed restore-in-place");
+        self.event(
+            EventType::Warning,
+            EventReason::ForcedPromotion,
+            &format!(
+                "{who} forced {site} out of the failed restore-in-place: it takes writes (topologyGeneration {generation}); {awaiting} await a reclone (`bloodraven site reclone`)"
+            ),
+        )
+        .await;
         Ok(())
     }
 
@@ -354,14 +441,33 @@ impl<S: Site> Controller<S> {
         }
     }
 
-    /// Persists the restore's next status, records its notes and counts its end: `Ok(again)`.
+    /// Persists the restore's next status (with its phase's deadline), records its notes and
+    /// counts its end: `Ok(again)`. A restore that ends while loading stops its load: the
+    /// task, the client it runs and the session it holds on the target.
     async fn persist_restore(
         &mut self,
-        p: Persist<RestoreStatus, bool>,
+        mut p: Persist<RestoreStatus, bool>,
     ) -> Result<bool, ControllerError> {
+        let before = self.rt.snapshot().status().restore_in_place.clone();
+        if let Some(b) = before.as_ref()
+            && (p.next.deadline.is_none() || p.next.phase != b.phase)
+        {
+            p.next.deadline = restore::deadline_for(
+                b,
+                &p.next,
+                self.rt.now(),
+                self.rt.config.operation_timeouts.restore_in_place,
+            );
+        }
         let next = &p.next;
         if next.phase.is_terminal() {
-            self.restore_run = None;
+            let loading = self.restore_run.take().is_some()
+                || before
+                    .as_ref()
+                    .is_some_and(|b| b.phase == RestorePhase::Loading);
+            if loading && let Err(e) = self.end_clone_sessions(&next.target_site).await {
+                tracing::warn!(group = %self.group(), target = %next.target_site, error = %e, "restore-in-place: could not end the load's sessions");
+            }
         }
         self.persist_status("the restore-in-place phase", |s| {
             s.restore_in_place = Some(next.clone());

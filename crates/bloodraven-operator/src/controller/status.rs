@@ -21,7 +21,7 @@ use bloodraven_core::time::Timestamp;
 use bloodraven_mysql::Site;
 use tokio::time::Instant;
 
-use super::Controller;
+use super::{Controller, ControllerError};
 use crate::events::EventType;
 use crate::metrics::{GroupLabel, GroupSite, GroupSiteState};
 
@@ -42,6 +42,10 @@ impl<S: Site> Controller<S> {
         next.sites.clone_from(&sites);
         next.observed_at = previous.observed_at.max(Some(now));
         set_conditions(&mut next, &settled.conditions, now);
+        let drift = self.rt.config_drift();
+        set_config_condition(&mut next, drift.as_deref(), now);
+        let transport = self.transport_verdict();
+        set_transport_condition(&mut next, transport.as_ref(), now);
         self.metrics()
             .observe_status(self.group(), &next, self.rt.config.max_lag_seconds);
         let changed = next.lasting() != previous.lasting();
@@ -50,21 +54,52 @@ impl<S: Site> Controller<S> {
             .is_none_or(|at| at.elapsed() >= REFRESH_EVERY);
         if changed || due {
             let res = self
-                .rt
-                .update_status(|st| {
+                .persist_status("the group status", |st| {
                     st.sites.clone_from(&sites);
                     st.observed_at = st.observed_at.max(Some(now));
                     set_conditions(st, &settled.conditions, now);
+                    set_config_condition(st, drift.as_deref(), now);
+                    set_transport_condition(st, transport.as_ref(), now);
                 })
                 .await;
             match res {
-                Ok(_) => self.persisted = Some(Instant::now()),
+                Ok(()) => self.persisted = Some(Instant::now()),
                 Err(e) => {
+                    let e = match e {
+                        ControllerError::Persist { source, .. } => source.to_string(),
+                        other => other.to_string(),
+                    };
                     tracing::warn!(group = %self.group(), step = "persist", error = %e, "cannot persist the group status");
                 }
             }
         }
         self.rt.set_observed(next);
+    }
+
+    /// The group's transport as this poll's probes show it (see
+    /// [`bloodraven_core::transport`]).
+    fn transport_verdict(&self) -> Option<(R, String)> {
+        use bloodraven_core::transport::{ReplicaTransport, TransportView};
+        let views: Vec<TransportView> = self
+            .sites
+            .iter()
+            .map(|s| {
+                let p = s.probe.as_ref();
+                TransportView {
+                    site: s.cfg.name.clone(),
+                    answered: s.answered,
+                    require_secure_transport: p.and_then(|p| p.require_secure_transport),
+                    replica: p
+                        .and_then(|p| p.replica.as_ref())
+                        .map(|r| ReplicaTransport {
+                            ssl: r.ssl_allowed,
+                            verifies: r.ssl_verify_server_cert,
+                            tls_error: r.tls_failed().then(|| r.last_io_error.clone()),
+                        }),
+                }
+            })
+            .collect();
+        bloodraven_core::transport::verdict(&views, &self.rt.config.replication_tls)
     }
 
     /// Every site's status after this poll: what was gathered, with the effects of the
@@ -277,6 +312,36 @@ impl<S: Site> Controller<S> {
             now_raised.insert(key);
         }
         self.raised = now_raised;
+    }
+}
+
+/// `TransportSecure` (informational): what [`bloodraven_core::transport::verdict`] says of
+/// the last probes.
+fn set_transport_condition(st: &mut GroupStatus, verdict: Option<&(R, String)>, now: Timestamp) {
+    match verdict {
+        None => st.set_condition(C::TransportSecure, true, R::AsExpected, "", now),
+        Some((reason, message)) => {
+            st.set_condition(C::TransportSecure, false, reason.clone(), message, now);
+        }
+    }
+}
+
+/// `ConfigInSync`, where the store is the truth: whether the leading operator's file says
+/// of the group what the store says (`drift`: the fields that differ). Informational.
+fn set_config_condition(st: &mut GroupStatus, drift: Option<&[String]>, now: Timestamp) {
+    match drift {
+        None => {}
+        Some([]) => st.set_condition(C::ConfigInSync, true, R::AsExpected, "", now),
+        Some(fields) => st.set_condition(
+            C::ConfigInSync,
+            false,
+            R::ConfigDrift,
+            &format!(
+                "the leading operator's configuration file differs from the stored group at {}; the stored spec is in force (`bloodraven apply -f FILE` changes it)",
+                fields.join(", ")
+            ),
+            now,
+        ),
     }
 }
 

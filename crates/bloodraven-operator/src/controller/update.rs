@@ -21,7 +21,7 @@ use std::time::Duration;
 use bloodraven_core::config::UpdateStrategy;
 use bloodraven_core::contract::annotations::ORDERED_UPDATE;
 use bloodraven_core::planned::Persist;
-use bloodraven_core::update::{self, Busy, Count, Done, Facts, Request, Step, Updatable};
+use bloodraven_core::update::{self, Count, Done, Facts, Request, Step, Updatable};
 use bloodraven_mysql::Site;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -147,13 +147,7 @@ impl<S: Site> Controller<S> {
                 return Ok(());
             }
         };
-        let decision = update::request(
-            &id,
-            status.update_phase.as_ref(),
-            update::busy(status),
-            &updatable,
-            self.rt.now(),
-        );
+        let decision = update::request(&id, status, &updatable, self.rt.now());
         if let Request::Accept(u) = &decision {
             self.persist_status("the ordered update request", |s| {
                 s.update_phase = Some(u.clone());
@@ -191,12 +185,10 @@ impl<S: Site> Controller<S> {
             return Ok(());
         }
         let status = self.rt.snapshot().status().clone();
-        let in_flight = status
-            .update_phase
-            .as_ref()
-            .is_some_and(|u| !u.phase.is_terminal());
-        // Only a group with a primary is updated (a bootstrap or an emergency comes first).
-        if in_flight || status.active_site.is_empty() || update::busy(&status) != Busy::Free {
+        // Only a group with a primary is updated (a bootstrap or an emergency comes first),
+        // and only when the arbiter lets an update start.
+        let free = bloodraven_core::arbiter::Running::of(&status).is_empty();
+        if !free || status.active_site.is_empty() {
             return Ok(());
         }
         self.drift_checked = Some(Instant::now());
@@ -211,13 +203,7 @@ impl<S: Site> Controller<S> {
             return Ok(());
         }
         let id = update::drift_request_id(&needs.drifted);
-        let decision = update::request(
-            &id,
-            status.update_phase.as_ref(),
-            Busy::Free,
-            &needs.updatable,
-            self.rt.now(),
-        );
+        let decision = update::request(&id, &status, &needs.updatable, self.rt.now());
         let Request::Accept(u) = decision else {
             // Taken: this drift was updated (or failed) already; `bloodraven update` retries.
             return Ok(());
@@ -243,6 +229,9 @@ impl<S: Site> Controller<S> {
         let Some(u) = super::in_flight(running, &mut self.update_run) else {
             return Ok(false);
         };
+        if crate::failpoints::holds("update", u.phase.as_str()) {
+            return Ok(false);
+        }
         let views = self.views(&status);
         let in_progress = (!u.site.is_empty()).then_some(u.site.as_str());
         let needs = match self.needs(in_progress).await {
@@ -258,11 +247,12 @@ impl<S: Site> Controller<S> {
             topology_generation: status.topology_generation,
             updatable: &needs.updatable,
             current: &needs.current,
+            phase_timeout: self.rt.config.operation_timeouts.ordered_update,
         };
         let now = self.rt.now();
         match update::step(Some(&u), &facts, now) {
             Step::Idle | Step::Wait => Ok(false),
-            Step::Persist(p) => self.persist_update(p).await,
+            Step::Persist(p) => self.persist_update_after(&u, p).await,
             Step::Update { site, timeout } => {
                 let run = self
                     .update_run
@@ -284,7 +274,7 @@ impl<S: Site> Controller<S> {
                         };
                         match update::finish(&u, done, self.rt.now()) {
                             Step::Persist(p) => {
-                                self.persist_update(p).await?;
+                                self.persist_update_after(&u, p).await?;
                                 Ok(true)
                             }
                             _ => Ok(false),
@@ -335,6 +325,24 @@ impl<S: Site> Controller<S> {
         }
     }
 
+    /// [`Self::persist_update`] of the step that followed `before`, with the deadline of the
+    /// phase it enters (or keeps).
+    async fn persist_update_after(
+        &mut self,
+        before: &bloodraven_core::status::UpdateStatus,
+        mut p: Persist<bloodraven_core::status::UpdateStatus, Count>,
+    ) -> Result<bool, ControllerError> {
+        if p.next.deadline.is_none() || p.next.phase != before.phase || p.next.site != before.site {
+            p.next.deadline = update::deadline_for(
+                before,
+                &p.next,
+                self.rt.now(),
+                self.rt.config.operation_timeouts.ordered_update,
+            );
+        }
+        self.persist_update(p).await
+    }
+
     /// Persists the update's next status, records its notes and counts its end: `Ok(again)`.
     async fn persist_update(
         &mut self,
@@ -342,7 +350,10 @@ impl<S: Site> Controller<S> {
     ) -> Result<bool, ControllerError> {
         let next = &p.next;
         if next.phase.is_terminal() {
-            self.update_run = None;
+            // A site's update still running is stopped (its command killed with the task).
+            if let Some(run) = self.update_run.take() {
+                run.task.abort();
+            }
         }
         self.persist_status("the ordered update phase", |s| {
             s.update_phase = Some(next.clone());

@@ -34,7 +34,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use bloodraven_core::config::GroupConfig;
 use bloodraven_core::lease::{LeaseError, LeaseKind};
-use bloodraven_core::resources::{API_VERSION, FailoverGroupBody, KIND_GROUP, KIND_LEASE};
+use bloodraven_core::resources::{FailoverGroupBody, KIND_GROUP, KIND_LEASE};
 use bloodraven_core::status::GroupStatus;
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::token::{TOKEN_BYTES, TokenSource};
@@ -148,9 +148,28 @@ pub struct GroupRuntime {
     platform: RwLock<Attached>,
     /// The stored `topologyGeneration`, for watchers of the active site (`/active-site?watch`).
     views: tokio::sync::watch::Sender<u64>,
-    /// Per site: when this operator last answered that site's sidecar's `/readyz` as leader
-    /// (strict fencing's facts: who may be suppressing rule #2 there).
-    answered_sidecars: std::sync::Mutex<BTreeMap<String, tokio::time::Instant>>,
+    /// Per site: when this operator last answered that site's sidecar's `/readyz` as leader,
+    /// over its verified identity, and the newest view that sidecar said it holds (strict
+    /// fencing's facts: who may be suppressing rule #2 there, and its receipt).
+    answered_sidecars: std::sync::Mutex<BTreeMap<String, Answered>>,
+    /// Where this operator's file differs from the stored spec (the fields), where the store
+    /// is the truth; `None` where the file is the configuration.
+    config_drift: std::sync::RwLock<Option<Vec<String>>>,
+}
+
+/// What a sidecar said of itself when it called (`held`, `readOnly` on `/readyz`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Claim {
+    pub held: Option<u64>,
+    pub read_only: Option<bool>,
+}
+
+/// One site's entry of the answered sidecars.
+#[derive(Clone, Copy, Debug)]
+struct Answered {
+    at: tokio::time::Instant,
+    /// The newest generation it said it holds, since when, and its `read_only` under it.
+    holds: Option<(u64, tokio::time::Instant, Option<bool>)>,
 }
 
 /// What the operator's platform gives a group: leadership (checked before every action), the
@@ -160,6 +179,9 @@ pub struct Attached {
     pub leadership: crate::leader::Leadership,
     pub secrets: Arc<dyn crate::secrets::SecretStore>,
     pub workloads: Arc<dyn crate::platform::SiteWorkloads>,
+    /// How this operator proves itself to the sidecars it reads, and checks them
+    /// (`componentTLS`).
+    pub component_tls: Option<Arc<bloodraven_runtime::mtls::ComponentTls>>,
 }
 
 impl std::fmt::Debug for Attached {
@@ -205,16 +227,66 @@ fn snapshot_of(obj: &RawObject) -> Result<GroupSnapshot, StoreError> {
 }
 
 impl GroupRuntime {
-    /// Records that this operator just answered `site`'s sidecar `/readyz` as leader. Only a
-    /// site of this group is recorded.
-    pub fn answered_sidecar(&self, site: &str) {
+    /// Records where this operator's file differs from the stored spec (`Some(fields)`, empty
+    /// when they agree): the metric, and a log line naming the fields whenever they change.
+    pub fn set_config_drift(&self, drift: Option<Vec<String>>) {
+        let mut cur = self
+            .config_drift
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // 0 where nothing is compared (the file, or the cluster's resources, are the
+        // configuration): the series exists from the group's start everywhere.
+        self.metrics
+            .config_drift(&self.name, drift.as_ref().is_some_and(|f| !f.is_empty()));
+        if let Some(fields) = &drift
+            && cur.as_ref() != Some(fields)
+        {
+            if fields.is_empty() {
+                tracing::info!(group = %self.name, "this operator's configuration file agrees with the stored group");
+            } else {
+                tracing::warn!(group = %self.name, fields = %fields.join(", "), "{}: this operator's configuration file differs from the stored group, which is in force (`bloodraven apply -f FILE` changes the store)", bloodraven_core::reason::ConditionReason::ConfigDrift.as_str());
+            }
+        }
+        *cur = drift;
+    }
+
+    /// Where this operator's file differs from the stored spec (see [`Self::set_config_drift`]).
+    pub fn config_drift(&self) -> Option<Vec<String>> {
+        self.config_drift
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records that this operator just answered `site`'s sidecar `/readyz` as leader (the
+    /// caller's verified identity), which said `claim` of itself. Only a site of this group
+    /// is recorded.
+    pub fn answered_sidecar(&self, site: &str, claim: Claim) {
         if self.config.site(site).is_none() {
             return;
         }
-        self.answered_sidecars
+        let now = tokio::time::Instant::now();
+        let mut m = self
+            .answered_sidecars
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(site.to_string(), tokio::time::Instant::now());
+            .unwrap_or_else(PoisonError::into_inner);
+        let e = m.entry(site.to_string()).or_insert(Answered {
+            at: now,
+            holds: None,
+        });
+        e.at = now;
+        if let Some(g) = claim.held {
+            match &mut e.holds {
+                // An older generation (a replay, a restarted sidecar) changes nothing.
+                Some((held, _, _)) if g < *held => {}
+                Some((held, _, ro)) if g == *held => {
+                    if claim.read_only == Some(true) {
+                        *ro = Some(true);
+                    }
+                }
+                _ => e.holds = Some((g, now, claim.read_only)),
+            }
+        }
     }
 
     /// How long ago this operator last answered `site`'s sidecar as leader (`None`: not
@@ -224,7 +296,24 @@ impl GroupRuntime {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(site)
-            .map(tokio::time::Instant::elapsed)
+            .map(|a| a.at.elapsed())
+    }
+
+    /// What `site`'s sidecar last told this operator of the view it holds (strict fencing's
+    /// receipt), with its age by this operator's clock.
+    pub fn sidecar_receipt(&self, site: &str) -> Option<bloodraven_core::strict::Receipt> {
+        self.answered_sidecars
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(site)
+            .and_then(|a| a.holds)
+            .map(
+                |(generation, since, read_only)| bloodraven_core::strict::Receipt {
+                    generation,
+                    read_only,
+                    ago: since.elapsed(),
+                },
+            )
     }
 
     /// Loads a group and its leases from the store. Leases stamped with an older generation
@@ -282,10 +371,12 @@ impl GroupRuntime {
             platform: RwLock::new(Attached {
                 leadership: crate::leader::Leadership::always(),
                 secrets: Arc::new(crate::secrets::NoSecrets),
-                workloads: Arc::new(crate::platform::embedded::Endpoints),
+                workloads: Arc::new(crate::platform::machines::Endpoints),
+                component_tls: None,
             }),
             views: tokio::sync::watch::channel(generation).0,
             answered_sidecars: std::sync::Mutex::new(BTreeMap::new()),
+            config_drift: std::sync::RwLock::new(None),
         });
         {
             let snap = rt.snapshot();
@@ -296,6 +387,29 @@ impl GroupRuntime {
                 &snap.body.status.active_site,
                 snap.body.status.topology_generation,
             );
+            if rt.config.backup.is_some() {
+                // From the stored last good backup, so a new term reports what the previous
+                // one did; 0 before the group's first backup.
+                let last = snap
+                    .body
+                    .status
+                    .backups
+                    .as_ref()
+                    .and_then(|b| b.last_succeeded.as_ref());
+                match last {
+                    Some(b) => {
+                        let took = match (b.start_time, b.completion_time) {
+                            (Some(a), Some(z)) => z.since(a).as_secs_f64(),
+                            _ => 0.0,
+                        };
+                        let at = b
+                            .completion_time
+                            .map_or(0, bloodraven_core::time::Timestamp::unix_seconds);
+                        rt.metrics.backup_succeeded(&name, at, took, b.bytes);
+                    }
+                    None => rt.metrics.backup_succeeded(&name, 0, 0.0, 0),
+                }
+            }
         }
         rt.sync_leases_to_status().await.map_err(err)?;
         Ok(rt)
@@ -330,6 +444,15 @@ impl GroupRuntime {
             .unwrap_or_else(PoisonError::into_inner) = platform;
     }
 
+    /// The operator's component TLS (`componentTLS`), when configured.
+    pub fn component_tls(&self) -> Option<Arc<bloodraven_runtime::mtls::ComponentTls>> {
+        self.platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .component_tls
+            .clone()
+    }
+
     /// The platform's site workloads (Pods in Kubernetes mode).
     pub fn workloads(&self) -> Arc<dyn crate::platform::SiteWorkloads> {
         self.platform
@@ -340,6 +463,16 @@ impl GroupRuntime {
     }
 
     /// Whether this operator may act on the group now (it leads, and its leadership is fresh).
+    /// How long an earlier leader may still act after this term began (see
+    /// `crate::leader::Leadership::handover`).
+    pub fn handover(&self) -> std::time::Duration {
+        self.platform
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .leadership
+            .handover()
+    }
+
     pub fn may_act(&self) -> bool {
         self.platform
             .read()
@@ -377,10 +510,4 @@ impl GroupRuntime {
     }
 }
 
-/// Builds the stored object for a group defined in configuration (status empty).
-pub fn new_group_object(
-    meta: bloodraven_core::resources::ObjectMeta,
-    body: &FailoverGroupBody,
-) -> Result<RawObject, StoreError> {
-    RawObject::from_body(API_VERSION, KIND_GROUP, meta, body)
-}
+pub use crate::objects::new_group_object;

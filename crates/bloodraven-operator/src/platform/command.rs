@@ -135,6 +135,9 @@ mod tests {
             mysql_host: "127.0.0.1".into(),
             mysql_port: 3307,
             credentials: CredentialsRef::default(),
+            mysql_tls: bloodraven_core::config::MysqlTls::default(),
+            replication_host: "127.0.0.1".into(),
+            replication_port: 3307,
             sidecar_url: "http://127.0.0.1:1".into(),
             priority: 0,
             update: Some(SiteUpdate {

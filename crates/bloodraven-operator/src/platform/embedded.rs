@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bloodraven_core::config::{GroupConfig, SiteConfig};
+use bloodraven_core::config::GroupConfig;
+use bloodraven_core::lease::LeaseView;
 use bloodraven_core::resources::{
     API_VERSION, DatabaseBody, FailoverGroupBody, KIND_DATABASE, KIND_EVENT, KIND_GROUP, KIND_LEASE,
 };
@@ -17,15 +18,14 @@ use bloodraven_store::{RawObject, SqliteStore, Store, StoreError, WriteOp};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{
-    GroupRefused, GroupSource, Platform, PlatformError, PlatformFuture, PrepareError, RoleLabel,
-    SiteWorkloads, UpdateNeed, Workload, WorkloadError,
-};
-use crate::auth::{Authenticator, HmacTokens, SigningKey};
+use super::{GroupRefused, GroupSource, Platform, PlatformError, PlatformFuture, PrepareError};
+use crate::auth::Authenticator;
 use crate::config::{DatabaseDoc, DeployApiSettings, GroupDoc, LoadedConfig};
 use crate::leader::Leadership;
 use crate::lease_objects::LABEL_GROUP;
-use crate::operator::STORE_FILE;
+
+/// The store file inside the data directory.
+pub const STORE_FILE: &str = "bloodraven.db";
 
 /// The embedded platform.
 #[derive(Debug)]
@@ -94,25 +94,8 @@ impl Platform for EmbeddedPlatform {
         deploy: &DeployApiSettings,
         clock: &SharedClock,
     ) -> Result<Arc<dyn Authenticator>, PlatformError> {
-        hmac_tokens(deploy, clock)
+        super::machines::hmac_tokens(deploy, clock)
     }
-}
-
-/// Deploy tokens the operator issues itself (`bloodraven token issue`), checked with
-/// `tokenSigningKeyFile`: the embedded and the etcd platforms'.
-pub(super) fn hmac_tokens(
-    deploy: &DeployApiSettings,
-    clock: &SharedClock,
-) -> Result<Arc<dyn Authenticator>, PlatformError> {
-    let key = deploy
-        .token_key_file
-        .as_ref()
-        .ok_or(PlatformError::NoTokenKey)?;
-    Ok(Arc::new(HmacTokens {
-        key: Arc::new(SigningKey::load(key)?),
-        audience: deploy.audience.clone(),
-        clock: clock.clone(),
-    }))
 }
 
 /// The groups and databases of the configuration file.
@@ -136,7 +119,92 @@ impl ConfiguredGroups {
 /// 128 operations per transaction, with room for the compares the etcd store adds.
 pub const PREPARE_BATCH: usize = 50;
 
+impl ConfiguredGroups {
+    /// What the file no longer has but a live deploy lease or failover-hold still holds:
+    /// groups (any of their leases) and databases (their leases), named for the refusal. Read
+    /// from the lease objects alone (each names its group and its instance, the database).
+    async fn removed_but_held(
+        &self,
+        store: &Arc<dyn Store>,
+        now: Timestamp,
+    ) -> Result<Vec<String>, StoreError> {
+        let leases = store.list(KIND_LEASE, None).await?;
+        let namespaces: std::collections::BTreeMap<&str, &str> = leases
+            .iter()
+            .filter_map(|o| {
+                let g = o.metadata.labels.get(LABEL_GROUP)?;
+                Some((g.as_str(), o.metadata.namespace.as_str()))
+            })
+            .collect();
+        let live = crate::lease_objects::live_leases(&leases, now);
+        let mut groups: std::collections::BTreeMap<String, Vec<&LeaseView>> =
+            std::collections::BTreeMap::new();
+        let mut databases: std::collections::BTreeMap<String, Vec<&LeaseView>> =
+            std::collections::BTreeMap::new();
+        for (group, l) in &live {
+            let ns = namespaces.get(group.as_str()).copied().unwrap_or("default");
+            let kept_group = self
+                .groups
+                .iter()
+                .any(|g| g.metadata.name == *group && g.metadata.namespace == ns);
+            if !kept_group {
+                groups
+                    .entry(format!("MysqlFailoverGroup {ns}/{group}"))
+                    .or_default()
+                    .push(l);
+            }
+            let kept_db = self
+                .databases
+                .iter()
+                .any(|d| d.metadata.name == l.instance && d.metadata.namespace == ns);
+            if !kept_db && !l.instance.is_empty() {
+                databases
+                    .entry(format!("MysqlDatabase {ns}/{}", l.instance))
+                    .or_default()
+                    .push(l);
+            }
+        }
+        Ok(groups
+            .into_iter()
+            .chain(databases)
+            .map(|(what, ls)| format!("{what} ({})", describe(&ls)))
+            .collect())
+    }
+}
+
+/// `migration lease of operation X until T, failover-hold of …`.
+fn describe(leases: &[&LeaseView]) -> String {
+    leases
+        .iter()
+        .map(|l| {
+            format!(
+                "{} of operation {:?} until {}",
+                l.kind.as_str(),
+                l.operation_id,
+                l.expires_at
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl GroupSource for ConfiguredGroups {
+    /// Refuses a file that removes a group or database holding a live lease or hold.
+    fn preflight<'a>(
+        &'a self,
+        store: &'a Arc<dyn Store>,
+        now: Timestamp,
+    ) -> PlatformFuture<'a, Result<(), PrepareError>> {
+        Box::pin(async move {
+            let held = self.removed_but_held(store, now).await?;
+            if held.is_empty() {
+                Ok(())
+            } else {
+                Err(PrepareError::RemovesLiveLeases(held))
+            }
+        })
+    }
+
     /// Writes the configured groups and databases into the store: new ones created, changed
     /// specs replaced (keeping the status and annotations of existing groups), and what the
     /// configuration no longer has deleted with its leases, tombstones and events. In batches
@@ -147,6 +215,11 @@ impl GroupSource for ConfiguredGroups {
         now: Timestamp,
     ) -> PlatformFuture<'a, Result<(), PrepareError>> {
         Box::pin(async move {
+            // Checked again at every term: never delete what a live lease holds.
+            let held = self.removed_but_held(store, now).await?;
+            if !held.is_empty() {
+                return Err(PrepareError::RemovesLiveLeases(held));
+            }
             let mut ops = Vec::new();
             let stored_groups = store.list(KIND_GROUP, None).await?;
             for g in &self.groups {
@@ -162,7 +235,7 @@ impl GroupSource for ConfiguredGroups {
                             spec: g.spec.clone(),
                             status: bloodraven_core::status::GroupStatus::default(),
                         };
-                        ops.push(WriteOp::Create(crate::group::new_group_object(
+                        ops.push(WriteOp::Create(crate::objects::new_group_object(
                             meta, &body,
                         )?));
                     }
@@ -255,63 +328,5 @@ impl GroupSource for ConfiguredGroups {
 
     fn dynamic(&self) -> bool {
         false
-    }
-}
-
-/// A site's workload in embedded mode: its configured MySQL endpoint. Nothing to label; its
-/// update is its own update command ([`super::command`]).
-#[derive(Debug)]
-pub struct Endpoints;
-
-impl SiteWorkloads for Endpoints {
-    fn find<'a>(
-        &'a self,
-        _group: &'a GroupConfig,
-        site: &'a SiteConfig,
-    ) -> PlatformFuture<'a, Result<Vec<Workload>, WorkloadError>> {
-        let endpoint = Workload {
-            site: site.name.clone(),
-            name: format!("{}:{}", site.mysql_host, site.mysql_port),
-            role: None,
-        };
-        Box::pin(async move { Ok(vec![endpoint]) })
-    }
-
-    fn label_role<'a>(
-        &'a self,
-        _group: &'a GroupConfig,
-        _site: &'a SiteConfig,
-        _what: &'a str,
-        _role: RoleLabel,
-    ) -> PlatformFuture<'a, Result<bool, WorkloadError>> {
-        Box::pin(async { Ok(false) })
-    }
-
-    fn update_need<'a>(
-        &'a self,
-        _group: &'a GroupConfig,
-        site: &'a SiteConfig,
-    ) -> PlatformFuture<'a, Result<UpdateNeed, WorkloadError>> {
-        let need = if site.update_command().is_some() {
-            UpdateNeed::Always
-        } else {
-            UpdateNeed::NotUpdatable
-        };
-        Box::pin(async move { Ok(need) })
-    }
-
-    fn update<'a>(
-        &'a self,
-        group: &'a GroupConfig,
-        site: &'a SiteConfig,
-    ) -> PlatformFuture<'a, Result<(), WorkloadError>> {
-        Box::pin(async move {
-            super::command::run_command(&group.name, site)
-                .await
-                .map_err(|e| WorkloadError::Update {
-                    site: site.name.clone(),
-                    detail: e.to_string(),
-                })
-        })
     }
 }

@@ -4,9 +4,9 @@
 //! etcd checks itself, so a paused or cut-off old leader writes nothing, whatever it
 //! believes); leadership is a campaign for `<prefix>leader` on a lease of `leaseTTL`. The rest
 //! is the embedded platform's: deploy tokens are the operator's own HMAC tokens (every
-//! operator holds the same key file), secrets are files, the groups are the configuration
-//! file's (written into etcd at the start of every term by the operator that leads), and a
-//! site's workload is its configured endpoint.
+//! operator holds the same key file), secrets are files, and a site's workload is its
+//! configured endpoint. The groups are the store's ([`super::stored`]): `bloodraven apply`
+//! writes them, and an operator's own file is only compared with them.
 //!
 //! # Invariants
 //! - A write is sent only while this process holds a term and its last keep-alive covers it,
@@ -24,7 +24,7 @@ use bloodraven_store::Store;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::embedded::ConfiguredGroups;
+use super::stored::StoredGroups;
 use super::{GroupSource, Platform, PlatformError};
 use crate::auth::Authenticator;
 use crate::config::{DeployApiSettings, LoadedConfig};
@@ -35,7 +35,7 @@ pub struct EtcdPlatform {
     settings: EtcdSettings,
     client: EtcdClient,
     store: EtcdStore,
-    groups: Arc<ConfiguredGroups>,
+    groups: Arc<StoredGroups>,
     /// This process's campaign, once [`Platform::elect`] started it.
     term: Arc<Mutex<Option<bloodraven_etcd::Leadership>>>,
     identity: String,
@@ -70,7 +70,7 @@ impl EtcdPlatform {
             settings: settings.clone(),
             client,
             store,
-            groups: Arc::new(ConfiguredGroups::of(cfg)),
+            groups: Arc::new(StoredGroups::of(cfg)),
             term: Arc::new(Mutex::new(None)),
             identity: identity(cfg),
         })
@@ -137,7 +137,9 @@ impl Platform for EtcdPlatform {
             }
         });
         (
-            Leadership::confirmed_by(rx, Arc::new(move || confirm.confirm())).with_control(control),
+            Leadership::confirmed_by(rx, Arc::new(move || confirm.confirm()))
+                .with_control(control)
+                .with_handover(self.settings.lease_ttl),
             task,
         )
     }
@@ -147,7 +149,7 @@ impl Platform for EtcdPlatform {
         deploy: &DeployApiSettings,
         clock: &SharedClock,
     ) -> Result<Arc<dyn Authenticator>, PlatformError> {
-        super::embedded::hmac_tokens(deploy, clock)
+        super::machines::hmac_tokens(deploy, clock)
     }
 }
 

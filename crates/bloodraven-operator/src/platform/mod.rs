@@ -4,7 +4,7 @@
 //! | platform | store | leadership | deploy tokens | secrets | groups | workloads |
 //! |---|---|---|---|---|---|---|
 //! | [`embedded`] | SQLite in the data directory | a file lock | HMAC tokens (`bloodraven token issue`) | files only | the configuration file | the configured endpoints; updated by an update command |
-//! | [`etcd`] | an etcd v3 cluster (objects under a prefix, one transaction per batch) | a key on a lease, every write fenced by its revision | HMAC tokens | files only | the configuration file | the configured endpoints |
+//! | [`etcd`] | an etcd v3 cluster (objects under a prefix, one transaction per batch) | a key on a lease, every write fenced by its revision | HMAC tokens | files only | the store ([`stored`]; `bloodraven apply`), the file only compared | the configured endpoints |
 //! | [`kubernetes`] | the API server (CRDs, Leases, Events) | a Lease, fencing a paused leader | TokenReview | Secrets | the cluster's custom resources | Pods: found by selector or StatefulSet, labelled; a drifted Pod deleted |
 //!
 //! This module owns the trait ([`Platform`]) and the one place that chooses a platform from
@@ -16,6 +16,8 @@ mod command;
 pub mod embedded;
 pub mod etcd;
 pub mod kubernetes;
+pub mod machines;
+pub mod stored;
 
 use std::fmt;
 use std::future::Future;
@@ -85,7 +87,7 @@ pub trait Platform: Send + Sync + fmt::Debug {
     fn groups(&self) -> Arc<dyn GroupSource>;
     /// The sites' workloads. Outside Kubernetes a site's workload is its configured endpoint.
     fn workloads(&self) -> Arc<dyn SiteWorkloads> {
-        Arc::new(embedded::Endpoints)
+        Arc::new(machines::Endpoints)
     }
     /// Starts competing for leadership; the task ends after `shutdown`, releasing it.
     fn elect(
@@ -136,11 +138,19 @@ pub enum GroupRefused {
     Invalid(bloodraven_core::config::ValidationErrors),
 }
 
-/// Writing a platform's groups into the store before a term loads them failed.
+/// Writing a platform's groups into the store before a term loads them failed, or the
+/// configuration would end what runs.
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
     #[error("cannot write the configured groups and databases into the store: {0}")]
     Store(#[from] StoreError),
+    /// The file no longer has groups or databases that hold a live deploy lease or
+    /// failover-hold: removing them would end what a pipeline holds.
+    #[error(
+        "the configuration file removes what holds a live deploy lease: {}; put them back, or let the leases end (release or expiry) first",
+        .0.join("; ")
+    )]
+    RemovesLiveLeases(Vec<String>),
 }
 
 /// Where a platform's groups come from.
@@ -153,8 +163,31 @@ pub trait GroupSource: Send + Sync + fmt::Debug {
         store: &'a Arc<dyn Store>,
         now: Timestamp,
     ) -> PlatformFuture<'a, Result<(), PrepareError>>;
+    /// Before the operator serves: whether the store and this source may run together (the
+    /// embedded platform refuses a file that removes what holds a live lease).
+    fn preflight<'a>(
+        &'a self,
+        store: &'a Arc<dyn Store>,
+        now: Timestamp,
+    ) -> PlatformFuture<'a, Result<(), PrepareError>> {
+        let _ = (store, now);
+        Box::pin(async { Ok(()) })
+    }
     /// The validated configuration of a stored group, or why it cannot run.
     fn config_of(&self, obj: &RawObject) -> Result<GroupConfig, GroupRefused>;
+    /// Where the store is the truth and this operator also has a file: the fields where the
+    /// file says of `obj` something else (empty when they agree). `None` where there is
+    /// nothing to compare (the file is the configuration, or the cluster's resources are).
+    fn drift(&self, obj: &RawObject) -> Option<Vec<String>> {
+        let _ = obj;
+        None
+    }
+    /// The groups of this operator's file that `stored` lacks (`namespace/name`): reported,
+    /// never created.
+    fn unstored(&self, stored: &[RawObject]) -> Vec<(String, String)> {
+        let _ = stored;
+        Vec::new()
+    }
     /// Groups are created, changed and deleted in the store while the operator runs (a
     /// changed spec restarts the group; a group that cannot run is reported by an event).
     fn dynamic(&self) -> bool;

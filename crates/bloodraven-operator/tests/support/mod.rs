@@ -365,7 +365,7 @@ impl Client {
 
 /// A group of real MariaDB servers (`iad`, `pdx`, `reader`) and an operator controlling it.
 pub struct Live {
-    pub harness: bloodraven_mysql::launcher::Launcher,
+    pub harness: bloodraven_launch::mysql::Launcher,
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
     pub ca: PathBuf,
@@ -410,10 +410,10 @@ impl Live {
     /// [`Live::start`] with the group's options adjusted by `tweak` before they are written.
     pub async fn start_with(
         t: Timings,
-        tweak: impl FnOnce(&mut bloodraven_operator::local::LocalOptions),
+        tweak: impl FnOnce(&mut bloodraven_launch::local::LocalOptions),
     ) -> Live {
         use bloodraven_core::config::SiteRole;
-        let harness = bloodraven_mysql::launcher::Launcher::start_group(&["iad", "pdx", "reader"])
+        let harness = bloodraven_launch::mysql::Launcher::start_group(&["iad", "pdx", "reader"])
             .await
             .unwrap();
         ledger::set_up_primary(
@@ -422,7 +422,7 @@ impl Live {
         )
         .await;
         let dir = tempfile::tempdir().unwrap();
-        let mut o = bloodraven_operator::local::LocalOptions::new(
+        let mut o = bloodraven_launch::local::LocalOptions::new(
             GROUP,
             vec![
                 SiteRole::PrimaryCandidate,
@@ -435,7 +435,7 @@ impl Live {
         o.drain_timeout = t.drain.into();
         o.max_lag_wait = t.max_lag_wait.into();
         tweak(&mut o);
-        let files = bloodraven_operator::local::write_files(dir.path(), &harness, &o).unwrap();
+        let files = bloodraven_launch::local::write_files(dir.path(), &harness, &o).unwrap();
         Live {
             harness,
             key: SigningKey::load(&files.token_key).unwrap(),

@@ -396,7 +396,7 @@ async fn a_real_server_answers_a_pipelined_pair_on_one_connection() {
             "/peer/active-site",
             get(|| async { (axum::http::StatusCode::NO_CONTENT, "") }),
         );
-    let url = Url::parse(&crate::testing::serve(app).await).unwrap();
+    let url = Url::parse(&crate::testing::serve_plain(app).await).unwrap();
     let c = client(&url);
     let (ping, view) = (c.request("/peer/ping"), c.request("/peer/active-site"));
     for _ in 0..3 {
@@ -447,7 +447,7 @@ async fn https_parties_are_checked_against_the_given_roots() {
     });
     let url = Url::parse(&format!("https://{addr}")).unwrap();
     let trusting = Arc::new(bloodraven_runtime::tls::client_config(Some(&pki.ca_cert)).unwrap());
-    let c = Client::new(&url, Some(trusting), LIMIT, MAX_BODY).unwrap();
+    let c = Client::new(&url, Some(TlsSource::Fixed(trusting)), LIMIT, MAX_BODY).unwrap();
     let (a, b) = (c.request("/a"), c.request("/b"));
     let got = c.get_all(&[&a, &b], LIMIT).await;
     assert_eq!(body(&got[0]), "over tls 0");
@@ -456,7 +456,7 @@ async fn https_parties_are_checked_against_the_given_roots() {
 
     // A client that trusts nothing refuses the same server.
     let nothing = Arc::new(bloodraven_runtime::tls::client_config(None).unwrap());
-    let c = Client::new(&url, Some(nothing), LIMIT, MAX_BODY).unwrap();
+    let c = Client::new(&url, Some(TlsSource::Fixed(nothing)), LIMIT, MAX_BODY).unwrap();
     let got = c.get(&a, LIMIT).await;
     assert!(matches!(got, Err(HttpError::Tls { .. })), "{got:?}");
     // And https:// without a configuration is refused when the client is made.

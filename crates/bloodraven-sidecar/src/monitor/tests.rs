@@ -263,6 +263,7 @@ impl Fencing for FakeDb {
             gtid: GtidSet::parse(GtidFlavor::MariaDb, "0-1-1").map_err(|_| unreadable())?,
             replica: None,
             semi_sync: None,
+            require_secure_transport: None,
         })
     }
 }

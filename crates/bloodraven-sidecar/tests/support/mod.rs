@@ -1,5 +1,7 @@
 //! Test support: a scriptable stand-in for the operator or a peer sidecar (axum on
-//! `127.0.0.1:0`), and helpers to start a real sidecar against a harness server.
+//! `127.0.0.1:0`, over the component mutual TLS of [`bloodraven_testkit::pki`], with one
+//! certificate that names both the operator and a site `fake`), and helpers to start a real
+//! sidecar against a harness server.
 //!
 //! A [`FakeParty`] serves `/healthz`, `/readyz`, `/active-site`, `/peer/ping` and `/peer/active-site` and can
 //! be switched between answering, `503`, silent (accepts, never answers) and down (not
@@ -20,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bloodraven_core::time::Timestamp;
 use bloodraven_core::wire::ActiveSite;
+use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::SiteClient;
-use bloodraven_mysql::launcher::Launcher;
 use bloodraven_runtime::logging::Captured;
 use bloodraven_sidecar::Sidecar;
 use bloodraven_sidecar::config::Timing;
@@ -212,8 +214,17 @@ fn router(s: Shared, close: bool) -> Router {
 }
 
 fn spawn_server(listener: TcpListener, s: Shared, close: bool) -> JoinHandle<()> {
+    let tls = bloodraven_testkit::pki::pki().fake_tls();
     tokio::spawn(async move {
-        let _ = axum::serve(listener, router(s, close)).await;
+        // Never stopped by a signal: the task is aborted.
+        let (_keep, rx) = tokio::sync::watch::channel(false);
+        bloodraven_runtime::serve::serve(
+            listener,
+            bloodraven_runtime::serve::Transport::Component(tls),
+            router(s, close),
+            rx,
+        )
+        .await;
     })
 }
 
@@ -245,7 +256,7 @@ impl FakeParty {
         }));
         let server = spawn_server(listener, state.clone(), close);
         Arc::new(FakeParty {
-            url: format!("http://{addr}"),
+            url: format!("https://{addr}"),
             addr,
             close,
             state,
@@ -357,7 +368,7 @@ pub fn at(s: i64) -> Timestamp {
 
 /// A loopback port nobody listens on (picked, then released; outside the ephemeral range).
 pub fn free_port() -> u16 {
-    bloodraven_mysql::launcher::free_port().unwrap()
+    bloodraven_launch::mysql::free_port().unwrap()
 }
 
 /// Small timings for tests: ticks every second, a 3 s lease (the floor of the CEL rules).
@@ -432,7 +443,9 @@ impl SidecarStart<'_> {
         let ((h, i, site), (operator, peers)) = (self.server, self.parties);
         let (id, timing) = (identity(site), self.timing);
         let operator = [operator.to_string()];
-        let contacts = HttpContacts::new(&id, &operator, peers, timing.request_timeout).unwrap();
+        let tls = bloodraven_testkit::pki::pki().site_tls(site);
+        let contacts =
+            HttpContacts::new(&id, &operator, peers, timing.request_timeout, &tls).unwrap();
         Sidecar::start(
             id,
             Arc::new(contacts),
@@ -440,6 +453,7 @@ impl SidecarStart<'_> {
             timing,
             self.trust,
             self.listen,
+            tls,
             bloodraven_runtime::clock::system(),
         )
         .await
@@ -503,9 +517,16 @@ pub fn local(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// A client of the sidecars' open endpoints: it trusts the test CA and presents nothing.
+pub fn client() -> reqwest::Client {
+    bloodraven_testkit::pki::pki().client()
+}
+
 /// The sidecar's `/status` at `addr`.
 pub async fn status(addr: SocketAddr) -> serde_json::Value {
-    reqwest::get(format!("http://{addr}/status"))
+    client()
+        .get(format!("https://{addr}/status"))
+        .send()
         .await
         .unwrap()
         .json()

@@ -8,8 +8,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use bloodraven_core::config::SiteRole;
-use bloodraven_mysql::launcher::Launcher;
-use bloodraven_operator::local::{LocalOptions, write_files};
+use bloodraven_launch::local::{LocalOptions, write_files};
+use bloodraven_launch::mysql::Launcher;
 use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_bloodraven");
@@ -97,7 +97,7 @@ pub async fn until(
 }
 
 pub fn free_port() -> u16 {
-    bloodraven_mysql::launcher::free_port().unwrap()
+    bloodraven_launch::mysql::free_port().unwrap()
 }
 
 pub struct Setup {
@@ -138,7 +138,22 @@ pub async fn setup_with(tweak: impl FnOnce(&mut LocalOptions)) -> Setup {
         Some(2),
         "an existing key is never overwritten"
     );
-    let (http, https) = (free_port(), free_port());
+    // The component CA and the operator's certificate, made as a user makes them.
+    let pki = d.join("pki");
+    let pki_arg = pki.to_str().unwrap();
+    cli_ok(["tls", "ca", "--out", pki_arg]);
+    cli_ok([
+        "tls",
+        "issue",
+        "--ca",
+        pki_arg,
+        "--group",
+        "playground",
+        "--operator",
+        "--out",
+        pki_arg,
+    ]);
+    let (http, https, component) = (free_port(), free_port(), free_port());
     let mut o = LocalOptions::new(
         "playground",
         vec![
@@ -150,6 +165,14 @@ pub async fn setup_with(tweak: impl FnOnce(&mut LocalOptions)) -> Setup {
     o.poll_interval = "300ms".into();
     o.http_listen = format!("127.0.0.1:{http}").parse().unwrap();
     o.https_listen = format!("127.0.0.1:{https}").parse().unwrap();
+    o.component = Some((
+        format!("127.0.0.1:{component}").parse().unwrap(),
+        bloodraven_runtime::mtls::TlsFiles {
+            cert: pki.join("operator.crt"),
+            key: pki.join("operator.key"),
+            ca: pki.join("ca.crt"),
+        },
+    ));
     tweak(&mut o);
     let files = write_files(d, &harness, &o).unwrap();
     let config = files.config;

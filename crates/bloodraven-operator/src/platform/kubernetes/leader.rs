@@ -49,6 +49,8 @@ struct Election {
     tx: watch::Sender<bool>,
     valid_until: Arc<Mutex<Option<Instant>>>,
     observed: Option<Observed>,
+    /// The leadership handed out, to set each term's handover before it begins.
+    leadership: Leadership,
 }
 
 impl Election {
@@ -113,7 +115,11 @@ impl Election {
                     spec: Some(self.spec(0, true, now)),
                 };
                 match self.api.create(&pp, &lease).await {
-                    Ok(_) => self.lead_until(sent + self.cfg.renew_deadline),
+                    Ok(_) => {
+                        // No Lease before: nobody led.
+                        self.leadership.set_handover(std::time::Duration::ZERO);
+                        self.lead_until(sent + self.cfg.renew_deadline);
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "creating the leader Lease lost a race");
                     }
@@ -163,6 +169,13 @@ impl Election {
                     match self.api.replace(&self.name, &pp, &next).await {
                         Ok(_) => {
                             tracing::info!(lease = %self.name, previous = ?holder, "took over the leader Lease");
+                            // An expired holder may still act until its own renew deadline
+                            // passes on its clock; a released Lease had none.
+                            self.leadership.set_handover(if holder.is_some() {
+                                self.cfg.lease_duration
+                            } else {
+                                std::time::Duration::ZERO
+                            });
                             self.observed = None;
                             self.lead_until(sent + self.cfg.renew_deadline);
                         }
@@ -249,6 +262,7 @@ pub fn start(
         tx,
         valid_until,
         observed: None,
+        leadership: leadership.clone(),
     };
     let task = tokio::spawn(async move {
         tracing::info!(lease = %e.name, identity = %e.identity, "competing for the leader Lease");

@@ -8,11 +8,11 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use crate::mysql::Launcher;
 use bloodraven_core::config::SiteRole;
-use bloodraven_mysql::launcher::Launcher;
 use bloodraven_runtime::tls::{self, Pki};
 
-use crate::auth::SigningKey;
+use bloodraven_operator::auth::SigningKey;
 
 /// What to write.
 #[derive(Clone, Debug)]
@@ -24,6 +24,9 @@ pub struct LocalOptions {
     /// Address of each site as the operator reaches it (default: the server's own port).
     /// The playground routes these through its link proxies.
     pub mysql_ports: Option<Vec<u16>>,
+    /// Where replicas reach each site (`replicationAddress`, default its `mysql` address).
+    /// The playground routes replication through links of its own.
+    pub replication_ports: Option<Vec<u16>>,
     /// Sidecar base URL per site.
     pub sidecar_urls: Vec<String>,
     pub poll_interval: String,
@@ -44,6 +47,8 @@ pub struct LocalOptions {
     pub extra_groups: Vec<(String, String)>,
     /// `spec.bootstrapSite`.
     pub bootstrap_site: Option<String>,
+    /// `spec.backup.target` as a directory (no schedule: backups only when asked for).
+    pub backup_target: Option<PathBuf>,
     /// `spec.replication.mode`.
     pub replication_mode: bloodraven_core::config::ReplicationMode,
     /// `spec.sites[].update` of every site: its command and timeout.
@@ -54,6 +59,9 @@ pub struct LocalOptions {
     pub etcd_lease_ttl: String,
     /// `spec.emergencyFailover.fencing`.
     pub fencing: bloodraven_core::config::FencingMode,
+    /// `componentTLS`: the component listener's address and the operator's certificate, key
+    /// and component CA (none: no component listener).
+    pub component: Option<(SocketAddr, bloodraven_runtime::mtls::TlsFiles)>,
 }
 
 impl LocalOptions {
@@ -65,6 +73,7 @@ impl LocalOptions {
             namespace: "default".into(),
             roles,
             mysql_ports: None,
+            replication_ports: None,
             sidecar_urls: vec!["http://127.0.0.1:9".to_string(); n],
             poll_interval: "2s".into(),
             failure_threshold: 3,
@@ -80,11 +89,13 @@ impl LocalOptions {
             databases: vec![("counter-app".into(), "ci".into(), "deployer".into())],
             extra_groups: Vec::new(),
             bootstrap_site: None,
+            backup_target: None,
             replication_mode: bloodraven_core::config::ReplicationMode::Async,
             update: None,
             etcd_endpoints: Vec::new(),
             etcd_lease_ttl: "10s".into(),
             fencing: bloodraven_core::config::FencingMode::Fast,
+            component: None,
         }
     }
 }
@@ -235,9 +246,21 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
             .get(i)
             .cloned()
             .unwrap_or_else(|| "http://127.0.0.1:9".into());
+        // Over verified TLS when the servers serve it (the CA the servers' certificate
+        // chains to), and replication at its own address when one is given.
+        let tls = harness
+            .server_tls()
+            .map(|t| format!(", tls: {{caFile: {}}}", t.ca.display()))
+            .unwrap_or_default();
+        let replication = o
+            .replication_ports
+            .as_ref()
+            .and_then(|p| p.get(i))
+            .map(|p| format!(", replicationAddress: \"127.0.0.1:{p}\""))
+            .unwrap_or_default();
         let _ = write!(
             sites,
-            "    - name: {}\n      role: {}\n      mysql: {{host: 127.0.0.1, port: {port}, credentials: {{file: {}}}}}\n      sidecar: {{url: \"{sidecar}\"}}\n",
+            "    - name: {}\n      role: {}\n      mysql: {{host: 127.0.0.1, port: {port}, credentials: {{file: {}}}{tls}{replication}}}\n      sidecar: {{url: \"{sidecar}\"}}\n",
             harness.name(i),
             role.as_str(),
             site_credentials.display()
@@ -266,6 +289,15 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
             o.etcd_lease_ttl
         );
     }
+    if let Some((listen, files)) = &o.component {
+        let _ = writeln!(
+            text,
+            "componentTLS: {{listen: \"{listen}\", certFile: {}, keyFile: {}, caFile: {}}}",
+            files.cert.display(),
+            files.key.display(),
+            files.ca.display()
+        );
+    }
     if o.deploy_api {
         let _ = write!(
             text,
@@ -275,9 +307,18 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
             token_key.display()
         );
     }
+    let replication_tls = harness
+        .server_tls()
+        .map(|t| {
+            format!(
+                ", tls: {{mode: verify-identity, caFile: {}}}",
+                t.ca.display()
+            )
+        })
+        .unwrap_or_default();
     let group_doc = |name: &str| {
         format!(
-            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{mode: {mode}, credentials: {{file: {repl}}}}}\n  clone: {{credentials: {{file: {clone}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  emergencyFailover: {{fencing: {fencing}}}\n  sites:\n{sites}",
+            "---\napiVersion: bloodraven.shipstream.io/v1alpha1\nkind: MysqlFailoverGroup\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  pollInterval: {poll}\n  failureThreshold: {ft}\n  recoveryThreshold: {rt}\n  failoverCooldown: {cd}\n  replication: {{mode: {mode}, credentials: {{file: {repl}}}{replication_tls}}}\n  clone: {{credentials: {{file: {clone}}}}}\n  plannedFailover: {{drainTimeout: {drain}, maxLagWait: {lag}}}\n  sidecar: {{leaseTimeout: {lt}, peerCheckInterval: {pci}}}\n  emergencyFailover: {{fencing: {fencing}}}\n  sites:\n{sites}",
             ns = o.namespace,
             poll = o.poll_interval,
             ft = o.failure_threshold,
@@ -296,6 +337,10 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
             .as_ref()
             .map(|b| format!("  bootstrapSite: {b}\n"))
             .unwrap_or_default()
+            + &o.backup_target
+                .as_ref()
+                .map(|t| format!("  backup: {{target: \"file://{}\"}}\n", t.display()))
+                .unwrap_or_default()
     };
     text.push_str(&group_doc(&o.group));
     for (g, _) in &o.extra_groups {

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::launcher::Launcher;
+use crate::mysql::Launcher;
 
 /// The directory the command and the desk meet in.
 #[derive(Clone, Debug)]

@@ -26,8 +26,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::time::{Instant, sleep};
 
-use crate::creds::Credentials;
-use crate::site::{Endpoint, SiteClient, SourceSpec, Timeouts};
+use bloodraven_mysql::ReplicaStatus;
+use bloodraven_mysql::creds::Credentials;
+use bloodraven_mysql::site::{Endpoint, SiteClient, SourceSpec, Timeouts};
 
 /// The launcher could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +59,7 @@ pub enum LaunchError {
     #[error("setting up {server} failed: {source}")]
     Setup {
         server: String,
-        source: crate::MysqlError,
+        source: bloodraven_mysql::MysqlError,
     },
     #[error("replication to {server} did not come up: {detail}")]
     Replication { server: String, detail: String },
@@ -105,6 +106,19 @@ pub struct LauncherOptions {
     /// transactions it wrote to its binary log but no replica acknowledged (and no client was
     /// told about), instead of coming back with them (docs/mysql.md).
     pub semi_sync_recovery: bool,
+    /// Serve TLS with these files and refuse clear-text logins over TCP
+    /// (`require_secure_transport=ON`); every client the launcher hands out then verifies
+    /// the servers' certificate against `ca` (it must name `127.0.0.1`).
+    pub tls: Option<ServerTls>,
+}
+
+/// The TLS files every server of a launcher serves (`ssl_cert`, `ssl_key`, `ssl_ca`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerTls {
+    /// The CA bundle the clients (and the replicas) verify the servers against.
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl LauncherOptions {
@@ -118,6 +132,7 @@ impl LauncherOptions {
             accounts: None,
             read_only_at_start: true,
             semi_sync_recovery: false,
+            tls: None,
         }
     }
 }
@@ -218,6 +233,7 @@ pub struct Launcher {
     wired_primary: Option<usize>,
     read_only_at_start: bool,
     semi_sync_recovery: bool,
+    tls: Option<ServerTls>,
 }
 
 impl fmt::Debug for Launcher {
@@ -398,7 +414,10 @@ fn template(mariadbd: &Path) -> Result<PathBuf, LaunchError> {
 ///
 /// A port is handed out at most once per process: callers draw several ports before anything
 /// binds them (a playground draws its operator's, deploy API's, sidecars' and router's ports in
-/// a row), and a port that is still free when drawn a second time would go to two servers.
+/// a row), and a port that is still free when drawn a second time would go to two servers. Nor
+/// is it handed out to two processes at once (tests run side by side, each drawing ports before
+/// its children bind them): a port is reserved by an exclusive lock on a file named after it in
+/// the temporary directory, held until this process exits.
 pub fn free_port() -> io::Result<u16> {
     const LOW: u16 = 15_000;
     let ephemeral_low = ephemeral_low();
@@ -424,14 +443,47 @@ pub fn free_port() -> io::Result<u16> {
     }
 }
 
-/// Records `port` as handed out by [`free_port`]; false when it already was.
+/// Records `port` as handed out by [`free_port`]; false when it already was, by this process
+/// or by another one that still runs.
 fn first_hand_out(port: u16) -> bool {
-    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    HANDED_OUT
+    type Reserved = std::collections::BTreeMap<u16, Option<nix::fcntl::Flock<fs::File>>>;
+    static HANDED_OUT: std::sync::Mutex<Reserved> = std::sync::Mutex::new(Reserved::new());
+    let mut handed = HANDED_OUT
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(port)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if handed.contains_key(&port) {
+        return false;
+    }
+    match reserve_across_processes(port) {
+        Ok(lock) => {
+            handed.insert(port, lock);
+            true
+        }
+        Err(()) => false,
+    }
+}
+
+/// An exclusive lock on `$TMPDIR/bloodraven-ports/<port>` (released when the process exits):
+/// `Err` when another process holds it; `Ok(None)` when no lock file can be made (a read-only
+/// temporary directory), which leaves only this process's own record.
+fn reserve_across_processes(port: u16) -> Result<Option<nix::fcntl::Flock<fs::File>>, ()> {
+    let dir = std::env::temp_dir().join("bloodraven-ports");
+    if fs::create_dir_all(&dir).is_err() {
+        return Ok(None);
+    }
+    let Ok(f) = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+    else {
+        return Ok(None);
+    };
+    match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => Ok(Some(locked)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(()),
+        Err(_) => Ok(None),
+    }
 }
 
 /// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
@@ -490,6 +542,7 @@ impl Launcher {
             wired_primary: None,
             read_only_at_start: opts.read_only_at_start,
             semi_sync_recovery: opts.semi_sync_recovery,
+            tls: opts.tls.clone(),
         };
         for (i, name) in opts.names.iter().enumerate() {
             let sdir = dir.join(name);
@@ -571,6 +624,18 @@ impl Launcher {
         let mariadbd = self.mariadbd.clone();
         let buffer_pool = self.buffer_pool.clone();
         let semi_sync_recovery = self.semi_sync_recovery;
+        let tls_args: Vec<String> = self
+            .tls
+            .as_ref()
+            .map(|t| {
+                vec![
+                    format!("--ssl-ca={}", t.ca.display()),
+                    format!("--ssl-cert={}", t.cert.display()),
+                    format!("--ssl-key={}", t.key.display()),
+                    "--require-secure-transport=ON".to_string(),
+                ]
+            })
+            .unwrap_or_default();
         let s = self.server_mut(i)?;
         let out = s.dir.join("stdout.log");
         let out_file = fs::File::create(&out).map_err(fs_err(&out))?;
@@ -607,6 +672,7 @@ impl Launcher {
             .arg(format!("--innodb-buffer-pool-size={buffer_pool}"))
             .arg("--innodb-log-file-size=8M")
             .args(read_only.then_some("--read-only=ON"))
+            .args(&tls_args)
             .args(&s.extra_args)
             .args(
                 semi_sync_recovery
@@ -674,24 +740,24 @@ impl Launcher {
         let accounts = vec![
             format!(
                 "CREATE USER IF NOT EXISTS 'bloodraven'@'127.0.0.1' IDENTIFIED BY {}",
-                crate::sql::quote(a.failover.password.expose())
+                bloodraven_mysql::sql::quote(a.failover.password.expose())
             ),
             format!("GRANT {FAILOVER_GRANTS} ON *.* TO 'bloodraven'@'127.0.0.1'"),
             // Strict fencing's dead man's switch lives in the mysql schema.
             "GRANT EVENT ON mysql.* TO 'bloodraven'@'127.0.0.1'".to_string(),
             format!(
                 "CREATE USER IF NOT EXISTS 'repl'@'127.0.0.1' IDENTIFIED BY {}",
-                crate::sql::quote(a.replication.password.expose())
+                bloodraven_mysql::sql::quote(a.replication.password.expose())
             ),
             format!("GRANT {REPLICATION_GRANTS} ON *.* TO 'repl'@'127.0.0.1'"),
             format!(
                 "CREATE USER IF NOT EXISTS 'app'@'127.0.0.1' IDENTIFIED BY {}",
-                crate::sql::quote(a.app.password.expose())
+                bloodraven_mysql::sql::quote(a.app.password.expose())
             ),
             format!("GRANT {APP_GRANTS} ON app.* TO 'app'@'127.0.0.1'"),
             format!(
                 "CREATE USER IF NOT EXISTS 'clone'@'127.0.0.1' IDENTIFIED BY {}",
-                crate::sql::quote(a.clone.password.expose())
+                bloodraven_mysql::sql::quote(a.clone.password.expose())
             ),
             format!("GRANT {CLONE_GRANTS} ON *.* TO 'clone'@'127.0.0.1'"),
         ];
@@ -783,6 +849,26 @@ impl Launcher {
                     detail: format!("not caught up within {} s: {state:?}", limit.as_secs()),
                 });
             }
+            // Applied says nothing about the IO thread: with no write since it was restarted,
+            // the replica's position already equals the primary's while the thread still
+            // reports `Connecting` or `Preparing`. Wait for it to read.
+            let deadline = tokio::time::Instant::now() + limit;
+            loop {
+                let state = r.probe().await.ok().and_then(|p| p.replica);
+                if state.as_ref().is_some_and(ReplicaStatus::running) {
+                    break;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(LaunchError::Replication {
+                        server: name,
+                        detail: format!(
+                            "caught up, but its threads did not both run within {} s: {state:?}",
+                            limit.as_secs()
+                        ),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         Ok(())
     }
@@ -827,9 +913,37 @@ impl Launcher {
         self.servers.get(i).map_or("", |s| s.name.as_str())
     }
 
-    /// The server's TCP endpoint.
+    /// The server's TCP endpoint (over verified TLS when the servers serve it).
     pub fn endpoint(&self, i: usize) -> Endpoint {
-        Endpoint::tcp("127.0.0.1", self.port(i))
+        Endpoint::tcp("127.0.0.1", self.port(i)).with_tls(self.client_tls())
+    }
+
+    /// How a client reaches the servers: verified TLS when they serve it, else clear text.
+    pub fn client_tls(&self) -> bloodraven_core::config::MysqlTls {
+        use bloodraven_core::config::{MysqlTls, TlsMode};
+        self.tls
+            .as_ref()
+            .map_or_else(MysqlTls::default, |t| MysqlTls {
+                mode: TlsMode::VerifyIdentity,
+                ca_file: Some(t.ca.display().to_string()),
+                server_name: None,
+            })
+    }
+
+    /// How replicas connect to their source: verified TLS when the servers serve it.
+    pub fn replication_tls(&self) -> bloodraven_core::config::ReplicationTls {
+        use bloodraven_core::config::{ReplicationTls, TlsMode};
+        self.tls
+            .as_ref()
+            .map_or_else(ReplicationTls::default, |t| ReplicationTls {
+                mode: TlsMode::VerifyIdentity,
+                ca_file: Some(t.ca.display().to_string()),
+            })
+    }
+
+    /// The TLS files the servers serve, when they do.
+    pub fn server_tls(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
     }
 
     /// How replicas reach server `i`.
@@ -838,6 +952,7 @@ impl Launcher {
             host: "127.0.0.1".into(),
             port: self.server(i)?.port,
             credentials: self.accounts.replication.clone(),
+            tls: self.replication_tls(),
         })
     }
 
@@ -873,12 +988,13 @@ impl Launcher {
     }
 
     /// Where a reclone's tools reach server `i`, as the clone account.
-    pub fn clone_endpoint(&self, i: usize) -> crate::clone::Endpoint {
-        crate::clone::Endpoint {
+    pub fn clone_endpoint(&self, i: usize) -> bloodraven_mysql::clone::Endpoint {
+        bloodraven_mysql::clone::Endpoint {
             site: self.name(i).to_string(),
             host: "127.0.0.1".into(),
             port: self.port(i),
             credentials: self.accounts.clone.clone(),
+            tls: self.client_tls(),
         }
     }
 
@@ -891,6 +1007,7 @@ impl Launcher {
             .user(Some(self.accounts.app.user.clone()))
             .pass(Some(self.accounts.app.password.expose().to_string()))
             .db_name(Some("app"))
+            .ssl_opts(bloodraven_mysql::site::ssl_opts(&self.client_tls()))
             .into()
     }
 
@@ -1084,5 +1201,33 @@ mod tests {
         let drawn: Vec<u16> = (0..500).map(|_| free_port().unwrap()).collect();
         let distinct: std::collections::BTreeSet<u16> = drawn.iter().copied().collect();
         assert_eq!(distinct.len(), drawn.len());
+    }
+
+    #[test]
+    fn a_port_handed_out_is_reserved_against_other_processes() {
+        let p = free_port().unwrap();
+        // Another open file description of the same lock file is what another process holds:
+        // the lock this process took refuses it.
+        assert_eq!(reserve_across_processes(p).map(|l| l.is_some()), Err(()));
+        // A port nobody handed out can be reserved, once.
+        let q = (p..u16::MAX)
+            .find(|q| *q != p && !first_hand_out_seen(*q))
+            .unwrap();
+        let held = reserve_across_processes(q);
+        assert!(matches!(held, Ok(Some(_))), "{q}");
+        assert_eq!(reserve_across_processes(q).map(|l| l.is_some()), Err(()));
+        drop(held);
+        assert!(
+            matches!(reserve_across_processes(q), Ok(Some(_))),
+            "released with its file"
+        );
+    }
+
+    /// Whether this process handed out `port` already (without reserving it).
+    fn first_hand_out_seen(port: u16) -> bool {
+        std::env::temp_dir()
+            .join("bloodraven-ports")
+            .join(port.to_string())
+            .exists()
     }
 }

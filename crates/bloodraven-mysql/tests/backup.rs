@@ -1,0 +1,209 @@
+//! Physical backups on real MariaDB servers: a replica's backup taken with `mariadb-backup`
+//! while the primary writes, its manifest's GTID position the one the prepared data holds,
+//! the rows of that position and no others in a scratch server; a changed byte fails the
+//! verification by name; an id is taken once; a failed backup leaves nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bloodraven_core::time::Timestamp;
+use bloodraven_launch::mysql::Launcher;
+use bloodraven_mysql::backup::{self, BackupError, Job, ScratchServer};
+use bloodraven_mysql::clone::Progress;
+
+fn now() -> Timestamp {
+    bloodraven_core::time::Clock::now(&bloodraven_runtime::clock::SystemClock)
+}
+
+/// The sequence number of a one-domain MariaDB GTID position (`0-1-42` → 42).
+fn seq_of(position: &str) -> u64 {
+    position
+        .rsplit('-')
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a one-domain position: {position:?}"))
+}
+
+fn job(h: &Launcher, site: usize, id: &str, root: &std::path::Path) -> Job {
+    Job {
+        id: id.into(),
+        group: "g".into(),
+        endpoint: h.clone_endpoint(site),
+        datadir: Some(h.servers()[site].datadir()),
+        // Empty: the manifest takes the version the tool reports.
+        server_version: String::new(),
+        topology_generation: 7,
+        root: root.to_path_buf(),
+        // Small files: the stream is cut into several, and read back as one.
+        chunk_bytes: 64 * 1024,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicas_backup_holds_exactly_its_position_and_a_changed_byte_fails_its_check() {
+    let h = Launcher::start_group(&["iad", "pdx"]).await.unwrap();
+    let iad = h.admin(0).unwrap();
+    iad.execute("CREATE DATABASE shop").await.unwrap();
+    iad.execute("CREATE TABLE shop.t (id INT PRIMARY KEY, v VARCHAR(200))")
+        .await
+        .unwrap();
+    let base = seq_of(
+        &iad.query_string("SELECT @@gtid_binlog_pos")
+            .await
+            .unwrap()
+            .unwrap_or_default(),
+    );
+    // The primary writes all along; row `id` is the transaction `base + id`.
+    let written = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (written, stop, iad) = (written.clone(), stop.clone(), h.admin(0).unwrap());
+        tokio::spawn(async move {
+            let mut id = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                id += 1;
+                iad.execute(format!(
+                    "INSERT INTO shop.t VALUES ({id}, REPEAT('x', 150))"
+                ))
+                .await
+                .unwrap();
+                written.store(id, Ordering::Relaxed);
+            }
+        })
+    };
+    while written.load(Ordering::Relaxed) < 200 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("backups");
+    let progress = Progress::default();
+    let m = backup::take(&job(&h, 1, "b1", &root), &now, &progress)
+        .await
+        .expect("the backup");
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    assert_eq!(m.site, "pdx");
+    assert_eq!(m.topology_generation, 7);
+    assert_eq!(progress.bytes(), m.bytes);
+    assert!(m.bytes > 10_000, "{m:?}");
+    assert!(m.files.len() > 1, "cut into several files: {:?}", m.files);
+    assert!(m.start_time <= m.completion_time);
+    let version = h
+        .admin(1)
+        .unwrap()
+        .query_string("SELECT VERSION()")
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert_eq!(
+        m.server_version, version,
+        "the server's version, as reported"
+    );
+    assert!(
+        m.gtid_position.starts_with("0-"),
+        "a position from the replica's binary log: {m:?}"
+    );
+    assert!(
+        !root.join("b1.partial").exists(),
+        "the staging directory is gone"
+    );
+    // Listed, and an id is taken once.
+    let listed = backup::list(&root).unwrap();
+    assert_eq!(listed, vec![m.clone()]);
+    let again = backup::take(&job(&h, 1, "b1", &root), &now, &progress).await;
+    assert!(
+        matches!(again, Err(BackupError::Exists { .. })),
+        "{again:?}"
+    );
+
+    // Verified: checksums, prepared, opened, every table checked.
+    let scratch = tempfile::tempdir().unwrap();
+    let verified = backup::verify(&root, "b1", scratch.path())
+        .await
+        .expect("verify");
+    assert!(verified.tables > 5, "{verified:?}");
+
+    // The prepared data holds exactly the rows of its position: the GTID sequence of the
+    // last insert it holds is the position's.
+    let again_dir = tempfile::tempdir().unwrap();
+    let data = again_dir.path().join("data");
+    backup::prepare(&root, &m, &data).await.unwrap();
+    let server = ScratchServer::start(&data, again_dir.path()).await.unwrap();
+    let rows = server
+        .sql("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM shop.t")
+        .await
+        .unwrap();
+    server.stop().await;
+    let mut cols = rows.split_whitespace().map(|c| c.parse::<u64>().unwrap());
+    let (count, max) = (cols.next().unwrap(), cols.next().unwrap());
+    assert_eq!(count, max, "no gap in the rows: {rows}");
+    let seq = seq_of(&m.gtid_position);
+    assert_eq!(
+        base + max,
+        seq,
+        "the rows are the position's: {rows} at {m:?}"
+    );
+    assert!(
+        max >= 200 && max < written.load(Ordering::Relaxed),
+        "{rows}"
+    );
+
+    // One byte changed: the verification fails and names the file.
+    let file = root.join("b1").join(&m.files[0].name);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&file, &bytes).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let err = backup::verify(&root, "b1", scratch.path())
+        .await
+        .expect_err("a changed byte");
+    assert!(
+        matches!(&err, BackupError::Mismatch { file, what: "the SHA-256", .. } if *file == m.files[0].name),
+        "{err}"
+    );
+
+    // Removed whole.
+    backup::remove(&root, "b1").unwrap();
+    assert!(backup::list(&root).unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_the_server_refuses_leaves_nothing_and_says_why() {
+    let h = Launcher::start_group(&["iad"]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("backups");
+    let mut j = job(&h, 0, "b2", &root);
+    let wrong = "not-the-password-3f9";
+    j.endpoint.credentials =
+        bloodraven_mysql::Credentials::new(&j.endpoint.credentials.user, wrong);
+    let err = backup::take(&j, &now, &Progress::default())
+        .await
+        .expect_err("a wrong password");
+    assert!(
+        matches!(
+            &err,
+            BackupError::Tool {
+                tool: "mariadb-backup",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!root.join("b2").exists() && !root.join("b2.partial").exists());
+    assert!(backup::list(&root).unwrap().is_empty());
+    // Nothing of the account's password in the error.
+    let password = h
+        .clone_endpoint(0)
+        .credentials
+        .password
+        .expose()
+        .to_string();
+    assert!(!err.to_string().contains(&password), "{err}");
+    // A bad id changes nothing either.
+    let err = backup::take(&job(&h, 0, "../x", &root), &now, &Progress::default())
+        .await
+        .expect_err("a bad id");
+    assert!(matches!(err, BackupError::InvalidId { .. }), "{err}");
+}
