@@ -54,6 +54,29 @@ ensure_backup_tools() {
        Install them with: sudo apt-get install -y mariadb-backup zstd"
 }
 
+# An S3-compatible server for the backup tests that use a bucket: moto's server mode (PyPI
+# package moto, pinned), in a virtual environment of its own under the tools cache (Debian's
+# pip refuses system-wide installs). Exported as BLOODRAVEN_MOTO_SERVER.
+MOTO_VERSION=5.2.6
+ensure_s3_server() {
+  local dir="${BLOODRAVEN_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bloodraven/tools}/moto-$MOTO_VERSION"
+  if [ ! -x "$dir/bin/moto_server" ]; then
+    command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv || true
+    rm -rf "$dir"
+    if ! python3 -m venv "$dir" >/dev/null 2>&1; then
+      rm -rf "$dir"
+      apt_install python3-venv || true
+      python3 -m venv "$dir" >/dev/null 2>&1 || die \
+        "python3 with venv is needed for the S3-compatible test server (moto).
+       Install it with: sudo apt-get install -y python3 python3-venv"
+    fi
+    say "installing moto[server]==$MOTO_VERSION (the S3-compatible test server) into $dir"
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check "moto[server]==$MOTO_VERSION" || {
+      rm -rf "$dir"; die "pip install moto[server]==$MOTO_VERSION failed (its output is above)"; }
+  fi
+  export BLOODRAVEN_MOTO_SERVER="$dir/bin/moto_server"
+}
+
 # Headless Chromium and its WebDriver, for the test that drives the playground's dashboard.
 ensure_browser() {
   if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then return 0; fi

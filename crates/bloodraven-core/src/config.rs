@@ -607,6 +607,8 @@ pub struct S3Spec {
 pub enum BackupTarget {
     /// A directory.
     File(std::path::PathBuf),
+    /// A bucket of an S3-compatible service.
+    S3(S3Target),
 }
 
 impl BackupTarget {
@@ -614,6 +616,68 @@ impl BackupTarget {
     pub fn url(&self) -> String {
         match self {
             BackupTarget::File(p) => format!("file://{}", p.display()),
+            BackupTarget::S3(s) => s.url(),
+        }
+    }
+}
+
+/// An `s3://bucket/prefix` target with its service and where its keys are (never the keys).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Target {
+    pub bucket: String,
+    /// Without leading or trailing `/`; empty: the bucket's top.
+    pub prefix: String,
+    /// The service's URL; `None`: AWS's own for the region.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub credentials: S3Credentials,
+}
+
+/// Where the operator reads an S3 target's keys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum S3Credentials {
+    /// A file of `accessKeyId=` and `secretAccessKey=` lines.
+    File(std::path::PathBuf),
+    /// A Secret in the group's namespace with keys `accessKeyId` and `secretAccessKey`.
+    Secret(String),
+}
+
+impl S3Target {
+    /// Reads `s3://bucket/prefix`: a bucket name of 3 to 63 lower-case letters, digits, `-`
+    /// and `.`, and a prefix without empty, `.` or `..` parts (trailing `/` ignored).
+    pub fn parse_url(url: &str) -> Result<(String, String), &'static str> {
+        let Some(rest) = url.strip_prefix("s3://") else {
+            return Err("must be s3://bucket/prefix");
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let prefix = prefix.trim_end_matches('/');
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if !bucket_ok {
+            return Err(
+                "the bucket must be 3 to 63 of lower-case letters, digits, - and . (s3://bucket/prefix)",
+            );
+        }
+        if !prefix.is_empty()
+            && prefix
+                .split('/')
+                .any(|p| p.is_empty() || p == "." || p == "..")
+        {
+            return Err("the prefix must not have empty, . or .. parts (s3://bucket/prefix)");
+        }
+        Ok((bucket.to_string(), prefix.to_string()))
+    }
+
+    /// `s3://bucket/prefix`.
+    pub fn url(&self) -> String {
+        if self.prefix.is_empty() {
+            format!("s3://{}", self.bucket)
+        } else {
+            format!("s3://{}/{}", self.bucket, self.prefix)
         }
     }
 }
@@ -1079,17 +1143,6 @@ fn validate_backup(e: &mut Errors, b: &BackupSpec) -> Option<BackupConfig> {
             }
         });
     let target = backup_target(e, b);
-    if let Some(s3) = &b.s3 {
-        if !b.target.starts_with("s3://") {
-            e.push("spec.backup.s3", "is used only with an s3:// target");
-        }
-        if s3.credentials_file.is_some() == s3.credentials_secret.is_some() {
-            e.push(
-                "spec.backup.s3",
-                "must set exactly one of credentialsFile and credentialsSecret",
-            );
-        }
-    }
     if e.0.len() > before {
         return None;
     }
@@ -1110,11 +1163,10 @@ fn backup_target(e: &mut Errors, b: &BackupSpec) -> Option<BackupTarget> {
     const FIELD: &str = "spec.backup.target";
     let t = b.target.trim();
     if t.starts_with("s3://") {
-        e.push(
-            FIELD,
-            "s3:// targets are not served by this version yet: use file:///absolute/path",
-        );
-        return None;
+        return s3_target(e, t, b.s3.as_ref());
+    }
+    if b.s3.is_some() {
+        e.push("spec.backup.s3", "is used only with an s3:// target");
     }
     let Some(path) = t.strip_prefix("file://") else {
         e.push(FIELD, "must be file:///absolute/path or s3://bucket/prefix");
@@ -1128,6 +1180,53 @@ fn backup_target(e: &mut Errors, b: &BackupSpec) -> Option<BackupTarget> {
         return None;
     }
     Some(BackupTarget::File(std::path::PathBuf::from(path)))
+}
+
+/// An `s3://` target with its `spec.backup.s3`.
+fn s3_target(e: &mut Errors, url: &str, s3: Option<&S3Spec>) -> Option<BackupTarget> {
+    let parsed = S3Target::parse_url(url).map_err(|rule| e.push("spec.backup.target", rule));
+    let Some(s3) = s3 else {
+        e.push(
+            "spec.backup.s3",
+            "is required with an s3:// target: credentialsFile or credentialsSecret",
+        );
+        return None;
+    };
+    let credentials = match (&s3.credentials_file, &s3.credentials_secret) {
+        (Some(f), None) if f.starts_with('/') => {
+            Some(S3Credentials::File(std::path::PathBuf::from(f)))
+        }
+        (Some(_), None) => {
+            e.push("spec.backup.s3.credentialsFile", "must be an absolute path");
+            None
+        }
+        (None, Some(s)) if !s.trim().is_empty() => Some(S3Credentials::Secret(s.trim().into())),
+        _ => {
+            e.push(
+                "spec.backup.s3",
+                "must set exactly one of credentialsFile and credentialsSecret",
+            );
+            None
+        }
+    };
+    let endpoint = s3.endpoint.as_deref().map(str::trim);
+    if let Some(ep) = endpoint
+        && !(ep.starts_with("https://") || ep.starts_with("http://"))
+    {
+        e.push(
+            "spec.backup.s3.endpoint",
+            "must be an http:// or https:// URL",
+        );
+        return None;
+    }
+    let (bucket, prefix) = parsed.ok()?;
+    Some(BackupTarget::S3(S3Target {
+        bucket,
+        prefix,
+        endpoint: endpoint.map(|s| s.trim_end_matches('/').to_string()),
+        region: s3.region.as_ref().map(|r| r.trim().to_string()),
+        credentials: credentials?,
+    }))
 }
 
 /// `spec.sites`: every site (see [`validate_site`]), then the rules over all of them (at
@@ -1678,6 +1777,30 @@ mod tests {
         let b = with(good.clone()).unwrap().backup.expect("configured");
         assert_eq!(b.target, BackupTarget::File("/var/backups/g".into()));
         assert_eq!(b.target.url(), "file:///var/backups/g");
+        let s3 = with(BackupSpec {
+            target: "s3://backups/prod/g/".into(),
+            s3: Some(S3Spec {
+                endpoint: Some("http://127.0.0.1:9000/".into()),
+                region: Some("eu-west-1".into()),
+                credentials_secret: Some("backup-keys".into()),
+                credentials_file: None,
+            }),
+            ..good.clone()
+        })
+        .unwrap()
+        .backup
+        .unwrap();
+        assert_eq!(
+            s3.target,
+            BackupTarget::S3(S3Target {
+                bucket: "backups".into(),
+                prefix: "prod/g".into(),
+                endpoint: Some("http://127.0.0.1:9000".into()),
+                region: Some("eu-west-1".into()),
+                credentials: S3Credentials::Secret("backup-keys".into()),
+            })
+        );
+        assert_eq!(s3.target.url(), "s3://backups/prod/g");
         assert_eq!(b.source, SourcePolicy::Replica);
         assert_eq!(b.retention.count, Some(7));
         assert_eq!(b.retention.max_age, Some(Duration::from_secs(720 * 3600)));
@@ -1697,7 +1820,7 @@ mod tests {
         .unwrap();
         assert!(on_request.backup.unwrap().schedule.is_none());
 
-        let cases: [(BadBackup, &str, &str); 9] = [
+        let cases: [(BadBackup, &str, &str); 14] = [
             (
                 |b| b.schedule = Some("0 25 * * *".into()),
                 "spec.backup.schedule",
@@ -1735,8 +1858,65 @@ mod tests {
             ),
             (
                 |b| b.target = "s3://bucket/prefix".into(),
+                "spec.backup.s3",
+                "is required",
+            ),
+            (
+                |b| {
+                    b.target = "s3://Bucket/x".into();
+                    b.s3 = Some(S3Spec {
+                        credentials_file: Some("/etc/s3".into()),
+                        ..S3Spec::default()
+                    });
+                },
                 "spec.backup.target",
-                "s3://",
+                "lower-case",
+            ),
+            (
+                |b| {
+                    b.target = "s3://bucket/a/../b".into();
+                    b.s3 = Some(S3Spec {
+                        credentials_secret: Some("keys".into()),
+                        ..S3Spec::default()
+                    });
+                },
+                "spec.backup.target",
+                "..",
+            ),
+            (
+                |b| {
+                    b.target = "s3://bucket/x".into();
+                    b.s3 = Some(S3Spec {
+                        credentials_file: Some("/etc/s3".into()),
+                        credentials_secret: Some("keys".into()),
+                        ..S3Spec::default()
+                    });
+                },
+                "spec.backup.s3",
+                "exactly one",
+            ),
+            (
+                |b| {
+                    b.target = "s3://bucket/x".into();
+                    b.s3 = Some(S3Spec {
+                        credentials_file: Some("relative/keys".into()),
+                        ..S3Spec::default()
+                    });
+                },
+                "spec.backup.s3.credentialsFile",
+                "absolute",
+            ),
+            (
+                |b| {
+                    b.target = "s3://bucket/x".into();
+                    b.s3 = Some(S3Spec {
+                        endpoint: Some("minio:9000".into()),
+                        credentials_file: Some("/etc/s3".into()),
+                        ..S3Spec::default()
+                    });
+                },
+                "spec.backup.s3.endpoint",
+                "http",
             ),
             (
                 |b| {

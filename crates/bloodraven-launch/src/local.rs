@@ -47,8 +47,11 @@ pub struct LocalOptions {
     pub extra_groups: Vec<(String, String)>,
     /// `spec.bootstrapSite`.
     pub bootstrap_site: Option<String>,
-    /// `spec.backup.target` as a directory (no schedule: backups only when asked for).
-    pub backup_target: Option<PathBuf>,
+    /// `spec.backup.target`: `file:///dir` or `s3://bucket/prefix` (no schedule: backups
+    /// only when asked for).
+    pub backup_target: Option<String>,
+    /// `spec.backup.s3` of an `s3://` target: its endpoint and credentials file.
+    pub backup_s3: Option<(Option<String>, PathBuf)>,
     /// `spec.replication.mode`.
     pub replication_mode: bloodraven_core::config::ReplicationMode,
     /// `spec.sites[].update` of every site: its command and timeout.
@@ -90,6 +93,7 @@ impl LocalOptions {
             extra_groups: Vec::new(),
             bootstrap_site: None,
             backup_target: None,
+            backup_s3: None,
             replication_mode: bloodraven_core::config::ReplicationMode::Async,
             update: None,
             etcd_endpoints: Vec::new(),
@@ -223,6 +227,23 @@ pub fn write_peer_files(
 }
 
 /// The configuration file: the operator's settings, then the groups and databases of `o`.
+/// The group's `spec.backup` line: its target, and an `s3://` target's endpoint and keys file.
+fn backup_doc(target: &str, s3: Option<&(Option<String>, PathBuf)>) -> String {
+    let s3 = s3
+        .map(|(endpoint, keys)| {
+            let endpoint = endpoint
+                .as_ref()
+                .map(|e| format!("endpoint: \"{e}\", "))
+                .unwrap_or_default();
+            format!(
+                ", s3: {{{endpoint}credentialsFile: \"{}\"}}",
+                keys.display()
+            )
+        })
+        .unwrap_or_default();
+    format!("  backup: {{target: \"{target}\"{s3}}}\n")
+}
+
 fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> String {
     let LocalFiles {
         pki,
@@ -339,7 +360,7 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
             .unwrap_or_default()
             + &o.backup_target
                 .as_ref()
-                .map(|t| format!("  backup: {{target: \"file://{}\"}}\n", t.display()))
+                .map(|t| backup_doc(t, o.backup_s3.as_ref()))
                 .unwrap_or_default()
     };
     text.push_str(&group_doc(&o.group));

@@ -171,7 +171,7 @@ async fn main() {
         datadir: Some(h.servers()[1].datadir()),
         server_version: String::new(),
         topology_generation: 1,
-        root: root.path().to_path_buf(),
+        storage: backup::Storage::Dir(root.path().to_path_buf()),
         chunk_bytes: bloodraven_mysql::backup::CHUNK_BYTES,
     };
     let progress = Progress::default();
@@ -212,9 +212,13 @@ async fn main() {
 
     let scratch = tempfile::tempdir_in(h.servers()[1].datadir().parent().unwrap()).unwrap();
     let t = Instant::now();
-    let v = backup::verify(root.path(), "bench", &scratch.path().join("v"))
-        .await
-        .expect("verify");
+    let v = backup::verify(
+        &backup::Storage::Dir(root.path().to_path_buf()),
+        "bench",
+        &scratch.path().join("v"),
+    )
+    .await
+    .expect("verify");
     println!(
         "verify (checksums, extract, prepare, scratch server, {} tables checked): {:.1} s",
         v.tables,

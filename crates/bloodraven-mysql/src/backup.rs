@@ -3,17 +3,19 @@
 //! scratch server.
 //!
 //! # Layout
-//! A backup is one directory, `<root>/<id>/`: `data-00000.mbstream.zst`, `data-00001…`
-//! (the compressed stream cut every [`CHUNK_BYTES`]) and [`MANIFEST`] (what [`Manifest`]
-//! holds: the GTID position, the generation, the source site, each file's size and SHA-256).
-//! It is written as `<root>/<id>.partial/` and renamed once the manifest is on disk, so a
-//! backup is whole or absent: a reader never sees half of one, and an abandoned one leaves a
-//! `.partial` directory that [`list`] skips and the next take of the same id replaces.
+//! A backup is `<id>/` under the target ([`Storage`]: a directory or an S3-compatible
+//! bucket): `data-00000.mbstream.zst`, `data-00001…` (the compressed stream cut every
+//! [`CHUNK_BYTES`]) and [`MANIFEST`] (what [`Manifest`] holds: the GTID position, the
+//! generation, the source site, each file's size and SHA-256). A backup is whole or absent:
+//! a reader never sees half of one. In a directory it is written as `<id>.partial/` and
+//! renamed once the manifest is on disk; in a bucket the manifest is put last. An abandoned
+//! take leaves nothing that [`list`] shows, and the next take of the same id replaces it.
 //!
 //! # Memory
 //! The tools run as child processes (`mariadb-backup | zstd`); this process only reads the
-//! compressed stream through one buffer of [`BUFFER_BYTES`], hashing and writing it, so what
-//! a backup costs the caller's memory does not grow with the data.
+//! compressed stream through one buffer of [`BUFFER_BYTES`], hashing and writing it (and, to
+//! a bucket, at most [`UPLOADS_IN_FLIGHT`] pieces of [`UPLOAD_PIECE_BYTES`]), so what a
+//! backup costs the caller's memory does not grow with the data.
 //!
 //! # Credentials
 //! The account reaches `mariadb-backup` in an options file only this process's user can read
@@ -30,6 +32,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use crate::clone::{Endpoint, OptionsFile, Progress, find_tool, private_dir};
+
+mod storage;
+pub use storage::{Bucket, S3Keys, Storage, UPLOAD_PIECE_BYTES, UPLOADS_IN_FLIGHT};
 
 /// The backup tool (Debian package `mariadb-backup`).
 pub const BACKUP_TOOL: &str = "mariadb-backup";
@@ -116,8 +121,8 @@ pub struct Job {
     /// The server's version for the manifest; empty: the one `mariadb-backup` reports.
     pub server_version: String,
     pub topology_generation: u64,
-    /// The directory that holds every backup of the group.
-    pub root: PathBuf,
+    /// Where every backup of the group is kept.
+    pub storage: Storage,
     /// The largest file the stream is cut into ([`CHUNK_BYTES`] unless a test wants many).
     pub chunk_bytes: u64,
 }
@@ -171,6 +176,16 @@ pub enum BackupError {
     Position { expected: String, found: String },
     #[error("the scratch server did not open the data: {detail}")]
     Scratch { detail: String },
+    /// The storage service refused or failed (never a key: requests are signed, not sent).
+    #[error("{op} {target} failed: {detail}")]
+    Storage {
+        op: &'static str,
+        target: String,
+        detail: String,
+    },
+    /// The bucket's keys cannot be read (the error names the key or line, never a value).
+    #[error("the S3 keys: {detail}")]
+    Keys { detail: String },
 }
 
 impl BackupError {
@@ -317,84 +332,70 @@ fn chunk_name(n: usize) -> String {
     format!("data-{n:05}.mbstream.zst")
 }
 
-/// Writes the compressed stream into files of at most `chunk` bytes, each hashed as it is
+/// Writes the compressed stream into parts of at most `chunk` bytes, each hashed as it is
 /// written; `progress` counts the bytes.
 async fn cut_into_files(
     mut from: impl tokio::io::AsyncRead + Unpin,
-    dir: &Path,
+    staging: &storage::Staging,
     chunk: u64,
     progress: &Progress,
 ) -> Result<Vec<FileSum>, BackupError> {
     let chunk = chunk.max(1);
     let mut files = Vec::new();
     let mut buf = vec![0u8; BUFFER_BYTES];
-    let mut current: Option<(tokio::fs::File, Sha256, u64, PathBuf)> = None;
-    loop {
-        let n = from
-            .read(&mut buf)
-            .await
-            .map_err(BackupError::io("reading the compressed stream for", dir))?;
-        if n == 0 {
-            break;
-        }
-        let mut rest = &buf[..n];
-        while !rest.is_empty() {
-            if current.is_none() {
-                let path = dir.join(chunk_name(files.len()));
-                let f = tokio::fs::File::create(&path)
-                    .await
-                    .map_err(BackupError::io("creating", &path))?;
-                current = Some((f, Sha256::new(), 0, path));
-            }
-            let Some((f, hash, written, path)) = current.as_mut() else {
-                break;
-            };
-            let room = usize::try_from(chunk - *written).unwrap_or(usize::MAX);
-            let take = rest.len().min(room);
-            f.write_all(&rest[..take])
+    let mut current: Option<storage::PartWriter> = None;
+    let result = async {
+        loop {
+            let n = from
+                .read(&mut buf)
                 .await
-                .map_err(BackupError::io("writing", path))?;
-            hash.update(&rest[..take]);
-            *written += take as u64;
-            progress.add(take as u64);
-            rest = &rest[take..];
-            if *written == chunk {
-                files.push(close(current.take()).await?);
+                .map_err(|source| BackupError::Io {
+                    what: "reading the compressed stream of",
+                    path: COMPRESS_TOOL.into(),
+                    source,
+                })?;
+            if n == 0 {
+                break;
+            }
+            let mut rest = &buf[..n];
+            while !rest.is_empty() {
+                let part = match current.as_mut() {
+                    Some(p) => p,
+                    None => current.insert(staging.part(&chunk_name(files.len())).await?),
+                };
+                let room = usize::try_from(chunk - part.written()).unwrap_or(usize::MAX);
+                let take = rest.len().min(room);
+                part.write(&rest[..take]).await?;
+                progress.add(take as u64);
+                rest = &rest[take..];
+                if part.written() == chunk
+                    && let Some(done) = current.take()
+                {
+                    files.push(done.finish().await?);
+                }
             }
         }
+        if let Some(done) = current.take() {
+            files.push(done.finish().await?);
+        }
+        Ok(())
     }
-    if current.is_some() {
-        files.push(close(current.take()).await?);
+    .await;
+    if let Err(e) = result {
+        if let Some(part) = current.take() {
+            part.abort().await;
+        }
+        return Err(e);
     }
     Ok(files)
 }
 
-async fn close(
-    file: Option<(tokio::fs::File, Sha256, u64, PathBuf)>,
-) -> Result<FileSum, BackupError> {
-    let Some((mut f, hash, bytes, path)) = file else {
-        return Err(BackupError::Scratch {
-            detail: "no file to close".into(),
-        });
-    };
-    f.flush().await.map_err(BackupError::io("writing", &path))?;
-    f.sync_all()
-        .await
-        .map_err(BackupError::io("syncing", &path))?;
-    Ok(FileSum {
-        name: path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        bytes,
-        sha256: hex::encode(hash.finalize()),
-    })
-}
-
-/// Takes a backup of `job.endpoint`'s server into `job.root/job.id/`. `now` reads the wall
-/// clock (start and completion times); `progress` counts the stored bytes as they are written.
+/// Takes a backup of `job.endpoint`'s server into `job.storage` under `job.id`. `now` reads
+/// the wall clock (start and completion times); `progress` counts the stored bytes as they
+/// are written.
 ///
-/// On any failure nothing is left under `job.id`: the `.partial` directory is removed.
+/// On any failure nothing is left under `job.id`: the staging directory, or the parts
+/// uploaded so far, are removed.
 pub async fn take(
     job: &Job,
     now: &(dyn Fn() -> Timestamp + Sync),
@@ -403,24 +404,18 @@ pub async fn take(
     if !valid_id(&job.id) {
         return Err(BackupError::InvalidId { id: job.id.clone() });
     }
-    let done = job.root.join(&job.id);
-    if done.exists() {
+    if job.storage.taken(&job.id).await? {
         return Err(BackupError::Exists {
             id: job.id.clone(),
-            root: job.root.display().to_string(),
+            root: job.storage.url(),
         });
     }
-    let partial = job.root.join(format!("{}.partial", job.id));
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial).map_err(BackupError::io("removing", &partial))?;
-    }
-    std::fs::create_dir_all(&partial).map_err(BackupError::io("creating", &partial))?;
+    let staging = job.storage.stage(&job.id).await?;
     let started = now();
-    let result = stream_into(job, &partial, progress).await;
-    let (files, position, version) = match result {
+    let (files, position, version) = match stream_into(job, &staging, progress).await {
         Ok(ok) => ok,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&partial);
+            staging.abandon().await;
             return Err(e);
         }
     };
@@ -442,8 +437,17 @@ pub async fn take(
         compression: COMPRESS_TOOL.into(),
         files,
     };
-    if let Err(e) = seal(&manifest, &partial, &done) {
-        let _ = std::fs::remove_dir_all(&partial);
+    let body = serde_json::to_vec_pretty(&manifest).map_err(|e| BackupError::Manifest {
+        path: job.storage.manifest_name(&job.id),
+        detail: e.to_string(),
+    });
+    let sealed = match body {
+        Ok(body) => staging.seal(&body).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = sealed {
+        // A seal that failed part-way leaves the staging, or parts without a manifest.
+        let _ = job.storage.discard(&job.id).await;
         return Err(e);
     }
     Ok(manifest)
@@ -453,7 +457,7 @@ pub async fn take(
 /// server's version as the tool reported them.
 async fn stream_into(
     job: &Job,
-    dir: &Path,
+    staging: &storage::Staging,
     progress: &Progress,
 ) -> Result<(Vec<FileSum>, String, Option<String>), BackupError> {
     let private = private_dir()?;
@@ -489,7 +493,7 @@ async fn stream_into(
             detail: "zstd has no standard output".into(),
         });
     };
-    let files = cut_into_files(compressed, dir, job.chunk_bytes, progress).await;
+    let files = cut_into_files(compressed, staging, job.chunk_bytes, progress).await;
     let said = finished(BACKUP_TOOL, backup, backup_err).await;
     finished(COMPRESS_TOOL, zstd, zstd_err).await?;
     drop(cnf);
@@ -499,51 +503,25 @@ async fn stream_into(
     Ok((files?, position, said.version))
 }
 
-/// Writes the manifest, syncs it, then renames the backup into place.
-fn seal(manifest: &Manifest, partial: &Path, done: &Path) -> Result<(), BackupError> {
-    use std::io::Write as _;
-    let path = partial.join(MANIFEST);
-    let body = serde_json::to_vec_pretty(manifest).map_err(|e| BackupError::Manifest {
-        path: path.display().to_string(),
-        detail: e.to_string(),
-    })?;
-    let mut f = std::fs::File::create(&path).map_err(BackupError::io("creating", &path))?;
-    f.write_all(&body)
-        .and_then(|()| f.sync_all())
-        .map_err(BackupError::io("writing", &path))?;
-    std::fs::rename(partial, done).map_err(BackupError::io("renaming", partial))?;
-    // The rename is durable once the directory that holds it is synced.
-    if let Some(parent) = done.parent() {
-        std::fs::File::open(parent)
-            .and_then(|d| d.sync_all())
-            .map_err(BackupError::io("syncing", parent))?;
-    }
-    Ok(())
-}
-
-/// Reads `root/id/manifest.json`.
-pub fn manifest(root: &Path, id: &str) -> Result<Manifest, BackupError> {
+/// Reads backup `id`'s manifest.
+pub async fn manifest(storage: &Storage, id: &str) -> Result<Manifest, BackupError> {
     if !valid_id(id) {
         return Err(BackupError::InvalidId { id: id.into() });
     }
-    let path = root.join(id).join(MANIFEST);
-    let text = std::fs::read(&path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            BackupError::NotFound {
-                id: id.into(),
-                root: root.display().to_string(),
-            }
-        } else {
-            BackupError::io("reading", &path)(e)
-        }
-    })?;
+    let path = storage.manifest_name(id);
+    let Some(text) = storage.manifest_bytes(id).await? else {
+        return Err(BackupError::NotFound {
+            id: id.into(),
+            root: storage.url(),
+        });
+    };
     let m: Manifest = serde_json::from_slice(&text).map_err(|e| BackupError::Manifest {
-        path: path.display().to_string(),
+        path: path.clone(),
         detail: e.to_string(),
     })?;
     if m.format != FORMAT || m.id != id {
         return Err(BackupError::Manifest {
-            path: path.display().to_string(),
+            path,
             detail: format!(
                 "format {} id {:?}; expected format {FORMAT} id {id:?}",
                 m.format, m.id
@@ -553,21 +531,12 @@ pub fn manifest(root: &Path, id: &str) -> Result<Manifest, BackupError> {
     Ok(m)
 }
 
-/// Every whole backup under `root`, oldest first (by start time, then id). A directory without
-/// a readable manifest (a `.partial` one, or one being removed) is left out.
-pub fn list(root: &Path) -> Result<Vec<Manifest>, BackupError> {
-    let entries = match std::fs::read_dir(root) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(BackupError::io("listing", root)(e)),
-    };
+/// Every whole backup in `storage`, oldest first (by start time, then id). One without a
+/// readable manifest (being written, abandoned, or being removed) is left out.
+pub async fn list(storage: &Storage) -> Result<Vec<Manifest>, BackupError> {
     let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".partial") || !valid_id(&name) {
-            continue;
-        }
-        if let Ok(m) = manifest(root, &name) {
+    for id in storage.ids().await? {
+        if let Ok(m) = manifest(storage, &id).await {
             out.push(m);
         }
     }
@@ -577,38 +546,24 @@ pub fn list(root: &Path) -> Result<Vec<Manifest>, BackupError> {
 
 /// Removes one whole backup: the manifest first, so a reader that races the removal sees no
 /// backup rather than a backup with missing files.
-pub fn remove(root: &Path, id: &str) -> Result<(), BackupError> {
+pub async fn remove(storage: &Storage, id: &str) -> Result<(), BackupError> {
     if !valid_id(id) {
         return Err(BackupError::InvalidId { id: id.into() });
     }
-    let dir = root.join(id);
-    let m = dir.join(MANIFEST);
-    match std::fs::remove_file(&m) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(BackupError::io("removing", &m)(e)),
-    }
-    std::fs::remove_dir_all(&dir).map_err(BackupError::io("removing", &dir))
+    storage.remove(id).await
 }
 
 /// Checks every file's size and SHA-256 against the manifest.
-pub fn check_files(root: &Path, m: &Manifest) -> Result<(), BackupError> {
-    use std::io::Read as _;
+pub async fn check_files(storage: &Storage, m: &Manifest) -> Result<(), BackupError> {
+    use futures::StreamExt as _;
     for f in &m.files {
-        let path = root.join(&m.id).join(&f.name);
-        let mut file = std::fs::File::open(&path).map_err(BackupError::io("opening", &path))?;
+        let mut pieces = storage.read(&m.id, &f.name).await?;
         let mut hash = Sha256::new();
-        let mut buf = vec![0u8; BUFFER_BYTES];
         let mut bytes = 0u64;
-        loop {
-            let n = file
-                .read(&mut buf)
-                .map_err(BackupError::io("reading", &path))?;
-            if n == 0 {
-                break;
-            }
-            hash.update(&buf[..n]);
-            bytes += n as u64;
+        while let Some(piece) = pieces.next().await {
+            let piece = piece?;
+            hash.update(&piece);
+            bytes += piece.len() as u64;
         }
         if bytes != f.bytes {
             return Err(BackupError::Mismatch {
@@ -633,7 +588,7 @@ pub fn check_files(root: &Path, m: &Manifest) -> Result<(), BackupError> {
 
 /// Unpacks a backup into `into` (which must be empty or absent) and prepares it
 /// (`mariadb-backup --prepare`): a data directory a server of the same version opens.
-pub async fn prepare(root: &Path, m: &Manifest, into: &Path) -> Result<(), BackupError> {
+pub async fn prepare(storage: &Storage, m: &Manifest, into: &Path) -> Result<(), BackupError> {
     std::fs::create_dir_all(into).map_err(BackupError::io("creating", into))?;
     // The files are cuts of one compressed stream at arbitrary bytes (not frames of their
     // own), so they go to one `zstd -d` in order, as one stream, through its standard input.
@@ -645,19 +600,22 @@ pub async fn prepare(root: &Path, m: &Manifest, into: &Path) -> Result<(), Backu
             detail: "zstd has no standard input".into(),
         });
     };
-    let paths: Vec<PathBuf> = m
-        .files
-        .iter()
-        .map(|f| root.join(&m.id).join(&f.name))
-        .collect();
+    let names: Vec<String> = m.files.iter().map(|f| f.name.clone()).collect();
+    let (from, id) = (storage.clone(), m.id.clone());
     let feed = tokio::spawn(async move {
-        for p in paths {
-            let mut f = tokio::fs::File::open(&p)
-                .await
-                .map_err(BackupError::io("opening", &p))?;
-            tokio::io::copy(&mut f, &mut input)
-                .await
-                .map_err(BackupError::io("reading", &p))?;
+        use futures::StreamExt as _;
+        for name in names {
+            let mut pieces = from.read(&id, &name).await?;
+            while let Some(piece) = pieces.next().await {
+                input
+                    .write_all(&piece?)
+                    .await
+                    .map_err(|source| BackupError::Io {
+                        what: "feeding the backup to",
+                        path: COMPRESS_TOOL.into(),
+                        source,
+                    })?;
+            }
         }
         // Closing the pipe ends zstd's input.
         drop(input);
@@ -763,11 +721,11 @@ pub struct Verified {
 /// uncompressed size), opened by a scratch server of this host's MariaDB (socket only, no
 /// network, no binary log), and every table checked (`mariadb-check`). The GTID position
 /// the prepared data records must be the manifest's.
-pub async fn verify(root: &Path, id: &str, scratch: &Path) -> Result<Verified, BackupError> {
-    let m = manifest(root, id)?;
-    check_files(root, &m)?;
+pub async fn verify(storage: &Storage, id: &str, scratch: &Path) -> Result<Verified, BackupError> {
+    let m = manifest(storage, id).await?;
+    check_files(storage, &m).await?;
     let data = scratch.join("data");
-    prepare(root, &m, &data).await?;
+    prepare(storage, &m, &data).await?;
     let server = ScratchServer::start(&data, scratch).await?;
     let checked = server.check_tables().await;
     server.stop().await;
@@ -786,15 +744,15 @@ pub const SYSTEM_DATABASES: [&str; 4] =
 /// `work` (empty or absent; about the data's size): what `restore-in-place` loads. Returns the
 /// manifest and the databases dumped. The files' checksums are checked first.
 pub async fn dump_of(
-    root: &Path,
+    storage: &Storage,
     id: &str,
     work: &Path,
     out: &Path,
 ) -> Result<(Manifest, Vec<String>), BackupError> {
-    let m = manifest(root, id)?;
-    check_files(root, &m)?;
+    let m = manifest(storage, id).await?;
+    check_files(storage, &m).await?;
     let data = work.join("data");
-    prepare(root, &m, &data).await?;
+    prepare(storage, &m, &data).await?;
     let server = ScratchServer::start(&data, work).await?;
     let dumped = server.dump_schemas(out).await;
     server.stop().await;
@@ -1089,19 +1047,28 @@ mod tests {
     async fn the_stream_is_cut_into_hashed_files_that_check() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
+        let storage = Storage::Dir(root.to_path_buf());
         let id = "t1";
-        std::fs::create_dir_all(root.join(id)).unwrap();
         let data: Vec<u8> = (0..3 * BUFFER_BYTES + 17)
             .map(|i| u8::try_from(i % 251).unwrap_or_default())
             .collect();
         let progress = Progress::default();
-        let files = cut_into_files(&data[..], &root.join(id), CHUNK_BYTES, &progress)
+        let staging = storage.stage(id).await.unwrap();
+        // Cut every 2 MiB: two whole parts and a short last one.
+        let chunk = 2 * BUFFER_BYTES as u64;
+        let files = cut_into_files(&data[..], &staging, chunk, &progress)
             .await
             .unwrap();
         assert_eq!(progress.bytes(), data.len() as u64);
-        assert_eq!(files.len(), 1, "one file below CHUNK_BYTES");
-        assert_eq!(files[0].bytes, data.len() as u64);
-        assert_eq!(files[0].sha256, hex::encode(Sha256::digest(&data)));
+        assert_eq!(
+            files.iter().map(|f| f.bytes).collect::<Vec<_>>(),
+            vec![chunk, data.len() as u64 - chunk]
+        );
+        let split = usize::try_from(chunk).unwrap();
+        assert_eq!(files[0].sha256, hex::encode(Sha256::digest(&data[..split])));
+        assert_eq!(files[1].sha256, hex::encode(Sha256::digest(&data[split..])));
+        // Not listed until sealed.
+        assert!(list(&storage).await.unwrap().is_empty());
         let m = Manifest {
             format: FORMAT,
             id: id.into(),
@@ -1116,20 +1083,29 @@ mod tests {
             compression: COMPRESS_TOOL.into(),
             files,
         };
-        check_files(root, &m).unwrap();
+        staging
+            .seal(&serde_json::to_vec(&m).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(list(&storage).await.unwrap(), vec![m.clone()]);
+        check_files(&storage, &m).await.unwrap();
         // One byte changed: the check names the file and the SHA-256.
         let path = root.join(id).join(chunk_name(0));
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[1000] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        let err = check_files(root, &m).unwrap_err().to_string();
+        let err = check_files(&storage, &m).await.unwrap_err().to_string();
         assert!(
             err.contains("data-00000.mbstream.zst: the SHA-256"),
             "{err}"
         );
         // A truncated file: the size.
         std::fs::write(&path, &bytes[..10]).unwrap();
-        let err = check_files(root, &m).unwrap_err().to_string();
+        let err = check_files(&storage, &m).await.unwrap_err().to_string();
         assert!(err.contains("the size is 10"), "{err}");
+        // A removal takes the manifest first, then the rest.
+        remove(&storage, id).await.unwrap();
+        assert!(!root.join(id).exists());
+        assert!(list(&storage).await.unwrap().is_empty());
     }
 }

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use bloodraven_core::config::CredentialsRef;
+use bloodraven_core::config::{BackupTarget, CredentialsRef, S3Credentials};
 use bloodraven_mysql::Credentials;
+use bloodraven_mysql::backup::{S3Keys, Storage};
 use bloodraven_runtime::topology::SigningKey;
 
 use crate::config::{KeySource, TlsSource};
@@ -134,6 +135,59 @@ pub async fn credentials(
             path: String::new(),
             detail: "none configured".into(),
         }),
+    }
+}
+
+/// An S3 target's keys: a file of `accessKeyId=` and `secretAccessKey=` lines, or a Secret in
+/// the group's `namespace` with keys `accessKeyId` and `secretAccessKey`.
+pub async fn s3_keys(
+    c: &S3Credentials,
+    namespace: &str,
+    secrets: &dyn SecretStore,
+) -> Result<S3Keys, SecretError> {
+    match c {
+        S3Credentials::File(path) => S3Keys::read_file(path).map_err(|e| SecretError::File {
+            what: "S3 credentials file",
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        }),
+        S3Credentials::Secret(name) => {
+            let mut data = secrets.read(namespace, name).await?;
+            let mut take = |key: &str| {
+                data.remove(key)
+                    .ok_or_else(|| SecretError::MissingKey {
+                        namespace: namespace.into(),
+                        name: name.clone(),
+                        key: key.into(),
+                    })
+                    .and_then(|v| utf8(v, namespace, name, key))
+            };
+            Ok(S3Keys {
+                access_key_id: take("accessKeyId")?.trim().to_string(),
+                secret_access_key: take("secretAccessKey")?.trim().to_string(),
+            })
+        }
+    }
+}
+
+/// The storage a backup target names, its keys read (an S3 target's, which a sidecar taking
+/// a backup there is given too).
+pub async fn backup_storage(
+    target: &BackupTarget,
+    namespace: &str,
+    secrets: &dyn SecretStore,
+) -> Result<(Storage, Option<S3Keys>), SecretError> {
+    match target {
+        BackupTarget::File(root) => Ok((Storage::Dir(root.clone()), None)),
+        BackupTarget::S3(s3) => {
+            let keys = s3_keys(&s3.credentials, namespace, secrets).await?;
+            let storage = Storage::s3(s3.clone(), &keys).map_err(|e| SecretError::File {
+                what: "the S3 target",
+                path: s3.url(),
+                detail: e.to_string(),
+            })?;
+            Ok((storage, Some(keys)))
+        }
     }
 }
 

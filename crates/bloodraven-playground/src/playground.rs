@@ -71,6 +71,8 @@ pub struct PlaygroundOptions {
     pub store: StoreChoice,
     /// `spec.emergencyFailover.fencing` of the group.
     pub fencing: bloodraven_core::config::FencingMode,
+    /// Backups into a bucket of an S3-compatible service instead of `<dir>/backups/`.
+    pub backup_s3: Option<S3Backups>,
     /// Tests only: the file of test failpoints every operator reads
     /// (`BLOODRAVEN_TEST_FAILPOINTS`, see `bloodraven_operator::failpoints`). `None` in the
     /// `playground` command.
@@ -95,8 +97,20 @@ impl PlaygroundOptions {
             store: StoreChoice::Embedded,
             fencing: bloodraven_core::config::FencingMode::Fast,
             failpoints: None,
+            backup_s3: None,
         }
     }
+}
+
+/// The playground's backups in a bucket (`--backup-target s3://…`).
+#[derive(Clone, Debug)]
+pub struct S3Backups {
+    /// `s3://bucket/prefix`.
+    pub target: String,
+    /// The service's URL (`http://127.0.0.1:9000`); AWS's own without it.
+    pub endpoint: Option<String>,
+    /// A file of `accessKeyId=` and `secretAccessKey=` lines.
+    pub credentials_file: PathBuf,
 }
 
 pub use crate::errors::PlaygroundError;
@@ -635,11 +649,16 @@ fn operator_procs(
     let component_ports = &ports.component;
     let mut lo = operator_options(links, opts, own_ports[0].0, own_ports[0].1, &desk);
     lo.component = Some((loopback(component_ports[0]), pki.files("operator")));
-    // Backups go to `<dir>/backups/`, taken only when asked for (`bloodraven backup now`,
-    // chaos `backup`): the playground's start stays light.
-    let backups = w.dir.join("backups");
-    std::fs::create_dir_all(&backups).map_err(io("create the backups directory"))?;
-    lo.backup_target = Some(backups);
+    // Backups go to `<dir>/backups/` (or the bucket asked for), taken only when asked for
+    // (`bloodraven backup now`, chaos `backup`): the playground's start stays light.
+    if let Some(s3) = &opts.backup_s3 {
+        lo.backup_target = Some(s3.target.clone());
+        lo.backup_s3 = Some((s3.endpoint.clone(), s3.credentials_file.clone()));
+    } else {
+        let backups = w.dir.join("backups");
+        std::fs::create_dir_all(&backups).map_err(io("create the backups directory"))?;
+        lo.backup_target = Some(format!("file://{}", backups.display()));
+    }
     if let Some(c) = etcd {
         lo.etcd_endpoints = c.endpoints();
         lo.etcd_lease_ttl = crate::control::ETCD_LEASE_TTL.into();
@@ -1666,7 +1685,7 @@ impl Playground {
     }
 
     /// Asks for a backup now (as `bloodraven backup now` does): the operator takes it on the
-    /// healthiest replica, into `<dir>/backups/`.
+    /// healthiest replica, into the group's target (`<dir>/backups/` by default).
     pub async fn backup(&self) -> Result<String, PlaygroundError> {
         let status = self.stored_status().await?;
         if let Some(b) = status
@@ -1682,10 +1701,7 @@ impl Playground {
         let id = bloodraven_core::backup::backup_id(GROUP, SystemClock.now());
         self.annotate(bloodraven_core::contract::annotations::BACKUP_NOW, &id)
             .await?;
-        Ok(format!(
-            "requested backup {id} (into {})",
-            self.dir.join("backups").display()
-        ))
+        Ok(format!("requested backup {id}"))
     }
 
     /// Revokes every deploy lease (as `bloodraven deploy revoke-all` does).

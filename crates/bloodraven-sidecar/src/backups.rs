@@ -1,15 +1,18 @@
 //! Backups taken on this site, asked for by the group's operator only.
 //!
-//! - `POST /backups` with `{"id", "target", "topologyGeneration"}` starts one: `mariadb-backup
-//!   --backup --stream=mbstream | zstd` as child processes next to the data, cut into
-//!   checksummed files under the target ([`bloodraven_mysql::backup::take`]). It answers `202`
+//! - `POST /backups` with `{"id", "target", "topologyGeneration"}` (and, for an `s3://`
+//!   target, `"s3": {"endpoint", "region", "accessKeyId", "secretAccessKey"}`) starts one:
+//!   `mariadb-backup --backup --stream=mbstream | zstd` as child processes next to the data,
+//!   cut into checksummed files in the target's directory or uploaded to its bucket
+//!   ([`bloodraven_mysql::backup::take`]). It answers `202`
 //!   with the backup's report at once; the sidecar's own memory stays small (the stream
 //!   passes through one 1 MiB buffer).
 //! - `GET /backups/{id}` is the report: phase `Running`, `Succeeded` (with the manifest) or
 //!   `Failed` (with the reason), and the bytes stored so far.
 //! - `DELETE /backups/{id}` abandons a running backup: the children are killed and its
 //!   staging directory removed, so nothing of it remains under the target (the operator does
-//!   this when the site stops being a fit source mid-way, then retries elsewhere).
+//!   this when the site stops being a fit source mid-way, then retries elsewhere); in a
+//!   bucket, the parts uploaded so far are deleted.
 //!
 //! **Only the operator asks.** The caller must present a certificate of the component CA
 //! naming this group's operator (`401` without a verified certificate, `403` with another
@@ -18,7 +21,9 @@
 //!
 //! **One at a time, never a secret.** A second `POST` while one runs is `409` naming the
 //! running one. The backup account's password goes to the tools through an options file
-//! readable by this process only, never through arguments, logs or reports.
+//! readable by this process only, never through arguments, logs or reports. A bucket's keys
+//! come from the operator in the request (over the same verified channel), are held in
+//! memory for the backup only, and are never shown: the request's `Debug` redacts them.
 //!
 //! Without `--backup-credentials-file` every route answers `503` with the flag to set. The
 //! routes and the operator's check are the server's ([`crate::server`]); this module owns the
@@ -31,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bloodraven_core::backup::BackupPhase;
 use bloodraven_core::time::Timestamp;
 use bloodraven_mysql::Credentials;
-use bloodraven_mysql::backup::{self, Job, Report};
+use bloodraven_mysql::backup::{self, Job, Report, S3Keys, Storage};
 use bloodraven_mysql::clone::{Endpoint, Progress};
 use bloodraven_runtime::clock::SharedClock;
 use serde::Deserialize;
@@ -69,8 +74,8 @@ pub struct Backups {
 #[derive(Debug)]
 struct Entry {
     report: Report,
-    /// Where the backup is staged (`<root>/<id>.partial`), for an abandon to clean up.
-    staging: PathBuf,
+    /// Where the backup goes, for an abandon to clean up what it left.
+    storage: Storage,
     progress: Progress,
     /// The running task; taken out when it ends or is abandoned.
     task: Option<JoinHandle<()>>,
@@ -116,30 +121,18 @@ impl Backups {
 
     /// Abandons `id` if it runs; its report then says `Failed`. `None`: no such backup.
     async fn abandon(&self, id: &str) -> Option<Report> {
-        let (task, staging) = {
+        let (task, storage) = {
             let mut jobs = self.jobs();
             let e = jobs.get_mut(id)?;
-            (e.task.take(), e.staging.clone())
+            (e.task.take(), e.storage.clone())
         };
         if let Some(t) = task {
             t.abort();
             // The task's future (and with it the children, killed on drop) is gone once the
-            // handle answers; only then is the staging directory surely no longer written.
+            // handle answers; only then is what it wrote surely no longer written.
             let _ = t.await;
-            // Gigabytes of files, perhaps: removed off the server's threads.
-            let removed = tokio::task::spawn_blocking({
-                let staging = staging.clone();
-                move || {
-                    if staging.exists() {
-                        std::fs::remove_dir_all(&staging)
-                    } else {
-                        Ok(())
-                    }
-                }
-            })
-            .await;
-            if let Ok(Err(e)) = removed {
-                warn!(backup = %id, path = %staging.display(), error = %e, "cannot remove an abandoned backup's staging directory");
+            if let Err(e) = storage.discard(id).await {
+                warn!(backup = %id, target = %storage.url(), error = %e, "cannot remove what an abandoned backup left");
             }
             let mut jobs = self.jobs();
             if let Some(e) = jobs.get_mut(id)
@@ -149,7 +142,7 @@ impl Backups {
                 e.report.bytes = e.progress.bytes();
                 e.report.message = Some("abandoned: the operator asked".into());
             }
-            info!(backup = %id, "backup abandoned; its staging directory is removed");
+            info!(backup = %id, "backup abandoned; what it wrote is removed");
         }
         self.report(id)
     }
@@ -177,9 +170,75 @@ impl Backups {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TakeRequest {
     pub id: String,
-    /// `file:///absolute/path`: the directory that holds every backup of the group.
+    /// `file:///absolute/path` (the directory that holds every backup of the group) or
+    /// `s3://bucket/prefix`.
     pub target: String,
     pub topology_generation: u64,
+    /// The service and keys of an `s3://` target.
+    #[serde(default)]
+    pub s3: Option<S3Request>,
+}
+
+/// The bucket's service and keys in a `POST /backups`. `Debug` shows neither key.
+#[derive(Clone, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct S3Request {
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    #[serde(default)]
+    pub region: Option<String>,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for S3Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Request")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The storage a request names: a directory, or a bucket with the request's keys.
+fn storage_of(req: &TakeRequest) -> Result<Storage, Refused> {
+    let invalid = |field: &'static str, rule: String| Refused::Invalid { field, rule };
+    if !req.target.starts_with("s3://") {
+        if req.s3.is_some() {
+            return Err(invalid("s3", "is used only with an s3:// target".into()));
+        }
+        return target_dir(&req.target)
+            .map(Storage::Dir)
+            .map_err(|rule| invalid("target", rule.into()));
+    }
+    let (bucket, prefix) = bloodraven_core::config::S3Target::parse_url(&req.target)
+        .map_err(|rule| invalid("target", rule.into()))?;
+    let Some(s3) = &req.s3 else {
+        return Err(invalid(
+            "s3",
+            "is required with an s3:// target: {endpoint, region, accessKeyId, secretAccessKey}"
+                .into(),
+        ));
+    };
+    if s3.access_key_id.is_empty() || s3.secret_access_key.is_empty() {
+        return Err(invalid(
+            "s3",
+            "accessKeyId and secretAccessKey must be non-empty".into(),
+        ));
+    }
+    let target = bloodraven_core::config::S3Target {
+        bucket,
+        prefix,
+        endpoint: s3.endpoint.clone(),
+        region: s3.region.clone(),
+        // The sidecar reads no keys itself: they came in the request.
+        credentials: bloodraven_core::config::S3Credentials::Secret(String::new()),
+    };
+    let keys = S3Keys {
+        access_key_id: s3.access_key_id.clone(),
+        secret_access_key: s3.secret_access_key.clone(),
+    };
+    Storage::s3(target, &keys).map_err(|e| invalid("s3", e.to_string()))
 }
 
 /// Why a backup was not started (or a report not given). Nothing here carries a secret.
@@ -215,13 +274,8 @@ impl Refused {
 
 /// A `file://` target's directory: an absolute path with no `.`/`..` parts.
 pub fn target_dir(target: &str) -> Result<PathBuf, &'static str> {
-    if target.starts_with("s3://") {
-        return Err(
-            "s3:// targets are not served by the sidecar yet: use file:///absolute/path (a directory every source site reaches)",
-        );
-    }
     let Some(path) = target.strip_prefix("file://") else {
-        return Err("must be file:///absolute/path");
+        return Err("must be file:///absolute/path or s3://bucket/prefix");
     };
     let p = Path::new(path);
     // Checked on the text: `Path::components` folds `.` parts away.
@@ -257,10 +311,7 @@ impl Backups {
                 rule: "1 to 64 of letters, digits, -, _ and ., not starting with .".into(),
             });
         }
-        let root = target_dir(&req.target).map_err(|rule| Refused::Invalid {
-            field: "target",
-            rule: rule.into(),
-        })?;
+        let storage = storage_of(&req)?;
         let job = Job {
             id: req.id.clone(),
             group: source.group.clone(),
@@ -274,7 +325,7 @@ impl Backups {
             datadir: settings.datadir.clone(),
             server_version: String::new(),
             topology_generation: req.topology_generation,
-            root: root.clone(),
+            storage: storage.clone(),
             chunk_bytes: bloodraven_mysql::backup::CHUNK_BYTES,
         };
         let mut jobs = self.jobs();
@@ -284,7 +335,7 @@ impl Backups {
         {
             return Err(Refused::Running(id.clone()));
         }
-        if jobs.contains_key(&req.id) || root.join(&req.id).exists() {
+        if jobs.contains_key(&req.id) || storage.dir().is_some_and(|d| d.join(&req.id).exists()) {
             return Err(Refused::Exists(req.id));
         }
         let report = Report {
@@ -305,7 +356,7 @@ impl Backups {
             req.id.clone(),
             Entry {
                 report: report.clone(),
-                staging: root.join(format!("{}.partial", req.id)),
+                storage: storage.clone(),
                 progress,
                 task: Some(task),
                 seq,
@@ -313,7 +364,7 @@ impl Backups {
         );
         Self::prune(&mut jobs);
         drop(jobs);
-        info!(backup = %req.id, target = %root.display(), generation = req.topology_generation, "backup started (mariadb-backup | zstd)");
+        info!(backup = %req.id, target = %storage.url(), generation = req.topology_generation, "backup started (mariadb-backup | zstd)");
         Ok(report)
     }
 
@@ -382,10 +433,44 @@ mod tests {
         ] {
             assert!(target_dir(bad).is_err(), "{bad}");
         }
+    }
+
+    fn request(target: &str, s3: Option<S3Request>) -> TakeRequest {
+        TakeRequest {
+            id: "b1".into(),
+            target: target.into(),
+            topology_generation: 1,
+            s3,
+        }
+    }
+
+    #[test]
+    fn an_s3_target_needs_its_keys_and_never_shows_them() {
+        let keys = S3Request {
+            endpoint: Some("http://127.0.0.1:1".into()),
+            region: None,
+            access_key_id: "AKIAEXAMPLE".into(),
+            secret_access_key: "very-secret-key".into(),
+        };
+        let shown = format!("{:?}", request("s3://bucket/p", Some(keys.clone())));
         assert!(
-            target_dir("s3://bucket/prefix")
-                .unwrap_err()
-                .contains("s3://")
+            !shown.contains("very-secret-key") && !shown.contains("AKIAEXAMPLE"),
+            "{shown}"
         );
+        let s = storage_of(&request("s3://bucket/p", Some(keys.clone()))).unwrap();
+        assert_eq!(s.url(), "s3://bucket/p");
+        assert!(format!("{s:?}").contains("s3://bucket/p"));
+        let refused = |r: TakeRequest| match storage_of(&r) {
+            Err(Refused::Invalid { field, rule }) => format!("{field}: {rule}"),
+            other => panic!("{other:?}"),
+        };
+        assert!(refused(request("s3://bucket/p", None)).starts_with("s3: is required"));
+        assert!(refused(request("s3://B/p", Some(keys.clone()))).starts_with("target:"));
+        assert!(
+            refused(request("file:///var/b", Some(keys.clone()))).starts_with("s3: is used only")
+        );
+        let mut empty = keys;
+        empty.secret_access_key.clear();
+        assert!(refused(request("s3://bucket/p", Some(empty))).contains("non-empty"));
     }
 }

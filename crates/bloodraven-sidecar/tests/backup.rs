@@ -11,6 +11,7 @@ use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::backup;
 use bloodraven_sidecar::backups::BackupSettings;
 use bloodraven_testkit::pki::{self, pki};
+use bloodraven_testkit::s3::{ACCESS_KEY_ID, S3Server, SECRET_ACCESS_KEY};
 use mysql_async::prelude::Queryable;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -144,7 +145,17 @@ async fn only_the_operator_starts_a_backup_and_it_is_whole_or_absent() {
         ),
         (
             json!({"id": "b1", "target": "s3://bucket/p", "topologyGeneration": 5}),
+            "s3",
+        ),
+        (
+            json!({"id": "b1", "target": "s3://Bucket/p", "topologyGeneration": 5,
+                   "s3": {"accessKeyId": "a", "secretAccessKey": "b"}}),
             "target",
+        ),
+        (
+            json!({"id": "b1", "target": target_url, "topologyGeneration": 5,
+                   "s3": {"accessKeyId": "a", "secretAccessKey": "b"}}),
+            "s3",
         ),
         (json!({"id": "b1", "target": target_url}), "body"),
         (
@@ -168,7 +179,7 @@ async fn only_the_operator_starts_a_backup_and_it_is_whole_or_absent() {
         .pass(Some(password.clone()))
         .ssl_opts(bloodraven_mysql::site::ssl_opts(&h.client_tls()))
         .into();
-    let mut holder = mysql_async::Conn::new(holder_opts).await.unwrap();
+    let mut holder = mysql_async::Conn::new(holder_opts.clone()).await.unwrap();
     holder.query_drop("BACKUP STAGE START").await.unwrap();
 
     let (code, r) = call(&operator, post.clone(), &base, Some(take("held"))).await;
@@ -233,12 +244,13 @@ async fn only_the_operator_starts_a_backup_and_it_is_whole_or_absent() {
     assert_eq!(m.topology_generation, 5);
     assert_eq!(m.gtid_position, position, "the replica's position");
     assert_eq!(r["bytes"], m.bytes);
-    assert_eq!(backup::list(target.path()).unwrap(), vec![m.clone()]);
+    let storage = backup::Storage::Dir(target.path().to_path_buf());
+    assert_eq!(backup::list(&storage).await.unwrap(), vec![m.clone()]);
     // An id is taken once.
     let (code, r) = call(&operator, post.clone(), &base, Some(take("b1"))).await;
     assert_eq!(code, StatusCode::CONFLICT, "{r}");
     let scratch = tempfile::tempdir().unwrap();
-    let verified = backup::verify(target.path(), "b1", scratch.path())
+    let verified = backup::verify(&storage, "b1", scratch.path())
         .await
         .expect("the backup verifies");
     assert!(verified.tables > 0, "{verified:?}");
@@ -253,5 +265,75 @@ async fn only_the_operator_starts_a_backup_and_it_is_whole_or_absent() {
     .await;
     assert_eq!(code, StatusCode::NOT_FOUND, "{r}");
     assert!(!r.to_string().contains("script"), "{r}");
+
+    // Into a bucket of an S3-compatible server, the keys given in the request: abandoned
+    // mid-way it leaves no object; taken for real it is whole and verifies from the bucket.
+    let s3 = S3Server::start().await.expect("moto");
+    s3.create_bucket("backups").await.unwrap();
+    let to_bucket = |id: &str| {
+        json!({"id": id, "target": "s3://backups/g", "topologyGeneration": 5,
+               "s3": {"endpoint": s3.endpoint(), "accessKeyId": ACCESS_KEY_ID,
+                      "secretAccessKey": SECRET_ACCESS_KEY}})
+    };
+    // Held at its first lock again, then abandoned: no object of it is left.
+    let mut holder = mysql_async::Conn::new(holder_opts.clone()).await.unwrap();
+    holder.query_drop("BACKUP STAGE START").await.unwrap();
+    let (code, r) = call(&operator, post.clone(), &base, Some(to_bucket("s1"))).await;
+    assert_eq!(code, StatusCode::ACCEPTED, "{r}");
+    let (code, r) = call(&operator, reqwest::Method::GET, &format!("{base}/s1"), None).await;
+    assert_eq!(
+        (code, r["phase"].as_str()),
+        (StatusCode::OK, Some("Running")),
+        "{r}"
+    );
+    let (code, r) = call(
+        &operator,
+        reqwest::Method::DELETE,
+        &format!("{base}/s1"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{r}");
+    assert_eq!(r["phase"], "Failed", "{r}");
+    assert!(
+        s3.keys("backups", "g/s1/").await.unwrap().is_empty(),
+        "an abandoned backup leaves no object"
+    );
+    holder.query_drop("BACKUP STAGE END").await.unwrap();
+    drop(holder);
+    let (code, r) = call(&operator, post.clone(), &base, Some(to_bucket("s2"))).await;
+    assert_eq!(code, StatusCode::ACCEPTED, "{r}");
+    let r = finished(&operator, &format!("{base}/s2")).await;
+    assert_eq!(r["phase"], "Succeeded", "{r}");
+    assert!(
+        !r.to_string().contains(SECRET_ACCESS_KEY),
+        "no key in a report"
+    );
+    let m: backup::Manifest = serde_json::from_value(r["manifest"].clone()).unwrap();
+    let stored = s3.keys("backups", "g/s2/").await.unwrap();
+    assert!(
+        stored.contains(&"g/s2/manifest.json".to_string()),
+        "{stored:?}"
+    );
+    assert_eq!(stored.len(), m.files.len() + 1, "{stored:?}");
+    let bucket = backup::Storage::s3(
+        bloodraven_core::config::S3Target {
+            bucket: "backups".into(),
+            prefix: "g".into(),
+            endpoint: Some(s3.endpoint()),
+            region: None,
+            credentials: bloodraven_core::config::S3Credentials::Secret(String::new()),
+        },
+        &backup::S3Keys {
+            access_key_id: ACCESS_KEY_ID.into(),
+            secret_access_key: SECRET_ACCESS_KEY.into(),
+        },
+    )
+    .unwrap();
+    assert_eq!(backup::list(&bucket).await.unwrap(), vec![m]);
+    let scratch = tempfile::tempdir().unwrap();
+    backup::verify(&bucket, "s2", scratch.path())
+        .await
+        .expect("the backup verifies from the bucket");
     sidecar.stop().await;
 }

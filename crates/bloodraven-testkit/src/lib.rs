@@ -31,6 +31,7 @@ pub mod matrix;
 pub mod pki;
 pub mod process;
 pub mod report;
+pub mod s3;
 pub mod server;
 pub mod sse;
 pub mod store_conformance;

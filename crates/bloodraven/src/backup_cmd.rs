@@ -299,6 +299,30 @@ fn look(b: &BackupRecord, elapsed: Duration) -> Progress {
     }
 }
 
+/// The storage of `target` as this host reaches it: a directory it sees, or a bucket whose
+/// keys are in a file it reads (a Secret is read only by the operator in its cluster).
+pub async fn reachable_storage(
+    target: &BackupTarget,
+    namespace: &str,
+) -> Result<bloodraven_mysql::backup::Storage, String> {
+    if let BackupTarget::File(root) = target
+        && !root.is_dir()
+    {
+        return Err(format!(
+            "the target {} is not a directory this host reaches",
+            root.display()
+        ));
+    }
+    bloodraven_operator::secrets::backup_storage(
+        target,
+        namespace,
+        &bloodraven_operator::secrets::NoSecrets,
+    )
+    .await
+    .map(|(storage, _)| storage)
+    .map_err(|e| format!("the target {} cannot be opened here: {e}", target.url()))
+}
+
 /// `n` bytes as megabytes with one decimal.
 fn megabytes(n: u64) -> String {
     format!("{}.{} MB", n / 1_000_000, (n % 1_000_000) / 100_000)
@@ -316,23 +340,21 @@ async fn list(cfg: &config::LoadedConfig, args: &ListArgs) -> i32 {
             return exit::REFUSED;
         }
     };
-    let Some(BackupTarget::File(root)) = group.backup.as_ref().map(|b| b.target.clone()) else {
+    let Some(target) = group.backup.as_ref().map(|b| b.target.clone()) else {
         return exit::ERROR;
     };
-    let manifests = if root.is_dir() {
-        match bloodraven_mysql::backup::list(&root) {
+    let manifests = match reachable_storage(&target, &key.namespace).await {
+        Ok(storage) => match bloodraven_mysql::backup::list(&storage).await {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("error: {e}");
                 return exit::ERROR;
             }
+        },
+        Err(why) => {
+            eprintln!("warning: {why}; only the status's backups are shown");
+            Vec::new()
         }
-    } else {
-        eprintln!(
-            "warning: the target {} is not a directory this host reaches; only the status's backups are shown",
-            root.display()
-        );
-        Vec::new()
     };
     let mut rows: Vec<BackupRecord> = manifests
         .into_iter()

@@ -51,6 +51,21 @@ pub struct PlaygroundArgs {
     /// sites: an emergency promotion waits until the old primary is proven fenced).
     #[arg(long, value_enum, default_value_t = FencingArg::Fast)]
     fencing: FencingArg,
+    /// Keep backups in a bucket of an S3-compatible service (`s3://bucket/prefix`) instead
+    /// of `<dir>/backups/`; needs --backup-s3-credentials-file.
+    #[arg(long, value_parser = s3_target, requires = "backup_s3_credentials_file")]
+    backup_s3_target: Option<String>,
+    /// The S3-compatible service's URL (e.g. `http://127.0.0.1:9000`); AWS's own without it.
+    #[arg(long, requires = "backup_s3_target")]
+    backup_s3_endpoint: Option<String>,
+    /// A file of `accessKeyId=` and `secretAccessKey=` lines for the bucket.
+    #[arg(long, requires = "backup_s3_target")]
+    backup_s3_credentials_file: Option<PathBuf>,
+}
+
+/// `--backup-s3-target`: an `s3://bucket/prefix` URL.
+fn s3_target(text: &str) -> Result<String, &'static str> {
+    bloodraven_core::config::S3Target::parse_url(text).map(|_| text.to_string())
 }
 
 /// `--fencing`: the mode's name as `spec.emergencyFailover.fencing` spells it.
@@ -212,6 +227,13 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                     store: args.store.into(),
                     fencing: args.fencing.into(),
                     failpoints: None,
+                    backup_s3: args.backup_s3_target.map(|target| {
+                        bloodraven_playground::playground::S3Backups {
+                            target,
+                            endpoint: args.backup_s3_endpoint,
+                            credentials_file: args.backup_s3_credentials_file.unwrap_or_default(),
+                        }
+                    }),
                 }),
             )
         }

@@ -180,14 +180,19 @@ async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
             eprintln!("error: the stored spec does not validate: {e}");
             exit::ERROR
         })?;
-    let Some(bloodraven_core::config::BackupTarget::File(root)) = group.backup.map(|b| b.target)
-    else {
+    let Some(target) = group.backup.map(|b| b.target) else {
         eprintln!(
             "error: refused, nothing was written: group {} has no spec.backup",
             args.group
         );
         return Err(exit::REFUSED);
     };
+    let storage = crate::backup_cmd::reachable_storage(&target, &key.namespace)
+        .await
+        .map_err(|why| {
+            eprintln!("error: refused, nothing was written: {why}");
+            exit::REFUSED
+        })?;
     let data_dir = if cfg.settings.data_dir.is_absolute() {
         cfg.settings.data_dir.clone()
     } else {
@@ -203,10 +208,10 @@ async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
     }
     eprintln!(
         "preparing backup {id} from {} in a scratch server under {} (needs about the data's size)",
-        root.display(),
+        storage.url(),
         work.display()
     );
-    let dumped = bloodraven_mysql::backup::dump_of(&root, id, &work, &out).await;
+    let dumped = bloodraven_mysql::backup::dump_of(&storage, id, &work, &out).await;
     let _ = std::fs::remove_dir_all(&work);
     match dumped {
         Ok((m, databases)) => {

@@ -23,7 +23,7 @@ async fn scrape(port: u16, accept: Option<&str>) -> (String, String) {
 async fn the_operator_serves_classic_text_that_promtool_accepts_with_every_series_from_the_start() {
     // With backups configured: their series exist from the start too (0: none yet).
     let backups = tempfile::tempdir().unwrap();
-    let target = backups.path().to_path_buf();
+    let target = format!("file://{}", backups.path().display());
     let s = common::setup_with(move |lo| lo.backup_target = Some(target)).await;
     let _op = spawn_operator(&s, "operator.log");
     wait_active(&s, "iad", 1).await;

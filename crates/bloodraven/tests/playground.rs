@@ -458,13 +458,140 @@ async fn a_backup_asked_for_runs_on_a_replica_is_listed_and_verifies() {
 /// generation rises by one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_from_a_backup_gives_every_site_exactly_the_backups_rows() {
-    use mysql_async::prelude::Queryable;
     let (r, _) = running_on_iad().await;
+    restore_from_a_backup(&r, "rb1").await;
+    stop(r);
+}
+
+/// The same with the group's backups in a bucket of a real S3-compatible server (moto): taken
+/// into it, listed and verified from it, restored from it; a byte changed in the bucket fails
+/// the verification; and the bucket's keys appear in no log, status or file the playground
+/// wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backups_in_an_s3_bucket_are_taken_verified_and_restored_from() {
+    use bloodraven_testkit::s3::{ACCESS_KEY_ID, S3Server, SECRET_ACCESS_KEY};
+    let s3 = S3Server::start().await.expect("moto");
+    s3.create_bucket("backups").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("s3.keys");
+    std::fs::write(
+        &keys,
+        format!("accessKeyId={ACCESS_KEY_ID}\nsecretAccessKey={SECRET_ACCESS_KEY}\n"),
+    )
+    .unwrap();
+    let endpoint = s3.endpoint();
+    let r = start_in(
+        dir,
+        &[
+            "--backup-s3-target",
+            "s3://backups/pg",
+            "--backup-s3-endpoint",
+            &endpoint,
+            "--backup-s3-credentials-file",
+            keys.to_str().unwrap(),
+        ],
+    );
+    wait(&r, "the group to run", |s| {
+        s["activeSite"] == "iad" && s["sites"][1]["replicating"] == true
+    })
+    .await;
+    restore_from_a_backup(&r, "s3rb1").await;
+    let stored = s3.keys("backups", "pg/s3rb1/").await.unwrap();
+    assert!(
+        stored.contains(&"pg/s3rb1/manifest.json".to_string()),
+        "{stored:?}"
+    );
+
+    let (code, out, err) = backup_cli(&r, &["list", "--group", "playground", "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("warning"), "listed from the bucket: {err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["id"] == "s3rb1"),
+        "{listed}"
+    );
+    let verify = |r: &Running| {
+        backup_cli(
+            r,
+            &[
+                "verify",
+                "--group",
+                "playground",
+                "--id",
+                "s3rb1",
+                "--wait",
+                "3m",
+            ],
+        )
+    };
+    let (code, out, err) = verify(&r);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("backup s3rb1 verified:"), "{out}");
+
+    // One byte changed in the bucket: the verification fails and names the file.
+    let key = "pg/s3rb1/data-00000.mbstream.zst";
+    let mut bytes = s3.get("backups", key).await.unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    s3.put("backups", key, bytes).await.unwrap();
+    let (code, out, err) = verify(&r);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("data-00000.mbstream.zst"), "{out}");
+
+    // The keys are nowhere the playground wrote (logs, configuration, state) nor in status.
+    let status = r.state().await.to_string();
+    assert!(!status.contains(SECRET_ACCESS_KEY), "status shows no key");
+    let mut seen = 0;
+    for path in files_under(&r.dir.path().join("pg")) {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.len() > 8 * 1024 * 1024 {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()).into_owned();
+        seen += 1;
+        assert!(
+            !text.contains(SECRET_ACCESS_KEY) && !text.contains(ACCESS_KEY_ID),
+            "{} holds a key",
+            path.display()
+        );
+    }
+    assert!(seen > 10, "the playground's files were read: {seen}");
+    stop(r);
+}
+
+/// Every file under `dir`, depth first.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => todo.push(p),
+                Ok(t) if t.is_file() => out.push(p),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Takes backup `id` while the counter runs, adds increments after it, restores the group in
+/// place from it, and checks that every site holds exactly the backup's counter and that the
+/// generation rose by one.
+async fn restore_from_a_backup(r: &Running, id: &str) {
+    use mysql_async::prelude::Queryable;
     for _ in 0..3 {
-        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+        assert_eq!(increment(r).await["outcome"], "acknowledged");
     }
     // Every site holds the increments before the backup is taken.
-    wait(&r, "every site caught up", |s| {
+    wait(r, "every site caught up", |s| {
         let gtids: Vec<&Value> = s["sites"]
             .as_array()
             .map(|a| a.iter().map(|x| &x["gtid"]).collect())
@@ -502,20 +629,12 @@ async fn a_restore_from_a_backup_gives_every_site_exactly_the_backups_rows() {
     };
     let at_backup = counter_on(mysql[0]).await;
     let (code, out, err) = backup_cli(
-        &r,
-        &[
-            "now",
-            "--group",
-            "playground",
-            "--id",
-            "rb1",
-            "--wait",
-            "3m",
-        ],
+        r,
+        &["now", "--group", "playground", "--id", id, "--wait", "3m"],
     );
     assert_eq!(code, 0, "{out}{err}");
     for _ in 0..3 {
-        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+        assert_eq!(increment(r).await["outcome"], "acknowledged");
     }
     assert_eq!(counter_on(mysql[0]).await, at_backup + 3);
     let before = r.state().await["topologyGeneration"].as_u64().unwrap();
@@ -527,7 +646,7 @@ async fn a_restore_from_a_backup_gives_every_site_exactly_the_backups_rows() {
             "--group",
             "playground",
             "--from-backup",
-            "rb1",
+            id,
         ])
         .args(["--confirm", "now", "--wait", "5m", "--config"])
         .arg(&config)
@@ -541,11 +660,11 @@ async fn a_restore_from_a_backup_gives_every_site_exactly_the_backups_rows() {
     );
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(
-        said.contains("backup rb1 (site") && said.contains("dumped: app"),
+        said.contains(&format!("backup {id} (site")) && said.contains("dumped: app"),
         "{said}"
     );
     let s = wait(
-        &r,
+        r,
         "the restore's reclones to end and every site to replicate",
         |s| {
             s["restoreInPlace"]["phase"] == "Succeeded"
@@ -572,7 +691,6 @@ async fn a_restore_from_a_backup_gives_every_site_exactly_the_backups_rows() {
             "site on port {port} holds the backup's counter"
         );
     }
-    stop(r);
 }
 
 /// A backup whose source stops being fit mid-way is abandoned cleanly: held at its first lock

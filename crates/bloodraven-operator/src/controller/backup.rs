@@ -32,7 +32,7 @@ use bloodraven_core::reason::EventReason as E;
 use bloodraven_core::status::{BackupPhase, BackupRecord, BackupsStatus, GroupStatus};
 use bloodraven_core::time::Timestamp;
 use bloodraven_mysql::Site;
-use bloodraven_mysql::backup::{BackupError, Report, Verified};
+use bloodraven_mysql::backup::{BackupError, Report, Storage, Verified};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -219,12 +219,24 @@ impl<S: Site> Controller<S> {
             message: String::new(),
             from_primary,
         };
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "id": id,
             "target": cfg.target.url(),
             "topologyGeneration": status.topology_generation,
         });
-        let answer = match self.sidecar_backups(&site) {
+        // A bucket's keys go to the sidecar in the request, over TLS that proved it.
+        let keys = match &cfg.target {
+            BackupTarget::File(_) => Ok(()),
+            BackupTarget::S3(s3) => self.backup_keys(s3).await.map(|k| {
+                body["s3"] = serde_json::json!({
+                    "endpoint": s3.endpoint,
+                    "region": s3.region,
+                    "accessKeyId": k.access_key_id,
+                    "secretAccessKey": k.secret_access_key,
+                });
+            }),
+        };
+        let answer = match keys.and_then(|()| self.sidecar_backups(&site)) {
             Ok((client, url)) => client
                 .post(format!("{url}/backups"))
                 .json(&body)
@@ -233,6 +245,7 @@ impl<S: Site> Controller<S> {
                 .map_err(|e| format!("{site}'s sidecar did not answer: {e}")),
             Err(why) => Err(why),
         };
+        drop(body);
         let refused = match answer {
             Ok(r) if r.status() == reqwest::StatusCode::ACCEPTED => None,
             Ok(r) => {
@@ -294,6 +307,25 @@ impl<S: Site> Controller<S> {
                 .await;
             }
         }
+    }
+
+    /// An S3 target's keys, read now (a rotated file or Secret takes effect at the next
+    /// backup); why not otherwise (never a key).
+    async fn backup_keys(
+        &self,
+        s3: &bloodraven_core::config::S3Target,
+    ) -> Result<bloodraven_mysql::backup::S3Keys, String> {
+        crate::secrets::s3_keys(&s3.credentials, &self.rt.namespace, &*self.rt.secrets())
+            .await
+            .map_err(|e| format!("the S3 keys cannot be read: {e}"))
+    }
+
+    /// The storage of the group's backups, its keys read; why not otherwise.
+    async fn backup_storage(&self, cfg: &BackupConfig) -> Result<Storage, String> {
+        crate::secrets::backup_storage(&cfg.target, &self.rt.namespace, &*self.rt.secrets())
+            .await
+            .map(|(storage, _)| storage)
+            .map_err(|e| e.to_string())
     }
 
     /// The client that proves `site`'s sidecar, and its URL; why there is none otherwise.
@@ -496,24 +528,25 @@ impl<S: Site> Controller<S> {
         let Some(cfg) = self.rt.config.backup.as_ref() else {
             return;
         };
-        let BackupTarget::File(root) = &cfg.target;
-        if !root.is_dir() {
+        if let BackupTarget::File(root) = &cfg.target
+            && !root.is_dir()
+        {
             tracing::info!(group = %self.group(), target = %root.display(), "retention left to the target's own tools: this operator does not reach the directory");
             return;
         }
-        let root = root.clone();
-        let listed = tokio::task::spawn_blocking({
-            let root = root.clone();
-            move || bloodraven_mysql::backup::list(&root)
-        })
-        .await;
-        let manifests = match listed {
-            Ok(Ok(m)) => m,
-            Ok(Err(e)) => {
+        let storage = match self.backup_storage(cfg).await {
+            Ok(s) => s,
+            Err(why) => {
+                tracing::warn!(group = %self.group(), error = %why, "cannot open the backup target for retention");
+                return;
+            }
+        };
+        let manifests = match bloodraven_mysql::backup::list(&storage).await {
+            Ok(m) => m,
+            Err(e) => {
                 tracing::warn!(group = %self.group(), error = %e, "cannot list the backups for retention");
                 return;
             }
-            Err(_) => return,
         };
         let stored: Vec<decide::Stored> = manifests
             .iter()
@@ -528,18 +561,8 @@ impl<S: Site> Controller<S> {
         let pinned = restoring_from(&status);
         let expired = decide::expired(&stored, cfg.retention, self.rt.now(), pinned.as_deref());
         for id in expired {
-            // A backup is gigabytes of files: removed off the poll's thread.
-            let removed = tokio::task::spawn_blocking({
-                let (root, id) = (root.clone(), id.clone());
-                move || bloodraven_mysql::backup::remove(&root, &id)
-            })
-            .await
-            .unwrap_or_else(|e| {
-                Err(bloodraven_mysql::backup::BackupError::Scratch {
-                    detail: format!("the removal stopped: {e}"),
-                })
-            });
-            match removed {
+            // A directory's removal runs off the poll's thread (gigabytes of files).
+            match bloodraven_mysql::backup::remove(&storage, &id).await {
                 Ok(()) => {
                     tracing::info!(group = %self.group(), backup = %id, "backup removed by retention");
                 }
@@ -596,12 +619,12 @@ impl<S: Site> Controller<S> {
     }
 }
 
-/// Verifies backup `id` under `root` in a scratch directory of this host (removed after).
-async fn verify_task(root: std::path::PathBuf, id: String) -> Result<Verified, BackupError> {
+/// Verifies backup `id` in a scratch directory of this host (removed after).
+async fn verify_task(storage: Storage, id: String) -> Result<Verified, BackupError> {
     let scratch =
         std::env::temp_dir().join(format!("bloodraven-verify-{}-{id}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
-    let result = bloodraven_mysql::backup::verify(&root, &id, &scratch).await;
+    let result = bloodraven_mysql::backup::verify(&storage, &id, &scratch).await;
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }
@@ -641,13 +664,14 @@ impl<S: Site> Controller<S> {
         let Some(requested) = snap.annotations.get(BACKUP_VERIFY).cloned() else {
             return;
         };
-        let BackupTarget::File(root) = &cfg.target;
         let refusal = if !bloodraven_mysql::backup::valid_id(&requested) {
             Some(
                 "its id must be 1 to 64 of letters, digits, -, _ and ., not starting with ."
                     .to_string(),
             )
-        } else if !root.is_dir() {
+        } else if let BackupTarget::File(root) = &cfg.target
+            && !root.is_dir()
+        {
             Some(format!(
                 "the target {} is not a directory this operator reaches",
                 root.display()
@@ -655,9 +679,15 @@ impl<S: Site> Controller<S> {
         } else {
             None
         };
-        let manifest = match refusal {
+        let storage = match refusal {
             Some(why) => Err(why),
-            None => bloodraven_mysql::backup::manifest(root, &requested).map_err(|e| e.to_string()),
+            None => self.backup_storage(cfg).await,
+        };
+        let manifest = match &storage {
+            Ok(storage) => bloodraven_mysql::backup::manifest(storage, &requested)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(why) => Err(why.clone()),
         };
         let m = match manifest {
             Ok(m) => m,
@@ -703,7 +733,10 @@ impl<S: Site> Controller<S> {
         // verification, never a gone request and no verification.
         self.consume_verify_request().await;
         tracing::info!(group = %self.group(), backup = %m.id, "verifying a backup: checksums, prepare, a scratch server, every table");
-        let task = tokio::spawn(verify_task(root.clone(), m.id.clone()));
+        let Ok(storage) = storage else {
+            return;
+        };
+        let task = tokio::spawn(verify_task(storage, m.id.clone()));
         self.backup.verify = Some((m.id, task));
     }
 
