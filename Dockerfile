@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The Bloodraven image: the `bloodraven` binary (and `bloodraven-sidecar`, the sidecar alone) on Debian bookworm, with the MariaDB client that
-# `bloodraven deploy migrate -- mariadb …` runs.
+# `bloodraven deploy migrate -- mariadb …` runs and the tools backups are taken, verified and
+# restored with (mariadb-backup, zstd, mariadbd).
 #
 #   docker build -t bloodraven .
 #
@@ -32,10 +33,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # ---- runtime --------------------------------------------------------------------------------
 FROM debian:bookworm-slim
 # ca-certificates: the system's trust roots, read by the TLS clients (bloodraven's and mariadb's).
-# mariadb-client: users' migration commands (`bloodraven deploy migrate -- mariadb …`).
+# mariadb-client: users' migration commands (`bloodraven deploy migrate -- mariadb …`), and
+# mariadb-dump for a restore from a backup.
+# mariadb-backup and zstd: the sidecar takes physical backups with them (docs/backup.md).
+# mariadb-server-core: mariadbd alone (no service scripts), the scratch server in which the
+# operator verifies a backup and `restore-in-place --from-backup` prepares one.
 # No recommended packages, and no apt lists left behind: both only make the image bigger.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates mariadb-client \
+ && apt-get install -y --no-install-recommends ca-certificates mariadb-client mariadb-backup mariadb-server-core zstd \
  && rm -rf /var/lib/apt/lists/*
 # A fixed non-root uid/gid, so Kubernetes' runAsNonRoot can check it and volumes can be
 # prepared for it. --no-log-init: a high uid would otherwise grow a large sparse

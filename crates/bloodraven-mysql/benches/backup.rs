@@ -6,7 +6,11 @@
 //! - the CPU (user + system seconds) and peak RSS the backup's tools cost the source host
 //!   (`mariadb-backup` and `zstd`, RSS sampled every 100 ms), and this process's own peak RSS
 //!   (what the sidecar's part, the cutting and hashing, holds);
-//! - the time to verify it (checksums, extract, prepare, a scratch server, every table).
+//! - the time to verify it (checksums, extract, prepare, a scratch server, every table);
+//! - the time to restore from it, in the two parts `restore-in-place --from-backup` runs on
+//!   the target: the backup turned into a dump of its schemas (checksums, prepare, a scratch
+//!   server, `mariadb-dump`), then that dump loaded into the (fenced) target server. The
+//!   reclones of the other sites that follow are the reclone's own figure.
 //!
 //! Run: `cargo bench -p bloodraven-mysql --bench backup` (optionally `-- GB`).
 
@@ -223,5 +227,40 @@ async fn main() {
         "verify (checksums, extract, prepare, scratch server, {} tables checked): {:.1} s",
         v.tables,
         t.elapsed().as_secs_f64()
+    );
+
+    // Restore from it: the dump of its schemas, then the load into the replica (replication
+    // stopped first, as a restore's target is fenced and out of the topology).
+    let work = tempfile::tempdir_in(h.servers()[1].datadir().parent().unwrap()).unwrap();
+    let out = work.path().join("bench.sql");
+    let t = Instant::now();
+    let (_, schemas) = backup::dump_of(
+        &backup::Storage::Dir(root.path().to_path_buf()),
+        "bench",
+        &work.path().join("w"),
+        &out,
+    )
+    .await
+    .expect("dump of the backup");
+    let dumped = t.elapsed();
+    let dump_bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    h.admin(1)
+        .unwrap()
+        .execute("STOP SLAVE")
+        .await
+        .expect("replication stops");
+    let t = Instant::now();
+    let loaded = bloodraven_mysql::restore::load(&out, &h.clone_endpoint(1), &Progress::default())
+        .await
+        .expect("the load");
+    let load = t.elapsed();
+    println!(
+        "restore from it: dump of {} ({:.2} GB SQL) {:.1} s, load into the target {:.1} s ({:.0} MB/s of SQL), together {:.1} s",
+        schemas.join(", "),
+        dump_bytes as f64 / 1e9,
+        dumped.as_secs_f64(),
+        load.as_secs_f64(),
+        loaded as f64 / 1e6 / load.as_secs_f64(),
+        (dumped + load).as_secs_f64()
     );
 }
