@@ -243,7 +243,7 @@ async fn main() {
     .await
     .expect("dump of the backup");
     let dumped = t.elapsed();
-    let dump_bytes = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    let dump_bytes = std::fs::metadata(&out).map_or(0, |m| m.len());
     h.admin(1)
         .unwrap()
         .execute("STOP SLAVE")
