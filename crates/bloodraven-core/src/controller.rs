@@ -1125,6 +1125,9 @@ fn diverged(site: &SiteView, input: &DecideInput<'_>, active: &SiteView) -> bool
     }
 }
 
+/// The group's conditions (Ready, Degraded, Progressing…) from the sites as they will be.
+/// Over 100 lines: one rule per condition type of SPEC §2.2, side by side so that their
+/// precedence reads in one place.
 fn conditions(
     input: &DecideInput<'_>,
     active: Option<&SiteView>,

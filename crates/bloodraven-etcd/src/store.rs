@@ -282,20 +282,7 @@ fn plan(
             WriteOp::Delete {
                 resource_version, ..
             } => {
-                match (view, resource_version) {
-                    (View::Read(None) | View::Batch(None), _) => {
-                        return Err(StoreError::NotFound { key }.into());
-                    }
-                    (View::Assumed | View::Read(Some(_)), None) => {
-                        compares.push(Compare::present(k.clone()));
-                    }
-                    (View::Assumed, Some(rv)) => assumed_at(rv, &k, &mut compares)?,
-                    (View::Read(Some(s)), Some(rv)) => read_at(s, &key, rv, &k, &mut compares)?,
-                    (View::Batch(Some(_)), None) => {}
-                    (View::Batch(Some(_)), Some(rv)) => {
-                        return Err(written_in_batch(key, rv).into());
-                    }
-                }
+                delete_compares(view, key, resource_version.as_deref(), &k, &mut compares)?;
                 batch.insert(k, None);
                 outputs.push(None);
             }
@@ -306,18 +293,7 @@ fn plan(
             WriteOp::Require {
                 resource_version, ..
             } => {
-                match view {
-                    View::Read(None) | View::Batch(None) => {
-                        return Err(StoreError::NotFound { key }.into());
-                    }
-                    View::Assumed => assumed_at(resource_version, &k, &mut compares)?,
-                    View::Read(Some(s)) => {
-                        read_at(s, &key, resource_version, &k, &mut compares)?;
-                    }
-                    View::Batch(Some(_)) => {
-                        return Err(written_in_batch(key, resource_version).into());
-                    }
-                }
+                delete_compares(view, key, Some(resource_version), &k, &mut compares)?;
                 outputs.push(None);
             }
         }
@@ -331,6 +307,58 @@ fn plan(
         writes,
         outputs,
     })
+}
+
+/// The transaction's write of one key: its encoded object, or its deletion.
+fn write_op(k: &str, v: Option<&[u8]>) -> TxnOp {
+    match v {
+        Some(value) => TxnOp::Put {
+            key: k.as_bytes().to_vec(),
+            value: value.to_vec(),
+            lease: 0,
+        },
+        None => TxnOp::Delete {
+            key: k.as_bytes().to_vec(),
+            range_end: Vec::new(),
+        },
+    }
+}
+
+/// The batch's outputs, each at the transaction's revision.
+fn at_revision(outputs: Vec<Option<RawObject>>, revision: i64) -> Vec<Option<RawObject>> {
+    let rv = revision.to_string();
+    outputs
+        .into_iter()
+        .map(|o| {
+            o.map(|mut o| {
+                o.metadata.resource_version.clone_from(&rv);
+                o
+            })
+        })
+        .collect()
+}
+
+/// What a delete (or a `Require`, which is a delete's precondition without the delete) of
+/// `key` at version `rv` (any version: `None`) compares in the transaction; refused when the
+/// view shows it cannot hold.
+fn delete_compares(
+    view: View<'_>,
+    key: ObjectKey,
+    rv: Option<&str>,
+    k: &str,
+    compares: &mut Vec<Compare>,
+) -> Result<(), Unplanned> {
+    match (view, rv) {
+        (View::Read(None) | View::Batch(None), _) => Err(StoreError::NotFound { key }.into()),
+        (View::Assumed | View::Read(Some(_)), None) => {
+            compares.push(Compare::present(k.to_string()));
+            Ok(())
+        }
+        (View::Assumed, Some(rv)) => assumed_at(rv, k, compares),
+        (View::Read(Some(s)), Some(rv)) => read_at(s, &key, rv, k, compares),
+        (View::Batch(Some(_)), None) => Ok(()),
+        (View::Batch(Some(_)), Some(rv)) => Err(written_in_batch(key, rv).into()),
+    }
 }
 
 /// A version can never match an object written earlier in the same batch (its version is
@@ -601,17 +629,7 @@ impl EtcdStore {
             let success = plan
                 .writes
                 .iter()
-                .map(|(k, v)| match v {
-                    Some(value) => TxnOp::Put {
-                        key: k.as_bytes().to_vec(),
-                        value: value.clone(),
-                        lease: 0,
-                    },
-                    None => TxnOp::Delete {
-                        key: k.as_bytes().to_vec(),
-                        range_end: Vec::new(),
-                    },
-                })
+                .map(|(k, v)| write_op(k, v.as_deref()))
                 .collect();
             let mut failure: Vec<TxnOp> = keys
                 .iter()
@@ -631,17 +649,7 @@ impl EtcdStore {
                 .await
                 .map_err(write_error)?;
             if resp.succeeded {
-                let rv = resp.revision.to_string();
-                return Ok(plan
-                    .outputs
-                    .into_iter()
-                    .map(|o| {
-                        o.map(|mut o| {
-                            o.metadata.resource_version.clone_from(&rv);
-                            o
-                        })
-                    })
-                    .collect());
+                return Ok(at_revision(plan.outputs, resp.revision));
             }
             // Nothing was applied. Why: the guard first, then the first op that fails on the
             // objects as the transaction saw them.

@@ -244,6 +244,8 @@ fn backup_doc(target: &str, s3: Option<&(Option<String>, PathBuf)>) -> String {
     format!("  backup: {{target: \"{target}\"{s3}}}\n")
 }
 
+/// The operator's configuration file for the local group. Over 100 lines: one YAML
+/// document written as a template, which reads best whole.
 fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> String {
     let LocalFiles {
         pki,

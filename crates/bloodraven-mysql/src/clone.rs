@@ -298,6 +298,35 @@ pub(crate) fn stderr_tail(child: &mut Child) -> tokio::task::JoinHandle<String> 
     })
 }
 
+/// Streams `prelude`, then the dump, into the loader, counting the bytes into `total` and
+/// `progress` and keeping the dump's tail (a few kilobytes before its end, where its position
+/// is) in `tail`.
+async fn pump(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    prelude: &str,
+    progress: &Progress,
+    total: &mut u64,
+    tail: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 256 * 1024];
+    to.write_all(prelude.as_bytes()).await?;
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        to.write_all(&buf[..n]).await?;
+        *total += n as u64;
+        progress.add(n as u64);
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > 64 * 1024 {
+            tail.drain(..tail.len() - 32 * 1024);
+        }
+    }
+    to.shutdown().await
+}
+
 /// Copies the plan's databases from the donor into the target, counting bytes into
 /// `progress`. The target must be prepared ([`crate::SiteClient::prepare_clone_target`]).
 pub async fn copy(plan: &CopyPlan, progress: &Progress) -> Result<Copied, CloneError> {
@@ -335,36 +364,18 @@ pub async fn copy(plan: &CopyPlan, progress: &Progress) -> Result<Copied, CloneE
         bytes,
         source,
     };
-    // The dump's tail, for its position (a few kilobytes before its end).
-    let mut tail: Vec<u8> = Vec::new();
-    let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0u64;
-    let piped: Result<(), CloneError> = async {
-        to.write_all(prelude(plan).as_bytes())
-            .await
-            .map_err(|e| stream_err(0, e))?;
-        loop {
-            let n = from
-                .read(&mut buf)
-                .await
-                .map_err(|e| stream_err(total, e))?;
-            if n == 0 {
-                break;
-            }
-            to.write_all(&buf[..n])
-                .await
-                .map_err(|e| stream_err(total, e))?;
-            total += n as u64;
-            progress.add(n as u64);
-            tail.extend_from_slice(&buf[..n]);
-            if tail.len() > 64 * 1024 {
-                tail.drain(..tail.len() - 32 * 1024);
-            }
-        }
-        to.shutdown().await.map_err(|e| stream_err(total, e))?;
-        Ok(())
-    }
-    .await;
+    let mut tail: Vec<u8> = Vec::new();
+    let piped = pump(
+        &mut from,
+        &mut to,
+        &prelude(plan),
+        progress,
+        &mut total,
+        &mut tail,
+    )
+    .await
+    .map_err(|e| stream_err(total, e));
     drop(to);
     let dump_status = dump.wait().await;
     let load_status = load.wait().await;

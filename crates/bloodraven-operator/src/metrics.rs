@@ -282,6 +282,8 @@ impl Metrics {
         m
     }
 
+    /// Registers every family with its help text. Over 100 lines: one statement per metric
+    /// family of the contract, a table more than logic, best read in one place.
     fn register_all(&self, r: &mut Registry) {
         // prometheus-client appends `_total` to a counter's name: register it without.
         fn counter(name: &str) -> &str {
@@ -648,52 +650,55 @@ impl Metrics {
             .get_or_create(&g())
             .set(i64::try_from(generation).unwrap_or(i64::MAX));
         for site in sites {
-            let gs = GroupSite {
+            self.init_site(group, site, site == active);
+        }
+    }
+
+    /// Creates every series of one site of `group` (see [`Metrics::init_group`]).
+    fn init_site(&self, group: &str, site: &str, active: bool) {
+        let gs = GroupSite {
+            group: group.to_string(),
+            site: site.to_string(),
+        };
+        self.active_site.get_or_create(&gs).set(i64::from(active));
+        let _ = self.semisync_active.get_or_create(&gs);
+        let _ = self.site_up.get_or_create(&gs);
+        let _ = self.replication_running.get_or_create(&gs);
+        for state in RECOVERY_LABELS {
+            self.site_recovery_state
+                .get_or_create(&GroupSiteState {
+                    group: group.to_string(),
+                    site: site.to_string(),
+                    state: state.to_string(),
+                })
+                .set(i64::from(state == "none"));
+        }
+        for result in ["succeeded", "failed"] {
+            let _ = self.reclones.get_or_create(&GroupSiteResult {
                 group: group.to_string(),
-                site: site.clone(),
-            };
-            self.active_site
-                .get_or_create(&gs)
-                .set(i64::from(site == active));
-            let _ = self.semisync_active.get_or_create(&gs);
-            let _ = self.site_up.get_or_create(&gs);
-            let _ = self.replication_running.get_or_create(&gs);
-            for state in RECOVERY_LABELS {
-                self.site_recovery_state
-                    .get_or_create(&GroupSiteState {
-                        group: group.to_string(),
-                        site: site.clone(),
-                        state: state.to_string(),
-                    })
-                    .set(i64::from(state == "none"));
-            }
-            for result in ["succeeded", "failed"] {
-                let _ = self.reclones.get_or_create(&GroupSiteResult {
+                site: site.to_string(),
+                result: result.to_string(),
+            });
+        }
+        for reason in [
+            names::FENCE_INTRUDER,
+            names::FENCE_PLANNED,
+            names::FENCE_EMERGENCY,
+        ] {
+            let _ = self.fences.get_or_create(&GroupSiteReason {
+                group: group.to_string(),
+                site: site.to_string(),
+                reason: reason.to_string(),
+            });
+        }
+        for st in SiteState::ALL {
+            self.site_state
+                .get_or_create(&GroupSiteState {
                     group: group.to_string(),
-                    site: site.clone(),
-                    result: result.to_string(),
-                });
-            }
-            for reason in [
-                names::FENCE_INTRUDER,
-                names::FENCE_PLANNED,
-                names::FENCE_EMERGENCY,
-            ] {
-                let _ = self.fences.get_or_create(&GroupSiteReason {
-                    group: group.to_string(),
-                    site: site.clone(),
-                    reason: reason.to_string(),
-                });
-            }
-            for st in SiteState::ALL {
-                self.site_state
-                    .get_or_create(&GroupSiteState {
-                        group: group.to_string(),
-                        site: site.clone(),
-                        state: st.as_str().to_string(),
-                    })
-                    .set(i64::from(st == SiteState::Unknown));
-            }
+                    site: site.to_string(),
+                    state: st.as_str().to_string(),
+                })
+                .set(i64::from(st == SiteState::Unknown));
         }
     }
 

@@ -628,6 +628,28 @@ async fn load_databases(state: &AppState) {
     }
 }
 
+/// Every [`SWEEP_INTERVAL`], each group's expired deploy leases are swept and what its stored
+/// object asks for is acted on (for the term's length: the term aborts it).
+async fn sweep(state: AppState) {
+    let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+    loop {
+        tick.tick().await;
+        let runtimes: Vec<Arc<GroupRuntime>> =
+            state.groups.read().await.values().cloned().collect();
+        for rt in &runtimes {
+            if let Err(e) = rt.sweep().await {
+                tracing::warn!(group = %rt.name, error = %e, "sweeping expired deploy leases failed");
+            }
+            // Level-triggered backstop: whatever the stored object asks for (a revoke request,
+            // a generation the leases have not caught up with) is acted on within one sweep
+            // even if no watch event carried it here.
+            if let Err(e) = rt.react().await {
+                tracing::warn!(group = %rt.name, error = %e, "acting on stored annotations failed");
+            }
+        }
+    }
+}
+
 /// One leadership term: let the group source write what it defines into the store (the
 /// configuration file's groups, in embedded mode), load every group, then follow the store's
 /// changes and sweep expired leases every [`SWEEP_INTERVAL`]. Returns `true` when leadership
@@ -683,26 +705,7 @@ async fn term(
     load_databases(state).await;
     state.loaded.send_replace(true);
     tracing::info!(groups = groups.running.len(), "operator ready");
-    let sweep_state = state.clone();
-    let sweeper = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-        loop {
-            tick.tick().await;
-            let runtimes: Vec<Arc<GroupRuntime>> =
-                sweep_state.groups.read().await.values().cloned().collect();
-            for rt in &runtimes {
-                if let Err(e) = rt.sweep().await {
-                    tracing::warn!(group = %rt.name, error = %e, "sweeping expired deploy leases failed");
-                }
-                // Level-triggered backstop: whatever the stored object asks for (a revoke
-                // request, a generation the leases have not caught up with) is acted on within
-                // one sweep even if no watch event carried it here.
-                if let Err(e) = rt.react().await {
-                    tracing::warn!(group = %rt.name, error = %e, "acting on stored annotations failed");
-                }
-            }
-        }
-    });
+    let sweeper = tokio::spawn(sweep(state.clone()));
     let lost = loop {
         tokio::select! {
             ev = watch_rx.recv() => match ev {

@@ -531,7 +531,8 @@ impl Releaser {
     }
 
     /// Executes a plan once. Every step is appended to `records_dir/<plan-id>.jsonl` and passed
-    /// to `observer` as it happens.
+    /// to `observer` as it happens. Over 100 lines: the release's steps in their order, each
+    /// recorded before the next; split, the order of record and effect would be harder to see.
     pub async fn apply(
         &self,
         id: &PlanId,

@@ -86,6 +86,44 @@ pub fn run(args: &FailoverArgs) -> i32 {
     )
 }
 
+/// Whether `--force --to to` may be asked for: a promotion of `to` awaits a fence (`false`),
+/// or a failed restore-in-place keeps every site fenced (`true`); the exit code after saying
+/// why not otherwise.
+fn forcible(body: &FailoverGroupBody, group: &str, to: &str) -> Result<bool, i32> {
+    let failed_restore = body
+        .status
+        .restore_in_place
+        .as_ref()
+        .filter(|r| r.phase == RestorePhase::Failed && r.holds_writes());
+    match (&body.status.awaiting_fence, failed_restore) {
+        (Some(w), _) if w.target == to => Ok(false),
+        (Some(w), _) => {
+            eprintln!(
+                "error: --to: {} awaits its promotion (announced after {} stopped answering), not {to}; nothing changed",
+                w.target, w.site
+            );
+            Err(exit::USAGE)
+        }
+        (None, Some(r)) => {
+            if !body.spec.sites.iter().any(|s| s.name == to) {
+                eprintln!("error: --to: {to:?} is not a site of {group}; nothing changed");
+                return Err(exit::USAGE);
+            }
+            eprintln!(
+                "the restore-in-place ({}) failed and keeps every site fenced: {to} will take writes, and the sites whose data differs from it will await a reclone",
+                r.confirm_token_used
+            );
+            Ok(true)
+        }
+        (None, None) => {
+            eprintln!(
+                "error: --force: no promotion of {group} awaits a fence (status.awaitingFence is empty: it happens with spec.emergencyFailover.fencing: strict), and no failed restore-in-place keeps the writes fenced; nothing changed. Without --force this command requests a planned failover."
+            );
+            Err(exit::USAGE)
+        }
+    }
+}
+
 /// `--force`: refused (changing nothing) unless `to` is the site a strict emergency failover
 /// announced and keeps read-only; then requests it and follows until it takes writes.
 async fn force_and_follow(
@@ -100,37 +138,10 @@ async fn force_and_follow(
         Ok(g) => g,
         Err(code) => return code,
     };
-    let failed_restore = body
-        .status
-        .restore_in_place
-        .as_ref()
-        .filter(|r| r.phase == RestorePhase::Failed && r.holds_writes());
-    match (&body.status.awaiting_fence, failed_restore) {
-        (Some(w), _) if w.target == to => {}
-        (Some(w), _) => {
-            eprintln!(
-                "error: --to: {} awaits its promotion (announced after {} stopped answering), not {to}; nothing changed",
-                w.target, w.site
-            );
-            return exit::USAGE;
-        }
-        (None, Some(r)) => {
-            if !body.spec.sites.iter().any(|s| s.name == to) {
-                eprintln!("error: --to: {to:?} is not a site of {group}; nothing changed");
-                return exit::USAGE;
-            }
-            eprintln!(
-                "the restore-in-place ({}) failed and keeps every site fenced: {to} will take writes, and the sites whose data differs from it will await a reclone",
-                r.confirm_token_used
-            );
-        }
-        (None, None) => {
-            eprintln!(
-                "error: --force: no promotion of {group} awaits a fence (status.awaitingFence is empty: it happens with spec.emergencyFailover.fencing: strict), and no failed restore-in-place keeps the writes fenced; nothing changed. Without --force this command requests a planned failover."
-            );
-            return exit::USAGE;
-        }
-    }
+    let restore_forced = match forcible(&body, group, to) {
+        Ok(restore_forced) => restore_forced,
+        Err(code) => return code,
+    };
     if let Err(e) =
         bloodraven_store::set_annotation(&*store, &key, FORCE_PROMOTION, &format!("{to}:{by}"))
             .await
@@ -148,7 +159,6 @@ async fn force_and_follow(
         code: exit::NOT_FINISHED,
         says: "the request stands (follow it with `bloodraven status`)",
     };
-    let restore_forced = failed_restore.is_some();
     crate::cli::follow_until(&*store, &key, wait, stands, |obj, b| {
         if b.status.awaiting_fence.is_some() {
             return Progress::Nothing;

@@ -1,7 +1,7 @@
 //! `bloodraven operator` (run the operator) and `bloodraven token` (deploy tokens).
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bloodraven_core::contract::DEPLOY_AUDIENCE;
 use bloodraven_core::duration::parse_duration;
@@ -123,33 +123,9 @@ pub fn run_token(args: TokenArgs) -> i32 {
                     return exit::USAGE;
                 }
             };
-            let (key_path, cfg_audience) = match (key_file, config) {
-                (Some(k), _) => (k, None),
-                (None, Some(c)) => match config::load(&c) {
-                    Ok(cfg) => {
-                        let Some(d) = cfg.settings.deploy_api else {
-                            eprintln!("error: --config: {} has deployAPI disabled", c.display());
-                            return exit::USAGE;
-                        };
-                        let Some(k) = d.token_key_file else {
-                            eprintln!(
-                                "error: --config: {} uses the kubernetes backend: deploy tokens are projected ServiceAccount tokens (audience {}), not issued by bloodraven",
-                                c.display(),
-                                d.audience
-                            );
-                            return exit::USAGE;
-                        };
-                        (k, Some(d.audience))
-                    }
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return exit::USAGE;
-                    }
-                },
-                (None, None) => {
-                    eprintln!("error: give --key-file or --config");
-                    return exit::USAGE;
-                }
+            let (key_path, cfg_audience) = match signing_key_of(key_file, config) {
+                Ok(found) => found,
+                Err(code) => return code,
             };
             let key = match SigningKey::load(&key_path) {
                 Ok(k) => k,
@@ -178,40 +154,77 @@ pub fn run_token(args: TokenArgs) -> i32 {
                 }
             }
         }
-        TokenCommand::Keygen { out } => {
-            let text = match SigningKey::generate_text() {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("error: no secure randomness available: {e}");
-                    return exit::ERROR;
-                }
+        TokenCommand::Keygen { out } => keygen(&out),
+    }
+}
+
+/// The signing key's file and the configuration's audience, from `--key-file` or `--config`;
+/// the exit code after saying why otherwise.
+fn signing_key_of(
+    key_file: Option<PathBuf>,
+    config: Option<PathBuf>,
+) -> Result<(PathBuf, Option<String>), i32> {
+    match (key_file, config) {
+        (Some(k), _) => Ok((k, None)),
+        (None, Some(c)) => {
+            let cfg = config::load(&c).map_err(|e| {
+                eprintln!("error: {e}");
+                exit::USAGE
+            })?;
+            let Some(d) = cfg.settings.deploy_api else {
+                eprintln!("error: --config: {} has deployAPI disabled", c.display());
+                return Err(exit::USAGE);
             };
-            // Owner-only from the moment it exists, and never over an existing key.
-            let file = {
-                use std::os::unix::fs::OpenOptionsExt as _;
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&out)
+            let Some(k) = d.token_key_file else {
+                eprintln!(
+                    "error: --config: {} uses the kubernetes backend: deploy tokens are projected ServiceAccount tokens (audience {}), not issued by bloodraven",
+                    c.display(),
+                    d.audience
+                );
+                return Err(exit::USAGE);
             };
-            match file {
-                Ok(mut f) => {
-                    if let Err(e) = writeln!(f, "{text}") {
-                        eprintln!("error: cannot write {}: {e}", out.display());
-                        return exit::ERROR;
-                    }
-                    eprintln!("wrote a new token signing key to {}", out.display());
-                    exit::OK
-                }
-                Err(e) => {
-                    eprintln!(
-                        "error: --out {}: {e} (an existing key is never overwritten)",
-                        out.display()
-                    );
-                    exit::USAGE
-                }
+            Ok((k, Some(d.audience)))
+        }
+        (None, None) => {
+            eprintln!("error: give --key-file or --config");
+            Err(exit::USAGE)
+        }
+    }
+}
+
+/// `bloodraven token keygen --out FILE`: a new signing key, owner-only from the moment it
+/// exists, never over an existing file.
+fn keygen(out: &Path) -> i32 {
+    let text = match SigningKey::generate_text() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: no secure randomness available: {e}");
+            return exit::ERROR;
+        }
+    };
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(out)
+    };
+    match file {
+        Ok(mut f) => {
+            if let Err(e) = writeln!(f, "{text}") {
+                eprintln!("error: cannot write {}: {e}", out.display());
+                return exit::ERROR;
             }
+            eprintln!("wrote a new token signing key to {}", out.display());
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!(
+                "error: --out {}: {e} (an existing key is never overwritten)",
+                out.display()
+            );
+            exit::USAGE
         }
     }
 }

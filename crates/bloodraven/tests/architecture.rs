@@ -510,3 +510,181 @@ fn the_poll_writes_only_through_its_writer() {
     // The reader sees a write spread over lines.
     assert!(squeeze("self\n    .rt\n    .update_status(|s| {})").contains("rt.update_status("));
 }
+
+/// A function of `text` longer than 100 lines: its name, first line (1-based), length and
+/// doc comment. Lines from a `#[cfg(test)]` at the start of a line on are left out (the test
+/// module), as are braces inside strings, characters and `//` comments.
+#[derive(Debug)]
+struct LongFn {
+    name: String,
+    line: usize,
+    lines: usize,
+    doc: String,
+}
+
+fn long_functions(text: &str) -> Vec<LongFn> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .iter()
+        .position(|l| l.starts_with("#[cfg(test)]"))
+        .unwrap_or(lines.len());
+    // Braces counted outside strings, character literals and line comments.
+    let braces = |l: &str| -> (i64, bool) {
+        let (mut depth, mut seen) = (0, false);
+        let (mut in_str, mut prev) = (false, ' ');
+        let chars: Vec<char> = l.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if in_str {
+                if c == '\\' {
+                    i += 1;
+                } else if c == '"' {
+                    in_str = false;
+                }
+            } else if c == '/' && prev == '/' {
+                break;
+            } else if c == '"' {
+                in_str = true;
+            } else if c == '\'' && i + 2 < chars.len() && chars[i + 2] == '\'' {
+                i += 2;
+            } else if c == '\''
+                && i + 3 < chars.len()
+                && chars[i + 1] == '\\'
+                && chars[i + 3] == '\''
+            {
+                i += 3;
+            } else if c == '{' {
+                depth += 1;
+                seen = true;
+            } else if c == '}' {
+                depth -= 1;
+            }
+            prev = c;
+            i += 1;
+        }
+        (depth, seen)
+    };
+    let fn_name = |l: &str| -> Option<String> {
+        let t = l.trim_start();
+        if t.starts_with("//") {
+            return None;
+        }
+        let at = t.find("fn ")?;
+        let before = &t[..at];
+        let words_ok = before
+            .split_whitespace()
+            .all(|w| w.starts_with("pub") || matches!(w, "async" | "const" | "unsafe" | "extern"));
+        if !words_ok {
+            return None;
+        }
+        let name: String = t[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        (!name.is_empty()).then_some(name)
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < end {
+        let Some(name) = fn_name(lines[i]) else {
+            i += 1;
+            continue;
+        };
+        let (mut depth, mut started, mut j) = (0i64, false, i);
+        while j < end {
+            let (d, seen) = braces(lines[j]);
+            depth += d;
+            started |= seen;
+            if started && depth <= 0 {
+                break;
+            }
+            if !started && lines[j].trim_end().ends_with(';') {
+                break;
+            }
+            j += 1;
+        }
+        if started && j - i + 1 > 100 {
+            let mut doc = Vec::new();
+            let mut k = i;
+            while k > 0 {
+                k -= 1;
+                let t = lines[k].trim_start();
+                if let Some(d) = t.strip_prefix("///") {
+                    doc.push(d.trim().to_string());
+                } else if !t.starts_with("#[") {
+                    break;
+                }
+            }
+            doc.reverse();
+            out.push(LongFn {
+                name,
+                line: i + 1,
+                lines: j - i + 1,
+                doc: doc.join(" "),
+            });
+        }
+        i = if started { j + 1 } else { i + 1 };
+    }
+    out
+}
+
+/// At most 8 product functions are over 100 lines, and each says why in its doc comment
+/// ("Over 100 lines: …"). The test kit is not product code.
+#[test]
+fn no_product_function_is_over_100_lines_but_eight_that_say_why() {
+    let crates = workspace().join("crates");
+    let mut long = Vec::new();
+    for krate in std::fs::read_dir(&crates).unwrap().flatten() {
+        let name = krate.file_name().to_string_lossy().to_string();
+        if name == "bloodraven-testkit" {
+            continue;
+        }
+        let mut stack = vec![krate.path().join("src")];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                for e in std::fs::read_dir(&p).unwrap().flatten() {
+                    stack.push(e.path());
+                }
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && p.file_name().is_some_and(|f| f != "tests.rs")
+            {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for f in long_functions(&text) {
+                    long.push((p.strip_prefix(&crates).unwrap().display().to_string(), f));
+                }
+            }
+        }
+    }
+    let named: Vec<String> = long
+        .iter()
+        .map(|(p, f)| format!("{p}:{} {} ({} lines)", f.line, f.name, f.lines))
+        .collect();
+    assert!(
+        long.len() <= 8,
+        "{} functions over 100 lines: {named:#?}",
+        long.len()
+    );
+    for (p, f) in &long {
+        assert!(
+            f.doc.contains("Over 100 lines:"),
+            "{p}:{} {} ({} lines) does not say why it is over 100 lines",
+            f.line,
+            f.name,
+            f.lines
+        );
+    }
+}
+
+#[test]
+fn the_length_counter_sees_a_long_function_and_skips_strings_and_tests() {
+    let body = "    let s = \"}}}\"; // }\n".repeat(101);
+    let text = format!(
+        "/// Over 100 lines: a test.\npub async fn long_one() {{\n{body}}}\nfn short() {{\n    let c = '}}';\n}}\n#[cfg(test)]\nmod tests {{\n    fn also_long() {{\n{body}    }}\n}}\n"
+    );
+    let found = long_functions(&text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].name, "long_one");
+    assert_eq!(found[0].lines, 103);
+    assert_eq!(found[0].doc, "Over 100 lines: a test.");
+}

@@ -515,6 +515,8 @@ fn loggable(op: &str) -> String {
         .collect()
 }
 
+/// `PUT` (renew) and `DELETE` (release) of one lease. Over 100 lines: every refusal of a
+/// lease request in the order the API documents them, then the renewal or release, read as one.
 async fn lease(
     State(state): State<AppState>,
     method: Method,

@@ -39,6 +39,26 @@ const INTRUDER_FENCE_BOUND: Duration = Duration::from_secs(5);
 const LIFT_ATTEMPTS: u32 = 3;
 
 impl<S: Site> Controller<S> {
+    /// Makes `site` writable again when every site was read-only (its GTID set contains every
+    /// other site's).
+    async fn reassert(&mut self, site: &str) -> Result<(), ControllerError> {
+        let c = self.client(site)?;
+        self.trace(Stage::Act, &format!("reassert {site}"));
+        c.unfence().await.map_err(|e| ControllerError::Unfence {
+            site: site.to_string(),
+            source: e,
+        })?;
+        self.last_reassertion = Some(self.rt.now());
+        tracing::warn!(group = %self.group(), site, "primary reasserted: every site was read-only");
+        self.event(
+            EventType::Warning,
+            E::PrimaryReasserted,
+            &format!("every site was read-only; restored writability on {site}, whose GTID set contains every other site's"),
+        )
+        .await;
+        Ok(())
+    }
+
     /// Executes `action`; `Ok` when it did what it was decided to do (its effects hold).
     pub(super) async fn act(
         &mut self,
@@ -96,23 +116,7 @@ impl<S: Site> Controller<S> {
                     .await;
                 Ok(())
             }
-            Action::Reassert { site } => {
-                let c = self.client(site)?;
-                self.trace(Stage::Act, &format!("reassert {site}"));
-                c.unfence().await.map_err(|e| ControllerError::Unfence {
-                    site: site.clone(),
-                    source: e,
-                })?;
-                self.last_reassertion = Some(self.rt.now());
-                tracing::warn!(group = %self.group(), site, "primary reasserted: every site was read-only");
-                self.event(
-                    EventType::Warning,
-                    E::PrimaryReasserted,
-                    &format!("every site was read-only; restored writability on {site}, whose GTID set contains every other site's"),
-                )
-                .await;
-                Ok(())
-            }
+            Action::Reassert { site } => self.reassert(site).await,
             Action::ConfirmFence {
                 site,
                 why,
@@ -441,42 +445,49 @@ impl<S: Site> Controller<S> {
         }
     }
 
+    /// The emergency's best-effort fence of the old primary `from` (bounded: 1 s for the fence,
+    /// 1 s for killing its application sessions once fenced).
+    async fn fence_old_primary(&self, from: &str) {
+        let Ok(old) = self.client(from) else {
+            return;
+        };
+        let group = self.group().to_string();
+        self.trace(Stage::Act, &format!("fence the old primary {from}"));
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(1),
+            old.fence(Duration::from_millis(500)),
+        )
+        .await;
+        tracing::info!(group = %group, site = from, ?outcome, "emergency failover: best-effort fence of the old primary");
+        if !matches!(outcome, Ok(FenceOutcome::Fenced)) {
+            return;
+        }
+        self.metrics().fenced(
+            &group,
+            from,
+            bloodraven_core::contract::metrics::FENCE_EMERGENCY,
+        );
+        // Its pooled clients get an error now rather than stale reads from a server that is
+        // no longer the primary (bounded: the promotion does not wait long).
+        match tokio::time::timeout(Duration::from_secs(1), old.kill_application_sessions()).await {
+            Ok(Ok(k)) => {
+                tracing::info!(group = %group, site = from, killed = k.killed.len(), "emergency failover: the old primary's application sessions killed");
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(group = %group, site = from, error = %e, "emergency failover: killing the old primary's application sessions failed (its fence blocks their writes)");
+            }
+            Err(_) => {
+                tracing::warn!(group = %group, site = from, "emergency failover: killing the old primary's application sessions took more than 1 s; going on");
+            }
+        }
+    }
+
     /// Steps 1–5 of the emergency sequence; returns the new generation.
     async fn promote_in_emergency(&self, plan: &Emergency<'_>) -> Result<u64, ControllerError> {
         let (from, to, drain) = (plan.from, plan.to, plan.drain);
         let group = self.group().to_string();
         // 1. Best effort: fence the old primary (it is unreachable, so this rarely lands).
-        if let Ok(old) = self.client(from) {
-            self.trace(Stage::Act, &format!("fence the old primary {from}"));
-            let outcome = tokio::time::timeout(
-                Duration::from_secs(1),
-                old.fence(Duration::from_millis(500)),
-            )
-            .await;
-            tracing::info!(group = %group, site = from, ?outcome, "emergency failover: best-effort fence of the old primary");
-            if matches!(outcome, Ok(FenceOutcome::Fenced)) {
-                self.metrics().fenced(
-                    &group,
-                    from,
-                    bloodraven_core::contract::metrics::FENCE_EMERGENCY,
-                );
-                // Its pooled clients get an error now rather than stale reads from a server
-                // that is no longer the primary (bounded: the promotion does not wait long).
-                match tokio::time::timeout(Duration::from_secs(1), old.kill_application_sessions())
-                    .await
-                {
-                    Ok(Ok(k)) => {
-                        tracing::info!(group = %group, site = from, killed = k.killed.len(), "emergency failover: the old primary's application sessions killed");
-                    }
-                    Ok(Err(e)) => {
-                        tracing::warn!(group = %group, site = from, error = %e, "emergency failover: killing the old primary's application sessions failed (its fence blocks their writes)");
-                    }
-                    Err(_) => {
-                        tracing::warn!(group = %group, site = from, "emergency failover: killing the old primary's application sessions took more than 1 s; going on");
-                    }
-                }
-            }
-        }
+        self.fence_old_primary(from).await;
         let c = self.client(to)?;
         // 2. Bounded relay-log drain; when the plan requires it (semi-sync: what the candidate
         //    received may be acknowledged writes), a drain that did not finish aborts the

@@ -219,45 +219,10 @@ impl<S: Site> Controller<S> {
             message: String::new(),
             from_primary,
         };
-        let mut body = serde_json::json!({
-            "id": id,
-            "target": cfg.target.url(),
-            "topologyGeneration": status.topology_generation,
-        });
-        // A bucket's keys go to the sidecar in the request, over TLS that proved it.
-        let keys = match &cfg.target {
-            BackupTarget::File(_) => Ok(()),
-            BackupTarget::S3(s3) => self.backup_keys(s3).await.map(|k| {
-                body["s3"] = serde_json::json!({
-                    "endpoint": s3.endpoint,
-                    "region": s3.region,
-                    "accessKeyId": k.access_key_id,
-                    "secretAccessKey": k.secret_access_key,
-                });
-            }),
-        };
-        let answer = match keys.and_then(|()| self.sidecar_backups(&site)) {
-            Ok((client, url)) => client
-                .post(format!("{url}/backups"))
-                .json(&body)
-                .send()
-                .await
-                .map_err(|e| format!("{site}'s sidecar did not answer: {e}")),
-            Err(why) => Err(why),
-        };
-        drop(body);
-        let refused = match answer {
-            Ok(r) if r.status() == reqwest::StatusCode::ACCEPTED => None,
-            Ok(r) => {
-                let code = r.status();
-                let text = r.text().await.unwrap_or_default();
-                Some(format!(
-                    "{site}'s sidecar refused it ({code}): {}",
-                    text.chars().take(300).collect::<String>()
-                ))
-            }
-            Err(why) => Some(why),
-        };
+        let refused = self
+            .post_backup(cfg, &id, &site, status.topology_generation)
+            .await
+            .err();
         if let Some(why) = &refused {
             record.phase = BackupPhase::Failed;
             record.completion_time = Some(now);
@@ -307,6 +272,47 @@ impl<S: Site> Controller<S> {
                 .await;
             }
         }
+    }
+
+    /// `POST /backups` on `site`'s sidecar; why it did not start otherwise.
+    async fn post_backup(
+        &mut self,
+        cfg: &BackupConfig,
+        id: &str,
+        site: &str,
+        generation: u64,
+    ) -> Result<(), String> {
+        let mut body = serde_json::json!({
+            "id": id,
+            "target": cfg.target.url(),
+            "topologyGeneration": generation,
+        });
+        // A bucket's keys go to the sidecar in the request, over TLS that proved it.
+        if let BackupTarget::S3(s3) = &cfg.target {
+            let k = self.backup_keys(s3).await?;
+            body["s3"] = serde_json::json!({
+                "endpoint": s3.endpoint,
+                "region": s3.region,
+                "accessKeyId": k.access_key_id,
+                "secretAccessKey": k.secret_access_key,
+            });
+        }
+        let (client, url) = self.sidecar_backups(site)?;
+        let r = client
+            .post(format!("{url}/backups"))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| format!("{site}'s sidecar did not answer: {e}"))?;
+        if r.status() == reqwest::StatusCode::ACCEPTED {
+            return Ok(());
+        }
+        let code = r.status();
+        let text = r.text().await.unwrap_or_default();
+        Err(format!(
+            "{site}'s sidecar refused it ({code}): {}",
+            text.chars().take(300).collect::<String>()
+        ))
     }
 
     /// An S3 target's keys, read now (a rotated file or Secret takes effect at the next
@@ -664,33 +670,8 @@ impl<S: Site> Controller<S> {
         let Some(requested) = snap.annotations.get(BACKUP_VERIFY).cloned() else {
             return;
         };
-        let refusal = if !bloodraven_mysql::backup::valid_id(&requested) {
-            Some(
-                "its id must be 1 to 64 of letters, digits, -, _ and ., not starting with ."
-                    .to_string(),
-            )
-        } else if let BackupTarget::File(root) = &cfg.target
-            && !root.is_dir()
-        {
-            Some(format!(
-                "the target {} is not a directory this operator reaches",
-                root.display()
-            ))
-        } else {
-            None
-        };
-        let storage = match refusal {
-            Some(why) => Err(why),
-            None => self.backup_storage(cfg).await,
-        };
-        let manifest = match &storage {
-            Ok(storage) => bloodraven_mysql::backup::manifest(storage, &requested)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(why) => Err(why.clone()),
-        };
-        let m = match manifest {
-            Ok(m) => m,
+        let (storage, m) = match self.verify_request(cfg, &requested).await {
+            Ok(found) => found,
             Err(why) => {
                 let named = if bloodraven_mysql::backup::valid_id(&requested) {
                     requested.as_str()
@@ -733,11 +714,36 @@ impl<S: Site> Controller<S> {
         // verification, never a gone request and no verification.
         self.consume_verify_request().await;
         tracing::info!(group = %self.group(), backup = %m.id, "verifying a backup: checksums, prepare, a scratch server, every table");
-        let Ok(storage) = storage else {
-            return;
-        };
         let task = tokio::spawn(verify_task(storage, m.id.clone()));
         self.backup.verify = Some((m.id, task));
+    }
+
+    /// The storage and manifest of the backup a verification request names; why it is
+    /// refused otherwise.
+    async fn verify_request(
+        &self,
+        cfg: &BackupConfig,
+        requested: &str,
+    ) -> Result<(Storage, bloodraven_mysql::backup::Manifest), String> {
+        if !bloodraven_mysql::backup::valid_id(requested) {
+            return Err(
+                "its id must be 1 to 64 of letters, digits, -, _ and ., not starting with ."
+                    .to_string(),
+            );
+        }
+        if let BackupTarget::File(root) = &cfg.target
+            && !root.is_dir()
+        {
+            return Err(format!(
+                "the target {} is not a directory this operator reaches",
+                root.display()
+            ));
+        }
+        let storage = self.backup_storage(cfg).await?;
+        let m = bloodraven_mysql::backup::manifest(&storage, requested)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((storage, m))
     }
 
     /// Records how a verification ended: the status, the event, the counter.

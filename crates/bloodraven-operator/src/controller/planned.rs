@@ -240,16 +240,25 @@ impl<S: Site> Controller<S> {
             }
         };
         let transition = finish(&pf, done, self.rt.now());
-        // A transition that announces the target carries the conditions of the group once the
-        // target takes writes, judged on the sites as they are now (the source fenced).
-        let announced = transition.new_active_site.as_ref().map(|na| {
-            let status = self.rt.snapshot().status().clone();
-            let views = self.views(&status);
-            let promotion = self.promotion_gtid(&status);
-            let input = self.decide_input(&status, &views, promotion.as_ref(), &cfg);
-            bloodraven_core::controller::announced(&input, &na.site)
-        });
+        let announced = transition
+            .new_active_site
+            .as_ref()
+            .map(|na| self.announced_now(&na.site, &cfg));
         self.apply(slot, &pf, transition, announced.as_ref()).await
+    }
+
+    /// The conditions of the group once `site` takes writes, judged on the sites as they are
+    /// now (the source fenced): what a transition that announces `site` carries.
+    fn announced_now(
+        &self,
+        site: &str,
+        cfg: &bloodraven_core::config::GroupConfig,
+    ) -> bloodraven_core::controller::Conditions {
+        let status = self.rt.snapshot().status().clone();
+        let views = self.views(&status);
+        let promotion = self.promotion_gtid(&status);
+        let input = self.decide_input(&status, &views, promotion.as_ref(), cfg);
+        bloodraven_core::controller::announced(&input, site)
     }
 
     async fn drain(&mut self, source: &str, budget: std::time::Duration) -> Done {

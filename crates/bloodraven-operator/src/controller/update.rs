@@ -221,6 +221,62 @@ impl<S: Site> Controller<S> {
         Ok(())
     }
 
+    /// The ordered update's step on `site`: start its update (bounded by `timeout`), or
+    /// record the end of the one that runs.
+    async fn update_site_step(
+        &mut self,
+        u: &bloodraven_core::status::UpdateStatus,
+        site: String,
+        timeout: Duration,
+    ) -> Result<bool, ControllerError> {
+        let run = self
+            .update_run
+            .as_ref()
+            .filter(|r| r.site == site && r.request_id == u.request_id);
+        match run {
+            Some(r) if !r.task.is_finished() => Ok(false),
+            Some(_) => {
+                let mut run = self.update_run.take().expect("checked above");
+                let result = (&mut run.task).await.map_err(SiteUpdateError::from);
+                let done = match result.and_then(|r| r) {
+                    Ok(()) => {
+                        tracing::info!(group = %self.group(), site = %site, "ordered update: the site's update finished");
+                        Done::Updated
+                    }
+                    Err(e) => Done::Failed {
+                        error: e.to_string(),
+                    },
+                };
+                match update::finish(u, done, self.rt.now()) {
+                    Step::Persist(p) => {
+                        self.persist_update_after(u, p).await?;
+                        Ok(true)
+                    }
+                    _ => Ok(false),
+                }
+            }
+            None => {
+                let Some(cfg) = self.rt.config.site(&site).cloned() else {
+                    return Ok(false);
+                };
+                tracing::info!(group = %self.group(), site = %site, timeout_seconds = timeout.as_secs(), "ordered update: updating the site");
+                let (workloads, group) = (self.rt.workloads(), self.rt.config.clone());
+                let task = tokio::spawn(async move {
+                    tokio::time::timeout(timeout, workloads.update(&group, &cfg))
+                        .await
+                        .map_err(|_| SiteUpdateError::TimedOut(timeout))?
+                        .map_err(SiteUpdateError::from)
+                });
+                self.update_run = Some(UpdateRun {
+                    site,
+                    request_id: u.request_id.clone(),
+                    task,
+                });
+                Ok(false)
+            }
+        }
+    }
+
     /// One step of the update in flight; `Ok(true)` when the next can run at once.
     pub(super) async fn advance_update(&mut self) -> Result<bool, ControllerError> {
         let status = self.rt.snapshot().status().clone();
@@ -253,54 +309,7 @@ impl<S: Site> Controller<S> {
         match update::step(Some(&u), &facts, now) {
             Step::Idle | Step::Wait => Ok(false),
             Step::Persist(p) => self.persist_update_after(&u, p).await,
-            Step::Update { site, timeout } => {
-                let run = self
-                    .update_run
-                    .as_ref()
-                    .filter(|r| r.site == site && r.request_id == u.request_id);
-                match run {
-                    Some(r) if !r.task.is_finished() => Ok(false),
-                    Some(_) => {
-                        let mut run = self.update_run.take().expect("checked above");
-                        let result = (&mut run.task).await.map_err(SiteUpdateError::from);
-                        let done = match result.and_then(|r| r) {
-                            Ok(()) => {
-                                tracing::info!(group = %self.group(), site = %site, "ordered update: the site's update finished");
-                                Done::Updated
-                            }
-                            Err(e) => Done::Failed {
-                                error: e.to_string(),
-                            },
-                        };
-                        match update::finish(&u, done, self.rt.now()) {
-                            Step::Persist(p) => {
-                                self.persist_update_after(&u, p).await?;
-                                Ok(true)
-                            }
-                            _ => Ok(false),
-                        }
-                    }
-                    None => {
-                        let Some(cfg) = self.rt.config.site(&site).cloned() else {
-                            return Ok(false);
-                        };
-                        tracing::info!(group = %self.group(), site = %site, timeout_seconds = timeout.as_secs(), "ordered update: updating the site");
-                        let (workloads, group) = (self.rt.workloads(), self.rt.config.clone());
-                        let task = tokio::spawn(async move {
-                            tokio::time::timeout(timeout, workloads.update(&group, &cfg))
-                                .await
-                                .map_err(|_| SiteUpdateError::TimedOut(timeout))?
-                                .map_err(SiteUpdateError::from)
-                        });
-                        self.update_run = Some(UpdateRun {
-                            site,
-                            request_id: u.request_id.clone(),
-                            task,
-                        });
-                        Ok(false)
-                    }
-                }
-            }
+            Step::Update { site, timeout } => self.update_site_step(&u, site, timeout).await,
             Step::Switchover => {
                 // The planned failover's machine, as far as it goes now; then the update
                 // looks again (a finished switchover moves it on).

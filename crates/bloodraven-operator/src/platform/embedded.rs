@@ -120,6 +120,46 @@ impl ConfiguredGroups {
 pub const PREPARE_BATCH: usize = 50;
 
 impl ConfiguredGroups {
+    /// The writes that make the stored databases the configured ones: created, replaced
+    /// where they differ, deleted where the configuration lacks them.
+    async fn database_ops(
+        &self,
+        store: &Arc<dyn Store>,
+        ops: &mut Vec<WriteOp>,
+    ) -> Result<(), PrepareError> {
+        let stored_dbs = store.list(KIND_DATABASE, None).await?;
+        for d in &self.databases {
+            let obj = RawObject::from_body(
+                API_VERSION,
+                KIND_DATABASE,
+                d.metadata.clone(),
+                &DatabaseBody {
+                    spec: d.spec.clone(),
+                },
+            )?;
+            match stored_dbs.iter().find(|o| o.key() == obj.key()) {
+                None => ops.push(WriteOp::Create(obj)),
+                Some(o) if o.body != obj.body => {
+                    let mut next = obj;
+                    next.metadata
+                        .resource_version
+                        .clone_from(&o.metadata.resource_version);
+                    ops.push(WriteOp::Replace(next));
+                }
+                Some(_) => {}
+            }
+        }
+        for o in &stored_dbs {
+            let configured = self.databases.iter().any(|d| {
+                d.metadata.name == o.metadata.name && d.metadata.namespace == o.metadata.namespace
+            });
+            if !configured {
+                ops.push(WriteOp::DeleteIfExists { key: o.key() });
+            }
+        }
+        Ok(())
+    }
+
     /// What the file no longer has but a live deploy lease or failover-hold still holds:
     /// groups (any of their leases) and databases (their leases), named for the refusal. Read
     /// from the lease objects alone (each names its group and its instance, the database).
@@ -272,37 +312,7 @@ impl GroupSource for ConfiguredGroups {
                     ops.push(WriteOp::DeleteIfExists { key: o.key() });
                 }
             }
-            let stored_dbs = store.list(KIND_DATABASE, None).await?;
-            for d in &self.databases {
-                let obj = RawObject::from_body(
-                    API_VERSION,
-                    KIND_DATABASE,
-                    d.metadata.clone(),
-                    &DatabaseBody {
-                        spec: d.spec.clone(),
-                    },
-                )?;
-                match stored_dbs.iter().find(|o| o.key() == obj.key()) {
-                    None => ops.push(WriteOp::Create(obj)),
-                    Some(o) if o.body != obj.body => {
-                        let mut next = obj;
-                        next.metadata
-                            .resource_version
-                            .clone_from(&o.metadata.resource_version);
-                        ops.push(WriteOp::Replace(next));
-                    }
-                    Some(_) => {}
-                }
-            }
-            for o in &stored_dbs {
-                let configured = self.databases.iter().any(|d| {
-                    d.metadata.name == o.metadata.name
-                        && d.metadata.namespace == o.metadata.namespace
-                });
-                if !configured {
-                    ops.push(WriteOp::DeleteIfExists { key: o.key() });
-                }
-            }
+            self.database_ops(store, &mut ops).await?;
             // In batches: etcd refuses a transaction of more than 128 operations by default
             // (`--max-txn-ops`), and a file with 64 groups and their databases reaches it.
             // Nothing here needs one batch: every step is repeated, to the same end, at the
