@@ -101,6 +101,27 @@ fn utf8(bytes: Vec<u8>, namespace: &str, name: &str, key: &str) -> Result<String
     })
 }
 
+/// The text of `keys` in Secret `namespace/name`, in their order; the first missing or
+/// non-UTF-8 key named otherwise (never a value).
+async fn text_keys<const N: usize>(
+    secrets: &dyn SecretStore,
+    namespace: &str,
+    name: &str,
+    keys: [&str; N],
+) -> Result<[String; N], SecretError> {
+    let mut data = secrets.read(namespace, name).await?;
+    let mut out: [String; N] = std::array::from_fn(|_| String::new());
+    for (slot, key) in out.iter_mut().zip(keys) {
+        let bytes = data.remove(key).ok_or_else(|| SecretError::MissingKey {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+        })?;
+        *slot = utf8(bytes, namespace, name, key)?;
+    }
+    Ok(out)
+}
+
 /// A site's (or the replication account's) credentials: a file with `username=` and
 /// `password=` lines, or a Secret in the group's `namespace` with keys `username` and
 /// `password`.
@@ -116,18 +137,8 @@ pub async fn credentials(
             detail: e.to_string(),
         }),
         (None, Some(name)) => {
-            let mut data = secrets.read(namespace, name).await?;
-            let mut take = |key: &str| {
-                data.remove(key)
-                    .ok_or_else(|| SecretError::MissingKey {
-                        namespace: namespace.into(),
-                        name: name.clone(),
-                        key: key.into(),
-                    })
-                    .and_then(|v| utf8(v, namespace, name, key))
-            };
-            let user = take("username")?;
-            let password = take("password")?;
+            let [user, password] =
+                text_keys(secrets, namespace, name, ["username", "password"]).await?;
             Ok(Credentials::new(user, password))
         }
         (None, None) => Err(SecretError::File {
@@ -152,19 +163,11 @@ pub async fn s3_keys(
             detail: e.to_string(),
         }),
         S3Credentials::Secret(name) => {
-            let mut data = secrets.read(namespace, name).await?;
-            let mut take = |key: &str| {
-                data.remove(key)
-                    .ok_or_else(|| SecretError::MissingKey {
-                        namespace: namespace.into(),
-                        name: name.clone(),
-                        key: key.into(),
-                    })
-                    .and_then(|v| utf8(v, namespace, name, key))
-            };
+            let [id, secret] =
+                text_keys(secrets, namespace, name, ["accessKeyId", "secretAccessKey"]).await?;
             Ok(S3Keys {
-                access_key_id: take("accessKeyId")?.trim().to_string(),
-                secret_access_key: take("secretAccessKey")?.trim().to_string(),
+                access_key_id: id.trim().to_string(),
+                secret_access_key: secret.trim().to_string(),
             })
         }
     }
@@ -356,5 +359,65 @@ mod tests {
         std::fs::write(&f, "username=ops\npasswd=s3cr3t-value\n").unwrap();
         let e = credentials(&by_file, "db", &NoSecrets).await.unwrap_err();
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
+    }
+
+    /// A store of one Secret, for the reads above the platform.
+    #[derive(Debug)]
+    struct OneSecret(BTreeMap<String, Vec<u8>>);
+
+    impl SecretStore for OneSecret {
+        fn read<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> SecretFuture<'a, BTreeMap<String, Vec<u8>>> {
+            let found = (namespace == "db" && name == "keys").then(|| self.0.clone());
+            Box::pin(async move {
+                found.ok_or_else(|| SecretError::Read {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    detail: "not found".into(),
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn s3_keys_come_from_a_file_or_a_secret_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("k");
+        std::fs::write(&f, "accessKeyId=AKIA1\nsecretAccessKey=very-secret\n").unwrap();
+        let k = s3_keys(&S3Credentials::File(f.clone()), "db", &NoSecrets)
+            .await
+            .unwrap();
+        assert_eq!(k.access_key_id, "AKIA1");
+        let store = OneSecret(BTreeMap::from([
+            ("accessKeyId".to_string(), b"AKIA2".to_vec()),
+            ("secretAccessKey".to_string(), b"other-secret\n".to_vec()),
+        ]));
+        let k = s3_keys(&S3Credentials::Secret("keys".into()), "db", &store)
+            .await
+            .unwrap();
+        assert_eq!(
+            (k.access_key_id.as_str(), k.secret_access_key.as_str()),
+            ("AKIA2", "other-secret")
+        );
+        let half = OneSecret(BTreeMap::from([(
+            "accessKeyId".to_string(),
+            b"AKIA2".to_vec(),
+        )]));
+        let e = s3_keys(&S3Credentials::Secret("keys".into()), "db", &half)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, SecretError::MissingKey { key, .. } if key == "secretAccessKey"),
+            "{e}"
+        );
+        std::fs::write(&f, "accessKeyId=AKIA1\nsecret=very-secret\n").unwrap();
+        let e = s3_keys(&S3Credentials::File(f), "db", &NoSecrets)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && !e.contains("very-secret"), "{e}");
     }
 }

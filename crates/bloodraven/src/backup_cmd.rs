@@ -123,15 +123,32 @@ fn backup_config(
     Ok(cfg)
 }
 
+/// The group's store, key and body, once its stored spec has a valid `spec.backup`; the exit
+/// code after saying why not otherwise (nothing written).
+async fn open_backups(
+    cfg: &config::LoadedConfig,
+    group: &str,
+) -> Result<
+    (
+        std::sync::Arc<dyn bloodraven_store::Store>,
+        bloodraven_store::ObjectKey,
+        FailoverGroupBody,
+    ),
+    i32,
+> {
+    let (store, key, body) = crate::cli::open_group(cfg, group).await?;
+    if let Err(refusal) = backup_config(&key, &body) {
+        eprintln!("error: refused, nothing was written: {refusal}");
+        return Err(exit::REFUSED);
+    }
+    Ok((store, key, body))
+}
+
 async fn now(cfg: &config::LoadedConfig, args: &RequestArgs, wait: Duration) -> i32 {
-    let (store, key, body) = match crate::cli::open_group(cfg, &args.group).await {
+    let (store, key, body) = match open_backups(cfg, &args.group).await {
         Ok(g) => g,
         Err(code) => return code,
     };
-    if let Err(refusal) = backup_config(&key, &body) {
-        eprintln!("error: refused, nothing was written: {refusal}");
-        return exit::REFUSED;
-    }
     let id = match &args.id {
         Some(id) if bloodraven_mysql::backup::valid_id(id) => id.clone(),
         Some(_) => {
@@ -186,14 +203,10 @@ async fn now(cfg: &config::LoadedConfig, args: &RequestArgs, wait: Duration) -> 
 }
 
 async fn verify(cfg: &config::LoadedConfig, args: &RequestArgs, wait: Duration) -> i32 {
-    let (store, key, body) = match crate::cli::open_group(cfg, &args.group).await {
+    let (store, key, body) = match open_backups(cfg, &args.group).await {
         Ok(g) => g,
         Err(code) => return code,
     };
-    if let Err(refusal) = backup_config(&key, &body) {
-        eprintln!("error: refused, nothing was written: {refusal}");
-        return exit::REFUSED;
-    }
     let backups = body.status.backups.clone().unwrap_or_default();
     let id = match (&args.id, &backups.last_succeeded) {
         (Some(id), _) if bloodraven_mysql::backup::valid_id(id) => id.clone(),
