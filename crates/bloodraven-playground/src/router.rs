@@ -87,6 +87,30 @@ pub fn binary() -> String {
     }
 }
 
+/// Starts HAProxy in the foreground (`-db`) on `config` with `extra` arguments, its log to
+/// `log`; killed when its handle is dropped.
+fn spawn_haproxy(
+    bin: &str,
+    config: &Path,
+    extra: &[String],
+    log: std::fs::File,
+) -> Result<tokio::process::Child, RouterError> {
+    Command::new(bin)
+        .arg("-db")
+        .arg("-f")
+        .arg(config)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| RouterError::Missing {
+            bin: bin.to_string(),
+            detail: e.to_string(),
+        })
+}
+
 /// How long an HAProxy process replaced by a reload may go on serving its connections.
 pub const HARD_STOP_AFTER: Duration = Duration::from_secs(5);
 
@@ -195,19 +219,7 @@ impl Router {
                 detail: String::from_utf8_lossy(&checked.stderr).trim().to_string(),
             });
         }
-        let child = Command::new(&bin)
-            .arg("-db")
-            .arg("-f")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| RouterError::Missing {
-                bin: bin.clone(),
-                detail: e.to_string(),
-            })?;
+        let child = spawn_haproxy(&bin, &config_path, &[], log)?;
         let r = Router {
             child,
             retired: Vec::new(),
@@ -266,21 +278,12 @@ impl Router {
     pub async fn reload(&mut self, log: std::fs::File) -> Result<(), RouterError> {
         let bin = binary();
         let old = self.child.id().unwrap_or_default();
-        let child = Command::new(&bin)
-            .arg("-db")
-            .arg("-f")
-            .arg(&self.config_path)
-            .arg("-sf")
-            .arg(old.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| RouterError::Missing {
-                bin: bin.clone(),
-                detail: e.to_string(),
-            })?;
+        let child = spawn_haproxy(
+            &bin,
+            &self.config_path,
+            &["-sf".into(), old.to_string()],
+            log,
+        )?;
         let previous = std::mem::replace(&mut self.child, child);
         self.retired
             .retain_mut(|c| matches!(c.try_wait(), Ok(None)));

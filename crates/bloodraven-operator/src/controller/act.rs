@@ -162,16 +162,7 @@ impl<S: Site> Controller<S> {
         if let Some(plan) = catch_up {
             self.catch_up_before_promotion(site, plan).await;
             // The catch-up replicated into it: stop and reset that again (it stays fenced).
-            let settings =
-                bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
-            self.trace(Stage::Act, &format!("prepare the promotion of {site}"));
-            self.client(site)?
-                .prepare_promotion(Some(settings))
-                .await
-                .map_err(|e| ControllerError::Promote {
-                    site: site.to_string(),
-                    source: e,
-                })?;
+            self.prepare_primary(site).await?;
         }
         self.lift_fence(site).await?;
         self.persist_status("the confirmed fence", |s| s.awaiting_fence = None)
@@ -205,22 +196,13 @@ impl<S: Site> Controller<S> {
         let how = if promote {
             // Every site booted read-only: prepare the chosen one (stop and reset replication),
             // announce it, then clear its fence.
-            let c = self.client(site)?;
             let why = match &self.rt.config.bootstrap_site {
                 Some(b) if b == site => "spec.bootstrapSite names it",
                 _ => {
                     "every site booted read-only and it is the most advanced candidate (GTID set, then priority, then spec order)"
                 }
             };
-            let settings =
-                bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
-            self.trace(Stage::Act, &format!("prepare the promotion of {site}"));
-            let promotion = c.prepare_promotion(Some(settings)).await.map_err(|e| {
-                ControllerError::Promote {
-                    site: site.to_string(),
-                    source: e,
-                }
-            })?;
+            let promotion = self.prepare_primary(site).await?;
             format!("promoted at {}: {why}", promotion.gtid)
         } else {
             "it was the one writable site".to_string()
@@ -445,6 +427,23 @@ impl<S: Site> Controller<S> {
         }
     }
 
+    /// Stops and resets `site`'s replication, records its GTID set and gives it a primary's
+    /// semi-synchronous settings; it stays fenced.
+    pub(super) async fn prepare_primary(
+        &self,
+        site: &str,
+    ) -> Result<bloodraven_mysql::Promotion, ControllerError> {
+        let settings = bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
+        self.trace(Stage::Act, &format!("prepare the promotion of {site}"));
+        self.client(site)?
+            .prepare_promotion(Some(settings))
+            .await
+            .map_err(|e| ControllerError::Promote {
+                site: site.to_string(),
+                source: e,
+            })
+    }
+
     /// The emergency's best-effort fence of the old primary `from` (bounded: 1 s for the fence,
     /// 1 s for killing its application sessions once fenced).
     async fn fence_old_primary(&self, from: &str) {
@@ -518,15 +517,7 @@ impl<S: Site> Controller<S> {
         }
         // 3. Stop and reset replication, record the GTID set, give it the semi-synchronous
         //    settings of a primary. It stays fenced.
-        let settings = bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
-        self.trace(Stage::Act, &format!("prepare the promotion of {to}"));
-        let promotion =
-            c.prepare_promotion(Some(settings))
-                .await
-                .map_err(|e| ControllerError::Promote {
-                    site: to.to_string(),
-                    source: e,
-                })?;
+        let promotion = self.prepare_primary(to).await?;
         tracing::info!(group = %group, site = to, promotion_gtid = %promotion.gtid, "emergency failover: prepared");
         // 4. Announce: bump the generation and persist it, so every view served from now on
         //    names `to`; only then (5.) does `to` take writes.

@@ -393,14 +393,7 @@ impl<S: Site> Controller<S> {
                 return Ok(());
             }
         };
-        let settings = bloodraven_core::semisync::desired(self.rt.config.replication_mode, true);
-        self.client(site)?
-            .prepare_promotion(Some(settings))
-            .await
-            .map_err(|e| ControllerError::Promote {
-                site: site.to_string(),
-                source: e,
-            })?;
+        self.prepare_primary(site).await?;
         let (name, by) = (site.to_string(), who.to_string());
         let generation = self
             .announce_site(site, &out.awaiting_reclone, |x| {

@@ -256,10 +256,7 @@ impl GroupSource for ConfiguredGroups {
     ) -> PlatformFuture<'a, Result<(), PrepareError>> {
         Box::pin(async move {
             // Checked again at every term: never delete what a live lease holds.
-            let held = self.removed_but_held(store, now).await?;
-            if !held.is_empty() {
-                return Err(PrepareError::RemovesLiveLeases(held));
-            }
+            self.preflight(store, now).await?;
             let mut ops = Vec::new();
             let stored_groups = store.list(KIND_GROUP, None).await?;
             for g in &self.groups {
