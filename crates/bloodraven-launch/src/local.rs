@@ -52,6 +52,9 @@ pub struct LocalOptions {
     pub backup_target: Option<String>,
     /// `spec.backup.s3` of an `s3://` target: its endpoint and credentials file.
     pub backup_s3: Option<(Option<String>, PathBuf)>,
+    /// `spec.backup.schedule` (none: only on request) and `retention.count`.
+    pub backup_schedule: Option<String>,
+    pub backup_retention_count: Option<u32>,
     /// `spec.replication.mode`.
     pub replication_mode: bloodraven_core::config::ReplicationMode,
     /// `spec.sites[].update` of every site: its command and timeout.
@@ -94,6 +97,8 @@ impl LocalOptions {
             bootstrap_site: None,
             backup_target: None,
             backup_s3: None,
+            backup_schedule: None,
+            backup_retention_count: None,
             replication_mode: bloodraven_core::config::ReplicationMode::Async,
             update: None,
             etcd_endpoints: Vec::new(),
@@ -227,9 +232,21 @@ pub fn write_peer_files(
 }
 
 /// The configuration file: the operator's settings, then the groups and databases of `o`.
-/// The group's `spec.backup` line: its target, and an `s3://` target's endpoint and keys file.
-fn backup_doc(target: &str, s3: Option<&(Option<String>, PathBuf)>) -> String {
-    let s3 = s3
+/// The group's `spec.backup` line: its target, an `s3://` target's endpoint and keys file,
+/// the schedule and the retention's count.
+fn backup_doc(target: &str, o: &LocalOptions) -> String {
+    let schedule = o
+        .backup_schedule
+        .as_ref()
+        .map(|s| format!(", schedule: \"{s}\""))
+        .unwrap_or_default();
+    let retention = o
+        .backup_retention_count
+        .map(|n| format!(", retention: {{count: {n}}}"))
+        .unwrap_or_default();
+    let s3 = o
+        .backup_s3
+        .as_ref()
         .map(|(endpoint, keys)| {
             let endpoint = endpoint
                 .as_ref()
@@ -241,7 +258,7 @@ fn backup_doc(target: &str, s3: Option<&(Option<String>, PathBuf)>) -> String {
             )
         })
         .unwrap_or_default();
-    format!("  backup: {{target: \"{target}\"{s3}}}\n")
+    format!("  backup: {{target: \"{target}\"{s3}{schedule}{retention}}}\n")
 }
 
 /// The operator's configuration file for the local group. Over 100 lines: one YAML
@@ -362,7 +379,7 @@ fn config_text(harness: &Launcher, o: &LocalOptions, files: &LocalFiles) -> Stri
             .unwrap_or_default()
             + &o.backup_target
                 .as_ref()
-                .map(|t| backup_doc(t, o.backup_s3.as_ref()))
+                .map(|t| backup_doc(t, o))
                 .unwrap_or_default()
     };
     text.push_str(&group_doc(&o.group));

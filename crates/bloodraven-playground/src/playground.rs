@@ -73,6 +73,10 @@ pub struct PlaygroundOptions {
     pub fencing: bloodraven_core::config::FencingMode,
     /// Backups into a bucket of an S3-compatible service instead of `<dir>/backups/`.
     pub backup_s3: Option<S3Backups>,
+    /// `spec.backup.schedule` (cron, UTC); none: backups only when asked for.
+    pub backup_schedule: Option<String>,
+    /// `spec.backup.retention.count`.
+    pub backup_retention_count: Option<u32>,
     /// Tests only: the file of test failpoints every operator reads
     /// (`BLOODRAVEN_TEST_FAILPOINTS`, see `bloodraven_operator::failpoints`). `None` in the
     /// `playground` command.
@@ -98,6 +102,8 @@ impl PlaygroundOptions {
             fencing: bloodraven_core::config::FencingMode::Fast,
             failpoints: None,
             backup_s3: None,
+            backup_schedule: None,
+            backup_retention_count: None,
         }
     }
 }
@@ -651,6 +657,8 @@ fn operator_procs(
     lo.component = Some((loopback(component_ports[0]), pki.files("operator")));
     // Backups go to `<dir>/backups/` (or the bucket asked for), taken only when asked for
     // (`bloodraven backup now`, chaos `backup`): the playground's start stays light.
+    lo.backup_schedule.clone_from(&opts.backup_schedule);
+    lo.backup_retention_count = opts.backup_retention_count;
     if let Some(s3) = &opts.backup_s3 {
         lo.backup_target = Some(s3.target.clone());
         lo.backup_s3 = Some((s3.endpoint.clone(), s3.credentials_file.clone()));

@@ -61,6 +61,18 @@ pub struct PlaygroundArgs {
     /// A file of `accessKeyId=` and `secretAccessKey=` lines for the bucket.
     #[arg(long, requires = "backup_s3_target")]
     backup_s3_credentials_file: Option<PathBuf>,
+    /// Take backups on a schedule (`spec.backup.schedule`: cron, UTC, e.g. `0 3 * * *`);
+    /// without it, only when asked for.
+    #[arg(long, value_parser = cron_schedule)]
+    backup_schedule: Option<String>,
+    /// Keep at most this many good backups (`spec.backup.retention.count`, at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    backup_retention_count: Option<u32>,
+}
+
+/// `--backup-schedule`: a schedule `spec.backup.schedule` accepts.
+fn cron_schedule(text: &str) -> Result<String, bloodraven_core::cron::ScheduleError> {
+    bloodraven_core::cron::Schedule::parse(text).map(|_| text.to_string())
 }
 
 /// `--backup-s3-target`: an `s3://bucket/prefix` URL.
@@ -227,6 +239,8 @@ pub fn run(args: PlaygroundArgs) -> i32 {
                     store: args.store.into(),
                     fencing: args.fencing.into(),
                     failpoints: None,
+                    backup_schedule: args.backup_schedule,
+                    backup_retention_count: args.backup_retention_count,
                     backup_s3: args.backup_s3_target.map(|target| {
                         bloodraven_playground::playground::S3Backups {
                             target,
