@@ -111,16 +111,31 @@ pub fn run(args: &BackupArgs) -> i32 {
 fn backup_config(
     key: &bloodraven_store::ObjectKey,
     body: &FailoverGroupBody,
-) -> Result<GroupConfig, String> {
+) -> Result<GroupConfig, BackupsUnavailable> {
     let name = &key.name;
-    let cfg = validate_group(name, &key.namespace, &body.spec)
-        .map_err(|e| format!("the stored spec does not validate: {e}"))?;
+    let cfg =
+        validate_group(name, &key.namespace, &body.spec).map_err(BackupsUnavailable::Invalid)?;
     if cfg.backup.is_none() {
-        return Err(format!(
-            "group {name} has no spec.backup: add one (target, and optionally a schedule) first"
-        ));
+        return Err(BackupsUnavailable::NotConfigured(name.clone()));
     }
     Ok(cfg)
+}
+
+/// Why the backup commands cannot serve a group, or reach its target from here.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupsUnavailable {
+    #[error("the stored spec does not validate: {0}")]
+    Invalid(#[source] bloodraven_core::config::ValidationErrors),
+    #[error("group {0} has no spec.backup: add one (target, and optionally a schedule) first")]
+    NotConfigured(String),
+    #[error("the target {0} is not a directory this host reaches")]
+    Unreachable(String),
+    #[error("the target {target} cannot be opened here: {source}")]
+    Open {
+        target: String,
+        #[source]
+        source: bloodraven_operator::secrets::SecretError,
+    },
 }
 
 /// The group's store, key and body, once its stored spec has a valid `spec.backup`; the exit
@@ -317,14 +332,11 @@ fn look(b: &BackupRecord, elapsed: Duration) -> Progress {
 pub async fn reachable_storage(
     target: &BackupTarget,
     namespace: &str,
-) -> Result<bloodraven_mysql::backup::Storage, String> {
+) -> Result<bloodraven_mysql::backup::Storage, BackupsUnavailable> {
     if let BackupTarget::File(root) = target
         && !root.is_dir()
     {
-        return Err(format!(
-            "the target {} is not a directory this host reaches",
-            root.display()
-        ));
+        return Err(BackupsUnavailable::Unreachable(root.display().to_string()));
     }
     bloodraven_operator::secrets::backup_storage(
         target,
@@ -333,7 +345,10 @@ pub async fn reachable_storage(
     )
     .await
     .map(|(storage, _)| storage)
-    .map_err(|e| format!("the target {} cannot be opened here: {e}", target.url()))
+    .map_err(|source| BackupsUnavailable::Open {
+        target: target.url(),
+        source,
+    })
 }
 
 /// `n` bytes as megabytes with one decimal.

@@ -511,6 +511,90 @@ fn the_poll_writes_only_through_its_writer() {
     assert!(squeeze("self\n    .rt\n    .update_status(|s| {})").contains("rt.update_status("));
 }
 
+/// Every product source file (`crates/*/src`, the test kit and `tests.rs` files left out):
+/// its path under `crates/` and its text up to its `#[cfg(test)]` module.
+fn product_sources() -> Vec<(String, String)> {
+    let crates = workspace().join("crates");
+    let mut out = Vec::new();
+    for krate in std::fs::read_dir(&crates).unwrap().flatten() {
+        if krate.file_name() == "bloodraven-testkit" {
+            continue;
+        }
+        let mut stack = vec![krate.path().join("src")];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                for e in std::fs::read_dir(&p).unwrap().flatten() {
+                    stack.push(e.path());
+                }
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && p.file_name().is_some_and(|f| f != "tests.rs")
+            {
+                let text = std::fs::read_to_string(&p).unwrap();
+                let product = match text.find("\n#[cfg(test)]") {
+                    Some(at) => text[..at].to_string(),
+                    None => text,
+                };
+                out.push((
+                    p.strip_prefix(&crates).unwrap().display().to_string(),
+                    product,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `line` names a `Result<T, String>`: the error type, the last argument at the
+/// `Result`'s own level, is `String`.
+fn string_error(line: &str) -> bool {
+    line.match_indices("Result<").any(|(at, _)| {
+        let inner = &line[at + "Result<".len()..];
+        let (mut depth, mut last_comma) = (0i32, None);
+        for (i, c) in inner.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' if depth == 0 => {
+                    return last_comma.is_some_and(|k: usize| inner[k + 1..i].trim() == "String");
+                }
+                '>' | ')' | ']' => depth -= 1,
+                ',' if depth == 0 => last_comma = Some(i),
+                _ => {}
+            }
+        }
+        false
+    })
+}
+
+#[test]
+fn the_string_error_finder_reads_the_results_own_arguments() {
+    assert!(string_error("fn f() -> Result<(), String> {"));
+    assert!(string_error("fn f() -> Result<Vec<(u8, String)>, String>"));
+    assert!(!string_error(
+        "fn check(l: &BTreeMap<String, String>) -> Result<(), LabelMismatch> {"
+    ));
+    assert!(!string_error("fn f() -> Result<(String, String), E>"));
+    assert!(!string_error("type R = std::io::Result<String>;"));
+}
+
+/// Errors are typed at every boundary: no product code returns `Result<_, String>`.
+#[test]
+fn no_product_code_returns_a_string_error() {
+    let found: Vec<String> = product_sources()
+        .iter()
+        .flat_map(|(path, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim_start().starts_with("//") && string_error(l))
+                .map(move |(n, l)| format!("{path}:{}: {}", n + 1, l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "Result<_, String> in product code: {found:#?}"
+    );
+}
+
 /// A function of `text` longer than 100 lines: its name, first line (1-based), length and
 /// doc comment. Lines from a `#[cfg(test)]` at the start of a line on are left out (the test
 /// module), as are braces inside strings, characters and `//` comments.
@@ -633,27 +717,10 @@ fn long_functions(text: &str) -> Vec<LongFn> {
 /// ("Over 100 lines: …"). The test kit is not product code.
 #[test]
 fn no_product_function_is_over_100_lines_but_eight_that_say_why() {
-    let crates = workspace().join("crates");
     let mut long = Vec::new();
-    for krate in std::fs::read_dir(&crates).unwrap().flatten() {
-        let name = krate.file_name().to_string_lossy().to_string();
-        if name == "bloodraven-testkit" {
-            continue;
-        }
-        let mut stack = vec![krate.path().join("src")];
-        while let Some(p) = stack.pop() {
-            if p.is_dir() {
-                for e in std::fs::read_dir(&p).unwrap().flatten() {
-                    stack.push(e.path());
-                }
-            } else if p.extension().is_some_and(|x| x == "rs")
-                && p.file_name().is_some_and(|f| f != "tests.rs")
-            {
-                let text = std::fs::read_to_string(&p).unwrap();
-                for f in long_functions(&text) {
-                    long.push((p.strip_prefix(&crates).unwrap().display().to_string(), f));
-                }
-            }
+    for (path, text) in product_sources() {
+        for f in long_functions(&text) {
+            long.push((path.clone(), f));
         }
     }
     let named: Vec<String> = long

@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use super::Controller;
 use crate::events::EventType;
+use crate::secrets::SecretError;
 
 /// How often a running backup's `bytes` is written to the status.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
@@ -88,6 +89,44 @@ impl BackupState {
 }
 
 /// Why a running backup's source is no longer fit, if it is not.
+/// Why a backup or a verification did not start, or a verification failed. Nothing here
+/// carries a key or a password; each shows as the message the status and event record.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupStepError {
+    #[error("the S3 keys cannot be read: {0}")]
+    ReadKeys(#[source] SecretError),
+    #[error("{0}")]
+    OpenTarget(#[source] SecretError),
+    #[error("{site} is not a site of the group")]
+    NotASite { site: String },
+    #[error(
+        "{site}'s sidecar cannot be proven (the operator's componentTLS and an https:// sidecar URL are needed to ask for a backup)"
+    )]
+    SidecarUnproven { site: String },
+    #[error("{site}'s sidecar did not answer: {source}")]
+    SidecarSilent {
+        site: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{site}'s sidecar refused it ({code}): {text}")]
+    SidecarRefused {
+        site: String,
+        code: reqwest::StatusCode,
+        text: String,
+    },
+    #[error("its id must be 1 to 64 of letters, digits, -, _ and ., not starting with .")]
+    InvalidId,
+    #[error("the target {0} is not a directory this operator reaches")]
+    Unreachable(String),
+    #[error("{0}")]
+    Backup(#[from] BackupError),
+    #[error("the verification stopped: {0}")]
+    Stopped(#[source] tokio::task::JoinError),
+    #[error("interrupted: the operator verifying it stopped; ask again")]
+    Interrupted,
+}
+
 fn unfit(b: &BackupRecord, status: &GroupStatus) -> Option<String> {
     if status
         .restore_in_place
@@ -226,7 +265,7 @@ impl<S: Site> Controller<S> {
         if let Some(why) = &refused {
             record.phase = BackupPhase::Failed;
             record.completion_time = Some(now);
-            record.message.clone_from(why);
+            record.message = why.to_string();
         }
         let stored = record.clone();
         let persisted = self
@@ -281,7 +320,7 @@ impl<S: Site> Controller<S> {
         id: &str,
         site: &str,
         generation: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), BackupStepError> {
         let mut body = serde_json::json!({
             "id": id,
             "target": cfg.target.url(),
@@ -303,16 +342,20 @@ impl<S: Site> Controller<S> {
             .json(&body)
             .send()
             .await
-            .map_err(|e| format!("{site}'s sidecar did not answer: {e}"))?;
+            .map_err(|source| BackupStepError::SidecarSilent {
+                site: site.to_string(),
+                source,
+            })?;
         if r.status() == reqwest::StatusCode::ACCEPTED {
             return Ok(());
         }
         let code = r.status();
         let text = r.text().await.unwrap_or_default();
-        Err(format!(
-            "{site}'s sidecar refused it ({code}): {}",
-            text.chars().take(300).collect::<String>()
-        ))
+        Err(BackupStepError::SidecarRefused {
+            site: site.to_string(),
+            code,
+            text: text.chars().take(300).collect(),
+        })
     }
 
     /// An S3 target's keys, read now (a rotated file or Secret takes effect at the next
@@ -320,33 +363,37 @@ impl<S: Site> Controller<S> {
     async fn backup_keys(
         &self,
         s3: &bloodraven_core::config::S3Target,
-    ) -> Result<bloodraven_mysql::backup::S3Keys, String> {
+    ) -> Result<bloodraven_mysql::backup::S3Keys, BackupStepError> {
         crate::secrets::s3_keys(&s3.credentials, &self.rt.namespace, &*self.rt.secrets())
             .await
-            .map_err(|e| format!("the S3 keys cannot be read: {e}"))
+            .map_err(BackupStepError::ReadKeys)
     }
 
     /// The storage of the group's backups, its keys read; why not otherwise.
-    async fn backup_storage(&self, cfg: &BackupConfig) -> Result<Storage, String> {
+    async fn backup_storage(&self, cfg: &BackupConfig) -> Result<Storage, BackupStepError> {
         crate::secrets::backup_storage(&cfg.target, &self.rt.namespace, &*self.rt.secrets())
             .await
             .map(|(storage, _)| storage)
-            .map_err(|e| e.to_string())
+            .map_err(BackupStepError::OpenTarget)
     }
 
     /// The client that proves `site`'s sidecar, and its URL; why there is none otherwise.
-    fn sidecar_backups(&mut self, site: &str) -> Result<(reqwest::Client, String), String> {
+    fn sidecar_backups(
+        &mut self,
+        site: &str,
+    ) -> Result<(reqwest::Client, String), BackupStepError> {
         let configs: Vec<_> = self.sites.iter().map(|s| s.cfg.clone()).collect();
         let clients = self.readers.clients(&self.rt, &configs);
-        let i = configs
-            .iter()
-            .position(|c| c.name == site)
-            .ok_or_else(|| format!("{site} is not a site of the group"))?;
+        let i = configs.iter().position(|c| c.name == site).ok_or_else(|| {
+            BackupStepError::NotASite {
+                site: site.to_string(),
+            }
+        })?;
         match clients.into_iter().nth(i) {
             Some((client, true)) => Ok((client, configs[i].sidecar_url.clone())),
-            _ => Err(format!(
-                "{site}'s sidecar cannot be proven (the operator's componentTLS and an https:// sidecar URL are needed to ask for a backup)"
-            )),
+            _ => Err(BackupStepError::SidecarUnproven {
+                site: site.to_string(),
+            }),
         }
     }
 
@@ -375,7 +422,7 @@ impl<S: Site> Controller<S> {
                 Ok(r) => Err(format!("answered {}", r.status())),
                 Err(e) => Err(e.to_string()),
             },
-            Err(why) => Err(why),
+            Err(why) => Err(why.to_string()),
         };
         match report {
             Ok(r) => {
@@ -645,8 +692,8 @@ impl<S: Site> Controller<S> {
                 return;
             }
             let result = match task.await {
-                Ok(r) => r.map_err(|e| e.to_string()),
-                Err(e) => Err(format!("the verification stopped: {e}")),
+                Ok(r) => r.map_err(BackupStepError::Backup),
+                Err(e) => Err(BackupStepError::Stopped(e)),
             };
             self.end_verify(&id, result).await;
             return;
@@ -660,11 +707,8 @@ impl<S: Site> Controller<S> {
             .filter(|v| v.phase == BackupPhase::Running)
         {
             let id = v.id.clone();
-            self.end_verify(
-                &id,
-                Err("interrupted: the operator verifying it stopped; ask again".into()),
-            )
-            .await;
+            self.end_verify(&id, Err(BackupStepError::Interrupted))
+                .await;
             return;
         }
         let Some(requested) = snap.annotations.get(BACKUP_VERIFY).cloned() else {
@@ -724,30 +768,22 @@ impl<S: Site> Controller<S> {
         &self,
         cfg: &BackupConfig,
         requested: &str,
-    ) -> Result<(Storage, bloodraven_mysql::backup::Manifest), String> {
+    ) -> Result<(Storage, bloodraven_mysql::backup::Manifest), BackupStepError> {
         if !bloodraven_mysql::backup::valid_id(requested) {
-            return Err(
-                "its id must be 1 to 64 of letters, digits, -, _ and ., not starting with ."
-                    .to_string(),
-            );
+            return Err(BackupStepError::InvalidId);
         }
         if let BackupTarget::File(root) = &cfg.target
             && !root.is_dir()
         {
-            return Err(format!(
-                "the target {} is not a directory this operator reaches",
-                root.display()
-            ));
+            return Err(BackupStepError::Unreachable(root.display().to_string()));
         }
         let storage = self.backup_storage(cfg).await?;
-        let m = bloodraven_mysql::backup::manifest(&storage, requested)
-            .await
-            .map_err(|e| e.to_string())?;
+        let m = bloodraven_mysql::backup::manifest(&storage, requested).await?;
         Ok((storage, m))
     }
 
     /// Records how a verification ended: the status, the event, the counter.
-    async fn end_verify(&mut self, id: &str, result: Result<Verified, String>) {
+    async fn end_verify(&mut self, id: &str, result: Result<Verified, BackupStepError>) {
         let now = self.rt.now();
         let ok = result.is_ok();
         let message = match &result {
@@ -755,7 +791,7 @@ impl<S: Site> Controller<S> {
                 "every file's checksum, the data prepared and opened, {} tables checked, position {}",
                 v.tables, v.manifest.gtid_position
             ),
-            Err(why) => why.clone(),
+            Err(why) => why.to_string(),
         };
         let (id_owned, text) = (id.to_string(), message.clone());
         let persisted = self
