@@ -284,22 +284,15 @@ mod tests {
             Kind::RestoreInPlace => {
                 s.restore_in_place = Some(RestoreStatus {
                     phase: RestorePhase::Loading,
-                    target_site: "iad".into(),
-                    confirm_token_used: key.into(),
-                    source: "/dump.sql".into(),
-                    start_time: Some(t()),
-                    completion_time: None,
-                    bytes_loaded: 0,
-                    message: String::new(),
-                    reason: None,
-                    admission: None,
-                    old_active_site: "iad".into(),
-                    topology_generation: 1,
-                    announced: false,
                     target_fenced: true,
-                    recloned: Vec::new(),
-                    forced_to: String::new(),
-                    deadline: None,
+                    ..RestoreStatus::accepted(
+                        "iad".into(),
+                        key.into(),
+                        "/dump.sql".into(),
+                        t(),
+                        "iad".into(),
+                        1,
+                    )
                 });
             }
             Kind::Reclone => {

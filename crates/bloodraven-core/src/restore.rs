@@ -79,25 +79,14 @@ pub fn request(
         }
         Some(_) => {}
     }
-    Request::Accept(RestoreStatus {
-        phase: RestorePhase::Pending,
-        target_site: target,
-        confirm_token_used: req.confirm.clone(),
-        source: req.source.clone(),
-        start_time: Some(now),
-        completion_time: None,
-        bytes_loaded: 0,
-        message: "accepted".into(),
-        reason: None,
-        admission: None,
-        old_active_site: status.active_site.clone(),
-        topology_generation: status.topology_generation,
-        announced: false,
-        target_fenced: false,
-        recloned: Vec::new(),
-        forced_to: String::new(),
-        deadline: None,
-    })
+    Request::Accept(RestoreStatus::accepted(
+        target,
+        req.confirm.clone(),
+        req.source.clone(),
+        now,
+        status.active_site.clone(),
+        status.topology_generation,
+    ))
 }
 
 /// Why a restore-in-place request is not run (said once, in an event and by the CLI).

@@ -357,6 +357,37 @@ pub struct RestoreStatus {
 }
 
 impl RestoreStatus {
+    /// A restore just accepted: `Pending`, into `target` from `source` under `confirm`, with
+    /// the active site and generation the group had then.
+    pub fn accepted(
+        target: String,
+        confirm: String,
+        source: String,
+        now: Timestamp,
+        old_active_site: String,
+        topology_generation: u64,
+    ) -> Self {
+        RestoreStatus {
+            phase: RestorePhase::Pending,
+            target_site: target,
+            confirm_token_used: confirm,
+            source,
+            start_time: Some(now),
+            completion_time: None,
+            bytes_loaded: 0,
+            message: "accepted".into(),
+            reason: None,
+            admission: None,
+            old_active_site,
+            topology_generation,
+            announced: false,
+            target_fenced: false,
+            recloned: Vec::new(),
+            forced_to: String::new(),
+            deadline: None,
+        }
+    }
+
     pub fn in_flight(&self) -> bool {
         !self.phase.is_terminal()
     }

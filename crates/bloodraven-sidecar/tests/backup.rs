@@ -51,6 +51,21 @@ async fn finished(client: &reqwest::Client, url: &str) -> Value {
     }
 }
 
+/// Checks that the backup at `url` runs, abandons it, and checks it is recorded `Failed`
+/// ("abandoned").
+async fn abandon_running(operator: &reqwest::Client, url: &str) {
+    let (code, r) = call(operator, reqwest::Method::GET, url, None).await;
+    assert_eq!(
+        (code, r["phase"].as_str()),
+        (StatusCode::OK, Some("Running")),
+        "{r}"
+    );
+    let (code, r) = call(operator, reqwest::Method::DELETE, url, None).await;
+    assert_eq!(code, StatusCode::OK, "{r}");
+    assert_eq!(r["phase"], "Failed", "{r}");
+    assert!(r["message"].as_str().unwrap().contains("abandoned"), "{r}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_operator_starts_a_backup_and_it_is_whole_or_absent() {
     let h = Launcher::start_group(&["bk-iad", "bk-pdx"]).await.unwrap();
@@ -191,28 +206,7 @@ async fn only_the_operator_starts_a_backup_and_it_is_whole_or_absent() {
     assert_eq!(code, StatusCode::CONFLICT, "{r}");
     assert!(r["reason"].as_str().unwrap().contains("held"), "{r}");
     // It waits on our stage; abandon it: nothing of it remains under the target.
-    let (code, r) = call(
-        &operator,
-        reqwest::Method::GET,
-        &format!("{base}/held"),
-        None,
-    )
-    .await;
-    assert_eq!(
-        (code, r["phase"].as_str()),
-        (StatusCode::OK, Some("Running")),
-        "{r}"
-    );
-    let (code, r) = call(
-        &operator,
-        reqwest::Method::DELETE,
-        &format!("{base}/held"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::OK, "{r}");
-    assert_eq!(r["phase"], "Failed", "{r}");
-    assert!(r["message"].as_str().unwrap().contains("abandoned"), "{r}");
+    abandon_running(&operator, &format!("{base}/held")).await;
     let left: Vec<_> = std::fs::read_dir(target.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -280,21 +274,7 @@ async fn only_the_operator_starts_a_backup_and_it_is_whole_or_absent() {
     holder.query_drop("BACKUP STAGE START").await.unwrap();
     let (code, r) = call(&operator, post.clone(), &base, Some(to_bucket("s1"))).await;
     assert_eq!(code, StatusCode::ACCEPTED, "{r}");
-    let (code, r) = call(&operator, reqwest::Method::GET, &format!("{base}/s1"), None).await;
-    assert_eq!(
-        (code, r["phase"].as_str()),
-        (StatusCode::OK, Some("Running")),
-        "{r}"
-    );
-    let (code, r) = call(
-        &operator,
-        reqwest::Method::DELETE,
-        &format!("{base}/s1"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::OK, "{r}");
-    assert_eq!(r["phase"], "Failed", "{r}");
+    abandon_running(&operator, &format!("{base}/s1")).await;
     assert!(
         s3.keys("backups", "g/s1/").await.unwrap().is_empty(),
         "an abandoned backup leaves no object"

@@ -646,6 +646,37 @@ async fn wait_up_to(
     panic!("timed out waiting for {what}: {}", r.state().await);
 }
 
+/// The playground's MySQL ports, and the options that reach one of them over verified TLS as
+/// `account` of `playground.json` (`app` or `clone`).
+fn saved_mysql(
+    r: &Running,
+    account: &str,
+) -> (Vec<u16>, impl Fn(u16) -> mysql_async::Opts + use<>) {
+    let saved: Value =
+        serde_json::from_slice(&std::fs::read(r.dir.path().join("pg/playground.json")).unwrap())
+            .unwrap();
+    let mysql: Vec<u16> = serde_json::from_value(saved["mysql_ports"].clone()).unwrap();
+    let ca = saved["tls"]["ca"].as_str().unwrap().to_string();
+    let user = saved[account][0].as_str().unwrap().to_string();
+    let pass = saved[account][1].as_str().unwrap().to_string();
+    let opts = move |port: u16| -> mysql_async::Opts {
+        mysql_async::OptsBuilder::default()
+            .ip_or_hostname("127.0.0.1")
+            .tcp_port(port)
+            .user(Some(user.clone()))
+            .pass(Some(pass.clone()))
+            .ssl_opts(bloodraven_mysql::site::ssl_opts(
+                &bloodraven_core::config::MysqlTls {
+                    mode: bloodraven_core::config::TlsMode::VerifyIdentity,
+                    ca_file: Some(ca.clone()),
+                    server_name: None,
+                },
+            ))
+            .into()
+    };
+    (mysql, opts)
+}
+
 /// Every file under `dir`, depth first.
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
@@ -680,25 +711,9 @@ async fn restore_from_a_backup(r: &Running, id: &str) {
         gtids.len() == 3 && gtids.iter().all(|g| *g == gtids[0] && !g.is_null())
     })
     .await;
-    let saved: Value =
-        serde_json::from_slice(&std::fs::read(r.dir.path().join("pg/playground.json")).unwrap())
-            .unwrap();
-    let mysql: Vec<u16> = serde_json::from_value(saved["mysql_ports"].clone()).unwrap();
-    let ca = saved["tls"]["ca"].as_str().unwrap().to_string();
+    let (mysql, app) = saved_mysql(r, "app");
     let counter_on = |port: u16| {
-        let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
-            .ip_or_hostname("127.0.0.1")
-            .tcp_port(port)
-            .user(Some(saved["app"][0].as_str().unwrap().to_string()))
-            .pass(Some(saved["app"][1].as_str().unwrap().to_string()))
-            .ssl_opts(bloodraven_mysql::site::ssl_opts(
-                &bloodraven_core::config::MysqlTls {
-                    mode: bloodraven_core::config::TlsMode::VerifyIdentity,
-                    ca_file: Some(ca.clone()),
-                    server_name: None,
-                },
-            ))
-            .into();
+        let opts = app(port);
         async move {
             let mut c = mysql_async::Conn::new(opts).await.unwrap();
             let v: Option<i64> = c
@@ -782,26 +797,7 @@ async fn restore_from_a_backup(r: &Running, id: &str) {
 async fn a_backup_whose_source_is_recloned_mid_way_is_abandoned_and_leaves_nothing() {
     use mysql_async::prelude::Queryable;
     let (r, _) = running_on_iad().await;
-    let saved: Value =
-        serde_json::from_slice(&std::fs::read(r.dir.path().join("pg/playground.json")).unwrap())
-            .unwrap();
-    let mysql: Vec<u16> = serde_json::from_value(saved["mysql_ports"].clone()).unwrap();
-    let ca = saved["tls"]["ca"].as_str().unwrap().to_string();
-    let opts = |port: u16| -> mysql_async::Opts {
-        mysql_async::OptsBuilder::default()
-            .ip_or_hostname("127.0.0.1")
-            .tcp_port(port)
-            .user(Some(saved["clone"][0].as_str().unwrap().to_string()))
-            .pass(Some(saved["clone"][1].as_str().unwrap().to_string()))
-            .ssl_opts(bloodraven_mysql::site::ssl_opts(
-                &bloodraven_core::config::MysqlTls {
-                    mode: bloodraven_core::config::TlsMode::VerifyIdentity,
-                    ca_file: Some(ca.clone()),
-                    server_name: None,
-                },
-            ))
-            .into()
-    };
+    let (mysql, opts) = saved_mysql(&r, "clone");
     // pdx and reader: whichever the operator picks waits at its first lock.
     let mut holders = Vec::new();
     for port in &mysql[1..] {
@@ -1608,14 +1604,7 @@ fn haproxy_config(
 async fn the_documented_haproxy_configuration_follows_the_primary_through_switchovers() {
     use mysql_async::prelude::Queryable;
     let (r, s) = running_on_iad().await;
-    let saved: Value =
-        serde_json::from_slice(&std::fs::read(r.dir.path().join("pg/playground.json")).unwrap())
-            .unwrap();
-    let mysql: Vec<u16> = serde_json::from_value(saved["mysql_ports"].clone()).unwrap();
-    let (user, password) = (
-        saved["app"][0].as_str().unwrap().to_string(),
-        saved["app"][1].as_str().unwrap().to_string(),
-    );
+    let (mysql, app) = saved_mysql(&r, "app");
     let sidecars: Vec<String> =
         serde_json::from_value(s["urls"]["metrics"]["sidecars"].clone()).unwrap();
     let (primary_port, replica_port) = (free_port(), free_port());
@@ -1652,22 +1641,7 @@ async fn the_documented_haproxy_configuration_follows_the_primary_through_switch
             .unwrap(),
     );
     // The servers refuse clear-text logins: TLS, verified against the CA playground.json names.
-    let ca = saved["tls"]["ca"].as_str().unwrap().to_string();
-    let opts = |port: u16| {
-        mysql_async::OptsBuilder::default()
-            .ip_or_hostname("127.0.0.1")
-            .tcp_port(port)
-            .user(Some(user.clone()))
-            .pass(Some(password.clone()))
-            .db_name(Some("app"))
-            .ssl_opts(bloodraven_mysql::site::ssl_opts(
-                &bloodraven_core::config::MysqlTls {
-                    mode: bloodraven_core::config::TlsMode::VerifyIdentity,
-                    ca_file: Some(ca.clone()),
-                    server_name: None,
-                },
-            ))
-    };
+    let opts = |port: u16| mysql_async::OptsBuilder::from_opts(app(port)).db_name(Some("app"));
     // The writer: one connection through HAProxy's primary port, reconnecting after an error;
     // each attempt inserts a new row.
     let halt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

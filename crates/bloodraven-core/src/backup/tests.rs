@@ -180,22 +180,15 @@ fn source_primary_takes_the_primary_and_a_restore_holds_every_source() {
     );
     status.restore_in_place = Some(RestoreStatus {
         phase: RestorePhase::Recloning,
-        target_site: "iad".into(),
-        confirm_token_used: "2026-12-07T07:00:00Z".into(),
-        source: "/dump.sql".into(),
-        start_time: Some(at("2026-12-07T07:00:00Z")),
-        completion_time: None,
-        bytes_loaded: 0,
-        message: String::new(),
-        reason: None,
-        admission: None,
-        old_active_site: "iad".into(),
-        topology_generation: 1,
         announced: true,
-        target_fenced: false,
-        recloned: Vec::new(),
-        forced_to: String::new(),
-        deadline: None,
+        ..RestoreStatus::accepted(
+            "iad".into(),
+            "2026-12-07T07:00:00Z".into(),
+            "/dump.sql".into(),
+            at("2026-12-07T07:00:00Z"),
+            "iad".into(),
+            1,
+        )
     });
     for policy in [SourcePolicy::Replica, SourcePolicy::Primary] {
         let s = source(policy, &status, &sites, LAG);

@@ -866,22 +866,15 @@ mod tests {
         let restore = |source: &str, phase: RestorePhase| GroupStatus {
             restore_in_place: Some(RestoreStatus {
                 phase,
-                target_site: "iad".into(),
-                confirm_token_used: "2026-12-07T00:00:00Z".into(),
-                source: source.into(),
-                start_time: None,
-                completion_time: None,
-                bytes_loaded: 0,
-                message: String::new(),
-                reason: None,
-                admission: None,
-                old_active_site: "iad".into(),
-                topology_generation: 1,
-                announced: false,
                 target_fenced: true,
-                recloned: Vec::new(),
-                forced_to: String::new(),
-                deadline: None,
+                ..RestoreStatus::accepted(
+                    "iad".into(),
+                    "2026-12-07T00:00:00Z".into(),
+                    source.into(),
+                    Timestamp::from_unix_millis(0),
+                    "iad".into(),
+                    1,
+                )
             }),
             ..GroupStatus::default()
         };
