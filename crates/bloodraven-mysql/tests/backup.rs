@@ -268,10 +268,14 @@ async fn backup_story(target: &Target<'_>) {
         "{err}"
     );
 
-    // Removed whole.
+    // Removed whole, and only itself: `b10` (whose name `b1` begins) is left as it was.
+    let b10 = backup::take(&job(&h, 1, "b10", &storage), &now, &Progress::default())
+        .await
+        .expect("a second backup");
     backup::remove(&storage, "b1").await.unwrap();
-    assert!(backup::list(&storage).await.unwrap().is_empty());
+    assert_eq!(backup::list(&storage).await.unwrap(), vec![b10]);
     assert!(!target.holds_anything_of("b1").await);
+    assert!(target.holds_anything_of("b10").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
