@@ -12,6 +12,11 @@
 //!   server, `mariadb-dump`), then that dump loaded into the (fenced) target server. The
 //!   reclones of the other sites that follow are the reclone's own figure.
 //!
+//! - with an S3-compatible test server at hand (`BLOODRAVEN_MOTO_SERVER`, as `scripts/test`
+//!   installs it), the same replica backed up into a bucket of it: the time, and this
+//!   process's peak RSS after it (the multipart upload's pieces are held here). The time is
+//!   moto's more than the upload's: a Python server on the same two cores.
+//!
 //! Run: `cargo bench -p bloodraven-mysql --bench backup` (optionally `-- GB`).
 
 use std::path::Path;
@@ -214,6 +219,10 @@ async fn main() {
         own_peak / 1024
     );
 
+    if bloodraven_testkit::s3::moto_binary().is_ok() {
+        into_a_bucket(&h, data_bytes).await;
+    }
+
     let scratch = tempfile::tempdir_in(h.servers()[1].datadir().parent().unwrap()).unwrap();
     let t = Instant::now();
     let v = backup::verify(
@@ -262,5 +271,53 @@ async fn main() {
         load.as_secs_f64(),
         loaded as f64 / 1e6 / load.as_secs_f64(),
         (dumped + load).as_secs_f64()
+    );
+}
+
+/// The replica's backup into a bucket of a moto server: its time and this process's peak RSS.
+#[allow(clippy::cast_precision_loss)] // figures for a report
+async fn into_a_bucket(h: &Launcher, data_bytes: u64) {
+    use bloodraven_testkit::s3::{ACCESS_KEY_ID, S3Server, SECRET_ACCESS_KEY};
+    let server = S3Server::start().await.expect("moto");
+    server.create_bucket("bench").await.expect("the bucket");
+    let storage = backup::Storage::s3(
+        bloodraven_core::config::S3Target {
+            bucket: "bench".into(),
+            prefix: "g".into(),
+            endpoint: Some(server.endpoint()),
+            region: None,
+            credentials: bloodraven_core::config::S3Credentials::Secret(String::new()),
+        },
+        &backup::S3Keys {
+            access_key_id: ACCESS_KEY_ID.into(),
+            secret_access_key: SECRET_ACCESS_KEY.into(),
+        },
+    )
+    .expect("the bucket's storage");
+    let job = Job {
+        id: "bench-s3".into(),
+        group: "bench".into(),
+        endpoint: h.clone_endpoint(1),
+        datadir: Some(h.servers()[1].datadir()),
+        server_version: String::new(),
+        topology_generation: 1,
+        storage,
+        chunk_bytes: bloodraven_mysql::backup::CHUNK_BYTES,
+    };
+    let (_, before) = children_cpu_and_own_peak();
+    let t = Instant::now();
+    let m = backup::take(&job, &now, &Progress::default())
+        .await
+        .expect("the backup into the bucket");
+    let took = t.elapsed();
+    let (_, after) = children_cpu_and_own_peak();
+    println!(
+        "backup into a bucket of moto (S3-compatible, Python, same host): {:.1} s, {:.0} MB/s of data, {:.2} GB stored in {} files; this process's peak RSS {} MB before, {} MB after",
+        took.as_secs_f64(),
+        data_bytes as f64 / 1e6 / took.as_secs_f64(),
+        m.bytes as f64 / 1e9,
+        m.files.len(),
+        before / 1024,
+        after / 1024
     );
 }
