@@ -224,8 +224,14 @@ async fn a_watch_that_fell_below_a_compaction_asks_for_a_relist_and_one_that_did
     // Cut, two changes and a compaction past the first: the watch cannot resume.
     link.cut().await;
     direct.create(lease("ns", "gone-1", "x")).await.unwrap();
-    let last = direct.create(lease("ns", "gone-2", "x")).await.unwrap();
-    let revision: i64 = last.metadata.resource_version.parse().unwrap();
+    direct.create(lease("ns", "gone-2", "x")).await.unwrap();
+    // The store's newest revision, from etcd itself (a resourceVersion is opaque).
+    let revision = direct
+        .client()
+        .range(&RangeRequest::key(b"/".to_vec()))
+        .await
+        .unwrap()
+        .revision;
     direct.client().compact(revision).await.unwrap();
     link.heal();
     let mut saw_resync = false;
