@@ -54,31 +54,45 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
     }
 }
 
-/// The entries of the poll that decided `PrimaryLost` and announced a new primary: from its
-/// `gather` to the next one.
+/// The polls of `all`: each from its `gather` to the next one.
+fn polls(all: &[Entry]) -> Vec<&[Entry]> {
+    let starts: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.0 == "gather")
+        .map(|(i, _)| i)
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| &all[i..starts.get(n + 1).copied().unwrap_or(all.len())])
+        .collect()
+}
+
+/// Whether `poll` decided `PrimaryLost` and announced a new primary.
+fn is_emergency(poll: &[Entry]) -> bool {
+    poll.iter().any(|e| e.0 == "decide" && e.1 == "PrimaryLost")
+        && poll
+            .iter()
+            .any(|e| e.0 == "persist" && e.1 == "topologyGeneration")
+}
+
+/// The entries of the poll that decided `PrimaryLost` and announced a new primary.
 fn emergency_poll(all: &[Entry]) -> Vec<Entry> {
-    let polls: Vec<&[Entry]> = {
-        let starts: Vec<usize> = all
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.0 == "gather")
-            .map(|(i, _)| i)
-            .collect();
-        starts
-            .iter()
-            .enumerate()
-            .map(|(n, &i)| &all[i..starts.get(n + 1).copied().unwrap_or(all.len())])
-            .collect()
-    };
-    polls
+    polls(all)
         .into_iter()
-        .find(|p| {
-            p.iter().any(|e| e.0 == "decide" && e.1 == "PrimaryLost")
-                && p.iter()
-                    .any(|e| e.0 == "persist" && e.1 == "topologyGeneration")
-        })
+        .find(|p| is_emergency(p))
         .expect("a poll that decided PrimaryLost and announced")
         .to_vec()
+}
+
+/// Whether a poll began after the one that decided `PrimaryLost` and announced.
+fn emergency_poll_ended(all: &[Entry]) -> bool {
+    let polls = polls(all);
+    polls
+        .iter()
+        .position(|p| is_emergency(p))
+        .is_some_and(|n| n + 1 < polls.len())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,9 +104,21 @@ async fn an_emergency_poll_decides_then_persists_each_step_before_its_side_effec
     let op = support::replicating(&live).await;
     live.harness.kill(0).unwrap();
     support::wait_failover_to(&op, "pdx", Duration::from_secs(30)).await;
+    // The new primary is announced mid-poll: stopping the operator now could cut the poll
+    // short, so wait until the next poll has begun (the emergency one then ended).
+    let ended = tokio::time::Instant::now() + Duration::from_secs(30);
+    let all = loop {
+        let all = capture.0.lock().unwrap().clone();
+        if emergency_poll_ended(&all) {
+            break all;
+        }
+        assert!(
+            tokio::time::Instant::now() < ended,
+            "the emergency poll did not end: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     op.stop().await;
-
-    let all = capture.0.lock().unwrap().clone();
     let poll = emergency_poll(&all);
     let stages: Vec<&str> = poll.iter().map(|e| e.0.as_str()).collect();
     let at = |stage: &str, what: &str| {
