@@ -113,10 +113,12 @@ const fn safe(bound: u64) -> Promise {
     }
 }
 
+/// The operation's scenarios of a leader killed in each phase: `leader-killed-<op>-<phase>`,
+/// each promising [`safe`] within `bound` seconds.
 macro_rules! killed_in {
-    ($name:literal, $op:expr, $phase:literal, $bound:literal) => {
-        Scenario {
-            name: $name,
+    ($op:expr, $opname:literal, $bound:literal; $($phase:literal as $kebab:literal),+) => {
+        [$(Scenario {
+            name: concat!("leader-killed-", $opname, "-", $kebab),
             what: concat!(
                 "kill -9 of the leading operator while the operation is held in ",
                 $phase,
@@ -127,81 +129,34 @@ macro_rules! killed_in {
             fault: Fault::KillLeader,
             end: "Succeeded",
             promise: safe($bound),
-        }
+        }),+]
     };
 }
 
+const KILLED_IN: [&[Scenario]; 4] = [
+    &killed_in!(Op::Planned, "planned", 60;
+        "Draining" as "draining",
+        "WaitingForLag" as "waiting-for-lag",
+        "Promoting" as "promoting",
+        "Resuming" as "resuming"),
+    &killed_in!(Op::Update, "update", 180;
+        "UpdatingReplicas" as "updating-replicas",
+        "WaitingForReplica" as "waiting-for-replica",
+        "FailingOver" as "failing-over",
+        "UpdatingOldPrimary" as "updating-old-primary"),
+    &killed_in!(Op::Restore, "restore", 180;
+        "Fencing" as "fencing",
+        "Loading" as "loading",
+        "Promoting" as "promoting",
+        "Recloning" as "recloning"),
+    &killed_in!(Op::Reclone, "reclone", 120;
+        "Pending" as "pending",
+        "Copying" as "copying",
+        "CatchingUp" as "catching-up"),
+];
+
+/// The scenarios that are not [`KILLED_IN`].
 const SCENARIOS: &[Scenario] = &[
-    killed_in!(
-        "leader-killed-planned-draining",
-        Op::Planned,
-        "Draining",
-        60
-    ),
-    killed_in!(
-        "leader-killed-planned-waiting-for-lag",
-        Op::Planned,
-        "WaitingForLag",
-        60
-    ),
-    killed_in!(
-        "leader-killed-planned-promoting",
-        Op::Planned,
-        "Promoting",
-        60
-    ),
-    killed_in!(
-        "leader-killed-planned-resuming",
-        Op::Planned,
-        "Resuming",
-        60
-    ),
-    killed_in!(
-        "leader-killed-update-updating-replicas",
-        Op::Update,
-        "UpdatingReplicas",
-        180
-    ),
-    killed_in!(
-        "leader-killed-update-waiting-for-replica",
-        Op::Update,
-        "WaitingForReplica",
-        180
-    ),
-    killed_in!(
-        "leader-killed-update-failing-over",
-        Op::Update,
-        "FailingOver",
-        180
-    ),
-    killed_in!(
-        "leader-killed-update-updating-old-primary",
-        Op::Update,
-        "UpdatingOldPrimary",
-        180
-    ),
-    killed_in!("leader-killed-restore-fencing", Op::Restore, "Fencing", 180),
-    killed_in!("leader-killed-restore-loading", Op::Restore, "Loading", 180),
-    killed_in!(
-        "leader-killed-restore-promoting",
-        Op::Restore,
-        "Promoting",
-        180
-    ),
-    killed_in!(
-        "leader-killed-restore-recloning",
-        Op::Restore,
-        "Recloning",
-        180
-    ),
-    killed_in!("leader-killed-reclone-pending", Op::Reclone, "Pending", 120),
-    killed_in!("leader-killed-reclone-copying", Op::Reclone, "Copying", 120),
-    killed_in!(
-        "leader-killed-reclone-catching-up",
-        Op::Reclone,
-        "CatchingUp",
-        120
-    ),
     Scenario {
         name: "target-killed-mid-promotion",
         what: "a planned failover held in Promoting, pdx's mariadbd killed: past its bound (plannedFailover 30s) it fails TimedOut and iad takes writes again",
@@ -231,16 +186,18 @@ const SCENARIOS: &[Scenario] = &[
     },
 ];
 
+/// Every scenario that holds one operation in one phase.
+fn all() -> impl Iterator<Item = &'static Scenario> {
+    KILLED_IN.iter().flat_map(|s| s.iter()).chain(SCENARIOS)
+}
+
 /// The stories that are not one operation held in one phase.
 const DIFFERENT_FILES: &str = "operators-with-different-files";
 const DEPLOY_CLIENTS: &str = "leader-killed-under-deploy-clients";
 
 /// Every scenario: name, what it does, its promise.
 pub fn scenarios() -> Vec<(&'static str, &'static str, Promise)> {
-    let mut v: Vec<_> = SCENARIOS
-        .iter()
-        .map(|x| (x.name, x.what, x.promise))
-        .collect();
+    let mut v: Vec<_> = all().map(|x| (x.name, x.what, x.promise)).collect();
     v.push((
         DIFFERENT_FILES,
         "the standby operator's file lacks the MysqlDatabase and says failoverCooldown 47s; it restarts, the leader is killed, then they take turns again: nothing in etcd deleted or overwritten, the drift reported, a live lease renewing, a revoked one 409 revoked",
@@ -267,7 +224,7 @@ pub async fn run(name: &'static str) -> RunResult {
     match name {
         DIFFERENT_FILES => different_files().await,
         DEPLOY_CLIENTS => deploy_clients().await,
-        _ => match SCENARIOS.iter().find(|x| x.name == name) {
+        _ => match all().find(|x| x.name == name) {
             Some(x) => held(x).await,
             None => panic!("unknown scenario {name}"),
         },
