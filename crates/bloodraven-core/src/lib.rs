@@ -10,6 +10,7 @@
 //! | [`lease`] | the `/deploy/v1` lease engine: migration mutex, failover-hold, TTLs, tombstones |
 //! | [`controller`] | the failover decisions: debounce, emergency failover, intruder fencing, reassertion |
 //! | [`backup`] | backups: when the schedule is due, which site is the source, what retention removes |
+//! | [`binlog`] | the binlog archive's index: segment names, the chain per GTID domain, gaps, lost tails, the replay plan |
 //! | [`cron`] | cron schedules (UTC): the next run after an instant |
 //! | [`planned`] | admission of a planned failover: proceed, defer (hold, cooldown) or reject |
 //! | [`health`] | the health inputs of a status, `stable` / `unstableReason`, the grant and renewal gates |
@@ -35,6 +36,7 @@
 pub mod alerts;
 pub mod arbiter;
 pub mod backup;
+pub mod binlog;
 pub mod config;
 pub mod contract;
 pub mod controller;

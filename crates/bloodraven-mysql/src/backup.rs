@@ -33,6 +33,7 @@ use tokio::process::{Child, Command};
 
 use crate::clone::{Endpoint, OptionsFile, Progress, find_tool, private_dir};
 
+mod archive_store;
 mod storage;
 pub use storage::{Bucket, S3Keys, Storage, UPLOAD_PIECE_BYTES, UPLOADS_IN_FLIGHT};
 
@@ -135,7 +136,7 @@ pub enum BackupError {
     )]
     ToolMissing { tool: &'static str },
     #[error(
-        "backup id {id:?} is not valid: use letters, digits, '-', '_' and '.', at most 64, not starting with '.'"
+        "backup id {id:?} is not valid: use letters, digits, '-', '_' and '.', at most 64, not starting with '.', and not \"binlog\" (the archive's folder)"
     )]
     InvalidId { id: String },
     #[error("a backup {id} exists already under {root}")]
@@ -214,9 +215,11 @@ impl From<crate::clone::CloneError> for BackupError {
 }
 
 /// Whether `id` may name a backup (and so a directory): 1 to 64 of letters, digits, `-`, `_`,
-/// `.`, not starting with `.`.
+/// `.`, not starting with `.`, and not the binlog archive's folder.
 pub fn valid_id(id: &str) -> bool {
-    !id.is_empty()
+    // The binlog archive's folder sits beside the backups.
+    id != bloodraven_core::binlog::ARCHIVE_DIR
+        && !id.is_empty()
         && id.len() <= bloodraven_core::backup::MAX_ID_LEN
         && !id.starts_with('.')
         && id

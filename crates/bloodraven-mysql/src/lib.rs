@@ -13,6 +13,7 @@
 //! use this crate to act.
 
 pub mod backup;
+pub mod binlog;
 pub mod clone;
 pub mod creds;
 pub mod error;

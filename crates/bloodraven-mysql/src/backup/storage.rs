@@ -362,6 +362,16 @@ impl Storage {
 }
 
 impl Bucket {
+    /// The client.
+    pub(super) fn store(&self) -> &AmazonS3 {
+        &self.store
+    }
+
+    /// `folder` under the bucket's prefix.
+    pub(super) fn under(&self, folder: &str) -> ObjectPath {
+        self.dir(folder)
+    }
+
     fn prefix(&self) -> Option<ObjectPath> {
         (!self.location.prefix.is_empty()).then(|| ObjectPath::from(self.location.prefix.as_str()))
     }

@@ -1,0 +1,562 @@
+//! The binlog archive (point-in-time recovery): an archiver that follows one primary as a
+//! replica does and writes its transactions to the backup target in immutable segments, and
+//! the replay of archived transactions into a server. What segments mean (the chain, gaps,
+//! forks, the plan) is [`bloodraven_core::binlog`]'s; this module moves the bytes.
+//!
+//! # The reader
+//! `mariadb-binlog --read-from-remote-server --raw --stop-never --start-position=<GTID>`
+//! (package `mariadb-client`). MariaDB's GTID dump needs `@mariadb_slave_capability=4` and
+//! `@slave_connect_state` before `COM_BINLOG_DUMP`; `mysql_async` speaks MySQL's
+//! `COM_BINLOG_DUMP_GTID` instead, and no maintained crate speaks MariaDB's. The server's own
+//! tool does, is installed wherever the backups' tools are, and writes the events verbatim
+//! (checksums included), which is what a segment must hold to be replayed by the same tool.
+//! It writes into a private scratch directory, one file per server binlog; the archiver reads
+//! each as it grows ([`stream::Reader`]) and removes it once the next one starts, so the
+//! scratch space it uses is at most one server binlog (`max_binlog_size`).
+//!
+//! # Segments
+//! Whole transactions only, of one domain, consecutive; cut every `segment_interval` (the
+//! archive's lag is at most that plus the upload) or at `segment_bytes`, and whenever the
+//! next transaction does not continue the open segment (a new domain, or a jump the
+//! server's binlog holds).
+//!
+//! # Credentials
+//! The account reaches the tool in an options file only this process can read, as the
+//! reclone's tools do ([`crate::clone`]); never on a command line.
+
+pub mod stream;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use bloodraven_core::binlog::{Gtid, Segment};
+use tokio::io::AsyncReadExt as _;
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::backup::{BackupError, Storage};
+use crate::clone::{CloneError, Endpoint, OptionsFile, find_tool, private_dir};
+use stream::{Reader, SegmentFile, StreamError};
+
+/// The reader (and the replay's decoder): Debian package `mariadb-client`.
+pub const READER_TOOL: &str = "mariadb-binlog";
+/// How often the archiver looks for new bytes when there were none.
+const IDLE_POLL: Duration = Duration::from_millis(50);
+/// How much of the reader's standard error is kept for its error.
+const STDERR_TAIL: usize = 2048;
+
+/// Why archiving or replaying stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("{READER_TOOL} was not found on PATH: install the Debian package mariadb-client")]
+    ToolMissing,
+    #[error("preparing the reader's options: {0}")]
+    Options(#[source] CloneError),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting {tool} failed: {source}")]
+    Spawn {
+        tool: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The reader ended (the server went away, refused the GTID, or closed the dump).
+    #[error("{READER_TOOL} reading {site} exited with {status}: {stderr}")]
+    ReaderExited {
+        site: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("the binlog of {site} cannot be read: {source}")]
+    Stream {
+        site: String,
+        #[source]
+        source: StreamError,
+    },
+    #[error("archive segment {name}: {source}")]
+    Segment {
+        name: String,
+        #[source]
+        source: StreamError,
+    },
+    #[error(transparent)]
+    Storage(#[from] BackupError),
+    #[error("replaying into {site} failed ({tool} exited with {status}): {stderr}")]
+    Replay {
+        site: String,
+        tool: &'static str,
+        status: String,
+        stderr: String,
+    },
+}
+
+impl ArchiveError {
+    fn io<'a>(
+        what: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(std::io::Error) -> ArchiveError + 'a {
+        move |source| ArchiveError::Io {
+            what,
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// Where the archiver starts on its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// After this GTID (it must be in the source's binlog).
+    After(Gtid),
+    /// From the start of this binlog file of the source (its oldest, when nothing is
+    /// archived and the source has written nothing yet).
+    File(String),
+}
+
+/// How an archiver names and cuts its segments.
+#[derive(Clone, Debug)]
+pub struct ArchiveSettings {
+    /// The `topologyGeneration` whose primary is the source.
+    pub generation: u64,
+    /// The archiver's term (its names are its own).
+    pub term: u64,
+    /// A segment is written at the latest this long after its first transaction arrived.
+    pub segment_interval: Duration,
+    /// A segment is written once it holds this many bytes.
+    pub segment_bytes: usize,
+    /// The server id the reader registers with (unique among the source's replicas: a
+    /// source drops an older connection of the same id).
+    pub reader_server_id: u32,
+}
+
+/// What the archiver has done, as it goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The last transaction written to the archive.
+    pub last: Option<Gtid>,
+    /// Its binlog timestamp (seconds, UTC).
+    pub last_time: Option<u32>,
+    /// The binlog timestamp of the oldest transaction read but not yet written (`None`: all
+    /// written).
+    pub pending_since: Option<u32>,
+    /// Segments written by this archiver.
+    pub segments: u64,
+}
+
+/// Follows `source` from `start`, writing segments into `storage`, until the reader ends
+/// (an error: the source went away or refused) or the future is dropped (the reader is then
+/// killed). `progress` is updated after each segment.
+///
+/// # Errors
+/// [`ArchiveError`]: the reader cannot start or ended, the bytes are not a binlog, or the
+/// target refuses a segment.
+pub async fn follow(
+    source: &Endpoint,
+    start: &Start,
+    storage: &Storage,
+    settings: &ArchiveSettings,
+    progress: &watch::Sender<Progress>,
+) -> Result<(), ArchiveError> {
+    let tool = find_tool(READER_TOOL).map_err(|_| ArchiveError::ToolMissing)?;
+    let dir = private_dir().map_err(ArchiveError::Options)?;
+    let options = OptionsFile::write(&dir, "reader.cnf", source).map_err(ArchiveError::Options)?;
+    let raw = dir.join("raw");
+    std::fs::create_dir(&raw).map_err(ArchiveError::io("creating", &raw))?;
+    let _scratch = Scratch(raw.clone());
+    let mut child = spawn_reader(&tool, &options, &raw, start, settings)?;
+    let stderr = collect_stderr(&mut child);
+    let mut cutter = Cutter::new(storage, settings, progress);
+    let mut file: Option<(PathBuf, tokio::fs::File, Reader)> = None;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        cutter.flush_if_due().await?;
+        if file.is_none() {
+            file = open_next(&raw, None).await?;
+        }
+        let Some((path, f, reader)) = file.as_mut() else {
+            if let Some(e) = exited(&mut child, source, &stderr).await {
+                return Err(e);
+            }
+            tokio::time::sleep(IDLE_POLL).await;
+            continue;
+        };
+        let n = f
+            .read(&mut buf)
+            .await
+            .map_err(ArchiveError::io("reading", path))?;
+        if n > 0 {
+            let groups = reader.feed(&buf[..n]).map_err(|e| ArchiveError::Stream {
+                site: source.site.clone(),
+                source: e,
+            })?;
+            let format = reader.format().map(<[u8]>::to_vec).unwrap_or_default();
+            for g in groups {
+                cutter.push(&format, g).await?;
+            }
+            continue;
+        }
+        // Nothing new in this file: the reader moved on to the next one (this one is whole),
+        // ended, or waits for the source.
+        if let Some(next) = open_next(&raw, Some(path)).await? {
+            let done = file.replace(next);
+            if let Some((old, mut f, mut reader)) = done {
+                // Bytes written between the last read and the switch.
+                let mut rest = Vec::new();
+                f.read_to_end(&mut rest)
+                    .await
+                    .map_err(ArchiveError::io("reading", &old))?;
+                let format = reader.format().map(<[u8]>::to_vec).unwrap_or_default();
+                let groups = reader.feed(&rest).map_err(|e| ArchiveError::Stream {
+                    site: source.site.clone(),
+                    source: e,
+                })?;
+                for g in groups {
+                    cutter.push(&format, g).await?;
+                }
+                let _ = tokio::fs::remove_file(&old).await;
+            }
+            continue;
+        }
+        if let Some(e) = exited(&mut child, source, &stderr).await {
+            cutter.flush().await?;
+            return Err(e);
+        }
+        tokio::time::sleep(IDLE_POLL).await;
+    }
+}
+
+/// Removes the reader's scratch files when the archiver ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn spawn_reader(
+    tool: &Path,
+    options: &OptionsFile,
+    raw: &Path,
+    start: &Start,
+    settings: &ArchiveSettings,
+) -> Result<Child, ArchiveError> {
+    let mut cmd = Command::new(tool);
+    cmd.arg(format!("--defaults-extra-file={}", options.path.display()))
+        .args([
+            "--read-from-remote-server",
+            "--raw",
+            "--stop-never",
+            "--verify-binlog-checksum",
+        ])
+        .arg(format!(
+            "--stop-never-slave-server-id={}",
+            settings.reader_server_id
+        ))
+        .arg(format!("--result-file={}/", raw.display()));
+    match start {
+        // With a GTID start the file argument is required but not read.
+        Start::After(g) => cmd.arg(format!("--start-position={g}")).arg("from-gtid"),
+        Start::File(f) => cmd.arg(f),
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ArchiveError::Spawn {
+            tool: READER_TOOL,
+            source,
+        })
+}
+
+/// The tail of the reader's standard error, kept as it comes.
+fn collect_stderr(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let kept = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    if let Some(mut err) = child.stderr.take() {
+        let kept = kept.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = err.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut k) = kept.lock() {
+                    k.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    if k.len() > STDERR_TAIL {
+                        let cut = k.len() - STDERR_TAIL;
+                        let cut = (cut..k.len()).find(|&i| k.is_char_boundary(i)).unwrap_or(0);
+                        k.drain(..cut);
+                    }
+                }
+            }
+        });
+    }
+    kept
+}
+
+/// The reader's end, once it exited.
+async fn exited(
+    child: &mut Child,
+    source: &Endpoint,
+    stderr: &std::sync::Arc<std::sync::Mutex<String>>,
+) -> Option<ArchiveError> {
+    let status = child.try_wait().ok()??;
+    // Let the standard error's last bytes arrive.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let text = stderr
+        .lock()
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    Some(ArchiveError::ReaderExited {
+        site: source.site.clone(),
+        status: status.to_string(),
+        stderr: text,
+    })
+}
+
+/// The reader's oldest file after `current` (by name: the server numbers them), opened.
+async fn open_next(
+    raw: &Path,
+    current: Option<&PathBuf>,
+) -> Result<Option<(PathBuf, tokio::fs::File, Reader)>, ArchiveError> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(raw)
+        .map_err(ArchiveError::io("listing", raw))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    let next = names
+        .into_iter()
+        .find(|p| current.is_none_or(|c| p.as_path() > c.as_path()));
+    let Some(path) = next else {
+        return Ok(None);
+    };
+    let f = tokio::fs::File::open(&path)
+        .await
+        .map_err(ArchiveError::io("opening", &path))?;
+    Ok(Some((path, f, Reader::new())))
+}
+
+/// Gathers groups into segments and writes them.
+struct Cutter<'a> {
+    storage: &'a Storage,
+    settings: &'a ArchiveSettings,
+    progress: &'a watch::Sender<Progress>,
+    open: Option<(SegmentFile, Instant)>,
+}
+
+impl<'a> Cutter<'a> {
+    fn new(
+        storage: &'a Storage,
+        settings: &'a ArchiveSettings,
+        progress: &'a watch::Sender<Progress>,
+    ) -> Self {
+        Cutter {
+            storage,
+            settings,
+            progress,
+            open: None,
+        }
+    }
+
+    async fn push(&mut self, format: &[u8], group: stream::Group) -> Result<(), ArchiveError> {
+        let continues = self.open.as_ref().is_some_and(|(s, _)| s.continues(&group));
+        if !continues {
+            self.flush().await?;
+        }
+        if let Some((s, _)) = self.open.as_mut() {
+            s.push(&group);
+        } else {
+            let time = group.time;
+            self.open = Some((SegmentFile::start(format, &group), Instant::now()));
+            self.progress
+                .send_modify(|p| p.pending_since = p.pending_since.or(Some(time)));
+        }
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|(s, _)| s.bytes.len() >= self.settings.segment_bytes)
+        {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush_if_due(&mut self) -> Result<(), ArchiveError> {
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() >= self.settings.segment_interval)
+        {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), ArchiveError> {
+        let Some((s, _)) = self.open.take() else {
+            return Ok(());
+        };
+        let segment = Segment {
+            domain: s.domain,
+            first: s.first,
+            last: s.last,
+            first_time: u64::from(s.first_time),
+            last_time: u64::from(s.last_time),
+            generation: self.settings.generation,
+            term: self.settings.term,
+            last_server: s.last_server,
+        };
+        self.storage.put_archived(&segment.name(), s.bytes).await?;
+        self.progress.send_modify(|p| {
+            p.last = Some(Gtid {
+                domain: s.domain,
+                server: s.last_server,
+                seq: s.last,
+            });
+            p.last_time = Some(s.last_time);
+            p.pending_since = None;
+            p.segments += 1;
+        });
+        Ok(())
+    }
+}
+
+/// The transactions `from..=to` of archived segment `name`, as a binlog file's bytes.
+///
+/// # Errors
+/// [`ArchiveError`]: the segment cannot be read or is not a binlog.
+pub async fn piece_bytes(
+    storage: &Storage,
+    name: &str,
+    from: u64,
+    to: u64,
+) -> Result<Vec<u8>, ArchiveError> {
+    let bytes = storage.get_archived(name).await?;
+    let (format, groups) = stream::groups_of(&bytes).map_err(|source| ArchiveError::Segment {
+        name: name.to_string(),
+        source,
+    })?;
+    let mut out = stream::MAGIC.to_vec();
+    out.extend_from_slice(&format);
+    for g in groups.into_iter().filter(|g| (from..=to).contains(&g.seq)) {
+        out.extend_from_slice(&g.bytes);
+    }
+    Ok(out)
+}
+
+/// The binlog timestamps of archived segment `name`'s transactions: `(seq, time)`.
+///
+/// # Errors
+/// [`ArchiveError`]: the segment cannot be read or is not a binlog.
+pub async fn times_of(storage: &Storage, name: &str) -> Result<Vec<(u64, u32)>, ArchiveError> {
+    let bytes = storage.get_archived(name).await?;
+    let (_, groups) = stream::groups_of(&bytes).map_err(|source| ArchiveError::Segment {
+        name: name.to_string(),
+        source,
+    })?;
+    Ok(groups.iter().map(|g| (g.seq, g.time)).collect())
+}
+
+/// What a replay applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replayed {
+    pub files: usize,
+    pub bytes: u64,
+}
+
+/// Replays `files` (binlog files' bytes, in order) into `target` with the server's own
+/// tools: `mariadb-binlog` decodes them, `mariadb` applies them. The transactions keep their
+/// GTIDs (the decoder sets `gtid_domain_id`, `server_id` and `gtid_seq_no` per transaction), so
+/// the target's `gtid_binlog_pos` ends at the last one replayed.
+///
+/// # Errors
+/// [`ArchiveError`]: a tool is missing, cannot start, or exits with an error.
+pub async fn replay(files: Vec<Vec<u8>>, target: &Endpoint) -> Result<Replayed, ArchiveError> {
+    let decoder = find_tool(READER_TOOL).map_err(|_| ArchiveError::ToolMissing)?;
+    let client = find_tool(crate::clone::LOAD_TOOL).map_err(|_| ArchiveError::ToolMissing)?;
+    let dir = private_dir().map_err(ArchiveError::Options)?;
+    let options = OptionsFile::write(&dir, "replay.cnf", target).map_err(ArchiveError::Options)?;
+    let work = dir.join("replay");
+    std::fs::create_dir(&work).map_err(ArchiveError::io("creating", &work))?;
+    let _scratch = Scratch(work.clone());
+    let mut paths = Vec::new();
+    let mut bytes = 0u64;
+    for (i, f) in files.iter().enumerate() {
+        let p = work.join(format!("{i:06}.binlog"));
+        tokio::fs::write(&p, f)
+            .await
+            .map_err(ArchiveError::io("writing", &p))?;
+        bytes += f.len() as u64;
+        paths.push(p);
+    }
+    if paths.is_empty() {
+        return Ok(Replayed { files: 0, bytes: 0 });
+    }
+    let mut decode = Command::new(&decoder)
+        .arg("--no-defaults")
+        .args(&paths)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ArchiveError::Spawn {
+            tool: READER_TOOL,
+            source,
+        })?;
+    let decoded: Stdio = decode
+        .stdout
+        .take()
+        .and_then(|o| o.try_into().ok())
+        .unwrap_or_else(Stdio::null);
+    let apply = Command::new(&client)
+        .arg(format!("--defaults-extra-file={}", options.path.display()))
+        .arg("--binary-mode")
+        .arg("--max-allowed-packet=1G")
+        .stdin(decoded)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ArchiveError::Spawn {
+            tool: crate::clone::LOAD_TOOL,
+            source,
+        })?;
+    let (d, a) = tokio::join!(decode.wait_with_output(), apply.wait_with_output());
+    let failed = |tool, out: std::io::Result<std::process::Output>| match out {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(ArchiveError::Replay {
+            site: target.site.clone(),
+            tool,
+            status: o.status.to_string(),
+            stderr: tail(&o.stderr),
+        }),
+        Err(source) => Some(ArchiveError::Spawn { tool, source }),
+    };
+    if let Some(e) = failed(crate::clone::LOAD_TOOL, a).or(failed(READER_TOOL, d)) {
+        return Err(e);
+    }
+    Ok(Replayed {
+        files: paths.len(),
+        bytes,
+    })
+}
+
+fn tail(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    let s = s.trim();
+    let cut = s.len().saturating_sub(STDERR_TAIL);
+    let cut = (cut..=s.len())
+        .find(|&i| s.is_char_boundary(i))
+        .unwrap_or(0);
+    s[cut..].to_string()
+}
