@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use bloodraven_core::binlog::{Gtid, Segment};
+use bloodraven_core::binlog::{Chain, Gtid, Segment, StopAt};
 use tokio::io::AsyncReadExt as _;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
@@ -464,6 +464,45 @@ pub async fn times_of(storage: &Storage, name: &str) -> Result<Vec<(u64, u32)>, 
         source,
     })?;
     Ok(groups.iter().map(|g| (g.seq, g.time)).collect())
+}
+
+/// The restore point of `--to-time`: the last transaction of `domain`'s chain before the
+/// first one whose binlog timestamp (whole seconds, UTC) is after `time`. Reads only the
+/// segments whose names say they straddle `time`. `None`: the chain's first transaction is
+/// already after it.
+///
+/// # Errors
+/// [`ArchiveError`]: a segment cannot be read.
+pub async fn stop_at_time(
+    storage: &Storage,
+    chain: &Chain,
+    domain: u32,
+    time: u64,
+) -> Result<Option<StopAt>, ArchiveError> {
+    let Some(d) = chain.domains.get(&domain) else {
+        return Ok(None);
+    };
+    let mut stop = None;
+    for piece in &d.pieces {
+        let segment = chain.segment(piece);
+        if segment.last_time <= time {
+            stop = Some(piece.to);
+            continue;
+        }
+        if segment.first_time > time {
+            break;
+        }
+        for (seq, t) in times_of(storage, &segment.name()).await? {
+            if !(piece.from..=piece.to).contains(&seq) {
+                continue;
+            }
+            if u64::from(t) > time {
+                return Ok(stop.map(|seq| StopAt { domain, seq }));
+            }
+            stop = Some(seq);
+        }
+    }
+    Ok(stop.map(|seq| StopAt { domain, seq }))
 }
 
 /// What a replay applied.

@@ -74,6 +74,79 @@ async fn chain(storage: &Storage) -> Chain {
     Chain::build(segments, &forks)
 }
 
+/// Empties `shop` on the scratch server, replays the archive from the base to `stop` into it,
+/// and returns the ids it then holds.
+async fn replay_to(
+    scratch: &Launcher,
+    storage: &Storage,
+    c: &Chain,
+    base: u64,
+    stop: u64,
+) -> Vec<u64> {
+    let sa = scratch.admin(0).unwrap();
+    sa.execute_unlogged(vec![
+        "DROP DATABASE IF EXISTS shop".into(),
+        "CREATE DATABASE shop".into(),
+        "CREATE TABLE shop.t (id BIGINT PRIMARY KEY, v VARCHAR(200))".into(),
+        format!("CREATE USER IF NOT EXISTS '{REPLAYER}'@'127.0.0.1' IDENTIFIED BY '{REPLAYER_PW}'"),
+        format!("GRANT ALL PRIVILEGES ON *.* TO '{REPLAYER}'@'127.0.0.1'"),
+        "RESET MASTER".into(),
+    ])
+    .await
+    .unwrap();
+    let p = binlog::plan(
+        c,
+        &[binlog::BackupAt {
+            id: "base".into(),
+            seq: base,
+        }],
+        StopAt {
+            domain: 0,
+            seq: stop,
+        },
+    )
+    .unwrap();
+    let mut files = Vec::new();
+    for piece in &p.pieces {
+        let name = c.segment(piece).name();
+        files.push(
+            piece_bytes(storage, &name, piece.from, piece.to)
+                .await
+                .unwrap(),
+        );
+    }
+    replay(files, &endpoint(scratch, 0, REPLAYER, REPLAYER_PW))
+        .await
+        .expect("the replay");
+    ids(&sa).await
+}
+
+async fn scratch_server() -> Launcher {
+    Launcher::start(bloodraven_launch::mysql::LauncherOptions::new(["scratch"]))
+        .await
+        .unwrap()
+}
+
+/// The group of a story: `shop.t` and the archive's account on the primary (replicated), and
+/// the position after them (what a backup would hold).
+async fn group() -> (Launcher, Gtid) {
+    let h = Launcher::start_group(&["iad", "pdx"]).await.unwrap();
+    let iad = h.admin(0).unwrap();
+    for sql in [
+        "CREATE DATABASE shop".to_string(),
+        "CREATE TABLE shop.t (id BIGINT PRIMARY KEY, v VARCHAR(200))".to_string(),
+        format!("CREATE USER '{ARCHIVER}'@'127.0.0.1' IDENTIFIED BY '{ARCHIVER_PW}'"),
+        format!("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{ARCHIVER}'@'127.0.0.1'"),
+    ] {
+        iad.execute(sql).await.unwrap();
+    }
+    h.wait_replicas_caught_up(0, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let base = position(&iad).await;
+    (h, base)
+}
+
 /// Waits until the archive's last sequence number is `seq`.
 async fn archived_up_to(storage: &Storage, seq: u64) -> Chain {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -120,18 +193,8 @@ fn spawn_archiver(
 async fn the_archive_follows_a_switchover_and_replays_to_any_point_with_no_gap_or_repeat() {
     let dir = tempfile::tempdir().unwrap();
     let storage = Storage::Dir(dir.path().join("backups"));
-    let mut h = Launcher::start_group(&["iad", "pdx"]).await.unwrap();
+    let (mut h, base) = group().await;
     let iad = h.admin(0).unwrap();
-    for sql in [
-        "CREATE DATABASE shop".to_string(),
-        "CREATE TABLE shop.t (id BIGINT PRIMARY KEY, v VARCHAR(200))".to_string(),
-        format!("CREATE USER '{ARCHIVER}'@'127.0.0.1' IDENTIFIED BY '{ARCHIVER_PW}'"),
-        format!("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{ARCHIVER}'@'127.0.0.1'"),
-    ] {
-        iad.execute(sql).await.unwrap();
-    }
-    // The base: what a backup would hold. The archive starts after it.
-    let base = position(&iad).await;
 
     // Generation 1: two archivers at once (an old and a new leader), both on iad.
     let (a1, p1) = spawn_archiver(
@@ -185,52 +248,11 @@ async fn the_archive_follows_a_switchover_and_replays_to_any_point_with_no_gap_o
     assert_eq!(c.domains[&0].span(), Some((base.seq + 1, on_pdx.seq)));
 
     // Replayed into an empty server up to three points: the rows up to each, no more.
-    let scratch = Launcher::start(bloodraven_launch::mysql::LauncherOptions::new(["scratch"]))
-        .await
-        .unwrap();
+    let scratch = scratch_server().await;
     let sa = scratch.admin(0).unwrap();
     for (stop, want) in [(base.seq + 120, 120), (on_iad.seq, 300), (on_pdx.seq, 500)] {
-        sa.execute_unlogged(vec![
-            "DROP DATABASE IF EXISTS shop".into(),
-            "CREATE DATABASE shop".into(),
-            "CREATE TABLE shop.t (id BIGINT PRIMARY KEY, v VARCHAR(200))".into(),
-            format!(
-                "CREATE USER IF NOT EXISTS '{REPLAYER}'@'127.0.0.1' IDENTIFIED BY '{REPLAYER_PW}'"
-            ),
-            format!("GRANT ALL PRIVILEGES ON *.* TO '{REPLAYER}'@'127.0.0.1'"),
-            "RESET MASTER".into(),
-        ])
-        .await
-        .unwrap();
-        let p = binlog::plan(
-            &c,
-            &[binlog::BackupAt {
-                id: "base".into(),
-                seq: base.seq,
-            }],
-            StopAt {
-                domain: 0,
-                seq: stop,
-            },
-        )
-        .unwrap();
-        let mut files = Vec::new();
-        for piece in &p.pieces {
-            let name = c.segment(piece).name();
-            files.push(
-                piece_bytes(&storage, &name, piece.from, piece.to)
-                    .await
-                    .unwrap(),
-            );
-        }
-        replay(files, &endpoint(&scratch, 0, REPLAYER, REPLAYER_PW))
-            .await
-            .expect("the replay");
-        assert_eq!(
-            ids(&sa).await,
-            (1..=want).collect::<Vec<u64>>(),
-            "to {stop}"
-        );
+        let got = replay_to(&scratch, &storage, &c, base.seq, stop).await;
+        assert_eq!(got, (1..=want).collect::<Vec<u64>>(), "to {stop}");
         // The replayed transactions keep their GTIDs.
         assert_eq!(position(&sa).await.seq, stop, "to {stop}");
     }
@@ -270,6 +292,105 @@ async fn the_archive_follows_a_switchover_and_replays_to_any_point_with_no_gap_o
     )
     .unwrap_err();
     assert!(e.to_string().contains("missing"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_old_tail_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::Dir(dir.path().join("backups"));
+    let (mut h, base) = group().await;
+    let (iad, pdx) = (h.admin(0).unwrap(), h.admin(1).unwrap());
+    let (a1, _) = spawn_archiver(
+        endpoint(&h, 0, ARCHIVER, ARCHIVER_PW),
+        Start::After(base),
+        storage.clone(),
+        settings(1, 1),
+    );
+    insert(&iad, 1..=50).await;
+    h.wait_replicas_caught_up(0, Duration::from_secs(30))
+        .await
+        .unwrap();
+    // pdx stops receiving: what iad writes next is archived but never reaches pdx.
+    pdx.execute("STOP SLAVE").await.unwrap();
+    insert(&iad, 51..=80).await;
+    let on_iad = position(&iad).await;
+    archived_up_to(&storage, on_iad.seq).await;
+    a1.abort();
+    h.kill(0).unwrap();
+    pdx.execute("RESET SLAVE ALL").await.unwrap();
+    pdx.execute("SET GLOBAL read_only=OFF").await.unwrap();
+
+    // Generation 2 on pdx: the archive holds more than pdx, so it forks at pdx's position.
+    let at = position(&pdx).await;
+    let r = binlog::resume(&chain(&storage).await, 0, Some(at), 2, None);
+    let fork = r.fork.expect("a fork");
+    assert_eq!((fork.at, fork.generation), (at.seq, 2));
+    assert_eq!(on_iad.seq - at.seq, 30);
+    storage
+        .put_archived(&fork.name(), Vec::new())
+        .await
+        .unwrap();
+    let (a2, _) = spawn_archiver(
+        endpoint(&h, 1, ARCHIVER, ARCHIVER_PW),
+        Start::After(r.after.unwrap()),
+        storage.clone(),
+        settings(2, 1),
+    );
+    insert(&pdx, 1001..=1020).await;
+    // T: every transaction so far is at or before it; the next ones come a second later.
+    let t: u64 = pdx
+        .query_string("SELECT UNIX_TIMESTAMP()")
+        .await
+        .unwrap()
+        .unwrap()
+        .parse()
+        .unwrap();
+    while {
+        let now: u64 = pdx
+            .query_string("SELECT UNIX_TIMESTAMP()")
+            .await
+            .unwrap()
+            .unwrap()
+            .parse()
+            .unwrap();
+        now <= t
+    } {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    insert(&pdx, 1021..=1040).await;
+    let on_pdx = position(&pdx).await;
+    let c = archived_up_to(&storage, on_pdx.seq).await;
+    a2.abort();
+
+    // The chain: no gap; iad's 30 unshipped transactions are the lost tail, not in it.
+    let d = &c.domains[&0];
+    assert!(d.gaps.is_empty(), "{:?}", d.gaps);
+    let lost: u64 = d.lost.iter().map(|p| p.to - p.from + 1).sum();
+    assert_eq!(lost, 30, "{:?}", d.lost);
+    assert!(d.lost.iter().all(|p| c.segment(p).generation == 1));
+
+    let scratch = scratch_server().await;
+    let everything: Vec<u64> = (1..=50).chain(1001..=1040).collect();
+    assert_eq!(
+        replay_to(&scratch, &storage, &c, base.seq, on_pdx.seq).await,
+        everything
+    );
+    // To a time: the transactions at or before T's second, none after.
+    let stop = bloodraven_mysql::binlog::stop_at_time(&storage, &c, 0, t)
+        .await
+        .unwrap()
+        .expect("a point");
+    let before_t: Vec<u64> = (1..=50).chain(1001..=1020).collect();
+    assert_eq!(
+        replay_to(&scratch, &storage, &c, base.seq, stop.seq).await,
+        before_t
+    );
+    assert_eq!(
+        bloodraven_mysql::binlog::stop_at_time(&storage, &c, 0, 0)
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
