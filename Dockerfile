@@ -34,7 +34,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM debian:bookworm-slim
 # ca-certificates: the system's trust roots, read by the TLS clients (bloodraven's and mariadb's).
 # mariadb-client: users' migration commands (`bloodraven deploy migrate -- mariadb …`), and
-# mariadb-dump for a restore from a backup.
+# mariadb-dump for a restore from a backup, and mariadb-binlog, with which the operator
+# archives the primary's binlog (docs/pitr.md).
 # mariadb-backup and zstd: the sidecar takes physical backups with them (docs/backup.md).
 # mariadb-server-core: mariadbd alone (no service scripts), the scratch server in which the
 # operator verifies a backup and `restore-in-place --from-backup` prepares one.

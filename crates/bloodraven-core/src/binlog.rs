@@ -522,8 +522,10 @@ pub struct Resume {
 /// - after the archive's last transaction, when the primary holds it;
 /// - when the archive holds more than the primary (an emergency failover lost what the old
 ///   primary had not shipped): a [`Fork`] at the primary's position, and after it;
-/// - with nothing archived: after `floor` (the oldest kept backup's position) when there is
-///   one, else from the primary's oldest binlog.
+/// - with nothing archived: after `floor` (a kept backup's position) when there is one, else
+///   after the primary's position (the archive begins now; a backup taken later starts a
+///   chain from it). `None` only when the primary has written nothing in the domain: from its
+///   oldest binlog then.
 #[must_use]
 pub fn resume(
     chain: &Chain,
@@ -534,7 +536,7 @@ pub fn resume(
 ) -> Resume {
     let Some(archived) = chain.last(domain) else {
         return Resume {
-            after: floor,
+            after: floor.or(primary),
             fork: None,
         };
     };

@@ -215,6 +215,8 @@ pub mod metrics {
         BACKUP_DURATION_SECONDS,
         BACKUP_BYTES,
         BACKUP_VERIFICATIONS_TOTAL,
+        BINLOG_ARCHIVE_LAG_SECONDS,
+        BINLOG_ARCHIVE_GAPS_TOTAL,
     ];
     /// Every sidecar metric. Each carries `group` and `site` (the sidecar's `--group` and
     /// `--site`), so alerts join them with the operator's series.
@@ -247,6 +249,12 @@ pub mod metrics {
     /// Operator: backup verifications that ended, by `group` and `result` (`succeeded`,
     /// `failed`); alert `BloodravenBackupVerifyFailed`.
     pub const BACKUP_VERIFICATIONS_TOTAL: &str = "bloodraven_backup_verifications_total";
+    /// Operator, per `group`: how long the binlog archive has been behind the primary (0:
+    /// caught up); alert `BloodravenBinlogArchiveLagging`.
+    pub const BINLOG_ARCHIVE_LAG_SECONDS: &str = "bloodraven_binlog_archive_lag_seconds";
+    /// Operator, per `group`: gaps found in the binlog archive's chain (each new run of
+    /// missing transactions counts once); alert `BloodravenBinlogArchiveGap`.
+    pub const BINLOG_ARCHIVE_GAPS_TOTAL: &str = "bloodraven_binlog_archive_gaps_total";
     /// `component` label value of the operator.
     pub const COMPONENT_OPERATOR: &str = "operator";
     /// `component` label value of a sidecar.

@@ -114,6 +114,9 @@ names! {
         /// Informational: every server refuses clear-text logins and replication runs over
         /// TLS as `spec.replication.tls` says. Never makes the group unstable.
         TransportSecure,
+        /// Informational: the binlog archive's chain has no gap (`spec.backup` set). Never
+        /// makes the group unstable.
+        BinlogArchiveContinuous,
     }
 }
 
@@ -148,6 +151,9 @@ names! {
         /// A server accepts clear-text logins (`require_secure_transport=OFF`); the operator
         /// reports it and changes nothing (`TransportSecure`).
         InsecureTransport,
+        /// The binlog archive misses transactions (`BinlogArchiveContinuous`; the message
+        /// names the ranges): no restore point past the first gap is reachable from before it.
+        BinlogArchiveGap,
     }
 }
 
@@ -268,6 +274,12 @@ names! {
         /// opened, every table checked, the GTID position the manifest's), or failed (why).
         BackupVerified,
         BackupVerifyFailed,
+        /// The binlog archive misses transactions (the message names the ranges).
+        BinlogArchiveGap,
+        /// The new primary holds less than the archive (an emergency failover lost what the
+        /// old primary had not shipped): the archive forks there, and the old primary's tail
+        /// is kept apart (docs/pitr.md).
+        BinlogArchiveForked,
     }
 }
 

@@ -582,6 +582,26 @@ impl BackupsStatus {
     }
 }
 
+/// `status.binlogArchive`: the binlog archive of point-in-time recovery (docs/pitr.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct BinlogArchiveStatus {
+    /// The GTID of the last transaction in the archive (`domain-server-seq`; empty: none).
+    #[serde(default)]
+    pub last_gtid: String,
+    /// How long the archive has been behind the primary (0: it holds the primary's last
+    /// transaction): the recovery point objective at this moment.
+    #[serde(default)]
+    pub lag_seconds: u64,
+    /// Segments in the archive.
+    #[serde(default)]
+    pub segments: u64,
+    /// Runs of missing transactions in the archive's chain (0: continuous).
+    #[serde(default)]
+    pub gaps: u64,
+}
+
 /// `MysqlFailoverGroup.status`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -622,6 +642,9 @@ pub struct GroupStatus {
     /// Backups (`spec.backup`): the last one, running or ended, and the last good one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backups: Option<BackupsStatus>,
+    /// The binlog archive (`spec.backup` set): how far it reaches and whether it is whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_archive: Option<BinlogArchiveStatus>,
     #[serde(default)]
     pub observed_generation: i64,
     /// When the operator last confirmed this status (its clock); `None` before the first poll.

@@ -179,6 +179,8 @@ pub struct Metrics {
     pub backup_duration: Family<GroupLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub backup_bytes: Family<GroupLabel, Gauge>,
     pub backup_verifications: Family<GroupResult, Counter>,
+    pub binlog_archive_lag: Family<GroupLabel, Gauge>,
+    pub binlog_archive_gaps: Family<GroupLabel, Counter>,
 }
 
 /// The `component` label of [`names::CERTIFICATE_EXPIRY_TIMESTAMP_SECONDS`].
@@ -262,6 +264,8 @@ impl Metrics {
             backup_duration: Family::default(),
             backup_bytes: Family::default(),
             backup_verifications: Family::default(),
+            binlog_archive_lag: Family::default(),
+            binlog_archive_gaps: Family::default(),
         };
         m.register_all(&mut r);
         for operation in STORE_OPERATIONS {
@@ -474,6 +478,16 @@ impl Metrics {
             "Backup verifications that ended, by result (succeeded, failed)",
             self.backup_verifications.clone(),
         );
+        r.register(
+            names::BINLOG_ARCHIVE_LAG_SECONDS,
+            "How long the group's binlog archive has been behind its primary (0: caught up)",
+            self.binlog_archive_lag.clone(),
+        );
+        r.register(
+            counter(names::BINLOG_ARCHIVE_GAPS_TOTAL),
+            "Gaps found in the group's binlog archive (each run of missing transactions once)",
+            self.binlog_archive_gaps.clone(),
+        );
     }
 
     /// Sets the series a group's status carries: its conditions, and per site its recovery
@@ -568,6 +582,20 @@ impl Metrics {
         self.backup_bytes
             .get_or_create(&g)
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// The binlog archive of `group`: how long it has been behind, and `new_gaps` more gaps.
+    pub fn binlog_archive(&self, group: &str, lag_secs: u64, new_gaps: u64) {
+        let g = GroupLabel {
+            group: group.to_string(),
+        };
+        self.binlog_archive_lag
+            .get_or_create(&g)
+            .set(i64::try_from(lag_secs).unwrap_or(i64::MAX));
+        let gaps = self.binlog_archive_gaps.get_or_create(&g);
+        if new_gaps > 0 {
+            gaps.inc_by(new_gaps);
+        }
     }
 
     /// Counts a backup verification of `group` that ended.

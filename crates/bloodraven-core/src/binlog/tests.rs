@@ -262,13 +262,18 @@ fn an_archiver_resumes_after_the_archive_or_forks_where_the_new_primary_ends() {
         })
     );
     assert_eq!(r.after.unwrap().to_string(), "0-2-6");
-    // Nothing archived: after the oldest kept backup, or from the beginning.
+    // Nothing archived: after a kept backup, else after the primary (from now), else from
+    // the beginning.
     let empty = Chain::build(Vec::new(), &[]);
     assert_eq!(
         resume(&empty, 0, Some(gtid(1, 9)), 1, Some(gtid(1, 3))).after,
         Some(gtid(1, 3))
     );
-    assert_eq!(resume(&empty, 0, Some(gtid(1, 9)), 1, None).after, None);
+    assert_eq!(
+        resume(&empty, 0, Some(gtid(1, 9)), 1, None).after,
+        Some(gtid(1, 9))
+    );
+    assert_eq!(resume(&empty, 0, None, 1, None).after, None);
 }
 
 proptest! {

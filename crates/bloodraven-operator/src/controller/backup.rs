@@ -370,7 +370,10 @@ impl<S: Site> Controller<S> {
     }
 
     /// The storage of the group's backups, its keys read; why not otherwise.
-    async fn backup_storage(&self, cfg: &BackupConfig) -> Result<Storage, BackupStepError> {
+    pub(super) async fn backup_storage(
+        &self,
+        cfg: &BackupConfig,
+    ) -> Result<Storage, BackupStepError> {
         crate::secrets::backup_storage(&cfg.target, &self.rt.namespace, &*self.rt.secrets())
             .await
             .map(|(storage, _)| storage)

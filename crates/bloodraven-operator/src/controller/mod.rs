@@ -45,6 +45,7 @@
 #![allow(clippy::result_large_err)]
 
 mod act;
+mod archive;
 mod backup;
 mod error;
 mod gather;
@@ -204,6 +205,8 @@ pub struct Controller<S: Site = SiteClient> {
     resume_operations_at: Option<Instant>,
     /// Backups between polls ([`backup`]).
     backup: backup::BackupState,
+    /// The binlog archive between polls ([`archive`]).
+    archive: archive::ArchiveState,
 }
 
 /// How often credentials are read again (a rotated Secret or file takes effect).
@@ -268,6 +271,7 @@ impl<S: Site> Controller<S> {
             persisted: None,
             resume_operations_at: Some(Instant::now() + rt_handover),
             backup: backup::BackupState::new(epoch),
+            archive: archive::ArchiveState::new(u64::try_from(epoch.unix_millis()).unwrap_or(0)),
         }
     }
 
@@ -487,6 +491,7 @@ impl<S: Site> Controller<S> {
             self.restore_step().await;
             self.reclone_step().await;
             self.backup_step().await;
+            self.archive_step().await;
             self.force_step().await;
         }
 
