@@ -752,14 +752,28 @@ pub async fn dump_of(
     work: &Path,
     out: &Path,
 ) -> Result<(Manifest, Vec<String>), BackupError> {
+    let (m, server) = open_scratch(storage, id, work).await?;
+    let dumped = server.dump_schemas(out).await;
+    server.stop().await;
+    Ok((m, dumped?))
+}
+
+/// Backup `id`, its files checked, prepared under `work` and opened by a scratch server (for a
+/// restore to a point, which replays the binlog archive into it before the dump).
+///
+/// # Errors
+/// [`BackupError`]: no such backup, a file that does not check, the prepare or the server.
+pub async fn open_scratch(
+    storage: &Storage,
+    id: &str,
+    work: &Path,
+) -> Result<(Manifest, ScratchServer), BackupError> {
     let m = manifest(storage, id).await?;
     check_files(storage, &m).await?;
     let data = work.join("data");
     prepare(storage, &m, &data).await?;
     let server = ScratchServer::start(&data, work).await?;
-    let dumped = server.dump_schemas(out).await;
-    server.stop().await;
-    Ok((m, dumped?))
+    Ok((m, server))
 }
 
 /// A `mariadbd` on a prepared data directory, reachable by its socket only.

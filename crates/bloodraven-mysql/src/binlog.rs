@@ -505,6 +505,50 @@ pub async fn stop_at_time(
     Ok(stop.map(|seq| StopAt { domain, seq }))
 }
 
+/// Where a replay applies the transactions.
+#[derive(Debug)]
+pub enum ReplayTarget<'a> {
+    /// A server, over TCP as an account (it needs `BINLOG REPLAY` or `SUPER`).
+    Server(&'a Endpoint),
+    /// A scratch server's socket (`--skip-grant-tables`: as root).
+    Socket(&'a Path),
+}
+
+/// The archive as `storage` holds it: its chain, and how many segments it has (names the
+/// archive did not write are left out).
+///
+/// # Errors
+/// [`ArchiveError`] when the target cannot be listed.
+pub async fn read_chain(storage: &Storage) -> Result<(Chain, usize), ArchiveError> {
+    let mut segments = Vec::new();
+    let mut forks = Vec::new();
+    for name in storage.list_archived().await? {
+        match bloodraven_core::binlog::Entry::parse(&name) {
+            Ok(bloodraven_core::binlog::Entry::Segment(s)) => segments.push(s),
+            Ok(bloodraven_core::binlog::Entry::Fork(f)) => forks.push(f),
+            Err(_) => {}
+        }
+    }
+    let count = segments.len();
+    Ok((Chain::build(segments, &forks), count))
+}
+
+/// The files a replay plan reads: each piece cut from its segment.
+///
+/// # Errors
+/// [`ArchiveError`]: a segment cannot be read or is not a binlog.
+pub async fn plan_files(
+    storage: &Storage,
+    chain: &Chain,
+    plan: &bloodraven_core::binlog::ReplayPlan,
+) -> Result<Vec<Vec<u8>>, ArchiveError> {
+    let mut files = Vec::with_capacity(plan.pieces.len());
+    for p in &plan.pieces {
+        files.push(piece_bytes(storage, &chain.segment(p).name(), p.from, p.to).await?);
+    }
+    Ok(files)
+}
+
 /// What a replay applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Replayed {
@@ -519,11 +563,30 @@ pub struct Replayed {
 ///
 /// # Errors
 /// [`ArchiveError`]: a tool is missing, cannot start, or exits with an error.
-pub async fn replay(files: Vec<Vec<u8>>, target: &Endpoint) -> Result<Replayed, ArchiveError> {
+pub async fn replay(
+    files: Vec<Vec<u8>>,
+    target: &ReplayTarget<'_>,
+) -> Result<Replayed, ArchiveError> {
     let decoder = find_tool(READER_TOOL).map_err(|_| ArchiveError::ToolMissing)?;
     let client = find_tool(crate::clone::LOAD_TOOL).map_err(|_| ArchiveError::ToolMissing)?;
     let dir = private_dir().map_err(ArchiveError::Options)?;
-    let options = OptionsFile::write(&dir, "replay.cnf", target).map_err(ArchiveError::Options)?;
+    let (site, client_args, _options) = match target {
+        ReplayTarget::Server(e) => {
+            let options =
+                OptionsFile::write(&dir, "replay.cnf", e).map_err(ArchiveError::Options)?;
+            let args = vec![format!("--defaults-extra-file={}", options.path.display())];
+            (e.site.clone(), args, Some(options))
+        }
+        ReplayTarget::Socket(path) => (
+            "the scratch server".to_string(),
+            vec![
+                "--no-defaults".to_string(),
+                format!("--socket={}", path.display()),
+                "--user=root".to_string(),
+            ],
+            None,
+        ),
+    };
     let work = dir.join("replay");
     std::fs::create_dir(&work).map_err(ArchiveError::io("creating", &work))?;
     let _scratch = Scratch(work.clone());
@@ -558,7 +621,7 @@ pub async fn replay(files: Vec<Vec<u8>>, target: &Endpoint) -> Result<Replayed, 
         .and_then(|o| o.try_into().ok())
         .unwrap_or_else(Stdio::null);
     let apply = Command::new(&client)
-        .arg(format!("--defaults-extra-file={}", options.path.display()))
+        .args(&client_args)
         .arg("--binary-mode")
         .arg("--max-allowed-packet=1G")
         .stdin(decoded)
@@ -574,7 +637,7 @@ pub async fn replay(files: Vec<Vec<u8>>, target: &Endpoint) -> Result<Replayed, 
     let failed = |tool, out: std::io::Result<std::process::Output>| match out {
         Ok(o) if o.status.success() => None,
         Ok(o) => Some(ArchiveError::Replay {
-            site: target.site.clone(),
+            site: site.clone(),
             tool,
             status: o.status.to_string(),
             stderr: tail(&o.stderr),

@@ -9,7 +9,9 @@ use std::time::Duration;
 use bloodraven_core::binlog::{self, Chain, Entry, Gtid, StopAt};
 use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::backup::Storage;
-use bloodraven_mysql::binlog::{ArchiveSettings, Progress, Start, follow, piece_bytes, replay};
+use bloodraven_mysql::binlog::{
+    ArchiveSettings, Progress, ReplayTarget, Start, follow, piece_bytes, replay,
+};
 use bloodraven_mysql::{Credentials, SiteClient};
 use tokio::sync::watch;
 
@@ -115,9 +117,12 @@ async fn replay_to(
                 .unwrap(),
         );
     }
-    replay(files, &endpoint(scratch, 0, REPLAYER, REPLAYER_PW))
-        .await
-        .expect("the replay");
+    replay(
+        files,
+        &ReplayTarget::Server(&endpoint(scratch, 0, REPLAYER, REPLAYER_PW)),
+    )
+    .await
+    .expect("the replay");
     ids(&sa).await
 }
 

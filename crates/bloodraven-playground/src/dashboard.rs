@@ -124,6 +124,7 @@ pub async fn snapshot(pg: &Playground) -> Value {
         "updatePhase": st["updatePhase"],
         "restoreInPlace": st["restoreInPlace"],
         "backups": st["backups"],
+        "binlogArchive": st["binlogArchive"],
         "lastFailoverTarget": st["lastFailoverTarget"],
         "deploy": group.as_ref().map(|g| g["deploy"].clone()),
         "events": group.as_ref().map(|g| g["events"].clone()),

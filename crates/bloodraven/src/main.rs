@@ -16,6 +16,7 @@ mod operator_cmd;
 mod playground_cmd;
 mod release_cmd;
 mod restore_cmd;
+mod restore_point;
 mod sidecar_cmd;
 mod site_cmd;
 mod status_cmd;

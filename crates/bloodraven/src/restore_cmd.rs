@@ -8,6 +8,10 @@
 //! data directory (`restores/`), and its application schemas dumped into
 //! `restores/ID.sql`: the dump the restore then loads (docs/backup.md).
 //!
+//! `--to-time T` or `--to-gtid G`: the group as it was at that point, from the newest backup
+//! before it and the binlog archive after it ([`crate::restore_point`], docs/pitr.md);
+//! `--check` then prints the plan (the backup, the segments, the stop, what is lost).
+//!
 //! `--check` reads the dump only (its header, the databases it replaces, its size) and
 //! touches nothing. Without it the dump is checked first too: an incomplete file is refused
 //! before anything is written.
@@ -38,14 +42,22 @@ pub struct RestoreArgs {
     /// The `mariadb-dump` file (a path the operator reads).
     #[arg(
         long = "from",
-        required_unless_present = "from_backup",
-        conflicts_with = "from_backup"
+        required_unless_present_any = ["from_backup", "to_time", "to_gtid"],
+        conflicts_with_all = ["from_backup", "to_time", "to_gtid"]
     )]
     from: Option<PathBuf>,
     /// A backup of the group (`bloodraven backup list`): its application schemas become the
     /// dump the restore loads.
-    #[arg(long = "from-backup", value_name = "ID")]
+    #[arg(long = "from-backup", value_name = "ID", conflicts_with_all = ["to_time", "to_gtid"])]
     from_backup: Option<String>,
+    /// The group as it was at this moment (RFC 3339): the newest backup before it and the
+    /// binlog archive up to the last transaction at or before its second (docs/pitr.md).
+    #[arg(long = "to-time", value_name = "TIME", conflicts_with = "to_gtid")]
+    to_time: Option<String>,
+    /// The group up to and including this GTID (`domain-server-sequence`), from the newest
+    /// backup before it and the binlog archive.
+    #[arg(long = "to-gtid", value_name = "GTID")]
+    to_gtid: Option<String>,
     /// `now`, or an RFC 3339 timestamp later than the group's `confirmTokenUsed`.
     #[arg(long)]
     confirm: Option<String>,
@@ -160,17 +172,14 @@ async fn request(
     Ok((store, key))
 }
 
-/// The dump a backup becomes: its application schemas, dumped from a scratch server on its
-/// prepared data, into the operator's data directory (`restores/ID.sql`).
-async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
-    if !bloodraven_mysql::backup::valid_id(id) {
-        eprintln!(
-            "error: --from-backup: must be 1 to 64 of letters, digits, -, _ and ., not starting with ."
-        );
-        return Err(exit::USAGE);
-    }
+/// The group's backup target and the operator's `restores/` directory (created), for
+/// `flag`.
+async fn backup_target(
+    args: &RestoreArgs,
+    flag: &str,
+) -> Result<(bloodraven_mysql::backup::Storage, PathBuf), i32> {
     let Some(config_path) = &args.config else {
-        eprintln!("error: --config: required with --from-backup (the group's backup target)");
+        eprintln!("error: --config: required with {flag} (the group's backup target)");
         return Err(exit::USAGE);
     };
     let cfg = crate::cli::load_config(config_path)?;
@@ -199,13 +208,26 @@ async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
         cfg.base.join(&cfg.settings.data_dir)
     };
     let dir = data_dir.join("restores");
-    let work = dir.join(format!("{id}.work"));
-    let out = dir.join(format!("{id}.sql"));
-    let _ = std::fs::remove_dir_all(&work);
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!("error: {}: {e}", dir.display());
         return Err(exit::ERROR);
     }
+    Ok((storage, dir))
+}
+
+/// The dump a backup becomes: its application schemas, dumped from a scratch server on its
+/// prepared data, into the operator's data directory (`restores/ID.sql`).
+async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
+    if !bloodraven_mysql::backup::valid_id(id) {
+        eprintln!(
+            "error: --from-backup: must be 1 to 64 of letters, digits, -, _ and ., not starting with ., and not binlog"
+        );
+        return Err(exit::USAGE);
+    }
+    let (storage, dir) = backup_target(args, "--from-backup").await?;
+    let work = dir.join(format!("{id}.work"));
+    let out = dir.join(format!("{id}.sql"));
+    let _ = std::fs::remove_dir_all(&work);
     eprintln!(
         "preparing backup {id} from {} in a scratch server under {} (needs about the data's size)",
         storage.url(),
@@ -232,14 +254,40 @@ async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
 }
 
 async fn go(args: &RestoreArgs, wait: Duration) -> i32 {
-    let given = match (&args.from, &args.from_backup) {
-        (Some(f), _) => f.clone(),
-        (None, Some(id)) => match dump_of_backup(args, id).await {
+    let point = match crate::restore_point::Point::parse(
+        args.to_time.as_deref(),
+        args.to_gtid.as_deref(),
+    ) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let given = match (&args.from, &args.from_backup, &point) {
+        (Some(f), _, _) => f.clone(),
+        (None, Some(id), _) => match dump_of_backup(args, id).await {
             Ok(p) => p,
             Err(code) => return code,
         },
-        (None, None) => {
-            eprintln!("error: --from or --from-backup: one is required");
+        (None, None, Some(point)) => {
+            let flag = if args.to_time.is_some() {
+                "--to-time"
+            } else {
+                "--to-gtid"
+            };
+            let dumped = match backup_target(args, flag).await {
+                Ok((storage, dir)) => {
+                    crate::restore_point::dump_at(&storage, &dir, point, args.check).await
+                }
+                Err(code) => Err(code),
+            };
+            match dumped {
+                Ok(Some(p)) => p,
+                // --check: the plan is printed; nothing was prepared or written.
+                Ok(None) => return exit::SUCCEEDED,
+                Err(code) => return code,
+            }
+        }
+        (None, None, None) => {
+            eprintln!("error: --from, --from-backup, --to-time or --to-gtid: one is required");
             return exit::USAGE;
         }
     };

@@ -790,6 +790,140 @@ async fn restore_from_a_backup(r: &Running, id: &str) {
     }
 }
 
+/// `restore-in-place --to-time`: a backup, then increments, the moment T, then more
+/// increments; the binlog archive holds them all. `--check` prints the plan (the backup, the
+/// stop, what is lost) and changes nothing; the restore then gives every site the counter of
+/// T, not the one of the backup nor the one after T, and the generation rises by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
+    let (r, _) = running_on_iad().await;
+    let (mysql, app) = saved_mysql(&r, "app");
+    let counter_on = |port: u16| {
+        let opts = app(port);
+        async move {
+            use mysql_async::prelude::Queryable;
+            let mut c = mysql_async::Conn::new(opts).await.unwrap();
+            let v: Option<i64> = c
+                .query_first("SELECT value FROM app.counter WHERE id = 1")
+                .await
+                .unwrap();
+            v.unwrap_or(0)
+        }
+    };
+    // The primary's position, read from the primary itself.
+    let position_of = |port: u16| {
+        let opts = app(port);
+        async move {
+            use mysql_async::prelude::Queryable;
+            let mut c = mysql_async::Conn::new(opts).await.unwrap();
+            let v: Option<String> = c.query_first("SELECT @@gtid_binlog_pos").await.unwrap();
+            v.unwrap_or_default()
+        }
+    };
+    // The archive holds `at` (its status is refreshed every 10 s).
+    let archived = |at: String| move |s: &Value| s["binlogArchive"]["lastGtid"] == at.as_str();
+    for _ in 0..3 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    let (code, out, err) = backup_cli(
+        &r,
+        &[
+            "now",
+            "--group",
+            "playground",
+            "--id",
+            "pitr1",
+            "--wait",
+            "3m",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    for _ in 0..3 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    let at = position_of(mysql[0]).await;
+    wait(&r, "the archive at the primary's position", archived(at)).await;
+    let at_t = counter_on(mysql[0]).await;
+    // T: every increment so far committed at or before its second; the next ones after it.
+    let now_s = || u64::try_from(SystemClock.now().unix_seconds()).unwrap();
+    let t = now_s();
+    while now_s() <= t {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..3 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    assert_eq!(counter_on(mysql[0]).await, at_t + 3);
+    let at = position_of(mysql[0]).await;
+    wait(
+        &r,
+        "the archive at the primary's position again",
+        archived(at),
+    )
+    .await;
+    let before = r.state().await["topologyGeneration"].as_u64().unwrap();
+    let to_time =
+        bloodraven_core::time::Timestamp::from_unix_seconds(i64::try_from(t).unwrap()).to_rfc3339();
+    let config = r.dir.path().join("pg/operator/bloodraven.yaml");
+    let restore = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["restore-in-place", "--group", "playground", "--to-time"])
+            .arg(&to_time)
+            .args(extra)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("BLOODRAVEN_CONFIG")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = restore(&["--check"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("from backup pitr1") && out.contains("restore to 0-*-"),
+        "{out}"
+    );
+    assert!(out.contains("loses 3 transactions"), "{out}");
+    assert_eq!(
+        r.state().await["topologyGeneration"].as_u64().unwrap(),
+        before,
+        "--check changed nothing"
+    );
+
+    let (code, out, err) = restore(&["--confirm", "now", "--wait", "5m"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(err.contains("replayed to 0-*-"), "{err}");
+    let s = wait(
+        &r,
+        "the restore's reclones to end and every site to replicate",
+        |s| {
+            s["restoreInPlace"]["phase"] == "Succeeded"
+                && s["sites"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .all(|x| x["name"] == s["activeSite"] || x["replicating"] == true)
+                })
+        },
+    )
+    .await;
+    assert_eq!(s["topologyGeneration"].as_u64().unwrap(), before + 1, "{s}");
+    for port in &mysql {
+        let mut v = counter_on(*port).await;
+        for _ in 0..100 {
+            if v == at_t {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            v = counter_on(*port).await;
+        }
+        assert_eq!(v, at_t, "site on port {port} holds the counter of T");
+    }
+    stop(r);
+}
+
 /// A backup whose source stops being fit mid-way is abandoned cleanly: held at its first lock
 /// (a session of ours in `BACKUP STAGE` on every replica), its source is then recloned; the
 /// operator abandons it (its tools killed, nothing left under the target) and records why,

@@ -18,14 +18,13 @@
 
 use std::time::Duration;
 
-use bloodraven_core::binlog::{self, Chain, Entry, Gtid};
+use bloodraven_core::binlog::{self, Gtid};
 use bloodraven_core::config::BackupConfig;
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::reason::{ConditionReason as R, ConditionType as C, EventReason as E};
 use bloodraven_core::status::{BinlogArchiveStatus, GroupStatus};
 use bloodraven_mysql::Site;
-use bloodraven_mysql::backup::Storage;
-use bloodraven_mysql::binlog::{ArchiveError, ArchiveSettings, Progress, Start};
+use bloodraven_mysql::binlog::{ArchiveError, ArchiveSettings, Progress, Start, read_chain};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -145,21 +144,6 @@ fn parse_gtid(text: &str) -> Option<Gtid> {
         server: s.parse().ok()?,
         seq: n.parse().ok()?,
     })
-}
-
-/// The archive as the target holds it (names it did not write are left out).
-async fn read_chain(storage: &Storage) -> Result<(Chain, usize), ArchiveError> {
-    let mut segments = Vec::new();
-    let mut forks = Vec::new();
-    for name in storage.list_archived().await? {
-        match Entry::parse(&name) {
-            Ok(Entry::Segment(s)) => segments.push(s),
-            Ok(Entry::Fork(f)) => forks.push(f),
-            Err(_) => {}
-        }
-    }
-    let count = segments.len();
-    Ok((Chain::build(segments, &forks), count))
 }
 
 impl<S: Site> Controller<S> {
