@@ -76,7 +76,8 @@ async fn until_archiving(c: &SiteClient, target: &std::path::Path, first_id: u64
     for id in first_id..first_id + 60 {
         write(c, id, id).await;
         let at = position(c).await;
-        for _ in 0..20 {
+        // A segment is written about a second after its first transaction.
+        for _ in 0..60 {
             if chain_in(target).last_gtid(0).map(|g| g.to_string()) == Some(at.clone()) {
                 return id + 1;
             }

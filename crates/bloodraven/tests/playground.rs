@@ -822,9 +822,41 @@ async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
     };
     // The archive holds `at` (its status is refreshed every 10 s).
     let archived = |at: String| move |s: &Value| s["binlogArchive"]["lastGtid"] == at.as_str();
-    for _ in 0..3 {
+    // Increments until the archive holds one (the archiver starts after the position of the
+    // poll that starts it): then it runs, and holds segments the backup will hold too.
+    let segments = r.dir.path().join("pg/backups/binlog/0");
+    let lasts = || -> Vec<u64> {
+        std::fs::read_dir(&segments)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = format!("0/{}", e.file_name().to_string_lossy());
+                match bloodraven_core::binlog::Entry::parse(&name) {
+                    Ok(bloodraven_core::binlog::Entry::Segment(s)) => Some(s.last),
+                    _ => None,
+                }
+            })
+            .collect()
+    };
+    let mut archiving = false;
+    for _ in 0..60 {
         assert_eq!(increment(&r).await["outcome"], "acknowledged");
+        let at = position_of(mysql[0]).await;
+        let seq: u64 = at.rsplit('-').next().unwrap().parse().unwrap();
+        // A segment is written about a second after its first transaction.
+        for _ in 0..60 {
+            archiving = lasts().contains(&seq);
+            if archiving {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if archiving {
+            break;
+        }
     }
+    assert!(archiving, "the archive never held the primary's position");
     let (code, out, err) = backup_cli(
         &r,
         &[
@@ -838,6 +870,30 @@ async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
         ],
     );
     assert_eq!(code, 0, "{out}{err}");
+    // Retention: the segments the backup already holds are deleted.
+    let backup_seq: u64 = out
+        .split("GTID position 0-")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit() && c != '-').next())
+        .and_then(|p| p.rsplit('-').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a GTID position in {out}"));
+    let held_by_backup = || lasts().into_iter().filter(|&l| l <= backup_seq).count();
+    assert!(
+        held_by_backup() > 0,
+        "the archive held what the backup holds"
+    );
+    for _ in 0..300 {
+        if held_by_backup() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        held_by_backup(),
+        0,
+        "segments the backup holds were deleted"
+    );
     for _ in 0..3 {
         assert_eq!(increment(&r).await["outcome"], "acknowledged");
     }

@@ -83,6 +83,9 @@ pub(super) struct ArchiveState {
     /// Since when the archive has been behind the active site.
     behind_since: Option<Instant>,
     last: Option<BinlogArchiveStatus>,
+    /// The newest good backup when retention last ran over the archive (it runs again when
+    /// the backups change).
+    retained_for: Option<String>,
 }
 
 impl ArchiveState {
@@ -95,6 +98,7 @@ impl ArchiveState {
             gaps: None,
             behind_since: None,
             last: None,
+            retained_for: None,
         }
     }
 
@@ -349,6 +353,7 @@ impl<S: Site> Controller<S> {
                 return;
             }
         };
+        self.retain_archive(&storage, &chain).await;
         let gaps = chain.gaps();
         let count = gaps.len() as u64;
         let known = self.archive.gaps.unwrap_or(0);
@@ -415,6 +420,63 @@ impl<S: Site> Controller<S> {
                 tracing::warn!(group = %self.group(), error = %e, "binlog archive: its status was not written; tried again");
             }
         }
+    }
+}
+
+impl<S: Site> Controller<S> {
+    /// Deletes the segments the oldest kept backup already holds, once per change of the
+    /// newest good backup (retention of backups ran then). Nothing a kept backup needs to
+    /// reach the present is deleted ([`binlog::expired_segments`]).
+    async fn retain_archive(
+        &mut self,
+        storage: &bloodraven_mysql::backup::Storage,
+        chain: &binlog::Chain,
+    ) {
+        let newest = self
+            .rt
+            .snapshot()
+            .status()
+            .backups
+            .as_ref()
+            .and_then(|b| b.last_succeeded.as_ref())
+            .map(|b| b.id.clone());
+        if newest.is_none() || newest == self.archive.retained_for {
+            return;
+        }
+        let manifests = match bloodraven_mysql::backup::list(storage).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(group = %self.group(), error = %e, "binlog archive: cannot list the backups for its retention");
+                return;
+            }
+        };
+        let mut oldest = std::collections::BTreeMap::new();
+        for domain in chain.domains.keys() {
+            let kept = manifests
+                .iter()
+                .filter_map(|m| {
+                    m.gtid_position
+                        .split(',')
+                        .filter_map(parse_gtid)
+                        .find(|g| g.domain == *domain)
+                        .map(|g| g.seq)
+                })
+                .min();
+            if let Some(seq) = kept {
+                oldest.insert(*domain, seq);
+            }
+        }
+        let expired = binlog::expired_segments(&chain.segments, &oldest);
+        for segment in &expired {
+            if let Err(e) = storage.delete_archived(&segment.name()).await {
+                tracing::warn!(group = %self.group(), error = %e, "binlog archive: retention could not delete a segment; tried again after the next backup");
+                return;
+            }
+        }
+        if !expired.is_empty() {
+            tracing::info!(group = %self.group(), segments = expired.len(), "binlog archive: deleted the segments the oldest kept backup already holds");
+        }
+        self.archive.retained_for = newest;
     }
 }
 
