@@ -37,7 +37,7 @@ pub(super) const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// How often the archive is listed and its chain checked.
 pub(super) const CHECK_EVERY: Duration = Duration::from_secs(10);
 /// A segment is written at the latest this long after its first transaction arrived.
-const SEGMENT_INTERVAL: Duration = Duration::from_secs(1);
+const SEGMENT_INTERVAL: Duration = Duration::from_millis(500);
 /// A segment is written once it holds this many bytes.
 const SEGMENT_BYTES: usize = 16 * 1024 * 1024;
 
