@@ -253,43 +253,38 @@ async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
     }
 }
 
-async fn go(args: &RestoreArgs, wait: Duration) -> i32 {
-    let point = match crate::restore_point::Point::parse(
-        args.to_time.as_deref(),
-        args.to_gtid.as_deref(),
-    ) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let given = match (&args.from, &args.from_backup, &point) {
-        (Some(f), _, _) => f.clone(),
-        (None, Some(id), _) => match dump_of_backup(args, id).await {
-            Ok(p) => p,
-            Err(code) => return code,
-        },
+/// The dump the restore loads, as the flags say (`--from`, `--from-backup`, `--to-time`,
+/// `--to-gtid`); `Err(code)`: the command ends with `code` (a point's `--check` ends here).
+async fn given_dump(args: &RestoreArgs) -> Result<PathBuf, i32> {
+    let point =
+        crate::restore_point::Point::parse(args.to_time.as_deref(), args.to_gtid.as_deref())?;
+    match (&args.from, &args.from_backup, &point) {
+        (Some(f), _, _) => Ok(f.clone()),
+        (None, Some(id), _) => dump_of_backup(args, id).await,
         (None, None, Some(point)) => {
             let flag = if args.to_time.is_some() {
                 "--to-time"
             } else {
                 "--to-gtid"
             };
-            let dumped = match backup_target(args, flag).await {
-                Ok((storage, dir)) => {
-                    crate::restore_point::dump_at(&storage, &dir, point, args.check).await
-                }
-                Err(code) => Err(code),
-            };
-            match dumped {
-                Ok(Some(p)) => p,
+            let (storage, dir) = backup_target(args, flag).await?;
+            match crate::restore_point::dump_at(&storage, &dir, point, args.check).await? {
+                Some(p) => Ok(p),
                 // --check: the plan is printed; nothing was prepared or written.
-                Ok(None) => return exit::SUCCEEDED,
-                Err(code) => return code,
+                None => Err(exit::SUCCEEDED),
             }
         }
         (None, None, None) => {
             eprintln!("error: --from, --from-backup, --to-time or --to-gtid: one is required");
-            return exit::USAGE;
+            Err(exit::USAGE)
         }
+    }
+}
+
+async fn go(args: &RestoreArgs, wait: Duration) -> i32 {
+    let given = match given_dump(args).await {
+        Ok(p) => p,
+        Err(code) => return code,
     };
     let from = match std::fs::canonicalize(&given) {
         Ok(p) => p,

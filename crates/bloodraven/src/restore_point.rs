@@ -14,7 +14,7 @@ use bloodraven_core::time::Timestamp;
 use bloodraven_mysql::backup::Storage;
 use bloodraven_mysql::binlog::ReplayTarget;
 
-use crate::restore_cmd::exit;
+use crate::cli::exit;
 
 /// Why no dump at the point was made.
 #[derive(Debug, thiserror::Error)]
