@@ -13,17 +13,23 @@
 //! Every [`CHECK_EVERY`], the chain is listed from the target: its last GTID, segment count
 //! and gaps go to `status.binlogArchive`; a gap not seen before raises `BinlogArchiveGap`
 //! (event, the `BinlogArchiveContinuous` condition, `bloodraven_binlog_archive_gaps_total`).
+//! Once per new good backup, the check also deletes the segments the oldest kept backup holds.
 //! The lag (`bloodraven_binlog_archive_lag_seconds`) is how long the archive has been behind
 //! the active site's position as this poll saw it.
+//!
+//! The poll is the failure detector: nothing here waits for the target. Listing the archive,
+//! writing a fork and retention run in tasks beside it; the poll only starts them and takes in
+//! what they found.
 
 use std::time::Duration;
 
-use bloodraven_core::binlog::{self, Gtid};
+use bloodraven_core::binlog::{self, Chain, Gap, Gtid};
 use bloodraven_core::config::BackupConfig;
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::reason::{ConditionReason as R, ConditionType as C, EventReason as E};
 use bloodraven_core::status::{BinlogArchiveStatus, GroupStatus};
 use bloodraven_mysql::Site;
+use bloodraven_mysql::backup::{BackupError, Storage};
 use bloodraven_mysql::binlog::{ArchiveError, ArchiveSettings, Progress, Start, read_chain};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -41,17 +47,24 @@ const SEGMENT_INTERVAL: Duration = Duration::from_millis(500);
 /// A segment is written once it holds this many bytes.
 const SEGMENT_BYTES: usize = 16 * 1024 * 1024;
 
-/// Why an archiver did not start.
+/// Why an archiver did not start, or ended.
+#[derive(Debug, thiserror::Error)]
+enum ArchiverError {
+    #[error("listing the archive: {0}")]
+    List(#[source] ArchiveError),
+    #[error("writing the fork: {0}")]
+    Fork(#[source] BackupError),
+    #[error("the primary has written nothing yet; archived once it has")]
+    NothingWritten,
+    #[error(transparent)]
+    Follow(ArchiveError),
+}
+
+/// Why the poll did not start an archiver.
 #[derive(Debug, thiserror::Error)]
 enum StartError {
     #[error("{0}")]
     OpenTarget(#[source] super::backup::BackupStepError),
-    #[error("listing the archive: {0}")]
-    List(#[source] ArchiveError),
-    #[error("writing the fork: {0}")]
-    Fork(#[source] bloodraven_mysql::backup::BackupError),
-    #[error("the primary has written nothing yet; archived once it has")]
-    NothingWritten,
     #[error("the active site is not a configured site")]
     NotASite,
     #[error("the replication account: {0}")]
@@ -63,8 +76,21 @@ enum StartError {
 struct Run {
     site: String,
     generation: u64,
-    task: JoinHandle<Result<(), ArchiveError>>,
+    task: JoinHandle<Result<(), ArchiverError>>,
     progress: watch::Receiver<Progress>,
+    /// The fork it wrote before it started following (the event's message), once.
+    forked: watch::Receiver<Option<String>>,
+}
+
+/// What a check of the archive found.
+#[derive(Debug)]
+struct Checked {
+    last_gtid: String,
+    segments: u64,
+    gaps: Vec<Gap>,
+    /// The newest good backup retention ran for, when it ran and deleted all it meant to.
+    retained_for: Option<String>,
+    retained: usize,
 }
 
 /// What the controller remembers of the archive between polls.
@@ -77,6 +103,8 @@ pub(super) struct ArchiveState {
     /// When the last archiver ended, and its site and generation (a new one on the same
     /// waits [`RETRY_AFTER`]; one on a new primary starts at once).
     ended: Option<(Instant, String, u64)>,
+    /// The check in flight, and when the last one started.
+    check: Option<JoinHandle<Result<Checked, ArchiveError>>>,
     checked: Option<Instant>,
     /// The gaps of the last check (a larger number is new gaps).
     gaps: Option<u64>,
@@ -94,6 +122,7 @@ impl ArchiveState {
             term,
             run: None,
             ended: None,
+            check: None,
             checked: None,
             gaps: None,
             behind_since: None,
@@ -111,8 +140,11 @@ impl ArchiveState {
 
 impl Drop for ArchiveState {
     fn drop(&mut self) {
-        // The archiver is this term's: it ends with the controller (its reader is killed).
+        // The archiver and the check are this term's: they end with the controller.
         self.stop();
+        if let Some(c) = self.check.take() {
+            c.abort();
+        }
     }
 }
 
@@ -150,6 +182,108 @@ fn parse_gtid(text: &str) -> Option<Gtid> {
     })
 }
 
+/// The archiver's task: where the archive ends decides where it starts (a fork first when
+/// the new primary holds less), then it follows the primary until it ends.
+async fn archiver(
+    endpoint: bloodraven_mysql::clone::Endpoint,
+    storage: Storage,
+    primary: GtidSet,
+    floor: Option<Gtid>,
+    settings: ArchiveSettings,
+    progress: watch::Sender<Progress>,
+    forked: watch::Sender<Option<String>>,
+) -> Result<(), ArchiverError> {
+    let (chain, _) = read_chain(&storage).await.map_err(ArchiverError::List)?;
+    let domain = domain_of(&primary);
+    let floor = floor.filter(|g| g.domain == domain);
+    let r = binlog::resume(
+        &chain,
+        domain,
+        gtid_in(&primary, domain),
+        settings.generation,
+        floor,
+    );
+    if let Some(fork) = r.fork {
+        storage
+            .put_archived(&fork.name(), Vec::new())
+            .await
+            .map_err(ArchiverError::Fork)?;
+        let lost = chain.last(domain).unwrap_or(fork.at) - fork.at;
+        let _ = forked.send(Some(format!(
+            "the new primary {} holds domain {domain} up to {}: the archive forks there, and the {lost} transactions archived after it from the old primary are kept apart (docs/pitr.md)",
+            endpoint.site, fork.at
+        )));
+    }
+    let start = match r.after {
+        Some(g) => Start::After(g),
+        None => return Err(ArchiverError::NothingWritten),
+    };
+    tracing::info!(site = %endpoint.site, generation = settings.generation, start = ?start, "binlog archive: the archiver follows");
+    bloodraven_mysql::binlog::follow(&endpoint, &start, &storage, &settings, &progress)
+        .await
+        .map_err(ArchiverError::Follow)
+}
+
+/// The check's task: the chain, and retention when the newest good backup changed.
+async fn check(
+    storage: Storage,
+    newest: Option<String>,
+    retained_for: Option<String>,
+) -> Result<Checked, ArchiveError> {
+    let (chain, segments) = read_chain(&storage).await?;
+    let domain = chain.domains.keys().next().copied().unwrap_or(0);
+    let mut checked = Checked {
+        last_gtid: chain
+            .last_gtid(domain)
+            .map(|g| g.to_string())
+            .unwrap_or_default(),
+        segments: segments as u64,
+        gaps: chain.gaps(),
+        retained_for: None,
+        retained: 0,
+    };
+    if newest.is_some() && newest != retained_for {
+        match retain(&storage, &chain).await {
+            Ok(n) => {
+                checked.retained = n;
+                checked.retained_for = newest;
+                checked.segments -= n as u64;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "binlog archive: retention did not finish; tried again at the next check");
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// Deletes the segments the oldest kept backup already holds: nothing a kept backup needs to
+/// reach the present ([`binlog::expired_segments`]). How many were deleted.
+async fn retain(storage: &Storage, chain: &Chain) -> Result<usize, BackupError> {
+    let manifests = bloodraven_mysql::backup::list(storage).await?;
+    let mut oldest = std::collections::BTreeMap::new();
+    for domain in chain.domains.keys() {
+        let kept = manifests
+            .iter()
+            .filter_map(|m| {
+                m.gtid_position
+                    .split(',')
+                    .filter_map(parse_gtid)
+                    .find(|g| g.domain == *domain)
+                    .map(|g| g.seq)
+            })
+            .min();
+        if let Some(seq) = kept {
+            oldest.insert(*domain, seq);
+        }
+    }
+    let expired = binlog::expired_segments(&chain.segments, &oldest);
+    for segment in &expired {
+        storage.delete_archived(&segment.name()).await?;
+    }
+    Ok(expired.len())
+}
+
 impl<S: Site> Controller<S> {
     /// One step of the binlog archive: the archiver follows the active site of this
     /// generation; the chain is checked every [`CHECK_EVERY`].
@@ -160,6 +294,7 @@ impl<S: Site> Controller<S> {
         };
         let status = self.rt.snapshot().status().clone();
         self.end_stale_archiver(&status);
+        self.take_fork().await;
         let primary = self.active_position(&status);
         if self.archive.run.is_none()
             && !status.active_site.is_empty()
@@ -184,14 +319,7 @@ impl<S: Site> Controller<S> {
             ));
         }
         self.track_lag(primary.as_ref());
-        if self
-            .archive
-            .checked
-            .is_none_or(|t| t.elapsed() >= CHECK_EVERY)
-        {
-            self.archive.checked = Some(Instant::now());
-            self.check_archive(&cfg).await;
-        }
+        self.check_step(&cfg).await;
     }
 
     /// Stops an archiver of another site or generation, and takes in one that ended.
@@ -219,6 +347,20 @@ impl<S: Site> Controller<S> {
         }
     }
 
+    /// Records the fork the archiver wrote (once).
+    async fn take_fork(&mut self) {
+        let message = self
+            .archive
+            .run
+            .as_mut()
+            .and_then(|r| r.forked.borrow_and_update().clone());
+        if let Some(message) = message {
+            tracing::warn!(group = %self.group(), "binlog archive: {message}");
+            self.event(EventType::Warning, E::BinlogArchiveForked, &message)
+                .await;
+        }
+    }
+
     /// The active site's GTID position as this poll saw it.
     fn active_position(&self, status: &GroupStatus) -> Option<GtidSet> {
         self.sites
@@ -228,6 +370,7 @@ impl<S: Site> Controller<S> {
             .map(|p| p.gtid.clone())
     }
 
+    /// Starts the archiver's task on the active site (the target is read in it).
     async fn start_archiver(
         &mut self,
         cfg: &BackupConfig,
@@ -238,34 +381,11 @@ impl<S: Site> Controller<S> {
             .backup_storage(cfg)
             .await
             .map_err(StartError::OpenTarget)?;
-        let (chain, _) = read_chain(&storage).await.map_err(StartError::List)?;
-        let domain = domain_of(primary);
         let floor = status
             .backups
             .as_ref()
             .and_then(|b| b.last_succeeded.as_ref())
-            .and_then(|b| parse_gtid(&b.gtid_position))
-            .filter(|g| g.domain == domain);
-        let generation = status.topology_generation;
-        let r = binlog::resume(&chain, domain, gtid_in(primary, domain), generation, floor);
-        if let Some(fork) = r.fork {
-            storage
-                .put_archived(&fork.name(), Vec::new())
-                .await
-                .map_err(StartError::Fork)?;
-            let lost = chain.last(domain).unwrap_or(fork.at) - fork.at;
-            let message = format!(
-                "the new primary {} holds domain {domain} up to {}: the archive forks there, and the {lost} transactions archived after it from the old primary are kept apart (docs/pitr.md)",
-                status.active_site, fork.at
-            );
-            tracing::warn!(group = %self.group(), "binlog archive: {message}");
-            self.event(EventType::Warning, E::BinlogArchiveForked, &message)
-                .await;
-        }
-        let start = match r.after {
-            Some(g) => Start::After(g),
-            None => return Err(StartError::NothingWritten),
-        };
+            .and_then(|b| parse_gtid(&b.gtid_position));
         let site = self
             .sites
             .iter()
@@ -280,6 +400,7 @@ impl<S: Site> Controller<S> {
             credentials,
             tls: site.mysql_tls.clone(),
         };
+        let generation = status.topology_generation;
         let settings = ArchiveSettings {
             generation,
             term: self.archive.term,
@@ -290,16 +411,24 @@ impl<S: Site> Controller<S> {
             reader_server_id: 4_000_000_000
                 + u32::try_from(self.archive.term % 200_000_000).unwrap_or(0),
         };
-        let (tx, rx) = watch::channel(Progress::default());
-        tracing::info!(group = %self.group(), site = %site.name, generation, start = ?start, "binlog archive: the archiver starts");
-        let task = tokio::spawn(async move {
-            bloodraven_mysql::binlog::follow(&endpoint, &start, &storage, &settings, &tx).await
-        });
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        let (forked_tx, forked) = watch::channel(None);
+        tracing::info!(group = %self.group(), site = %site.name, generation, "binlog archive: the archiver starts");
+        let task = tokio::spawn(archiver(
+            endpoint,
+            storage,
+            primary.clone(),
+            floor,
+            settings,
+            progress_tx,
+            forked_tx,
+        ));
         self.archive.run = Some(Run {
             site: site.name,
             generation,
             task,
-            progress: rx,
+            progress,
+            forked,
         });
         Ok(())
     }
@@ -337,8 +466,30 @@ impl<S: Site> Controller<S> {
         self.metrics().binlog_archive(self.group(), lag, 0);
     }
 
-    /// Lists the archive, counts its gaps, and writes `status.binlogArchive` when it changed.
-    async fn check_archive(&mut self, cfg: &BackupConfig) {
+    /// Takes in a finished check, and starts the next one when it is due.
+    async fn check_step(&mut self, cfg: &BackupConfig) {
+        if let Some(task) = self.archive.check.take_if(|t| t.is_finished()) {
+            use futures::FutureExt as _;
+            match task.now_or_never() {
+                Some(Ok(Ok(c))) => self.checked(c).await,
+                Some(Ok(Err(e))) => {
+                    tracing::warn!(group = %self.group(), error = %e, "binlog archive: cannot list it");
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(group = %self.group(), error = %e, "binlog archive: its check stopped");
+                }
+                None => {}
+            }
+        }
+        if self.archive.check.is_some()
+            || self
+                .archive
+                .checked
+                .is_some_and(|t| t.elapsed() < CHECK_EVERY)
+        {
+            return;
+        }
+        self.archive.checked = Some(Instant::now());
         let storage = match self.backup_storage(cfg).await {
             Ok(s) => s,
             Err(e) => {
@@ -346,56 +497,60 @@ impl<S: Site> Controller<S> {
                 return;
             }
         };
-        let (chain, segments) = match read_chain(&storage).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(group = %self.group(), error = %e, "binlog archive: cannot list it");
-                return;
-            }
-        };
-        self.retain_archive(&storage, &chain).await;
-        let gaps = chain.gaps();
-        let count = gaps.len() as u64;
+        let newest = self
+            .rt
+            .snapshot()
+            .status()
+            .backups
+            .as_ref()
+            .and_then(|b| b.last_succeeded.as_ref())
+            .map(|b| b.id.clone());
+        self.archive.check = Some(tokio::spawn(check(
+            storage,
+            newest,
+            self.archive.retained_for.clone(),
+        )));
+    }
+
+    /// What a check found: a new gap is evented and counted; `status.binlogArchive` and the
+    /// condition are written when they changed.
+    async fn checked(&mut self, c: Checked) {
+        if c.retained > 0 {
+            tracing::info!(group = %self.group(), segments = c.retained, "binlog archive: deleted the segments the oldest kept backup already holds");
+        }
+        if c.retained_for.is_some() {
+            self.archive.retained_for = c.retained_for;
+        }
+        let count = c.gaps.len() as u64;
+        let ranges = c
+            .gaps
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
         let known = self.archive.gaps.unwrap_or(0);
+        let lag = self
+            .archive
+            .behind_since
+            .map_or(0, |t| t.elapsed().as_secs());
         if count > known {
-            let ranges: Vec<String> = gaps.iter().map(ToString::to_string).collect();
-            let message = format!(
-                "the binlog archive misses transactions: {}",
-                ranges.join("; ")
-            );
+            let message = format!("the binlog archive misses transactions: {ranges}");
             tracing::error!(group = %self.group(), "binlog archive: {message}");
             self.event(EventType::Warning, E::BinlogArchiveGap, &message)
                 .await;
-            self.metrics().binlog_archive(
-                self.group(),
-                self.archive
-                    .behind_since
-                    .map_or(0, |t| t.elapsed().as_secs()),
-                count - known,
-            );
+            self.metrics()
+                .binlog_archive(self.group(), lag, count - known);
         }
         self.archive.gaps = Some(count);
-        let domain = chain.domains.keys().next().copied().unwrap_or(0);
         let next = BinlogArchiveStatus {
-            last_gtid: chain
-                .last_gtid(domain)
-                .map(|g| g.to_string())
-                .unwrap_or_default(),
-            lag_seconds: self
-                .archive
-                .behind_since
-                .map_or(0, |t| t.elapsed().as_secs()),
-            segments: segments as u64,
+            last_gtid: c.last_gtid,
+            lag_seconds: lag,
+            segments: c.segments,
             gaps: count,
         };
         if self.archive.last.as_ref() == Some(&next) {
             return;
         }
-        let message = gaps
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
         let now = self.rt.now();
         let written = next.clone();
         let persisted = self
@@ -408,7 +563,7 @@ impl<S: Site> Controller<S> {
                         C::BinlogArchiveContinuous,
                         false,
                         R::BinlogArchiveGap,
-                        &message,
+                        &ranges,
                         now,
                     );
                 }
@@ -423,69 +578,12 @@ impl<S: Site> Controller<S> {
     }
 }
 
-impl<S: Site> Controller<S> {
-    /// Deletes the segments the oldest kept backup already holds, once per change of the
-    /// newest good backup (retention of backups ran then). Nothing a kept backup needs to
-    /// reach the present is deleted ([`binlog::expired_segments`]).
-    async fn retain_archive(
-        &mut self,
-        storage: &bloodraven_mysql::backup::Storage,
-        chain: &binlog::Chain,
-    ) {
-        let newest = self
-            .rt
-            .snapshot()
-            .status()
-            .backups
-            .as_ref()
-            .and_then(|b| b.last_succeeded.as_ref())
-            .map(|b| b.id.clone());
-        if newest.is_none() || newest == self.archive.retained_for {
-            return;
-        }
-        let manifests = match bloodraven_mysql::backup::list(storage).await {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(group = %self.group(), error = %e, "binlog archive: cannot list the backups for its retention");
-                return;
-            }
-        };
-        let mut oldest = std::collections::BTreeMap::new();
-        for domain in chain.domains.keys() {
-            let kept = manifests
-                .iter()
-                .filter_map(|m| {
-                    m.gtid_position
-                        .split(',')
-                        .filter_map(parse_gtid)
-                        .find(|g| g.domain == *domain)
-                        .map(|g| g.seq)
-                })
-                .min();
-            if let Some(seq) = kept {
-                oldest.insert(*domain, seq);
-            }
-        }
-        let expired = binlog::expired_segments(&chain.segments, &oldest);
-        for segment in &expired {
-            if let Err(e) = storage.delete_archived(&segment.name()).await {
-                tracing::warn!(group = %self.group(), error = %e, "binlog archive: retention could not delete a segment; tried again after the next backup");
-                return;
-            }
-        }
-        if !expired.is_empty() {
-            tracing::info!(group = %self.group(), segments = expired.len(), "binlog archive: deleted the segments the oldest kept backup already holds");
-        }
-        self.archive.retained_for = newest;
-    }
-}
-
 /// Reads a finished task's outcome without waiting.
 trait FinishedResult {
     fn now_or_never_result(self) -> Option<String>;
 }
 
-impl FinishedResult for JoinHandle<Result<(), ArchiveError>> {
+impl FinishedResult for JoinHandle<Result<(), ArchiverError>> {
     fn now_or_never_result(self) -> Option<String> {
         use futures::FutureExt as _;
         match self.now_or_never()? {
