@@ -1,6 +1,6 @@
 //! The operator's binlog archive on real servers: with `spec.backup` set, it archives the
-//! primary's transactions; after a kill -9 of the primary and an emergency failover it resumes
-//! on the new primary, and `status.binlogArchive` reaches the new primary's position with no
+//! primary's transactions; after a planned failover, then a kill -9 of the new primary and an
+//! emergency failover, it resumes on each new primary, and `status.binlogArchive` reaches the new primary's position with no
 //! gap, the `BinlogArchiveContinuous` condition true and the lag metric 0. The chain read from
 //! the target agrees.
 
@@ -88,7 +88,7 @@ async fn until_archiving(c: &SiteClient, target: &std::path::Path, first_id: u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_archive_follows_the_primary_through_an_emergency_failover_with_no_gap() {
+async fn the_archive_follows_the_primary_through_a_planned_and_an_emergency_failover_with_no_gap() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     let target = tempfile::tempdir().unwrap();
     let url = format!("file://{}", target.path().display());
@@ -104,12 +104,23 @@ async fn the_archive_follows_the_primary_through_an_emergency_failover_with_no_g
     let s = wait_archived(&op, &on_iad).await;
     assert_eq!(archived(&s).unwrap().2, 0, "no gap");
 
-    live.harness.kill(0).unwrap();
+    // A planned failover to pdx: the archive follows it.
+    support::request_failover(&op, "pdx").await;
     support::wait_failover_to(&op, "pdx", Duration::from_secs(30)).await;
     let pdx = live.harness.admin(1).unwrap();
-    write(&pdx, 1001, 1050).await;
+    write(&pdx, 501, 550).await;
     let on_pdx = position(&pdx).await;
-    let s = wait_archived(&op, &on_pdx).await;
+    wait_archived(&op, &on_pdx).await;
+    support::wait_replicating(&op, Duration::from_secs(30)).await;
+
+    // kill -9 of pdx: an emergency failover back to iad, and the archive follows again.
+    live.harness.kill(1).unwrap();
+    support::wait_failover_to(&op, "iad", Duration::from_secs(30)).await;
+    // A new client: the planned failover ended the old one's sessions on iad.
+    let iad = live.harness.admin(0).unwrap();
+    write(&iad, 1001, 1050).await;
+    let on_iad = position(&iad).await;
+    let s = wait_archived(&op, &on_iad).await;
     let (_, segments, gaps) = archived(&s).unwrap();
     assert_eq!(gaps, 0, "{s:?}");
     assert!(segments >= 2, "{s:?}");
@@ -125,7 +136,7 @@ async fn the_archive_follows_the_primary_through_an_emergency_failover_with_no_g
     assert!(chain.gaps().is_empty());
     let last = chain.domains[&0].pieces.last().unwrap();
     assert_eq!(chain.segment(last).generation, s.topology_generation);
-    assert_eq!(chain.last_gtid(0).unwrap().to_string(), on_pdx);
+    assert_eq!(chain.last_gtid(0).unwrap().to_string(), on_iad);
 
     // Caught up: the lag is 0.
     let metrics = support::plain_text(&op, "/metrics").await;
