@@ -77,3 +77,44 @@ fn the_dump_is_checked_before_anything_is_written() {
         assert!(err.contains(flag), "{args:?}: {err}");
     }
 }
+
+/// A restore to a point: a bad point, two points, a point beside a dump, or no configuration
+/// to find the backups in, is a usage error (exit 2) naming the flag; nothing is read.
+#[test]
+fn a_bad_point_is_refused_by_its_flag() {
+    for (args, flag) in [
+        (vec!["--group", "orders", "--to-gtid", "0-1"], "--to-gtid"),
+        (vec!["--group", "orders", "--to-gtid", "0-1-x"], "--to-gtid"),
+        (
+            vec!["--group", "orders", "--to-gtid", "0-1-2,1-1-3"],
+            "--to-gtid",
+        ),
+        (
+            vec!["--group", "orders", "--to-time", "yesterday"],
+            "--to-time",
+        ),
+        (
+            vec![
+                "--group",
+                "orders",
+                "--to-time",
+                "2026-12-07T14:01:00Z",
+                "--to-gtid",
+                "0-1-2",
+            ],
+            "--to-gtid",
+        ),
+        (
+            vec!["--group", "orders", "--from", "d.sql", "--to-gtid", "0-1-2"],
+            "--to-gtid",
+        ),
+        (
+            vec!["--group", "orders", "--to-gtid", "0-1-2", "--check"],
+            "--config",
+        ),
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}
