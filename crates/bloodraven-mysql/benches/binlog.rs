@@ -35,6 +35,19 @@ fn pct(sorted: &[Duration], per_mille: usize) -> Duration {
     sorted[i.min(sorted.len().saturating_sub(1))]
 }
 
+/// Notes now as when each sequence number of the segments under `dir` was first seen.
+fn scan(dir: &std::path::Path, seen: &mut BTreeMap<u64, Instant>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = format!("0/{}", e.file_name().to_string_lossy());
+        if let Ok(binlog::Entry::Segment(s)) = binlog::Entry::parse(&name) {
+            let now = Instant::now();
+            for n in s.first..=s.last {
+                seen.entry(n).or_insert(now);
+            }
+        }
+    }
+}
+
 #[allow(clippy::cast_precision_loss)] // figures for a report
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -117,38 +130,14 @@ async fn main() {
     let mut done = false;
     while !done {
         done = writer.is_finished();
-        for e in std::fs::read_dir(&segments_dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = format!("0/{}", e.file_name().to_string_lossy());
-            if let Ok(binlog::Entry::Segment(s)) = binlog::Entry::parse(&name) {
-                let now = Instant::now();
-                for n in s.first..=s.last {
-                    seen.entry(n).or_insert(now);
-                }
-            }
-        }
+        scan(&segments_dir, &mut seen);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     writer.await.unwrap();
     let last = *acked.lock().unwrap().keys().last().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !seen.contains_key(&last) && Instant::now() < deadline {
-        for e in std::fs::read_dir(&segments_dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = format!("0/{}", e.file_name().to_string_lossy());
-            if let Ok(binlog::Entry::Segment(s)) = binlog::Entry::parse(&name) {
-                let now = Instant::now();
-                for n in s.first..=s.last {
-                    seen.entry(n).or_insert(now);
-                }
-            }
-        }
+        scan(&segments_dir, &mut seen);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     archiver.abort();

@@ -699,7 +699,6 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// place from it, and checks that every site holds exactly the backup's counter and that the
 /// generation rose by one.
 async fn restore_from_a_backup(r: &Running, id: &str) {
-    use mysql_async::prelude::Queryable;
     for _ in 0..3 {
         assert_eq!(increment(r).await["outcome"], "acknowledged");
     }
@@ -713,17 +712,7 @@ async fn restore_from_a_backup(r: &Running, id: &str) {
     })
     .await;
     let (mysql, app) = saved_mysql(r, "app");
-    let counter_on = |port: u16| {
-        let opts = app(port);
-        async move {
-            let mut c = mysql_async::Conn::new(opts).await.unwrap();
-            let v: Option<i64> = c
-                .query_first("SELECT value FROM app.counter WHERE id = 1")
-                .await
-                .unwrap();
-            v.unwrap_or(0)
-        }
-    };
+    let counter_on = |port: u16| counter_at(app(port));
     let at_backup = counter_on(mysql[0]).await;
     let (code, out, err) = backup_cli(
         r,
@@ -760,6 +749,30 @@ async fn restore_from_a_backup(r: &Running, id: &str) {
         said.contains(&format!("backup {id} (site")) && said.contains("dumped: app"),
         "{said}"
     );
+    restored_everywhere(r, &mysql, &app, at_backup, before).await;
+}
+
+/// The playground counter's value on the server `opts` reaches (0 without the row).
+async fn counter_at(opts: mysql_async::Opts) -> i64 {
+    use mysql_async::prelude::Queryable;
+    let mut c = mysql_async::Conn::new(opts).await.unwrap();
+    let v: Option<i64> = c
+        .query_first("SELECT value FROM app.counter WHERE id = 1")
+        .await
+        .unwrap();
+    v.unwrap_or(0)
+}
+
+/// Waits until the restore-in-place succeeded and every site replicates, then checks that the
+/// generation rose by one from `before` and that every site holds the counter `want` (a
+/// recloned replica applies what it copied: waited for, boundedly).
+async fn restored_everywhere(
+    r: &Running,
+    ports: &[u16],
+    app: &impl Fn(u16) -> mysql_async::Opts,
+    want: i64,
+    before: u64,
+) {
     let s = wait(
         r,
         "the restore's reclones to end and every site to replicate",
@@ -773,20 +786,16 @@ async fn restore_from_a_backup(r: &Running, id: &str) {
     )
     .await;
     assert_eq!(s["topologyGeneration"].as_u64().unwrap(), before + 1, "{s}");
-    for port in &mysql {
-        let mut v = counter_on(*port).await;
-        // A recloned replica applies what it copied: wait for it, boundedly.
+    for port in ports {
+        let mut v = counter_at(app(*port)).await;
         for _ in 0..100 {
-            if v == at_backup {
+            if v == want {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
-            v = counter_on(*port).await;
+            v = counter_at(app(*port)).await;
         }
-        assert_eq!(
-            v, at_backup,
-            "site on port {port} holds the backup's counter"
-        );
+        assert_eq!(v, want, "site on port {port} holds the counter {want}");
     }
 }
 
@@ -798,18 +807,7 @@ async fn restore_from_a_backup(r: &Running, id: &str) {
 async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
     let (r, _) = running_on_iad().await;
     let (mysql, app) = saved_mysql(&r, "app");
-    let counter_on = |port: u16| {
-        let opts = app(port);
-        async move {
-            use mysql_async::prelude::Queryable;
-            let mut c = mysql_async::Conn::new(opts).await.unwrap();
-            let v: Option<i64> = c
-                .query_first("SELECT value FROM app.counter WHERE id = 1")
-                .await
-                .unwrap();
-            v.unwrap_or(0)
-        }
-    };
+    let counter_on = |port: u16| counter_at(app(port));
     // The primary's position, read from the primary itself.
     let position_of = |port: u16| {
         let opts = app(port);
@@ -953,30 +951,7 @@ async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
     let (code, out, err) = restore(&["--confirm", "now", "--wait", "5m"]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(err.contains("replayed to 0-*-"), "{err}");
-    let s = wait(
-        &r,
-        "the restore's reclones to end and every site to replicate",
-        |s| {
-            s["restoreInPlace"]["phase"] == "Succeeded"
-                && s["sites"].as_array().is_some_and(|a| {
-                    a.iter()
-                        .all(|x| x["name"] == s["activeSite"] || x["replicating"] == true)
-                })
-        },
-    )
-    .await;
-    assert_eq!(s["topologyGeneration"].as_u64().unwrap(), before + 1, "{s}");
-    for port in &mysql {
-        let mut v = counter_on(*port).await;
-        for _ in 0..100 {
-            if v == at_t {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            v = counter_on(*port).await;
-        }
-        assert_eq!(v, at_t, "site on port {port} holds the counter of T");
-    }
+    restored_everywhere(&r, &mysql, &app, at_t, before).await;
     stop(r);
 }
 
