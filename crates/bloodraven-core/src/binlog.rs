@@ -488,6 +488,34 @@ pub struct Gtid {
     pub seq: u64,
 }
 
+impl Gtid {
+    /// One MariaDB GTID, `domain-server-seq`: three numbers of digits only.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Gtid> {
+        let mut parts = text.trim().split('-');
+        let (d, s, n) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Gtid {
+            domain: u32::try_from(number(d)?).ok()?,
+            server: u32::try_from(number(s)?).ok()?,
+            seq: number(n)?,
+        })
+    }
+}
+
+/// The sequence number of `domain` in a position (`0-1-5,1-2-9`, as a backup's manifest or
+/// `gtid_binlog_pos` writes it); `None` when it names no GTID of that domain.
+#[must_use]
+pub fn seq_in(position: &str, domain: u32) -> Option<u64> {
+    position
+        .split(',')
+        .filter_map(Gtid::parse)
+        .find(|g| g.domain == domain)
+        .map(|g| g.seq)
+}
+
 impl fmt::Display for Gtid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}-{}", self.domain, self.server, self.seq)

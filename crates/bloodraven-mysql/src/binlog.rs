@@ -113,11 +113,9 @@ impl ArchiveError {
 /// Where the archiver starts on its source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Start {
-    /// After this GTID (it must be in the source's binlog).
+    /// After this GTID (it must be in the source's binlog). A source that has written
+    /// nothing yet is archived once it has (the operator waits for its first GTID).
     After(Gtid),
-    /// From the start of this binlog file of the source (its oldest, when nothing is
-    /// archived and the source has written nothing yet).
-    File(String),
 }
 
 /// How an archiver names and cuts its segments.
@@ -141,11 +139,6 @@ pub struct ArchiveSettings {
 pub struct Progress {
     /// The last transaction written to the archive.
     pub last: Option<Gtid>,
-    /// Its binlog timestamp (seconds, UTC).
-    pub last_time: Option<u32>,
-    /// The binlog timestamp of the oldest transaction read but not yet written (`None`: all
-    /// written).
-    pub pending_since: Option<u32>,
     /// Segments written by this archiver.
     pub segments: u64,
 }
@@ -264,7 +257,6 @@ fn spawn_reader(
     match start {
         // With a GTID start the file argument is required but not read.
         Start::After(g) => cmd.arg(format!("--start-position={g}")).arg("from-gtid"),
-        Start::File(f) => cmd.arg(f),
     };
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -375,10 +367,7 @@ impl<'a> Cutter<'a> {
         if let Some((s, _)) = self.open.as_mut() {
             s.push(&group);
         } else {
-            let time = group.time;
             self.open = Some((SegmentFile::start(format, &group), Instant::now()));
-            self.progress
-                .send_modify(|p| p.pending_since = p.pending_since.or(Some(time)));
         }
         if self
             .open
@@ -422,8 +411,6 @@ impl<'a> Cutter<'a> {
                 server: s.last_server,
                 seq: s.last,
             });
-            p.last_time = Some(s.last_time);
-            p.pending_since = None;
             p.segments += 1;
         });
         Ok(())

@@ -61,41 +61,13 @@ impl Point {
         let Some(g) = to_gtid else {
             return Ok(None);
         };
-        parse_gtid(g).map(|g| Some(Point::Gtid(g))).ok_or_else(|| {
+        Gtid::parse(g).map(|g| Some(Point::Gtid(g))).ok_or_else(|| {
             eprintln!(
                 "error: --to-gtid: must be one MariaDB GTID, domain-server-sequence (0-1-1234)"
             );
             exit::USAGE
         })
     }
-}
-
-/// `domain-server-seq`, three numbers.
-fn parse_gtid(s: &str) -> Option<Gtid> {
-    let mut parts = s.trim().split('-');
-    let (d, sv, n) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    let num = |x: &str| -> Option<u64> {
-        (!x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| x.parse().ok())
-            .flatten()
-    };
-    Some(Gtid {
-        domain: u32::try_from(num(d)?).ok()?,
-        server: u32::try_from(num(sv)?).ok()?,
-        seq: num(n)?,
-    })
-}
-
-/// The sequence number of `domain` in a backup's position (`0-1-5,1-2-9`); 0 when it has none.
-fn seq_in(position: &str, domain: u32) -> u64 {
-    position
-        .split(',')
-        .filter_map(parse_gtid)
-        .find(|g| g.domain == domain)
-        .map_or(0, |g| g.seq)
 }
 
 /// The plan of a restore to `point`, from the backups and the archive `storage` holds.
@@ -124,7 +96,8 @@ async fn plan_of(
         .iter()
         .map(|m| BackupAt {
             id: m.id.clone(),
-            seq: seq_in(&m.gtid_position, stop.domain),
+            // A position without the domain holds none of it.
+            seq: binlog::seq_in(&m.gtid_position, stop.domain).unwrap_or(0),
         })
         .collect();
     let plan = binlog::plan(&chain, &backups, stop)?;
@@ -264,13 +237,5 @@ mod tests {
             assert_eq!(Point::parse(None, Some(bad)), Err(exit::USAGE), "{bad}");
         }
         assert_eq!(Point::parse(Some("yesterday"), None), Err(exit::USAGE));
-    }
-
-    #[test]
-    fn a_backups_position_is_read_in_the_points_domain() {
-        assert_eq!(seq_in("0-1-5,1-2-9", 1), 9);
-        assert_eq!(seq_in("0-1-5", 0), 5);
-        assert_eq!(seq_in("0-1-5", 3), 0);
-        assert_eq!(seq_in("", 0), 0);
     }
 }

@@ -276,6 +276,32 @@ fn an_archiver_resumes_after_the_archive_or_forks_where_the_new_primary_ends() {
     assert_eq!(resume(&empty, 0, None, 1, None).after, None);
 }
 
+#[test]
+fn a_gtid_is_three_numbers_and_a_position_is_read_per_domain() {
+    assert_eq!(
+        Gtid::parse(" 0-1-42 "),
+        Some(Gtid {
+            domain: 0,
+            server: 1,
+            seq: 42
+        })
+    );
+    for bad in [
+        "",
+        "0-1",
+        "0-1-2-3",
+        "0-x-2",
+        "-1-1-2",
+        "0-1-+2",
+        "0-1-2,1-1-3",
+    ] {
+        assert_eq!(Gtid::parse(bad), None, "{bad}");
+    }
+    assert_eq!(seq_in("0-1-5,1-2-9", 1), Some(9));
+    assert_eq!(seq_in("0-1-5", 3), None);
+    assert_eq!(seq_in("", 0), None);
+}
+
 proptest! {
     /// However segments overlap and repeat, the chain holds each archived sequence number
     /// exactly once, in order, from a segment that holds it, and reports as gaps exactly the

@@ -168,20 +168,6 @@ fn domain_of(set: &GtidSet) -> u32 {
     }
 }
 
-/// A one-domain MariaDB position (`0-1-42`).
-fn parse_gtid(text: &str) -> Option<Gtid> {
-    let mut parts = text.trim().split('-');
-    let (d, s, n) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    Some(Gtid {
-        domain: d.parse().ok()?,
-        server: s.parse().ok()?,
-        seq: n.parse().ok()?,
-    })
-}
-
 /// The archiver's task: where the archive ends decides where it starts (a fork first when
 /// the new primary holds less), then it follows the primary until it ends.
 async fn archiver(
@@ -265,13 +251,7 @@ async fn retain(storage: &Storage, chain: &Chain) -> Result<usize, BackupError> 
     for domain in chain.domains.keys() {
         let kept = manifests
             .iter()
-            .filter_map(|m| {
-                m.gtid_position
-                    .split(',')
-                    .filter_map(parse_gtid)
-                    .find(|g| g.domain == *domain)
-                    .map(|g| g.seq)
-            })
+            .filter_map(|m| binlog::seq_in(&m.gtid_position, *domain))
             .min();
         if let Some(seq) = kept {
             oldest.insert(*domain, seq);
@@ -385,7 +365,7 @@ impl<S: Site> Controller<S> {
             .backups
             .as_ref()
             .and_then(|b| b.last_succeeded.as_ref())
-            .and_then(|b| parse_gtid(&b.gtid_position));
+            .and_then(|b| Gtid::parse(&b.gtid_position));
         let site = self
             .sites
             .iter()
@@ -446,7 +426,7 @@ impl<S: Site> Controller<S> {
                 self.archive
                     .last
                     .as_ref()
-                    .and_then(|l| parse_gtid(&l.last_gtid))
+                    .and_then(|l| Gtid::parse(&l.last_gtid))
                     .map(|g| g.seq)
             });
         let behind = match (primary, archived) {
@@ -597,21 +577,6 @@ impl FinishedResult for JoinHandle<Result<(), ArchiverError>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_position_is_read_by_its_three_numbers_only() {
-        assert_eq!(
-            parse_gtid("0-1-42"),
-            Some(Gtid {
-                domain: 0,
-                server: 1,
-                seq: 42
-            })
-        );
-        for bad in ["", "0-1", "0-1-2-3", "0-x-2", "0-1-2,1-1-3"] {
-            assert_eq!(parse_gtid(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn the_archives_domain_is_the_primarys_only_one() {
