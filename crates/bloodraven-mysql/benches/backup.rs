@@ -277,23 +277,10 @@ async fn main() {
 /// The replica's backup into a bucket of a moto server: its time and this process's peak RSS.
 #[allow(clippy::cast_precision_loss)] // figures for a report
 async fn into_a_bucket(h: &Launcher, data_bytes: u64) {
-    use bloodraven_testkit::s3::{ACCESS_KEY_ID, S3Server, SECRET_ACCESS_KEY};
+    use bloodraven_testkit::s3::S3Server;
     let server = S3Server::start().await.expect("moto");
     server.create_bucket("bench").await.expect("the bucket");
-    let storage = backup::Storage::s3(
-        bloodraven_core::config::S3Target {
-            bucket: "bench".into(),
-            prefix: "g".into(),
-            endpoint: Some(server.endpoint()),
-            region: None,
-            credentials: bloodraven_core::config::S3Credentials::Secret(String::new()),
-        },
-        &backup::S3Keys {
-            access_key_id: ACCESS_KEY_ID.into(),
-            secret_access_key: SECRET_ACCESS_KEY.into(),
-        },
-    )
-    .expect("the bucket's storage");
+    let storage = server.storage("bench", "g").expect("the bucket's storage");
     let job = Job {
         id: "bench-s3".into(),
         group: "bench".into(),

@@ -54,19 +54,6 @@ pub enum ArchiveError {
     ToolMissing,
     #[error("preparing the reader's options: {0}")]
     Options(#[source] CloneError),
-    #[error("{what} {path}: {source}")]
-    Io {
-        what: &'static str,
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("starting {tool} failed: {source}")]
-    Spawn {
-        tool: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
     /// The reader ended (the server went away, refused the GTID, or closed the dump).
     #[error("{READER_TOOL} reading {site} exited with {status}: {stderr}")]
     ReaderExited {
@@ -102,11 +89,18 @@ impl ArchiveError {
         what: &'static str,
         path: &'a Path,
     ) -> impl FnOnce(std::io::Error) -> ArchiveError + 'a {
-        move |source| ArchiveError::Io {
-            what,
-            path: path.display().to_string(),
-            source,
+        move |source| {
+            ArchiveError::Storage(BackupError::Io {
+                what,
+                path: path.display().to_string(),
+                source,
+            })
         }
+    }
+
+    /// Starting `tool` failed (a file, or the process itself).
+    fn spawn(tool: &'static str) -> impl FnOnce(std::io::Error) -> ArchiveError {
+        move |source| ArchiveError::Storage(BackupError::Spawn { tool, source })
     }
 }
 
@@ -263,10 +257,7 @@ fn spawn_reader(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| ArchiveError::Spawn {
-            tool: READER_TOOL,
-            source,
-        })
+        .map_err(ArchiveError::spawn(READER_TOOL))
 }
 
 /// The tail of the reader's standard error, kept as it comes.
@@ -598,10 +589,7 @@ pub async fn replay(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| ArchiveError::Spawn {
-            tool: READER_TOOL,
-            source,
-        })?;
+        .map_err(ArchiveError::spawn(READER_TOOL))?;
     let decoded: Stdio = decode
         .stdout
         .take()
@@ -616,10 +604,7 @@ pub async fn replay(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| ArchiveError::Spawn {
-            tool: crate::clone::LOAD_TOOL,
-            source,
-        })?;
+        .map_err(ArchiveError::spawn(crate::clone::LOAD_TOOL))?;
     let (d, a) = tokio::join!(decode.wait_with_output(), apply.wait_with_output());
     let failed = |tool, out: std::io::Result<std::process::Output>| match out {
         Ok(o) if o.status.success() => None,
@@ -629,7 +614,7 @@ pub async fn replay(
             status: o.status.to_string(),
             stderr: tail(&o.stderr),
         }),
-        Err(source) => Some(ArchiveError::Spawn { tool, source }),
+        Err(source) => Some(ArchiveError::spawn(tool)(source)),
     };
     if let Some(e) = failed(crate::clone::LOAD_TOOL, a).or(failed(READER_TOOL, d)) {
         return Err(e);

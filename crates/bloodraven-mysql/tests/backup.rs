@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bloodraven_core::time::Timestamp;
 use bloodraven_launch::mysql::Launcher;
-use bloodraven_mysql::backup::{self, BackupError, Job, S3Keys, ScratchServer, Storage};
+use bloodraven_mysql::backup::{self, BackupError, Job, ScratchServer, Storage};
 use bloodraven_mysql::clone::Progress;
 use bloodraven_testkit::s3::{ACCESS_KEY_ID, S3Server, SECRET_ACCESS_KEY};
 
@@ -60,20 +60,7 @@ impl Target<'_> {
                 server,
                 bucket,
                 prefix,
-            } => Storage::s3(
-                bloodraven_core::config::S3Target {
-                    bucket: (*bucket).into(),
-                    prefix: (*prefix).into(),
-                    endpoint: Some(server.endpoint()),
-                    region: None,
-                    credentials: bloodraven_core::config::S3Credentials::Secret(String::new()),
-                },
-                &S3Keys {
-                    access_key_id: ACCESS_KEY_ID.into(),
-                    secret_access_key: SECRET_ACCESS_KEY.into(),
-                },
-            )
-            .unwrap(),
+            } => server.storage(bucket, prefix).unwrap(),
         }
     }
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use bloodraven_core::binlog::{self, Chain, Entry, Gtid, StopAt};
 use bloodraven_launch::mysql::Launcher;
-use bloodraven_mysql::backup::{S3Keys, Storage};
+use bloodraven_mysql::backup::Storage;
 use bloodraven_mysql::binlog::{
     ArchiveSettings, Progress, ReplayTarget, Start, follow, piece_bytes, replay,
 };
 use bloodraven_mysql::{Credentials, SiteClient};
-use bloodraven_testkit::s3::{ACCESS_KEY_ID, S3Server, SECRET_ACCESS_KEY};
+use bloodraven_testkit::s3::S3Server;
 use tokio::sync::watch;
 
 const ARCHIVER: &str = "archiver";
@@ -170,6 +170,12 @@ async fn archived_up_to(storage: &Storage, seq: u64) -> Chain {
     }
 }
 
+/// The server's clock, in whole seconds.
+async fn unix_now(c: &SiteClient) -> u64 {
+    let now = c.query_string("SELECT UNIX_TIMESTAMP()").await.unwrap();
+    now.unwrap().parse().unwrap()
+}
+
 fn settings(generation: u64, term: u64) -> ArchiveSettings {
     ArchiveSettings {
         generation,
@@ -180,13 +186,20 @@ fn settings(generation: u64, term: u64) -> ArchiveSettings {
     }
 }
 
-/// Runs an archiver in a task of its own (aborted to stop it, as a leader's is dropped).
+/// Runs an archiver of `site` (in `generation`, for the leader of `term`) reading after
+/// `after`, in a task of its own (aborted to stop it, as a leader's is dropped).
 fn spawn_archiver(
-    source: bloodraven_mysql::clone::Endpoint,
-    start: Start,
-    storage: Storage,
-    s: ArchiveSettings,
+    h: &Launcher,
+    site: usize,
+    after: Gtid,
+    storage: &Storage,
+    (generation, term): (u64, u64),
 ) -> (tokio::task::JoinHandle<()>, watch::Receiver<Progress>) {
+    let (source, start) = (
+        endpoint(h, site, ARCHIVER, ARCHIVER_PW),
+        Start::After(after),
+    );
+    let (storage, s) = (storage.clone(), settings(generation, term));
     let (tx, rx) = watch::channel(Progress::default());
     let task = tokio::spawn(async move {
         let r = follow(&source, &start, &storage, &s, &tx).await;
@@ -205,20 +218,7 @@ async fn the_archive_follows_a_switchover_and_replays_to_any_point_with_no_gap_o
 async fn the_same_story_in_a_bucket_of_an_s3_compatible_server() {
     let server = S3Server::start().await.expect("moto");
     server.create_bucket("backups").await.unwrap();
-    let storage = Storage::s3(
-        bloodraven_core::config::S3Target {
-            bucket: "backups".into(),
-            prefix: "prod/g".into(),
-            endpoint: Some(server.endpoint()),
-            region: None,
-            credentials: bloodraven_core::config::S3Credentials::Secret(String::new()),
-        },
-        &S3Keys {
-            access_key_id: ACCESS_KEY_ID.into(),
-            secret_access_key: SECRET_ACCESS_KEY.into(),
-        },
-    )
-    .unwrap();
+    let storage = server.storage("backups", "prod/g").unwrap();
     switchover_story(storage).await;
     // The archive sits under the prefix, beside where the backups go.
     let keys = server.keys("backups", "prod/g/binlog/0/").await.unwrap();
@@ -232,18 +232,8 @@ async fn switchover_story(storage: Storage) {
     let iad = h.admin(0).unwrap();
 
     // Generation 1: two archivers at once (an old and a new leader), both on iad.
-    let (a1, p1) = spawn_archiver(
-        endpoint(&h, 0, ARCHIVER, ARCHIVER_PW),
-        Start::After(base),
-        storage.clone(),
-        settings(1, 1),
-    );
-    let (a2, _) = spawn_archiver(
-        endpoint(&h, 0, ARCHIVER, ARCHIVER_PW),
-        Start::After(base),
-        storage.clone(),
-        settings(1, 2),
-    );
+    let (a1, p1) = spawn_archiver(&h, 0, base, &storage, (1, 1));
+    let (a2, _) = spawn_archiver(&h, 0, base, &storage, (1, 2));
     insert(&iad, 1..=300).await;
     let on_iad = position(&iad).await;
     archived_up_to(&storage, on_iad.seq).await;
@@ -269,12 +259,7 @@ async fn switchover_story(storage: Storage) {
     let c = chain(&storage).await;
     let r = binlog::resume(&c, 0, Some(position(&pdx).await), 2, None);
     assert_eq!(r.fork, None, "pdx holds everything archived");
-    let (a3, _) = spawn_archiver(
-        endpoint(&h, 1, ARCHIVER, ARCHIVER_PW),
-        Start::After(r.after.unwrap()),
-        storage.clone(),
-        settings(2, 2),
-    );
+    let (a3, _) = spawn_archiver(&h, 1, r.after.unwrap(), &storage, (2, 2));
     insert(&pdx, 301..=500).await;
     let on_pdx = position(&pdx).await;
     let c = archived_up_to(&storage, on_pdx.seq).await;
@@ -335,12 +320,7 @@ async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_
     let storage = Storage::Dir(dir.path().join("backups"));
     let (mut h, base) = group().await;
     let (iad, pdx) = (h.admin(0).unwrap(), h.admin(1).unwrap());
-    let (a1, _) = spawn_archiver(
-        endpoint(&h, 0, ARCHIVER, ARCHIVER_PW),
-        Start::After(base),
-        storage.clone(),
-        settings(1, 1),
-    );
+    let (a1, _) = spawn_archiver(&h, 0, base, &storage, (1, 1));
     insert(&iad, 1..=50).await;
     h.wait_replicas_caught_up(0, Duration::from_secs(30))
         .await
@@ -365,31 +345,11 @@ async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_
         .put_archived(&fork.name(), Vec::new())
         .await
         .unwrap();
-    let (a2, _) = spawn_archiver(
-        endpoint(&h, 1, ARCHIVER, ARCHIVER_PW),
-        Start::After(r.after.unwrap()),
-        storage.clone(),
-        settings(2, 1),
-    );
+    let (a2, _) = spawn_archiver(&h, 1, r.after.unwrap(), &storage, (2, 1));
     insert(&pdx, 1001..=1020).await;
     // T: every transaction so far is at or before it; the next ones come a second later.
-    let t: u64 = pdx
-        .query_string("SELECT UNIX_TIMESTAMP()")
-        .await
-        .unwrap()
-        .unwrap()
-        .parse()
-        .unwrap();
-    while {
-        let now: u64 = pdx
-            .query_string("SELECT UNIX_TIMESTAMP()")
-            .await
-            .unwrap()
-            .unwrap()
-            .parse()
-            .unwrap();
-        now <= t
-    } {
+    let t = unix_now(&pdx).await;
+    while unix_now(&pdx).await <= t {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     insert(&pdx, 1021..=1040).await;

@@ -296,20 +296,7 @@ async fn only_the_operator_starts_a_backup_and_it_is_whole_or_absent() {
         "{stored:?}"
     );
     assert_eq!(stored.len(), m.files.len() + 1, "{stored:?}");
-    let bucket = backup::Storage::s3(
-        bloodraven_core::config::S3Target {
-            bucket: "backups".into(),
-            prefix: "g".into(),
-            endpoint: Some(s3.endpoint()),
-            region: None,
-            credentials: bloodraven_core::config::S3Credentials::Secret(String::new()),
-        },
-        &backup::S3Keys {
-            access_key_id: ACCESS_KEY_ID.into(),
-            secret_access_key: SECRET_ACCESS_KEY.into(),
-        },
-    )
-    .unwrap();
+    let bucket = s3.storage("backups", "g").unwrap();
     assert_eq!(backup::list(&bucket).await.unwrap(), vec![m]);
     let scratch = tempfile::tempdir().unwrap();
     backup::verify(&bucket, "s2", scratch.path())

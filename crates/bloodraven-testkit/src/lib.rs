@@ -25,6 +25,7 @@ pub mod etcd;
 pub mod fake_k8s;
 pub mod faults;
 pub mod groups;
+pub mod http;
 pub mod ledger;
 pub mod link;
 pub mod matrix;

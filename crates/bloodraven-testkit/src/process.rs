@@ -33,3 +33,16 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Runs `cmd` to its end: its exit code (`-1` when a signal ended it), standard output and
+/// standard error.
+pub fn outcome(cmd: &mut std::process::Command) -> (i32, String, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

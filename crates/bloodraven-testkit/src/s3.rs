@@ -135,6 +135,27 @@ impl S3Server {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The product's storage for `prefix` in `bucket` of this server, with the test keys.
+    pub fn storage(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<bloodraven_mysql::backup::Storage, bloodraven_mysql::backup::BackupError> {
+        bloodraven_mysql::backup::Storage::s3(
+            bloodraven_core::config::S3Target {
+                bucket: bucket.into(),
+                prefix: prefix.into(),
+                endpoint: Some(self.endpoint()),
+                region: None,
+                credentials: bloodraven_core::config::S3Credentials::Secret(String::new()),
+            },
+            &bloodraven_mysql::backup::S3Keys {
+                access_key_id: ACCESS_KEY_ID.into(),
+                secret_access_key: SECRET_ACCESS_KEY.into(),
+            },
+        )
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use bloodraven_testkit::http::json_of;
 use bloodraven_testkit::ledger::{self, Probe, Route, Writer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,14 +30,10 @@ async fn rotating_the_component_ca_under_writes_fences_nothing_and_loses_nothing
     let http = bloodraven_runtime::tls::http_client(Some(&pg.pki.ca.cert), Duration::from_secs(5))
         .unwrap();
     let tls_of = async |port: u16| -> bloodraven_core::wire::ComponentTlsStatus {
-        let s: bloodraven_core::wire::SidecarStatus = http
-            .get(format!("https://127.0.0.1:{port}/status"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let s: bloodraven_core::wire::SidecarStatus = serde_json::from_value(
+            json_of(http.get(format!("https://127.0.0.1:{port}/status"))).await,
+        )
+        .unwrap();
         s.tls.expect("the sidecar reports its TLS")
     };
     let old: Vec<_> = {
@@ -101,14 +98,10 @@ async fn rotating_the_component_ca_under_writes_fences_nothing_and_loses_nothing
         assert!(!old[i].trusted_cas.contains(&ca_fp));
     }
     // The operator too, and HAProxy still routes writes to the primary.
-    let op: bloodraven_core::wire::OperatorStatus = http
-        .get(format!("http://127.0.0.1:{}/status", pg.opts.operator_port))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let op: bloodraven_core::wire::OperatorStatus = serde_json::from_value(
+        json_of(http.get(format!("http://127.0.0.1:{}/status", pg.opts.operator_port))).await,
+    )
+    .unwrap();
     assert_eq!(op.component_tls.unwrap().trusted_cas, [ca_fp]);
     let backends = pg
         .router

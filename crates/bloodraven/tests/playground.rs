@@ -221,14 +221,10 @@ fn chaos(r: &Running, args: &[&str]) -> String {
 }
 
 async fn increment(r: &Running) -> Value {
-    reqwest::Client::new()
-        .post(format!("{}/api/increment", r.app))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    bloodraven_testkit::http::json_of(
+        reqwest::Client::new().post(format!("{}/api/increment", r.app)),
+    )
+    .await
 }
 
 /// Runs `query` through one of the router's ports, reconnecting for up to 20 s as a router's
@@ -321,20 +317,23 @@ async fn the_counter_keeps_counting_across_a_failover() {
 }
 
 /// `bloodraven backup …` against the running playground.
+/// `bloodraven backup VERB --group playground --id ID --wait WAIT`.
+fn backup_id(r: &Running, verb: &str, id: &str, wait: &str) -> (i32, String, String) {
+    backup_cli(
+        r,
+        &[verb, "--group", "playground", "--id", id, "--wait", wait],
+    )
+}
+
 fn backup_cli(r: &Running, args: &[&str]) -> (i32, String, String) {
     let config = r.dir.path().join("pg/operator/bloodraven.yaml");
-    let out = Command::new(BIN)
-        .arg("backup")
-        .args(args)
-        .arg("--config")
-        .arg(&config)
-        .env_remove("BLOODRAVEN_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    bloodraven_testkit::process::outcome(
+        Command::new(BIN)
+            .arg("backup")
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("BLOODRAVEN_CONFIG"),
     )
 }
 
@@ -352,18 +351,7 @@ async fn a_backup_asked_for_runs_on_a_replica_is_listed_and_verifies() {
         "{err}"
     );
 
-    let (code, out, err) = backup_cli(
-        &r,
-        &[
-            "now",
-            "--group",
-            "playground",
-            "--id",
-            "pg-b1",
-            "--wait",
-            "3m",
-        ],
-    );
+    let (code, out, err) = backup_id(&r, "now", "pg-b1", "3m");
     assert_eq!(code, 0, "{out}{err}");
     // The outcome on standard output, the progress lines on standard error.
     assert!(
@@ -408,18 +396,7 @@ async fn a_backup_asked_for_runs_on_a_replica_is_listed_and_verifies() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x01;
     std::fs::write(&data, &bytes).unwrap();
-    let (code, out, err) = backup_cli(
-        &r,
-        &[
-            "verify",
-            "--group",
-            "playground",
-            "--id",
-            "pg-b1",
-            "--wait",
-            "3m",
-        ],
-    );
+    let (code, out, err) = backup_id(&r, "verify", "pg-b1", "3m");
     assert_eq!(code, 3, "{out}{err}");
     assert!(
         out.contains("failed its verification") && out.contains("data-00000.mbstream.zst"),
@@ -514,20 +491,7 @@ async fn backups_in_an_s3_bucket_are_taken_verified_and_restored_from() {
             .any(|b| b["id"] == "s3rb1"),
         "{listed}"
     );
-    let verify = |r: &Running| {
-        backup_cli(
-            r,
-            &[
-                "verify",
-                "--group",
-                "playground",
-                "--id",
-                "s3rb1",
-                "--wait",
-                "3m",
-            ],
-        )
-    };
+    let verify = |r: &Running| backup_id(r, "verify", "s3rb1", "3m");
     let (code, out, err) = verify(&r);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("backup s3rb1 verified:"), "{out}");
@@ -714,10 +678,7 @@ async fn restore_from_a_backup(r: &Running, id: &str) {
     let (mysql, app) = saved_mysql(r, "app");
     let counter_on = |port: u16| counter_at(app(port));
     let at_backup = counter_on(mysql[0]).await;
-    let (code, out, err) = backup_cli(
-        r,
-        &["now", "--group", "playground", "--id", id, "--wait", "3m"],
-    );
+    let (code, out, err) = backup_id(r, "now", id, "3m");
     assert_eq!(code, 0, "{out}{err}");
     for _ in 0..3 {
         assert_eq!(increment(r).await["outcome"], "acknowledged");
@@ -855,18 +816,7 @@ async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
         }
     }
     assert!(archiving, "the archive never held the primary's position");
-    let (code, out, err) = backup_cli(
-        &r,
-        &[
-            "now",
-            "--group",
-            "playground",
-            "--id",
-            "pitr1",
-            "--wait",
-            "3m",
-        ],
-    );
+    let (code, out, err) = backup_id(&r, "now", "pitr1", "3m");
     assert_eq!(code, 0, "{out}{err}");
     // Retention: the segments the backup already holds are deleted.
     let backup_seq: u64 = out
@@ -971,18 +921,7 @@ async fn a_backup_whose_source_is_recloned_mid_way_is_abandoned_and_leaves_nothi
         c.query_drop("BACKUP STAGE START").await.unwrap();
         holders.push(c);
     }
-    let (code, out, err) = backup_cli(
-        &r,
-        &[
-            "now",
-            "--group",
-            "playground",
-            "--id",
-            "held",
-            "--wait",
-            "0s",
-        ],
-    );
+    let (code, out, err) = backup_id(&r, "now", "held", "0s");
     assert_eq!(code, 0, "{out}{err}");
     let s = wait(&r, "the backup to run", |s| {
         s["backups"]["last"]["id"] == "held" && s["backups"]["last"]["phase"] == "Running"
@@ -1022,18 +961,7 @@ async fn a_backup_whose_source_is_recloned_mid_way_is_abandoned_and_leaves_nothi
         })
     })
     .await;
-    let (code, out, err) = backup_cli(
-        &r,
-        &[
-            "now",
-            "--group",
-            "playground",
-            "--id",
-            "after",
-            "--wait",
-            "3m",
-        ],
-    );
+    let (code, out, err) = backup_id(&r, "now", "after", "3m");
     assert_eq!(code, 0, "{out}{err}");
     assert!(backups.join("after/manifest.json").is_file());
     stop(r);

@@ -5,16 +5,11 @@
 use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bloodraven"))
-        .arg("restore-in-place")
-        .args(args)
-        .env_remove("BLOODRAVEN_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    bloodraven_testkit::process::outcome(
+        Command::new(env!("CARGO_BIN_EXE_bloodraven"))
+            .arg("restore-in-place")
+            .args(args)
+            .env_remove("BLOODRAVEN_CONFIG"),
     )
 }
 

@@ -309,14 +309,8 @@ async fn story(bin: Binary) {
     })
     .await
     .unwrap_or_else(|| panic!("the sidecar never became healthy:\n{}", running.log()));
-    let status: Value = http
-        .get(format!("https://{listen}/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status =
+        bloodraven_testkit::http::json_of(http.get(format!("https://{listen}/status"))).await;
     assert_eq!(status["role"], "primary", "{status}");
     let msgs = |text: &str| -> Vec<String> {
         json_lines(text)

@@ -49,6 +49,7 @@ mod archive;
 mod backup;
 mod error;
 mod gather;
+mod operation;
 mod planned;
 mod reclone;
 mod restore;

@@ -8,100 +8,18 @@ use bloodraven_core::contract::annotations::PLANNED_FAILOVER;
 use bloodraven_core::controller::{Conditions, Effect};
 use bloodraven_core::gtid::GtidSet;
 use bloodraven_core::planned::{
-    Count, Done, Facts, FenceVerdict, Note, PlannedFailoverStatus, Request, Severity, Step,
+    Done, Facts, FenceVerdict, Note, Persist, PlannedFailoverStatus, Request, Severity, Step,
     Transition, Undo, finish, request, step,
 };
-use bloodraven_core::reason::FailureReason;
-use bloodraven_core::status::GroupStatus;
 use bloodraven_mysql::switchover::{self, CatchUp, Undone};
 use bloodraven_mysql::{FenceOutcome, Site};
 
+use super::operation::{Operation, Slot, Stepped};
 use super::writer::Stage;
 use super::{Controller, ControllerError};
 use crate::events::EventType;
-use crate::metrics::{FailoverLabels, GroupLabel, Metrics};
-
-/// At most this many transitions per poll (a failover that can run straight through does).
-pub(super) const MAX_STEPS_PER_POLL: usize = 12;
-
-/// Where a planned failover's status is kept: `status.plannedFailover`, or an ordered
-/// update's own switchover (`status.updatePhase.switchover`). The machine is the same.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Slot {
-    Planned,
-    Update,
-}
-
-impl Slot {
-    fn get(self, s: &GroupStatus) -> Option<PlannedFailoverStatus> {
-        match self {
-            Slot::Planned => s.planned_failover.clone(),
-            Slot::Update => s
-                .update_phase
-                .as_ref()
-                .filter(|u| u.in_flight())
-                .and_then(|u| u.switchover.clone()),
-        }
-    }
-
-    /// Stores `pf`; `announced` when this write also bumped `topologyGeneration` (the
-    /// update then expects the new generation: only its own switchover may move it).
-    fn set(self, s: &mut GroupStatus, pf: PlannedFailoverStatus, announced: bool) {
-        match self {
-            Slot::Planned => s.planned_failover = Some(pf),
-            Slot::Update => {
-                let generation = s.topology_generation;
-                if let Some(u) = s.update_phase.as_mut() {
-                    u.switchover = Some(pf);
-                    if announced {
-                        u.topology_generation = generation;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The operations a poll advances step by step, each as far as it can go now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Stepped {
-    Planned,
-    Restore,
-    Update,
-}
-
-impl Stepped {
-    fn label(self) -> &'static str {
-        match self {
-            Stepped::Planned => "planned failover",
-            Stepped::Restore => "restore-in-place",
-            Stepped::Update => "ordered update",
-        }
-    }
-}
 
 impl<S: Site> Controller<S> {
-    /// Advances `op` by at most [`MAX_STEPS_PER_POLL`] transitions, stopping where it waits;
-    /// a step that fails is logged and tried again next poll (every step starts from the
-    /// stored phase, so nothing is half-applied).
-    pub(super) async fn advance_steps(&mut self, op: Stepped) {
-        for _ in 0..MAX_STEPS_PER_POLL {
-            let advanced = match op {
-                Stepped::Planned => self.advance(Slot::Planned).await,
-                Stepped::Restore => self.advance_restore().await,
-                Stepped::Update => self.advance_update().await,
-            };
-            match advanced {
-                Ok(true) => {}
-                Ok(false) => return,
-                Err(e) => {
-                    tracing::warn!(group = %self.group(), step = e.step(), error = %e, "{}: a step failed; retried next poll", op.label());
-                    return;
-                }
-            }
-        }
-    }
-
     /// Takes a request (the annotation), then advances the planned failover as far as it can
     /// go now.
     pub(super) async fn planned_step(&mut self) {
@@ -193,12 +111,7 @@ impl<S: Site> Controller<S> {
             } => {
                 self.persist_phase(slot, &pf, next, None, None).await?;
                 drop(leases);
-                if let Some(n) = note {
-                    self.note(n).await;
-                }
-                if let Some(c) = count {
-                    self.count(c);
-                }
+                self.notes_and_count(slot, note, count).await;
                 return Ok(again);
             }
             Step::Drain { source, budget } => {
@@ -482,12 +395,7 @@ impl<S: Site> Controller<S> {
                 }
             }
         }
-        if let Some(n) = tr.note {
-            self.note(n).await;
-        }
-        if let Some(c) = tr.count {
-            self.count(c);
-        }
+        self.notes_and_count(slot, tr.note, tr.count).await;
         Ok(tr.again)
     }
 
@@ -498,50 +406,30 @@ impl<S: Site> Controller<S> {
         &self,
         slot: Slot,
         before: &PlannedFailoverStatus,
-        mut next: PlannedFailoverStatus,
+        next: PlannedFailoverStatus,
         new_active: Option<bloodraven_core::planned::NewActiveSite>,
         announced: Option<&Conditions>,
     ) -> Result<(), ControllerError> {
-        if next.deadline.is_none() || next.phase != before.phase {
-            next.deadline = bloodraven_core::planned::deadline_for(
-                before,
-                &next,
-                self.rt.now(),
-                self.rt.config.operation_timeouts.planned_failover,
-            );
-        }
-        let phase = next.phase;
-        if let Some(na) = new_active {
-            let now = self.rt.now();
-            let (target, gtid) = (na.site.clone(), na.promotion_gtid.clone());
-            let generation = self
-                .announce("the planned failover phase", &na.site, |s| {
-                    s.last_failover = Some(now);
-                    s.last_failover_target.clone_from(&target);
-                    s.promotion_gtid_executed.clone_from(&gtid);
-                    slot.set(s, next.clone(), true);
-                    if let Some(c) = announced {
-                        super::status::set_conditions(s, c, now);
-                    }
-                })
+        let Some(na) = new_active else {
+            self.persist_op(slot, Some(before), Persist::quiet(next, false))
                 .await?;
-            tracing::info!(group = %self.group(), target = %na.site, topologyGeneration = generation, transactions_lost = next.transactions_lost.unwrap_or(0), "planned failover: promoted");
             return Ok(());
-        }
-        let failed = (phase == bloodraven_core::planned::PlannedFailoverPhase::Failed)
-            .then(|| (next.reason.clone(), next.message.clone()));
-        self.persist_status("the planned failover phase", |s| {
-            slot.set(s, next.clone(), false);
-        })
-        .await?;
-        match failed {
-            Some((reason, message)) => {
-                tracing::warn!(group = %self.group(), target = %before.target, reason = reason.as_ref().map(FailureReason::as_str).unwrap_or_default(), message = %message, "planned failover failed");
-            }
-            None => {
-                tracing::info!(group = %self.group(), target = %before.target, from = before.phase.as_str(), to = phase.as_str(), "planned failover: phase");
-            }
-        }
+        };
+        let next = self.with_deadline(slot, before, next);
+        let now = self.rt.now();
+        let (target, gtid) = (na.site.clone(), na.promotion_gtid.clone());
+        let generation = self
+            .announce(slot.what(), &na.site, |s| {
+                s.last_failover = Some(now);
+                s.last_failover_target.clone_from(&target);
+                s.promotion_gtid_executed.clone_from(&gtid);
+                slot.set(s, next.clone(), true);
+                if let Some(c) = announced {
+                    super::status::set_conditions(s, c, now);
+                }
+            })
+            .await?;
+        tracing::info!(group = %self.group(), target = %na.site, topologyGeneration = generation, transactions_lost = next.transactions_lost.unwrap_or(0), "planned failover: promoted");
         Ok(())
     }
 
@@ -552,40 +440,5 @@ impl<S: Site> Controller<S> {
             Severity::Warning => EventType::Warning,
         };
         self.event(t, n.reason, &n.message).await;
-    }
-
-    fn count(&self, c: Count) {
-        let group = self.group().to_string();
-        let planned = |result: &str| FailoverLabels {
-            group: group.clone(),
-            kind: "planned".into(),
-            result: result.into(),
-        };
-        match c {
-            Count::Deferred(reason) => {
-                self.metrics()
-                    .planned_failovers_deferred
-                    .get_or_create(&Metrics::reason(&group, reason.as_str()))
-                    .inc();
-            }
-            Count::Succeeded(d) => {
-                self.metrics()
-                    .failovers
-                    .get_or_create(&planned("succeeded"))
-                    .inc();
-                self.metrics()
-                    .planned_failover_duration
-                    .get_or_create(&GroupLabel {
-                        group: group.clone(),
-                    })
-                    .observe(d.as_secs_f64());
-            }
-            Count::Failed => {
-                self.metrics()
-                    .failovers
-                    .get_or_create(&planned("failed"))
-                    .inc();
-            }
-        }
     }
 }

@@ -22,7 +22,7 @@ use bloodraven_mysql::{FenceOutcome, Site};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::planned::Stepped;
+use super::operation::{Restore, Stepped};
 use super::{Controller, ControllerError};
 use crate::events::EventType;
 
@@ -434,46 +434,23 @@ impl<S: Site> Controller<S> {
         }
     }
 
-    /// Persists the restore's next status (with its phase's deadline), records its notes and
-    /// counts its end: `Ok(again)`. A restore that ends while loading stops its load: the
-    /// task, the client it runs and the session it holds on the target.
+    /// Persists the restore's next status through the executor. A restore that ends while
+    /// loading stops its load first: the task, the client it runs and the session it holds on
+    /// the target.
     async fn persist_restore(
         &mut self,
-        mut p: Persist<RestoreStatus, bool>,
+        p: Persist<RestoreStatus, bool>,
     ) -> Result<bool, ControllerError> {
         let before = self.rt.snapshot().status().restore_in_place.clone();
-        if let Some(b) = before.as_ref()
-            && (p.next.deadline.is_none() || p.next.phase != b.phase)
-        {
-            p.next.deadline = restore::deadline_for(
-                b,
-                &p.next,
-                self.rt.now(),
-                self.rt.config.operation_timeouts.restore_in_place,
-            );
-        }
-        let next = &p.next;
-        if next.phase.is_terminal() {
+        if p.next.phase.is_terminal() {
             let loading = self.restore_run.take().is_some()
                 || before
                     .as_ref()
                     .is_some_and(|b| b.phase == RestorePhase::Loading);
-            if loading && let Err(e) = self.end_clone_sessions(&next.target_site).await {
-                tracing::warn!(group = %self.group(), target = %next.target_site, error = %e, "restore-in-place: could not end the load's sessions");
+            if loading && let Err(e) = self.end_clone_sessions(&p.next.target_site).await {
+                tracing::warn!(group = %self.group(), target = %p.next.target_site, error = %e, "restore-in-place: could not end the load's sessions");
             }
         }
-        self.persist_status("the restore-in-place phase", |s| {
-            s.restore_in_place = Some(next.clone());
-        })
-        .await?;
-        tracing::info!(group = %self.group(), phase = next.phase.as_str(), message = %next.message, "restore-in-place: phase");
-        for n in p.notes {
-            self.note(n).await;
-        }
-        if let Some(ok) = p.count {
-            self.metrics()
-                .restore_ended(self.group(), if ok { "succeeded" } else { "failed" });
-        }
-        Ok(p.again)
+        self.persist_op(Restore, before.as_ref(), p).await
     }
 }

@@ -4,7 +4,7 @@
 //! (a restart takes seconds to minutes; the emergency path must not wait for it); the task is
 //! killed when the update ends (an emergency failover included) or this operator stops
 //! leading. The update's switchover is the planned failover's own machine, its status kept in
-//! `status.updatePhase.switchover` ([`super::planned::Slot::Update`]).
+//! `status.updatePhase.switchover` ([`super::operation::Slot::Update`]).
 //!
 //! What updating a site means is the platform's ([`crate::platform::SiteWorkloads`]): an
 //! update command in embedded mode, replacing a drifted Pod in Kubernetes mode. Which sites
@@ -26,7 +26,7 @@ use bloodraven_mysql::Site;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::planned::{MAX_STEPS_PER_POLL, Slot, Stepped};
+use super::operation::{MAX_STEPS_PER_POLL, Slot, Stepped, Update};
 use super::{Controller, ControllerError};
 
 /// A site's update in flight: its task (aborted, and its command killed, when this is
@@ -334,51 +334,18 @@ impl<S: Site> Controller<S> {
         }
     }
 
-    /// [`Self::persist_update`] of the step that followed `before`, with the deadline of the
-    /// phase it enters (or keeps).
+    /// Persists the step that followed `before` through the executor. An update that ends
+    /// stops a site's update still running first (its command killed with the task).
     async fn persist_update_after(
         &mut self,
         before: &bloodraven_core::status::UpdateStatus,
-        mut p: Persist<bloodraven_core::status::UpdateStatus, Count>,
-    ) -> Result<bool, ControllerError> {
-        if p.next.deadline.is_none() || p.next.phase != before.phase || p.next.site != before.site {
-            p.next.deadline = update::deadline_for(
-                before,
-                &p.next,
-                self.rt.now(),
-                self.rt.config.operation_timeouts.ordered_update,
-            );
-        }
-        self.persist_update(p).await
-    }
-
-    /// Persists the update's next status, records its notes and counts its end: `Ok(again)`.
-    async fn persist_update(
-        &mut self,
         p: Persist<bloodraven_core::status::UpdateStatus, Count>,
     ) -> Result<bool, ControllerError> {
-        let next = &p.next;
-        if next.phase.is_terminal() {
-            // A site's update still running is stopped (its command killed with the task).
-            if let Some(run) = self.update_run.take() {
-                run.task.abort();
-            }
+        if p.next.phase.is_terminal()
+            && let Some(run) = self.update_run.take()
+        {
+            run.task.abort();
         }
-        self.persist_status("the ordered update phase", |s| {
-            s.update_phase = Some(next.clone());
-        })
-        .await?;
-        tracing::info!(group = %self.group(), phase = next.phase.as_str(), site = %next.site, message = %next.message, "ordered update: phase");
-        for n in p.notes {
-            self.note(n).await;
-        }
-        if let Some(c) = p.count {
-            let result = match c {
-                Count::Succeeded => "succeeded",
-                Count::Failed => "failed",
-            };
-            self.metrics().ordered_update_ended(self.group(), result);
-        }
-        Ok(p.again)
+        self.persist_op(Update, Some(before), p).await
     }
 }

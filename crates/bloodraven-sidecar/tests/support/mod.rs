@@ -524,12 +524,5 @@ pub fn client() -> reqwest::Client {
 
 /// The sidecar's `/status` at `addr`.
 pub async fn status(addr: SocketAddr) -> serde_json::Value {
-    client()
-        .get(format!("https://{addr}/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    bloodraven_testkit::http::json_of(client().get(format!("https://{addr}/status"))).await
 }
