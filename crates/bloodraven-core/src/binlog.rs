@@ -33,6 +33,8 @@ use std::fmt;
 
 use thiserror::Error;
 
+pub mod mark;
+
 /// The folder of the archive under the backup target.
 pub const ARCHIVE_DIR: &str = "binlog";
 /// The folder, under [`ARCHIVE_DIR`], of forks.

@@ -164,6 +164,11 @@ pub struct LeaseRecord {
     pub renewed_at: Timestamp,
     pub expires_at: Timestamp,
     pub topology_generation: u64,
+    /// A migration lease's start: the active site's GTID position as the operator last saw it
+    /// before the grant (`restore-in-place --before-migration` replays to just before the first
+    /// DDL after it). Empty for a failover-hold, or when no position was known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub start_gtid: String,
 }
 
 impl LeaseRecord {
@@ -436,6 +441,22 @@ impl GroupLeases {
     }
 
     /// The stored lease records (live or not yet swept), migration first.
+    /// Records `position` as the start of the migration lease of `operation_id`, when that
+    /// lease has none yet (a regrant keeps the first grant's start).
+    pub fn record_start(&mut self, operation_id: &str, position: &str) {
+        if let Some(m) = self.migration.as_mut()
+            && m.operation_id == operation_id
+            && m.start_gtid.is_empty()
+        {
+            m.start_gtid = position.to_string();
+        }
+    }
+
+    /// The migration lease held now, live or not yet swept.
+    pub fn migration(&self) -> Option<&LeaseRecord> {
+        self.migration.as_ref()
+    }
+
     pub fn records(&self) -> impl Iterator<Item = &LeaseRecord> {
         self.migration.iter().chain(self.hold.iter())
     }
@@ -636,6 +657,7 @@ impl GroupLeases {
                 renewed_at: now,
                 expires_at,
                 topology_generation: generation,
+                start_gtid: String::new(),
             });
             false
         };

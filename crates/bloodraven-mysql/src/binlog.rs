@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use bloodraven_core::binlog::mark::{MarkError, MigrationMark};
 use bloodraven_core::binlog::{Chain, Gtid, Segment, StopAt};
 use tokio::io::AsyncReadExt as _;
 use tokio::process::{Child, Command};
@@ -75,6 +76,8 @@ pub enum ArchiveError {
     },
     #[error(transparent)]
     Storage(#[from] BackupError),
+    #[error(transparent)]
+    Mark(#[from] MarkError),
     #[error("replaying into {site} failed ({tool} exited with {status}): {stderr}")]
     Replay {
         site: String,
@@ -442,6 +445,57 @@ pub async fn times_of(storage: &Storage, name: &str) -> Result<Vec<(u64, u32)>, 
         source,
     })?;
     Ok(groups.iter().map(|g| (g.seq, g.time)).collect())
+}
+
+/// The marks of `operation_id`'s migration leases the archive holds (one per grant).
+///
+/// # Errors
+/// [`ArchiveError`] when the target cannot be listed, or a mark cannot be read.
+pub async fn marks_of(
+    storage: &Storage,
+    operation_id: &str,
+) -> Result<Vec<MigrationMark>, ArchiveError> {
+    let mut marks = Vec::new();
+    for name in storage.list_archived().await? {
+        if !MigrationMark::may_be_of(&name, operation_id) {
+            continue;
+        }
+        let bytes = storage.get_archived(&name).await?;
+        marks.push(MigrationMark::parse(&name, &bytes)?);
+    }
+    Ok(marks)
+}
+
+/// The first DDL transaction of `domain`'s chain after sequence number `after`: its sequence
+/// number. Reads the segments from `after` on, in order, until one holds a DDL.
+///
+/// # Errors
+/// [`ArchiveError`]: a segment cannot be read.
+pub async fn first_ddl_after(
+    storage: &Storage,
+    chain: &Chain,
+    domain: u32,
+    after: u64,
+) -> Result<Option<u64>, ArchiveError> {
+    let Some(d) = chain.domains.get(&domain) else {
+        return Ok(None);
+    };
+    for piece in d.pieces.iter().filter(|p| p.to > after) {
+        let name = chain.segment(piece).name();
+        let bytes = storage.get_archived(&name).await?;
+        let (_, groups) = stream::groups_of(&bytes).map_err(|source| ArchiveError::Segment {
+            name: name.clone(),
+            source,
+        })?;
+        let first = groups
+            .iter()
+            .filter(|g| g.seq > after && (piece.from..=piece.to).contains(&g.seq))
+            .find(|g| g.ddl);
+        if let Some(g) = first {
+            return Ok(Some(g.seq));
+        }
+    }
+    Ok(None)
 }
 
 /// The restore point of `--to-time`: the last transaction of `domain`'s chain before the

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use bloodraven_core::binlog::mark::MigrationMark;
 use bloodraven_core::binlog::{self, Chain, Entry, Gtid, StopAt};
 use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::backup::Storage;
@@ -69,9 +70,11 @@ async fn chain(storage: &Storage) -> Chain {
     let mut segments = Vec::new();
     let mut forks = Vec::new();
     for name in storage.list_archived().await.unwrap() {
-        match Entry::parse(&name).unwrap() {
-            Entry::Segment(s) => segments.push(s),
-            Entry::Fork(f) => forks.push(f),
+        match Entry::parse(&name) {
+            Ok(Entry::Segment(s)) => segments.push(s),
+            Ok(Entry::Fork(f)) => forks.push(f),
+            // Nothing else is written there but a migration's mark.
+            Err(e) => assert!(name.starts_with("migration-"), "{name}: {e}"),
         }
     }
     Chain::build(segments, &forks)
@@ -352,10 +355,54 @@ async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_
     while unix_now(&pdx).await <= t {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    insert(&pdx, 1021..=1040).await;
+    // A migration starts (its mark: the position before it), then its DDL runs among writes.
+    let start = position(&pdx).await;
+    let mark = MigrationMark {
+        operation_id: "add-notes".into(),
+        granted_at: bloodraven_core::time::Timestamp::from_unix_seconds(1_800_000_000),
+        gtid_position: start.to_string(),
+    };
+    storage
+        .put_archived(&mark.name(), mark.to_bytes())
+        .await
+        .unwrap();
+    insert(&pdx, 1021..=1030).await;
+    pdx.execute("CREATE TABLE shop.notes (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    let ddl = position(&pdx).await;
+    insert(&pdx, 1031..=1040).await;
     let on_pdx = position(&pdx).await;
     let c = archived_up_to(&storage, on_pdx.seq).await;
     a2.abort();
+    assert_eq!(
+        bloodraven_mysql::binlog::marks_of(&storage, "add-notes")
+            .await
+            .unwrap(),
+        [mark]
+    );
+    assert!(
+        bloodraven_mysql::binlog::marks_of(&storage, "another")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The mark is no segment: the chain is read as before.
+    assert_eq!(chain(&storage).await, c);
+    let first = bloodraven_mysql::binlog::first_ddl_after(&storage, &c, 0, start.seq)
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        Some(ddl.seq),
+        "the DDL, not a write before or after it"
+    );
+    assert_eq!(
+        bloodraven_mysql::binlog::first_ddl_after(&storage, &c, 0, ddl.seq)
+            .await
+            .unwrap(),
+        None
+    );
 
     // The chain: no gap; iad's 30 unshipped transactions are the lost tail, not in it.
     let d = &c.domains[&0];
@@ -385,6 +432,12 @@ async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_
             .await
             .unwrap(),
         None
+    );
+    // Before the migration: every write before its DDL, none after.
+    let before_ddl: Vec<u64> = (1..=50).chain(1001..=1030).collect();
+    assert_eq!(
+        replay_to(&scratch, &storage, &c, base.seq, ddl.seq - 1).await,
+        before_ddl
     );
 }
 

@@ -8,8 +8,9 @@
 //! data directory (`restores/`), and its application schemas dumped into
 //! `restores/ID.sql`: the dump the restore then loads (docs/backup.md).
 //!
-//! `--to-time T` or `--to-gtid G`: the group as it was at that point, from the newest backup
-//! before it and the binlog archive after it ([`crate::restore_point`], docs/pitr.md);
+//! `--to-time T`, `--to-gtid G` or `--before-migration OP`: the group as it was at that point,
+//! from the newest backup before it and the binlog archive after it
+//! ([`crate::restore_point`], docs/pitr.md);
 //! `--check` then prints the plan (the backup, the segments, the stop, what is lost).
 //!
 //! `--check` reads the dump only (its header, the databases it replaces, its size) and
@@ -42,22 +43,35 @@ pub struct RestoreArgs {
     /// The `mariadb-dump` file (a path the operator reads).
     #[arg(
         long = "from",
-        required_unless_present_any = ["from_backup", "to_time", "to_gtid"],
-        conflicts_with_all = ["from_backup", "to_time", "to_gtid"]
+        required_unless_present_any = ["from_backup", "to_time", "to_gtid", "before_migration"],
+        conflicts_with_all = ["from_backup", "to_time", "to_gtid", "before_migration"]
     )]
     from: Option<PathBuf>,
     /// A backup of the group (`bloodraven backup list`): its application schemas become the
     /// dump the restore loads.
-    #[arg(long = "from-backup", value_name = "ID", conflicts_with_all = ["to_time", "to_gtid"])]
+    #[arg(
+        long = "from-backup",
+        value_name = "ID",
+        conflicts_with_all = ["to_time", "to_gtid", "before_migration"]
+    )]
     from_backup: Option<String>,
     /// The group as it was at this moment (RFC 3339): the newest backup before it and the
     /// binlog archive up to the last transaction at or before its second (docs/pitr.md).
-    #[arg(long = "to-time", value_name = "TIME", conflicts_with = "to_gtid")]
+    #[arg(long = "to-time", value_name = "TIME", conflicts_with_all = ["to_gtid", "before_migration"])]
     to_time: Option<String>,
     /// The group up to and including this GTID (`domain-server-sequence`), from the newest
     /// backup before it and the binlog archive.
-    #[arg(long = "to-gtid", value_name = "GTID")]
+    #[arg(
+        long = "to-gtid",
+        value_name = "GTID",
+        conflicts_with = "before_migration"
+    )]
     to_gtid: Option<String>,
+    /// The group just before the first DDL transaction after this operation's migration lease
+    /// was granted (`deploy migrate --operation-id`), from the newest backup before it and the
+    /// binlog archive (docs/pitr.md).
+    #[arg(long = "before-migration", value_name = "OPERATION_ID")]
+    before_migration: Option<String>,
     /// `now`, or an RFC 3339 timestamp later than the group's `confirmTokenUsed`.
     #[arg(long)]
     confirm: Option<String>,
@@ -256,16 +270,19 @@ async fn dump_of_backup(args: &RestoreArgs, id: &str) -> Result<PathBuf, i32> {
 /// The dump the restore loads, as the flags say (`--from`, `--from-backup`, `--to-time`,
 /// `--to-gtid`); `Err(code)`: the command ends with `code` (a point's `--check` ends here).
 async fn given_dump(args: &RestoreArgs) -> Result<PathBuf, i32> {
-    let point =
-        crate::restore_point::Point::parse(args.to_time.as_deref(), args.to_gtid.as_deref())?;
+    let point = crate::restore_point::Point::parse(
+        args.to_time.as_deref(),
+        args.to_gtid.as_deref(),
+        args.before_migration.as_deref(),
+    )?;
     match (&args.from, &args.from_backup, &point) {
         (Some(f), _, _) => Ok(f.clone()),
         (None, Some(id), _) => dump_of_backup(args, id).await,
         (None, None, Some(point)) => {
-            let flag = if args.to_time.is_some() {
-                "--to-time"
-            } else {
-                "--to-gtid"
+            let flag = match point {
+                crate::restore_point::Point::Time(_) => "--to-time",
+                crate::restore_point::Point::Gtid(_) => "--to-gtid",
+                crate::restore_point::Point::Migration(_) => "--before-migration",
             };
             let (storage, dir) = backup_target(args, flag).await?;
             match crate::restore_point::dump_at(&storage, &dir, point, args.check).await? {
@@ -275,7 +292,9 @@ async fn given_dump(args: &RestoreArgs) -> Result<PathBuf, i32> {
             }
         }
         (None, None, None) => {
-            eprintln!("error: --from, --from-backup, --to-time or --to-gtid: one is required");
+            eprintln!(
+                "error: --from, --from-backup, --to-time, --to-gtid or --before-migration: one is required"
+            );
             Err(exit::USAGE)
         }
     }

@@ -760,6 +760,66 @@ async fn restored_everywhere(
     }
 }
 
+/// The primary's position, read from the primary itself.
+async fn position_at(opts: mysql_async::Opts) -> String {
+    use mysql_async::prelude::Queryable;
+    let mut c = mysql_async::Conn::new(opts).await.unwrap();
+    let v: Option<String> = c.query_first("SELECT @@gtid_binlog_pos").await.unwrap();
+    v.unwrap_or_default()
+}
+
+/// The archive holds `at` (its status is refreshed every 10 s).
+fn archived(at: String) -> impl Fn(&Value) -> bool {
+    move |s: &Value| s["binlogArchive"]["lastGtid"] == at.as_str()
+}
+
+/// The last sequence number of every segment in the playground's archive (domain 0).
+fn archived_lasts(r: &Running) -> Vec<u64> {
+    std::fs::read_dir(r.dir.path().join("pg/backups/binlog/0"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = format!("0/{}", e.file_name().to_string_lossy());
+            match bloodraven_core::binlog::Entry::parse(&name) {
+                Ok(bloodraven_core::binlog::Entry::Segment(s)) => Some(s.last),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Increments until the archive holds one (the archiver starts after the position of the
+/// poll that starts it): then it runs, and holds segments a backup taken next holds too.
+async fn until_archiving(r: &Running, primary: &mysql_async::Opts) {
+    for _ in 0..60 {
+        assert_eq!(increment(r).await["outcome"], "acknowledged");
+        let at = position_at(primary.clone()).await;
+        let seq: u64 = at.rsplit('-').next().unwrap().parse().unwrap();
+        // A segment is written about a second after its first transaction.
+        for _ in 0..60 {
+            if archived_lasts(r).contains(&seq) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("the archive never held the primary's position");
+}
+
+/// `bloodraven restore-in-place --group playground ARGS --config …`: exit code, standard
+/// output, standard error.
+fn restore_cli(r: &Running, args: &[&str]) -> (i32, String, String) {
+    bloodraven_testkit::process::outcome(
+        Command::new(BIN)
+            .args(["restore-in-place", "--group", "playground"])
+            .args(args)
+            .arg("--config")
+            .arg(r.dir.path().join("pg/operator/bloodraven.yaml"))
+            .env_remove("BLOODRAVEN_CONFIG"),
+    )
+}
+
 /// `restore-in-place --to-time`: a backup, then increments, the moment T, then more
 /// increments; the binlog archive holds them all. `--check` prints the plan (the backup, the
 /// stop, what is lost) and changes nothing; the restore then gives every site the counter of
@@ -769,53 +829,9 @@ async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
     let (r, _) = running_on_iad().await;
     let (mysql, app) = saved_mysql(&r, "app");
     let counter_on = |port: u16| counter_at(app(port));
-    // The primary's position, read from the primary itself.
-    let position_of = |port: u16| {
-        let opts = app(port);
-        async move {
-            use mysql_async::prelude::Queryable;
-            let mut c = mysql_async::Conn::new(opts).await.unwrap();
-            let v: Option<String> = c.query_first("SELECT @@gtid_binlog_pos").await.unwrap();
-            v.unwrap_or_default()
-        }
-    };
-    // The archive holds `at` (its status is refreshed every 10 s).
-    let archived = |at: String| move |s: &Value| s["binlogArchive"]["lastGtid"] == at.as_str();
-    // Increments until the archive holds one (the archiver starts after the position of the
-    // poll that starts it): then it runs, and holds segments the backup will hold too.
-    let segments = r.dir.path().join("pg/backups/binlog/0");
-    let lasts = || -> Vec<u64> {
-        std::fs::read_dir(&segments)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let name = format!("0/{}", e.file_name().to_string_lossy());
-                match bloodraven_core::binlog::Entry::parse(&name) {
-                    Ok(bloodraven_core::binlog::Entry::Segment(s)) => Some(s.last),
-                    _ => None,
-                }
-            })
-            .collect()
-    };
-    let mut archiving = false;
-    for _ in 0..60 {
-        assert_eq!(increment(&r).await["outcome"], "acknowledged");
-        let at = position_of(mysql[0]).await;
-        let seq: u64 = at.rsplit('-').next().unwrap().parse().unwrap();
-        // A segment is written about a second after its first transaction.
-        for _ in 0..60 {
-            archiving = lasts().contains(&seq);
-            if archiving {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if archiving {
-            break;
-        }
-    }
-    assert!(archiving, "the archive never held the primary's position");
+    let position_of = |port: u16| position_at(app(port));
+    let lasts = || archived_lasts(&r);
+    until_archiving(&r, &app(mysql[0])).await;
     let (code, out, err) = backup_id(&r, "now", "pitr1", "3m");
     assert_eq!(code, 0, "{out}{err}");
     // Retention: the segments the backup already holds are deleted.
@@ -868,25 +884,9 @@ async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
     let before = r.state().await["topologyGeneration"].as_u64().unwrap();
     let to_time =
         bloodraven_core::time::Timestamp::from_unix_seconds(i64::try_from(t).unwrap()).to_rfc3339();
-    let config = r.dir.path().join("pg/operator/bloodraven.yaml");
-    let restore = |extra: &[&str]| {
-        let out = Command::new(BIN)
-            .args(["restore-in-place", "--group", "playground", "--to-time"])
-            .arg(&to_time)
-            .args(extra)
-            .arg("--config")
-            .arg(&config)
-            .env_remove("BLOODRAVEN_CONFIG")
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let restore = |extra: &[&str]| restore_cli(&r, &[&["--to-time", &to_time], extra].concat());
     let (code, out, err) = restore(&["--check"]);
-    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("from backup pitr1") && out.contains("restore to 0-*-"),
         "{out}"
@@ -899,9 +899,287 @@ async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
     );
 
     let (code, out, err) = restore(&["--confirm", "now", "--wait", "5m"]);
-    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(code, 0, "{out}{err}");
     assert!(err.contains("replayed to 0-*-"), "{err}");
     restored_everywhere(&r, &mysql, &app, at_t, before).await;
+    stop(r);
+}
+
+/// `root` on `site`'s server, over its socket (for what the application may not do: DDL).
+fn root_on(r: &Running, site: &str) -> mysql_async::Opts {
+    let socket = r.dir.path().join(format!("pg/mysql/{site}/mysqld.sock"));
+    mysql_async::OptsBuilder::default()
+        .socket(Some(socket.to_string_lossy().into_owned()))
+        .user(Some("root"))
+        .pass(Some(""))
+        .into()
+}
+
+/// The ids `app.writes` holds on the server `opts` reaches.
+async fn written_ids(opts: mysql_async::Opts) -> BTreeSet<u64> {
+    use mysql_async::prelude::Queryable;
+    let mut c = mysql_async::Conn::new(opts).await.unwrap();
+    c.query("SELECT id FROM app.writes")
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+/// PITR across failovers, judged by the ledger: it writes throughout; a backup, a planned
+/// failover, an emergency one (`kill -9` of the primary, restarted afterwards), then T, then
+/// more writes. `restore-in-place --to-time T` gives every site every acknowledged row written
+/// more than 1 s before T that survived the failovers, and none written more than 2 s after
+/// T; the archive has no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_to_a_time_after_two_failovers_keeps_the_ledger_up_to_that_time() {
+    use bloodraven_testkit::ledger::{Route, Writer};
+    use mysql_async::prelude::Queryable;
+    let (r, _) = running_on_iad().await;
+    let (mysql, app) = saved_mysql(&r, "app");
+    let mut c = mysql_async::Conn::new(root_on(&r, "iad")).await.unwrap();
+    c.query_drop(bloodraven_testkit::ledger::WRITES_TABLE_DDL)
+        .await
+        .unwrap();
+    drop(c);
+    // Wall time of the writer's instants (it records tokio's).
+    let (t0, w0) = (tokio::time::Instant::now(), SystemClock.now().unix_millis());
+    let wall_ms = |at: tokio::time::Instant| {
+        w0 + i64::try_from(at.saturating_duration_since(t0).as_millis()).unwrap()
+    };
+    let names = ["iad", "pdx", "reader"];
+    let sites: Vec<(String, mysql_async::Opts)> = names
+        .iter()
+        .zip(&mysql)
+        .map(|(n, p)| ((*n).to_string(), app(*p)))
+        .collect();
+    let writer = Writer::start_routed(sites, Route::TryEvery, Duration::from_millis(20), 1);
+    until_archiving(&r, &app(mysql[0])).await;
+    let (code, out, err) = backup_id(&r, "now", "ledger1", "3m");
+    assert_eq!(code, 0, "{out}{err}");
+
+    chaos(&r, &["failover", "pdx"]);
+    wait(&r, "the planned failover to pdx", |s| {
+        s["activeSite"] == "pdx" && s["deploy"]["stable"] == true
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(chaos(&r, &["kill-site", "pdx"]).contains("killed pdx"));
+    wait(&r, "the emergency failover to iad", |s| {
+        s["activeSite"] == "iad"
+    })
+    .await;
+    chaos(&r, &["restart-site", "pdx"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let t_ms = SystemClock.now().unix_millis();
+    let t_s = t_ms.div_euclid(1000);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let log = writer.stop().await;
+    let survived = written_ids(app(mysql[0])).await;
+    let at = position_at(app(mysql[0])).await;
+    let s = wait(&r, "the archive at the primary's position", archived(at)).await;
+    assert_eq!(s["binlogArchive"]["gaps"], 0, "{s}");
+
+    let before = s["topologyGeneration"].as_u64().unwrap();
+    let to_time = bloodraven_core::time::Timestamp::from_unix_seconds(t_s).to_rfc3339();
+    let (code, out, err) = restore_cli(&r, &["--to-time", &to_time, "--check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("from backup ledger1"), "{out}");
+    let (code, out, err) = restore_cli(
+        &r,
+        &["--to-time", &to_time, "--confirm", "now", "--wait", "5m"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let s = wait(
+        &r,
+        "the restore's reclones to end and every site to replicate",
+        |s| {
+            s["restoreInPlace"]["phase"] == "Succeeded"
+                && s["sites"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .all(|x| x["name"] == s["activeSite"] || x["replicating"] == true)
+                })
+        },
+    )
+    .await;
+    assert_eq!(s["topologyGeneration"].as_u64().unwrap(), before + 1, "{s}");
+    assert_eq!(s["binlogArchive"]["gaps"], 0, "{s}");
+    let must: BTreeSet<u64> = log
+        .acked
+        .iter()
+        .filter(|a| wall_ms(a.at) < t_ms - 1000 && survived.contains(&a.id))
+        .map(|a| a.id)
+        .collect();
+    let never: BTreeSet<u64> = log
+        .attempts
+        .iter()
+        .filter(|a| wall_ms(a.sent) > t_ms + 2000)
+        .map(|a| a.id)
+        .collect();
+    assert!(
+        must.len() > 100 && !never.is_empty(),
+        "{} / {}",
+        must.len(),
+        never.len()
+    );
+    for (name, port) in names.iter().zip(&mysql) {
+        let mut held = written_ids(app(*port)).await;
+        // A recloned replica applies what it copied: waited for, boundedly.
+        for _ in 0..100 {
+            if must.is_subset(&held) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            held = written_ids(app(*port)).await;
+        }
+        let missing: Vec<_> = must.difference(&held).collect();
+        assert!(missing.is_empty(), "{name} lacks {missing:?}");
+        let late: Vec<_> = never.intersection(&held).collect();
+        assert!(
+            late.is_empty(),
+            "{name} holds rows written after T: {late:?}"
+        );
+    }
+    stop(r);
+}
+
+/// `restore-in-place --before-migration`: a backup, increments, then `deploy migrate` adds a
+/// column (the operator records the primary's position with the migration lease, and copies
+/// it into the archive while the lease lives), then more increments. The restore stops just
+/// before the migration's DDL: every site has the counter of before the migration, and the
+/// column is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_before_a_migration_undoes_its_column_and_keeps_every_earlier_row() {
+    use mysql_async::prelude::Queryable;
+    let (r, _) = running_on_iad().await;
+    let (mysql, app) = saved_mysql(&r, "app");
+    until_archiving(&r, &app(mysql[0])).await;
+    let (code, out, err) = backup_id(&r, "now", "mig1", "3m");
+    assert_eq!(code, 0, "{out}{err}");
+    for _ in 0..3 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    let at_migration = counter_at(app(mysql[0])).await;
+
+    // The migration: its command waits for the test, which runs the DDL as root on the
+    // primary while the lease is held.
+    let pg = r.dir.path().join("pg");
+    let token = pg.join("deploy.token");
+    let issued = bloodraven_testkit::process::outcome(
+        Command::new(BIN)
+            .args(["token", "issue", "--namespace", "ci", "--service-account"])
+            .args(["deployer", "--ttl", "1h", "--config"])
+            .arg(pg.join("operator/bloodraven.yaml")),
+    );
+    assert_eq!(issued.0, 0, "{issued:?}");
+    std::fs::write(&token, issued.1.trim()).unwrap();
+    let (started, done) = (pg.join("migration.started"), pg.join("migration.done"));
+    let api = r.state().await["urls"]["deployApi"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let migrate = KillOnDrop(
+        Command::new(BIN)
+            .args(["deploy", "migrate", "--api", &api, "--cacert"])
+            .arg(pg.join("operator/tls/ca.crt"))
+            .arg("--token-file")
+            .arg(&token)
+            .args(["--group", "playground", "--instance", "counter-app"])
+            .args(["--operation-id", "add-note-column", "--records-dir"])
+            .arg(pg.join("records"))
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "touch {} && while [ ! -e {} ]; do sleep 0.1; done",
+                started.display(),
+                done.display()
+            ))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    for _ in 0..600 {
+        if started.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started.exists(), "the migration command never ran");
+    let mut c = mysql_async::Conn::new(root_on(&r, "iad")).await.unwrap();
+    c.query_drop("ALTER TABLE app.counter ADD COLUMN note VARCHAR(20) NULL")
+        .await
+        .unwrap();
+    drop(c);
+    std::fs::write(&done, b"").unwrap();
+    let mut migrate = migrate;
+    let mut status = None;
+    for _ in 0..600 {
+        status = migrate.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut said = String::new();
+    if let Some(mut e) = migrate.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut said);
+    }
+    assert!(status.is_some_and(|s| s.success()), "{status:?}: {said}");
+    for _ in 0..3 {
+        assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    }
+    let has_note = |port: u16| {
+        let opts = app(port);
+        async move {
+            let mut c = mysql_async::Conn::new(opts).await.unwrap();
+            let n: Option<u64> = c
+                .query_first(
+                    "SELECT COUNT(*) FROM information_schema.columns \
+                     WHERE table_schema = 'app' AND table_name = 'counter' AND column_name = 'note'",
+                )
+                .await
+                .unwrap();
+            n == Some(1)
+        }
+    };
+    assert!(has_note(mysql[0]).await);
+    let at = position_at(app(mysql[0])).await;
+    wait(&r, "the archive at the primary's position", archived(at)).await;
+    let marks = std::fs::read_dir(pg.join("backups/binlog"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("migration-"))
+        .count();
+    assert_eq!(marks, 1, "the migration's start is in the archive");
+
+    let before = r.state().await["topologyGeneration"].as_u64().unwrap();
+    let restore = |extra: &[&str]| {
+        restore_cli(
+            &r,
+            &[&["--before-migration", "add-note-column"], extra].concat(),
+        )
+    };
+    let (code, out, err) = restore(&["--check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("from backup mig1")
+            && out.contains(
+                "--before-migration add-note-column: the last transaction before its first DDL"
+            ),
+        "{out}"
+    );
+    // The DDL and the three increments after it.
+    assert!(out.contains("loses 4 transactions"), "{out}");
+    let (code, out, err) = restore_cli(&r, &["--before-migration", "no-such-op", "--check"]);
+    assert_eq!(code, 5, "{out}{err}");
+    assert!(err.contains("no start of operation no-such-op"), "{err}");
+
+    let (code, out, err) = restore(&["--confirm", "now", "--wait", "5m"]);
+    assert_eq!(code, 0, "{out}{err}");
+    restored_everywhere(&r, &mysql, &app, at_migration, before).await;
+    for port in &mysql {
+        assert!(!has_note(*port).await, "the column is gone on port {port}");
+    }
     stop(r);
 }
 

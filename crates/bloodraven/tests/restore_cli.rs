@@ -107,6 +107,25 @@ fn a_bad_point_is_refused_by_its_flag() {
             vec!["--group", "orders", "--to-gtid", "0-1-2", "--check"],
             "--config",
         ),
+        (
+            vec!["--group", "orders", "--before-migration", ""],
+            "--before-migration",
+        ),
+        (
+            vec![
+                "--group",
+                "orders",
+                "--before-migration",
+                "m1",
+                "--to-gtid",
+                "0-1-2",
+            ],
+            "--before-migration",
+        ),
+        (
+            vec!["--group", "orders", "--before-migration", "m1", "--check"],
+            "--config",
+        ),
     ] {
         let (code, _, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

@@ -114,6 +114,39 @@ impl Fixture {
     }
 }
 
+/// A migration lease keeps the start it was granted with (`--before-migration`): a regrant of
+/// the same operation keeps the first; another operation's position, or a hold, records none;
+/// the record stores it, and a record stored without it still reads.
+#[test]
+fn a_migration_keeps_the_position_of_its_first_grant() {
+    let mut f = Fixture::new();
+    f.migration("op-a", t(0));
+    f.leases.record_start("op-a", "0-1-40");
+    assert_eq!(f.leases.migration().unwrap().start_gtid, "0-1-40");
+    f.leases.record_start("op-b", "0-1-41");
+    let again = f.migration("op-a", t(1));
+    assert!(again.regranted);
+    f.leases.record_start("op-a", "0-1-45");
+    let rec = f.leases.migration().unwrap().clone();
+    assert_eq!(rec.start_gtid, "0-1-40");
+    assert_eq!(rec.granted_at, t(0));
+    let h = f.hold("op-a", t(2));
+    assert!(!h.regranted);
+    assert!(f.leases.live_hold(t(2)).unwrap().start_gtid.is_empty());
+
+    let stored = serde_json::to_value(&rec).unwrap();
+    assert_eq!(stored["startGtid"], "0-1-40");
+    assert_eq!(
+        serde_json::from_value::<LeaseRecord>(stored.clone()).unwrap(),
+        rec
+    );
+    let mut old = stored;
+    old.as_object_mut().unwrap().remove("startGtid");
+    let read: LeaseRecord = serde_json::from_value(old).unwrap();
+    assert!(read.start_gtid.is_empty());
+    assert!(!serde_json::to_string(&read).unwrap().contains("startGtid"));
+}
+
 #[test]
 fn grant_new_migration_is_201_with_token_expiry_and_generation() {
     let mut f = Fixture::new();

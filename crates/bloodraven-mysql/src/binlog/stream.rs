@@ -26,6 +26,8 @@ mod kind {
 
 /// The GTID event's flag: the group is one event (DDL).
 const FL_STANDALONE: u8 = 1;
+/// The GTID event's flag: the group is DDL (MariaDB sets it on every DDL statement's group).
+const FL_DDL: u8 = 32;
 
 /// Why bytes are not a binlog.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +50,8 @@ pub struct Group {
     pub seq: u64,
     /// The GTID event's timestamp (the commit's second, UTC).
     pub time: u32,
+    /// A DDL transaction (its GTID event says so).
+    pub ddl: bool,
     pub bytes: Vec<u8>,
 }
 
@@ -162,6 +166,7 @@ impl Reader {
                     server: u32::from_le_bytes([header[5], header[6], header[7], header[8]]),
                     seq,
                     time: u32::from_le_bytes([header[0], header[1], header[2], header[3]]),
+                    ddl: flags & FL_DDL != 0,
                     bytes: event,
                 },
                 standalone: flags & FL_STANDALONE != 0,
@@ -340,7 +345,7 @@ mod tests {
             query("BEGIN"),
             rows.clone(),
             xid,
-            gtid(6, 0, FL_STANDALONE),
+            gtid(6, 0, FL_STANDALONE | FL_DDL),
             query("CREATE TABLE t (id int)"),
             gtid(7, 0, 0),
             query("BEGIN"),
@@ -361,6 +366,11 @@ mod tests {
             let seqs: Vec<u64> = got.iter().map(|g| g.seq).collect();
             assert_eq!(seqs, [5, 6, 7], "pieces of {piece}");
             assert_eq!(got[0].time, 105);
+            // Only the DDL's GTID event carries the flag.
+            assert_eq!(
+                got.iter().map(|g| g.ddl).collect::<Vec<_>>(),
+                [false, true, false]
+            );
             assert_eq!(
                 got[1].bytes.len(),
                 gtid(6, 0, 1).len() + query("CREATE TABLE t (id int)").len()
@@ -403,7 +413,9 @@ mod tests {
             server: 3,
             seq,
             time: 50,
-            bytes: file(&[gtid(seq, 0, FL_STANDALONE), query("DROP TABLE x")])[4..].to_vec(),
+            ddl: true,
+            bytes: file(&[gtid(seq, 0, FL_STANDALONE | FL_DDL), query("DROP TABLE x")])[4..]
+                .to_vec(),
         };
         let mut s = SegmentFile::start(&format(true), &g(4));
         assert!(s.continues(&g(5)) && !s.continues(&g(7)));

@@ -114,6 +114,13 @@ pub(super) struct ArchiveState {
     /// The newest good backup when retention last ran over the archive (it runs again when
     /// the backups change).
     retained_for: Option<String>,
+    /// The migration marks being copied into the archive (their names once they are there).
+    marking: Option<JoinHandle<Result<Vec<String>, BackupError>>>,
+    /// The marks this term copied, those still to copy, and when a failed copy may be tried
+    /// again.
+    marked: std::collections::BTreeSet<String>,
+    unmarked: Vec<bloodraven_core::binlog::mark::MigrationMark>,
+    mark_retry: Option<Instant>,
 }
 
 impl ArchiveState {
@@ -128,6 +135,10 @@ impl ArchiveState {
             behind_since: None,
             last: None,
             retained_for: None,
+            marking: None,
+            marked: std::collections::BTreeSet::new(),
+            unmarked: Vec::new(),
+            mark_retry: None,
         }
     }
 
@@ -144,6 +155,9 @@ impl Drop for ArchiveState {
         self.stop();
         if let Some(c) = self.check.take() {
             c.abort();
+        }
+        if let Some(m) = self.marking.take() {
+            m.abort();
         }
     }
 }
@@ -300,6 +314,71 @@ impl<S: Site> Controller<S> {
         }
         self.track_lag(primary.as_ref());
         self.check_step(&cfg).await;
+        self.mark_step(&cfg).await;
+    }
+
+    /// Copies the migration starts ([`bloodraven_core::binlog::mark::MigrationMark`]) into the
+    /// archive, once per grant, in a task beside the poll: the lease is forgotten when it
+    /// ends, the mark stays for `restore-in-place --before-migration`. A failed copy is tried
+    /// again after [`RETRY_AFTER`].
+    async fn mark_step(&mut self, cfg: &BackupConfig) {
+        if let Some(task) = self.archive.marking.take_if(|t| t.is_finished()) {
+            let failed = match task.await {
+                Ok(Ok(names)) => {
+                    for name in names {
+                        tracing::info!(group = %self.group(), mark = %name, "binlog archive: a migration's start is recorded");
+                        self.archive.marked.insert(name);
+                    }
+                    None
+                }
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(e) = failed {
+                tracing::warn!(group = %self.group(), error = %e, "binlog archive: cannot record a migration's start; tried again in {}s", RETRY_AFTER.as_secs());
+                self.archive.mark_retry = Some(Instant::now() + RETRY_AFTER);
+            }
+            let marked = &self.archive.marked;
+            self.archive
+                .unmarked
+                .retain(|m| !marked.contains(&m.name()));
+        }
+        for mark in self.rt.migration_marks().await {
+            let name = mark.name();
+            if !self.archive.marked.contains(&name)
+                && !self.archive.unmarked.iter().any(|m| m.name() == name)
+            {
+                self.archive.unmarked.push(mark);
+            }
+        }
+        if self.archive.marking.is_some()
+            || self.archive.unmarked.is_empty()
+            || self
+                .archive
+                .mark_retry
+                .is_some_and(|at| Instant::now() < at)
+        {
+            return;
+        }
+        match self.backup_storage(cfg).await {
+            Ok(storage) => {
+                self.archive.mark_retry = None;
+                let marks = self.archive.unmarked.clone();
+                self.archive.marking = Some(tokio::spawn(async move {
+                    let mut names = Vec::new();
+                    for mark in marks {
+                        let name = mark.name();
+                        storage.put_archived(&name, mark.to_bytes()).await?;
+                        names.push(name);
+                    }
+                    Ok(names)
+                }));
+            }
+            Err(e) => {
+                tracing::warn!(group = %self.group(), error = %e, "binlog archive: cannot record a migration's start; tried again in {}s", RETRY_AFTER.as_secs());
+                self.archive.mark_retry = Some(Instant::now() + RETRY_AFTER);
+            }
+        }
     }
 
     /// Stops an archiver of another site or generation, and takes in one that ended.

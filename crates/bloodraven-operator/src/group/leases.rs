@@ -491,12 +491,72 @@ impl GroupRuntime {
     }
 
     /// `POST /leases`.
+    ///
+    /// A new migration lease records where the active site stood before it (its `gtid_executed`
+    /// as last observed), in the same write: the start `--before-migration` restores to.
     pub async fn grant(self: &Arc<Self>, req: GrantRequest) -> Result<Grant, RequestError> {
         let mut tokens = PrefilledTokens::from_os().map_err(|_| RequestError::Random)?;
-        self.decide(true, move |next, gate, now| {
-            next.grant(&req, gate, now, &mut tokens)
-        })
-        .await
+        let start = self.active_position();
+        let (kind, op) = (req.kind, req.operation_id.clone());
+        let (granted, at) = self
+            .decide(true, move |next, gate, now| {
+                let granted = next.grant(&req, gate, now, &mut tokens)?;
+                if req.kind == LeaseKind::Migration {
+                    next.record_start(&req.operation_id, &start);
+                }
+                let at = next
+                    .migration()
+                    .filter(|m| m.operation_id == req.operation_id && !m.start_gtid.is_empty())
+                    .map(|m| (m.granted_at, m.start_gtid.clone()));
+                Ok((granted, at))
+            })
+            .await?;
+        // Only a group with a binlog archive takes them (its poll drains them).
+        if kind == LeaseKind::Migration
+            && !granted.regranted
+            && self.config.backup.is_some()
+            && let Some((granted_at, gtid_position)) = at
+        {
+            self.migration_marks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(bloodraven_core::binlog::mark::MigrationMark {
+                    operation_id: op,
+                    granted_at,
+                    gtid_position,
+                });
+        }
+        Ok(granted)
+    }
+
+    /// The active site's `gtid_executed` as the last poll observed it (empty: none known).
+    fn active_position(&self) -> String {
+        let status = self.served_status(&self.snapshot());
+        status
+            .site(&status.active_site)
+            .map(|s| s.gtid_executed.clone())
+            .unwrap_or_default()
+    }
+
+    /// The migration starts the archive should hold: those granted since the last call (a
+    /// migration may end before a poll sees its lease), and the live migration lease's (one
+    /// granted under an earlier leader is known only from its stored record).
+    pub async fn migration_marks(&self) -> Vec<bloodraven_core::binlog::mark::MigrationMark> {
+        let mut marks = std::mem::take(
+            &mut *self
+                .migration_marks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let ls = self.leases.lock().await;
+        if let Some(m) = ls.engine.migration().filter(|m| !m.start_gtid.is_empty()) {
+            marks.push(bloodraven_core::binlog::mark::MigrationMark {
+                operation_id: m.operation_id.clone(),
+                granted_at: m.granted_at,
+                gtid_position: m.start_gtid.clone(),
+            });
+        }
+        marks
     }
 
     /// `PUT /leases/{kind}/{operationId}`.

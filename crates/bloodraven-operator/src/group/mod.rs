@@ -136,6 +136,9 @@ pub struct GroupRuntime {
     /// authorization reads, so a request never waits for the lease lock (and the commit
     /// holding it) to learn whose operation it names.
     lease_instances: std::sync::RwLock<BTreeMap<String, String>>,
+    /// Migration starts granted and not yet taken by the binlog archive (a migration may end
+    /// before the next poll sees its lease).
+    migration_marks: std::sync::Mutex<Vec<bloodraven_core::binlog::mark::MigrationMark>>,
     flags: Flags,
     /// Serializes [`Self::react`]: the watch, the sweep and startup all react, and one revoke
     /// request must revoke once, not once per caller that saw the annotation.
@@ -363,6 +366,7 @@ impl GroupRuntime {
             group: tokio::sync::Mutex::new(obj),
             snapshot: RwLock::new(Arc::new(snap)),
             lease_instances: std::sync::RwLock::new(leases::instances(&engine)),
+            migration_marks: std::sync::Mutex::new(Vec::new()),
             leases: tokio::sync::Mutex::new(LeaseState { engine, objects }),
             lease_queue: leases::LeaseQueue::default(),
             flags: Flags::default(),
