@@ -820,91 +820,6 @@ fn restore_cli(r: &Running, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// `restore-in-place --to-time`: a backup, then increments, the moment T, then more
-/// increments; the binlog archive holds them all. `--check` prints the plan (the backup, the
-/// stop, what is lost) and changes nothing; the restore then gives every site the counter of
-/// T, not the one of the backup nor the one after T, and the generation rises by one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restore_to_a_time_gives_every_site_the_counter_of_that_moment() {
-    let (r, _) = running_on_iad().await;
-    let (mysql, app) = saved_mysql(&r, "app");
-    let counter_on = |port: u16| counter_at(app(port));
-    let position_of = |port: u16| position_at(app(port));
-    let lasts = || archived_lasts(&r);
-    until_archiving(&r, &app(mysql[0])).await;
-    let (code, out, err) = backup_id(&r, "now", "pitr1", "3m");
-    assert_eq!(code, 0, "{out}{err}");
-    // Retention: the segments the backup already holds are deleted.
-    let backup_seq: u64 = out
-        .split("GTID position 0-")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit() && c != '-').next())
-        .and_then(|p| p.rsplit('-').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("a GTID position in {out}"));
-    let held_by_backup = || lasts().into_iter().filter(|&l| l <= backup_seq).count();
-    assert!(
-        held_by_backup() > 0,
-        "the archive held what the backup holds"
-    );
-    for _ in 0..300 {
-        if held_by_backup() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(
-        held_by_backup(),
-        0,
-        "segments the backup holds were deleted"
-    );
-    for _ in 0..3 {
-        assert_eq!(increment(&r).await["outcome"], "acknowledged");
-    }
-    let at = position_of(mysql[0]).await;
-    wait(&r, "the archive at the primary's position", archived(at)).await;
-    let at_t = counter_on(mysql[0]).await;
-    // T: every increment so far committed at or before its second; the next ones after it.
-    let now_s = || u64::try_from(SystemClock.now().unix_seconds()).unwrap();
-    let t = now_s();
-    while now_s() <= t {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for _ in 0..3 {
-        assert_eq!(increment(&r).await["outcome"], "acknowledged");
-    }
-    assert_eq!(counter_on(mysql[0]).await, at_t + 3);
-    let at = position_of(mysql[0]).await;
-    wait(
-        &r,
-        "the archive at the primary's position again",
-        archived(at),
-    )
-    .await;
-    let before = r.state().await["topologyGeneration"].as_u64().unwrap();
-    let to_time =
-        bloodraven_core::time::Timestamp::from_unix_seconds(i64::try_from(t).unwrap()).to_rfc3339();
-    let restore = |extra: &[&str]| restore_cli(&r, &[&["--to-time", &to_time], extra].concat());
-    let (code, out, err) = restore(&["--check"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(
-        out.contains("from backup pitr1") && out.contains("restore to 0-*-"),
-        "{out}"
-    );
-    assert!(out.contains("loses 3 transactions"), "{out}");
-    assert_eq!(
-        r.state().await["topologyGeneration"].as_u64().unwrap(),
-        before,
-        "--check changed nothing"
-    );
-
-    let (code, out, err) = restore(&["--confirm", "now", "--wait", "5m"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert!(err.contains("replayed to 0-*-"), "{err}");
-    restored_everywhere(&r, &mysql, &app, at_t, before).await;
-    stop(r);
-}
-
 /// `root` on `site`'s server, over its socket (for what the application may not do: DDL).
 fn root_on(r: &Running, site: &str) -> mysql_async::Opts {
     let socket = r.dir.path().join(format!("pg/mysql/{site}/mysqld.sock"));
@@ -984,7 +899,10 @@ async fn a_restore_to_a_time_after_two_failovers_keeps_the_ledger_up_to_that_tim
     let to_time = bloodraven_core::time::Timestamp::from_unix_seconds(t_s).to_rfc3339();
     let (code, out, err) = restore_cli(&r, &["--to-time", &to_time, "--check"]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("from backup ledger1"), "{out}");
+    assert!(
+        out.contains("from backup ledger1") && out.contains("restore to 0-*-"),
+        "{out}"
+    );
     let (code, out, err) = restore_cli(
         &r,
         &["--to-time", &to_time, "--confirm", "now", "--wait", "5m"],
@@ -1043,8 +961,8 @@ async fn a_restore_to_a_time_after_two_failovers_keeps_the_ledger_up_to_that_tim
     stop(r);
 }
 
-/// `restore-in-place --before-migration`: a backup, increments, then `deploy migrate` adds a
-/// column (the operator records the primary's position with the migration lease, and copies
+/// `restore-in-place --before-migration`: a backup (retention then deletes the segments it
+/// holds), increments, then `deploy migrate` adds a column (the operator records the primary's position with the migration lease, and copies
 /// it into the archive while the lease lives), then more increments. The restore stops just
 /// before the migration's DDL: every site has the counter of before the migration, and the
 /// column is gone.
@@ -1056,6 +974,35 @@ async fn a_restore_before_a_migration_undoes_its_column_and_keeps_every_earlier_
     until_archiving(&r, &app(mysql[0])).await;
     let (code, out, err) = backup_id(&r, "now", "mig1", "3m");
     assert_eq!(code, 0, "{out}{err}");
+    // Retention: the segments the backup already holds are deleted.
+    let backup_seq: u64 = out
+        .split("GTID position 0-")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit() && c != '-').next())
+        .and_then(|p| p.rsplit('-').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a GTID position in {out}"));
+    let held_by_backup = || {
+        archived_lasts(&r)
+            .into_iter()
+            .filter(|&l| l <= backup_seq)
+            .count()
+    };
+    assert!(
+        held_by_backup() > 0,
+        "the archive held what the backup holds"
+    );
+    for _ in 0..300 {
+        if held_by_backup() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        held_by_backup(),
+        0,
+        "segments the backup holds were deleted"
+    );
     for _ in 0..3 {
         assert_eq!(increment(&r).await["outcome"], "acknowledged");
     }
@@ -1170,12 +1117,18 @@ async fn a_restore_before_a_migration_undoes_its_column_and_keeps_every_earlier_
     );
     // The DDL and the three increments after it.
     assert!(out.contains("loses 4 transactions"), "{out}");
+    assert_eq!(
+        r.state().await["topologyGeneration"].as_u64().unwrap(),
+        before,
+        "--check changed nothing"
+    );
     let (code, out, err) = restore_cli(&r, &["--before-migration", "no-such-op", "--check"]);
     assert_eq!(code, 5, "{out}{err}");
     assert!(err.contains("no start of operation no-such-op"), "{err}");
 
     let (code, out, err) = restore(&["--confirm", "now", "--wait", "5m"]);
     assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("replayed to 0-*-"), "{err}");
     restored_everywhere(&r, &mysql, &app, at_migration, before).await;
     for port in &mysql {
         assert!(!has_note(*port).await, "the column is gone on port {port}");
