@@ -333,6 +333,9 @@ impl DomainChain {
 pub struct Chain {
     pub segments: Vec<Segment>,
     pub domains: BTreeMap<u32, DomainChain>,
+    /// The `topologyGeneration`s announced by a restore-in-place ([`mark::RestoreMark`]): its
+    /// load is not in the binlog, so no replay crosses one.
+    pub restores: Vec<u64>,
 }
 
 impl Chain {
@@ -353,7 +356,11 @@ impl Chain {
         for domain in ids {
             domains.insert(domain, domain_chain(&segments, forks, domain));
         }
-        Chain { segments, domains }
+        Chain {
+            segments,
+            domains,
+            restores: Vec::new(),
+        }
     }
 
     /// Every gap of every domain.
@@ -525,6 +532,21 @@ impl fmt::Display for Gtid {
 }
 
 impl Chain {
+    /// The generation of the segment the chain reads `seq` of `domain` from.
+    #[must_use]
+    pub fn generation_at(&self, domain: u32, seq: u64) -> Option<u64> {
+        let d = self.domains.get(&domain)?;
+        let p = d.pieces.iter().find(|p| (p.from..=p.to).contains(&seq))?;
+        Some(self.segment(p).generation)
+    }
+
+    /// How many restores-in-place came at or before `generation`: a backup and a point are
+    /// of the same data only when this is the same for both.
+    #[must_use]
+    pub fn restores_by(&self, generation: u64) -> usize {
+        self.restores.iter().filter(|&&r| r <= generation).count()
+    }
+
     /// The GTID of the last transaction archived in `domain`, when a segment ends there
     /// (a fork's cut leaves its server unknown).
     #[must_use]
@@ -614,6 +636,8 @@ pub struct StopAt {
 pub struct BackupAt {
     pub id: String,
     pub seq: u64,
+    /// The `topologyGeneration` it was taken in.
+    pub generation: u64,
 }
 
 /// What a restore to a point runs: the backup, then `pieces` replayed up to `stop`.
@@ -633,6 +657,14 @@ pub enum PlanError {
     NoBackupBefore { domain: u32, seq: u64 },
     #[error("the archive cannot reach the point from backup {backup}: {gap}")]
     Gap { backup: String, gap: Gap },
+    #[error(
+        "a restore-in-place (topologyGeneration {generation}) lies between every backup at or before {domain}-*-{seq} and the point: its load is not in the binlog; a point after a restore is reached from a backup taken after it (bloodraven backup now)"
+    )]
+    AcrossRestore {
+        domain: u32,
+        seq: u64,
+        generation: u64,
+    },
 }
 
 /// The newest backup at or before `stop`, and the chain's pieces from it to `stop`.
@@ -640,15 +672,37 @@ pub enum PlanError {
 /// # Errors
 /// [`PlanError`]: no backup before the point, or a gap between it and the point.
 pub fn plan(chain: &Chain, backups: &[BackupAt], stop: StopAt) -> Result<ReplayPlan, PlanError> {
-    let backup = backups
-        .iter()
-        .filter(|b| b.seq <= stop.seq)
-        .max_by_key(|b| b.seq)
-        .ok_or(PlanError::NoBackupBefore {
+    let before: Vec<&BackupAt> = backups.iter().filter(|b| b.seq <= stop.seq).collect();
+    if before.is_empty() {
+        return Err(PlanError::NoBackupBefore {
             domain: stop.domain,
             seq: stop.seq,
-        })?
-        .clone();
+        });
+    }
+    // A backup holds the point's data only between the same restores: a restore's load is not
+    // in the binlog, so a replay across one would rebuild data the group never held. The
+    // point's generation is its segment's; one the chain does not hold is the newest backup's.
+    let point_generation = chain
+        .generation_at(stop.domain, stop.seq)
+        .or_else(|| before.iter().map(|b| b.generation).max())
+        .unwrap_or(0);
+    let epoch = chain.restores_by(point_generation);
+    let backup = before
+        .iter()
+        .filter(|b| chain.restores_by(b.generation) == epoch)
+        .max_by_key(|b| b.seq)
+        .ok_or_else(|| PlanError::AcrossRestore {
+            domain: stop.domain,
+            seq: stop.seq,
+            generation: chain
+                .restores
+                .iter()
+                .copied()
+                .filter(|&r| r <= point_generation)
+                .max()
+                .unwrap_or(0),
+        })?;
+    let backup = (*backup).clone();
     let empty = DomainChain::default();
     let d = chain.domains.get(&stop.domain).unwrap_or(&empty);
     let pieces = if backup.seq == stop.seq {

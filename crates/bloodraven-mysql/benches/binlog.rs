@@ -180,6 +180,7 @@ async fn main() {
         &[binlog::BackupAt {
             id: "base".into(),
             seq: base.seq,
+            generation: 1,
         }],
         StopAt {
             domain: 0,

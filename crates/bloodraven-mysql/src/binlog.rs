@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use bloodraven_core::binlog::mark::{MarkError, MigrationMark};
+use bloodraven_core::binlog::mark::{MarkError, MigrationMark, RestoreMark};
 use bloodraven_core::binlog::{Chain, Gtid, Segment, StopAt};
 use tokio::io::AsyncReadExt as _;
 use tokio::process::{Child, Command};
@@ -554,15 +554,18 @@ pub enum ReplayTarget<'a> {
 pub async fn read_chain(storage: &Storage) -> Result<(Chain, usize), ArchiveError> {
     let mut segments = Vec::new();
     let mut forks = Vec::new();
+    let mut restores = Vec::new();
     for name in storage.list_archived().await? {
         match bloodraven_core::binlog::Entry::parse(&name) {
             Ok(bloodraven_core::binlog::Entry::Segment(s)) => segments.push(s),
             Ok(bloodraven_core::binlog::Entry::Fork(f)) => forks.push(f),
-            Err(_) => {}
+            Err(_) => restores.extend(RestoreMark::parse(&name).map(|m| m.generation)),
         }
     }
     let count = segments.len();
-    Ok((Chain::build(segments, &forks), count))
+    let mut chain = Chain::build(segments, &forks);
+    chain.restores = restores;
+    Ok((chain, count))
 }
 
 /// The files a replay plan reads: each piece cut from its segment.

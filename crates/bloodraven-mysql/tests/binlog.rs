@@ -105,6 +105,7 @@ async fn replay_to(
         &[binlog::BackupAt {
             id: "base".into(),
             seq: base,
+            generation: 1,
         }],
         StopAt {
             domain: 0,
@@ -307,6 +308,7 @@ async fn switchover_story(storage: Storage) {
         &[binlog::BackupAt {
             id: "base".into(),
             seq: base.seq,
+            generation: 1,
         }],
         StopAt {
             domain: 0,

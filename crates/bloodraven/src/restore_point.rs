@@ -132,6 +132,7 @@ async fn plan_of(
             id: m.id.clone(),
             // A position without the domain holds none of it.
             seq: binlog::seq_in(&m.gtid_position, stop.domain).unwrap_or(0),
+            generation: m.topology_generation,
         })
         .collect();
     let plan = binlog::plan(&chain, &backups, stop)?;

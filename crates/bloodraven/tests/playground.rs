@@ -1133,6 +1133,36 @@ async fn a_restore_before_a_migration_undoes_its_column_and_keeps_every_earlier_
     for port in &mysql {
         assert!(!has_note(*port).await, "the column is gone on port {port}");
     }
+
+    // After the restore the archive goes on, behind a mark of the restore's generation: a
+    // point after it is refused from the backup before it, and reached from one after it.
+    assert_eq!(increment(&r).await["outcome"], "acknowledged");
+    let at = position_at(app(mysql[0])).await;
+    wait(&r, "the archive after the restore", archived(at)).await;
+    let restore_marks: Vec<String> = std::fs::read_dir(pg.join("backups/binlog"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("restore-g"))
+        .collect();
+    assert_eq!(
+        restore_marks,
+        [format!("restore-g{:020}.mark", before + 1)],
+        "the restore's mark"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let now = SystemClock.now().to_rfc3339();
+    let (code, out, err) = restore_cli(&r, &["--to-time", &now, "--check"]);
+    assert_eq!(code, 5, "{out}{err}");
+    assert!(
+        err.contains("a restore-in-place (topologyGeneration"),
+        "{err}"
+    );
+    let (code, out, err) = backup_id(&r, "now", "mig2", "3m");
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = restore_cli(&r, &["--to-time", &now, "--check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("from backup mig2"), "{out}");
     stop(r);
 }
 

@@ -16,8 +16,10 @@ use sha2::{Digest, Sha256};
 
 use crate::time::Timestamp;
 
-/// The beginning of every mark's name in the archive folder.
+/// The beginning of every migration mark's name in the archive folder.
 const PREFIX: &str = "migration-";
+/// The beginning of every restore mark's name.
+const RESTORE_PREFIX: &str = "restore-g";
 /// The ending of a mark's name.
 const SUFFIX: &str = ".mark";
 
@@ -78,6 +80,33 @@ impl MigrationMark {
     }
 }
 
+/// A restore-in-place that announced its target in `generation`: what the archive holds of
+/// earlier generations is the data before it, which its load replaced outside the binlog.
+/// The chain reads it ([`crate::binlog::Chain::restores`]) so that no replay crosses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestoreMark {
+    pub generation: u64,
+}
+
+impl RestoreMark {
+    /// Its object's name in the archive folder (the content is empty: the name says it all).
+    pub fn name(self) -> String {
+        format!("{RESTORE_PREFIX}{:020}{SUFFIX}", self.generation)
+    }
+
+    /// The mark named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<RestoreMark> {
+        let digits = name.strip_prefix(RESTORE_PREFIX)?.strip_suffix(SUFFIX)?;
+        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits
+            .parse()
+            .ok()
+            .map(|generation| RestoreMark { generation })
+    }
+}
+
 /// The migration's start among `marks`: the earliest grant of `operation_id`.
 pub fn start_of<'a>(marks: &'a [MigrationMark], operation_id: &str) -> Option<&'a MigrationMark> {
     marks
@@ -112,6 +141,22 @@ mod tests {
         assert_eq!(MigrationMark::parse(&name, &m.to_bytes()).unwrap(), m);
         let err = MigrationMark::parse(&name, b"{\"operationId\":1}").unwrap_err();
         assert!(err.to_string().contains(&name), "{err}");
+    }
+
+    #[test]
+    fn a_restore_mark_is_named_by_its_generation_and_nothing_else_reads_as_one() {
+        let m = RestoreMark { generation: 7 };
+        assert_eq!(RestoreMark::parse(&m.name()), Some(m));
+        assert!(crate::binlog::Entry::parse(&m.name()).is_err());
+        assert!(!MigrationMark::may_be_of(&m.name(), "7"));
+        for bad in [
+            "restore-g7.mark",
+            "restore-g0000000000000000000x.mark",
+            "restore-g00000000000000000007.fork",
+            "migration-00000000000000000007.mark",
+        ] {
+            assert_eq!(RestoreMark::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -173,14 +173,17 @@ fn a_plan_takes_the_newest_backup_before_the_point_and_the_pieces_after_it() {
         BackupAt {
             id: "b1".into(),
             seq: 2,
+            generation: 1,
         },
         BackupAt {
             id: "b2".into(),
             seq: 6,
+            generation: 1,
         },
         BackupAt {
             id: "b3".into(),
             seq: 11,
+            generation: 1,
         },
     ];
     let p = plan(&chain, &backups, StopAt { domain: 0, seq: 10 }).unwrap();
@@ -210,12 +213,57 @@ fn a_plan_takes_the_newest_backup_before_the_point_and_the_pieces_after_it() {
     );
 }
 
+/// A restore-in-place announced in generation 3: a point after it is reached only from a
+/// backup taken after it, a point before it only from one taken before it, and none across it.
+#[test]
+fn no_plan_crosses_a_restore_in_place() {
+    let mut chain = Chain::build(
+        vec![seg(1, 10, 1, 1), seg(11, 20, 2, 1), seg(21, 30, 3, 1)],
+        &[],
+    );
+    chain.restores = vec![3];
+    let at = |id: &str, seq, generation| BackupAt {
+        id: id.into(),
+        seq,
+        generation,
+    };
+    let stop = |seq| StopAt { domain: 0, seq };
+    // Only a backup from before the restore: a point after it is refused, naming it.
+    let before = [at("b1", 5, 1)];
+    assert_eq!(
+        plan(&chain, &before, stop(25)),
+        Err(PlanError::AcrossRestore {
+            domain: 0,
+            seq: 25,
+            generation: 3
+        })
+    );
+    assert_eq!(plan(&chain, &before, stop(15)).unwrap().backup.id, "b1");
+    // A backup after the restore at the same position as the last one before it (the load
+    // moved no GTID): it serves points after the restore, never the ones before.
+    let both = [at("b1", 5, 1), at("b2", 20, 3)];
+    assert_eq!(plan(&chain, &both, stop(25)).unwrap().backup.id, "b2");
+    assert_eq!(plan(&chain, &both, stop(20)).unwrap().backup.id, "b1");
+    let e = plan(&chain, &both, stop(20)).unwrap();
+    assert_eq!(e.pieces.last().map(|p| p.to), Some(20));
+    assert!(
+        PlanError::AcrossRestore {
+            domain: 0,
+            seq: 25,
+            generation: 3
+        }
+        .to_string()
+        .contains("bloodraven backup now")
+    );
+}
+
 #[test]
 fn a_plan_across_a_gap_is_refused_naming_it() {
     let chain = Chain::build(vec![seg(1, 4, 1, 1), seg(8, 12, 1, 1)], &[]);
     let backups = [BackupAt {
         id: "b1".into(),
         seq: 2,
+        generation: 1,
     }];
     let e = plan(&chain, &backups, StopAt { domain: 0, seq: 10 }).unwrap_err();
     assert_eq!(
@@ -338,7 +386,7 @@ proptest! {
         backup in 0u64..40, stop in 1u64..50
     ) {
         let chain = Chain::build(vec![seg(1, 20, 1, 1), seg(15, 50, 1, 2)], &[]);
-        let backups = [BackupAt { id: "b".into(), seq: backup }];
+        let backups = [BackupAt { id: "b".into(), seq: backup, generation: 1 }];
         match plan(&chain, &backups, StopAt { domain: 0, seq: stop }) {
             Ok(p) => {
                 prop_assert!(backup <= stop);

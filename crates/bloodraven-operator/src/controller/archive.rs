@@ -17,12 +17,18 @@
 //! The lag (`bloodraven_binlog_archive_lag_seconds`) is how long the archive has been behind
 //! the active site's position as this poll saw it.
 //!
+//! Marks go into the archive too: each migration lease's start (for `--before-migration`),
+//! and the generation a restore-in-place announced. The archiver waits while a restore runs
+//! and starts again once its mark is written: the restore's load is not in the binlog, so a
+//! replay must never cross it, and the mark is how the planner knows.
+//!
 //! The poll is the failure detector: nothing here waits for the target. Listing the archive,
 //! writing a fork and retention run in tasks beside it; the poll only starts them and takes in
 //! what they found.
 
 use std::time::Duration;
 
+use bloodraven_core::binlog::mark::RestoreMark;
 use bloodraven_core::binlog::{self, Chain, Gap, Gtid};
 use bloodraven_core::config::BackupConfig;
 use bloodraven_core::gtid::GtidSet;
@@ -119,7 +125,7 @@ pub(super) struct ArchiveState {
     /// The marks this term copied, those still to copy, and when a failed copy may be tried
     /// again.
     marked: std::collections::BTreeSet<String>,
-    unmarked: Vec<bloodraven_core::binlog::mark::MigrationMark>,
+    unmarked: Vec<(String, Vec<u8>)>,
     mark_retry: Option<Instant>,
 }
 
@@ -257,6 +263,15 @@ async fn check(
     Ok(checked)
 }
 
+/// Whether a restore-in-place is in flight (the archiver waits for it to end: what it loads
+/// is not in the binlog).
+fn restoring(status: &GroupStatus) -> bool {
+    status
+        .restore_in_place
+        .as_ref()
+        .is_some_and(bloodraven_core::status::RestoreStatus::in_flight)
+}
+
 /// Deletes the segments the oldest kept backup already holds: nothing a kept backup needs to
 /// reach the present ([`binlog::expired_segments`]). How many were deleted.
 async fn retain(storage: &Storage, chain: &Chain) -> Result<usize, BackupError> {
@@ -290,9 +305,19 @@ impl<S: Site> Controller<S> {
         self.end_stale_archiver(&status);
         self.take_fork().await;
         let primary = self.active_position(&status);
+        // A restore's mark is in the archive before anything of its generation is.
+        let restore_mark = status
+            .restore_in_place
+            .as_ref()
+            .filter(|r| r.announced)
+            .map(|r| RestoreMark {
+                generation: r.topology_generation,
+            });
+        let restore_marked = restore_mark.is_none_or(|m| self.archive.marked.contains(&m.name()));
         if self.archive.run.is_none()
             && !status.active_site.is_empty()
-            && status.restore_in_place.is_none()
+            && !restoring(&status)
+            && restore_marked
             && self
                 .archive
                 .ended
@@ -314,19 +339,20 @@ impl<S: Site> Controller<S> {
         }
         self.track_lag(primary.as_ref());
         self.check_step(&cfg).await;
-        self.mark_step(&cfg).await;
+        self.mark_step(&cfg, restore_mark).await;
     }
 
-    /// Copies the migration starts ([`bloodraven_core::binlog::mark::MigrationMark`]) into the
-    /// archive, once per grant, in a task beside the poll: the lease is forgotten when it
-    /// ends, the mark stays for `restore-in-place --before-migration`. A failed copy is tried
-    /// again after [`RETRY_AFTER`].
-    async fn mark_step(&mut self, cfg: &BackupConfig) {
+    /// Copies the marks into the archive, in a task beside the poll: each migration's start
+    /// ([`bloodraven_core::binlog::mark::MigrationMark`], once per grant: the lease is
+    /// forgotten when it ends, the mark stays for `restore-in-place --before-migration`), and
+    /// the last restore-in-place's generation (`restore`: no replay crosses it). A failed copy
+    /// is tried again after [`RETRY_AFTER`].
+    async fn mark_step(&mut self, cfg: &BackupConfig, restore: Option<RestoreMark>) {
         if let Some(task) = self.archive.marking.take_if(|t| t.is_finished()) {
             let failed = match task.await {
                 Ok(Ok(names)) => {
                     for name in names {
-                        tracing::info!(group = %self.group(), mark = %name, "binlog archive: a migration's start is recorded");
+                        tracing::info!(group = %self.group(), mark = %name, "binlog archive: a mark is recorded");
                         self.archive.marked.insert(name);
                     }
                     None
@@ -339,16 +365,18 @@ impl<S: Site> Controller<S> {
                 self.archive.mark_retry = Some(Instant::now() + RETRY_AFTER);
             }
             let marked = &self.archive.marked;
-            self.archive
-                .unmarked
-                .retain(|m| !marked.contains(&m.name()));
+            self.archive.unmarked.retain(|(n, _)| !marked.contains(n));
         }
-        for mark in self.rt.migration_marks().await {
-            let name = mark.name();
+        let marks = self.rt.migration_marks().await;
+        let due = marks
+            .iter()
+            .map(|m| (m.name(), m.to_bytes()))
+            .chain(restore.map(|m| (m.name(), Vec::new())));
+        for (name, bytes) in due {
             if !self.archive.marked.contains(&name)
-                && !self.archive.unmarked.iter().any(|m| m.name() == name)
+                && !self.archive.unmarked.iter().any(|(n, _)| *n == name)
             {
-                self.archive.unmarked.push(mark);
+                self.archive.unmarked.push((name, bytes));
             }
         }
         if self.archive.marking.is_some()
@@ -366,9 +394,8 @@ impl<S: Site> Controller<S> {
                 let marks = self.archive.unmarked.clone();
                 self.archive.marking = Some(tokio::spawn(async move {
                     let mut names = Vec::new();
-                    for mark in marks {
-                        let name = mark.name();
-                        storage.put_archived(&name, mark.to_bytes()).await?;
+                    for (name, bytes) in marks {
+                        storage.put_archived(&name, bytes).await?;
                         names.push(name);
                     }
                     Ok(names)
@@ -388,7 +415,7 @@ impl<S: Site> Controller<S> {
         };
         let stale = run.site != status.active_site
             || run.generation != status.topology_generation
-            || status.restore_in_place.is_some();
+            || restoring(status);
         if stale {
             tracing::info!(group = %self.group(), site = %run.site, generation = run.generation, "binlog archive: the active site or generation changed; the archiver stops");
             self.archive.stop();
