@@ -724,16 +724,9 @@ async fn counter_at(opts: mysql_async::Opts) -> i64 {
     v.unwrap_or(0)
 }
 
-/// Waits until the restore-in-place succeeded and every site replicates, then checks that the
-/// generation rose by one from `before` and that every site holds the counter `want` (a
-/// recloned replica applies what it copied: waited for, boundedly).
-async fn restored_everywhere(
-    r: &Running,
-    ports: &[u16],
-    app: &impl Fn(u16) -> mysql_async::Opts,
-    want: i64,
-    before: u64,
-) {
+/// Waits until the restore-in-place succeeded and every site replicates; checks that the
+/// generation rose by one from `before`. The state it saw.
+async fn restore_succeeded(r: &Running, before: u64) -> Value {
     let s = wait(
         r,
         "the restore's reclones to end and every site to replicate",
@@ -747,6 +740,20 @@ async fn restored_everywhere(
     )
     .await;
     assert_eq!(s["topologyGeneration"].as_u64().unwrap(), before + 1, "{s}");
+    s
+}
+
+/// Waits until the restore-in-place succeeded and every site replicates, then checks that the
+/// generation rose by one from `before` and that every site holds the counter `want` (a
+/// recloned replica applies what it copied: waited for, boundedly).
+async fn restored_everywhere(
+    r: &Running,
+    ports: &[u16],
+    app: &impl Fn(u16) -> mysql_async::Opts,
+    want: i64,
+    before: u64,
+) {
+    restore_succeeded(r, before).await;
     for port in ports {
         let mut v = counter_at(app(*port)).await;
         for _ in 0..100 {
@@ -908,19 +915,7 @@ async fn a_restore_to_a_time_after_two_failovers_keeps_the_ledger_up_to_that_tim
         &["--to-time", &to_time, "--confirm", "now", "--wait", "5m"],
     );
     assert_eq!(code, 0, "{out}{err}");
-    let s = wait(
-        &r,
-        "the restore's reclones to end and every site to replicate",
-        |s| {
-            s["restoreInPlace"]["phase"] == "Succeeded"
-                && s["sites"].as_array().is_some_and(|a| {
-                    a.iter()
-                        .all(|x| x["name"] == s["activeSite"] || x["replicating"] == true)
-                })
-        },
-    )
-    .await;
-    assert_eq!(s["topologyGeneration"].as_u64().unwrap(), before + 1, "{s}");
+    let s = restore_succeeded(&r, before).await;
     assert_eq!(s["binlogArchive"]["gaps"], 0, "{s}");
     let must: BTreeSet<u64> = log
         .acked
