@@ -154,6 +154,63 @@ pub async fn follow(
     settings: &ArchiveSettings,
     progress: &watch::Sender<Progress>,
 ) -> Result<(), ArchiveError> {
+    read_binlog(source, start, storage, settings, progress, None).await
+}
+
+/// Reads `source`'s binlog after `after` up to `end` (its last transaction, as its
+/// `gtid_binlog_pos` says), into segments of `settings`' generation and term, behind a fork of
+/// `fork_generation` at `after`; returns what it wrote. This is an old primary's tail that the
+/// archive had not read before a failover, once the old primary is reachable again: its
+/// segments are of the old generation past the fork, so the chain keeps them apart, in the
+/// lost tail, never replayed.
+///
+/// # Errors
+/// [`ArchiveError`]: the reader cannot start or ended before `end`, the bytes are not a
+/// binlog, or the target refuses a segment.
+pub async fn fetch_tail(
+    source: &Endpoint,
+    after: Gtid,
+    end: Gtid,
+    fork_generation: u64,
+    storage: &Storage,
+    settings: &ArchiveSettings,
+) -> Result<Progress, ArchiveError> {
+    // The fork first: the generation that took over holds the domain only up to `after`, so
+    // whatever older generation's segments come after it are the lost tail. (The archiver
+    // wrote the same fork when it held more than the new primary; a name is written once.)
+    let fork = bloodraven_core::binlog::Fork {
+        domain: after.domain,
+        generation: fork_generation,
+        at: after.seq,
+    };
+    storage.put_archived(&fork.name(), Vec::new()).await?;
+    let (tx, rx) = watch::channel(Progress::default());
+    if end.domain == after.domain && end.seq > after.seq {
+        let start = Start::After(after);
+        read_binlog(source, &start, storage, settings, &tx, Some(end)).await?;
+    }
+    Ok(rx.borrow().clone())
+}
+
+/// Whether `groups` reach `end` (a tail's last transaction).
+fn reaches(groups: &[stream::Group], end: Option<Gtid>) -> bool {
+    end.is_some_and(|e| {
+        groups
+            .iter()
+            .any(|g| g.domain == e.domain && g.seq >= e.seq)
+    })
+}
+
+/// Follows `source` after `start`; with `end`, only until a transaction at or past it is
+/// written.
+async fn read_binlog(
+    source: &Endpoint,
+    start: &Start,
+    storage: &Storage,
+    settings: &ArchiveSettings,
+    progress: &watch::Sender<Progress>,
+    end: Option<Gtid>,
+) -> Result<(), ArchiveError> {
     let tool = find_tool(READER_TOOL).map_err(|_| ArchiveError::ToolMissing)?;
     let dir = private_dir().map_err(ArchiveError::Options)?;
     let options = OptionsFile::write(&dir, "reader.cnf", source).map_err(ArchiveError::Options)?;
@@ -187,8 +244,12 @@ pub async fn follow(
                 source: e,
             })?;
             let format = reader.format().map(<[u8]>::to_vec).unwrap_or_default();
+            let reached = reaches(&groups, end);
             for g in groups {
                 cutter.push(&format, g).await?;
+            }
+            if reached {
+                return cutter.flush().await;
             }
             continue;
         }
@@ -207,8 +268,12 @@ pub async fn follow(
                     site: source.site.clone(),
                     source: e,
                 })?;
+                let reached = reaches(&groups, end);
                 for g in groups {
                     cutter.push(&format, g).await?;
+                }
+                if reached {
+                    return cutter.flush().await;
                 }
                 let _ = tokio::fs::remove_file(&old).await;
             }

@@ -4,6 +4,7 @@
 //! into an empty server up to a point, it gives exactly the rows written up to that point.
 //! A segment removed behind the archive's back is a gap named by its range.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bloodraven_core::binlog::mark::MigrationMark;
@@ -11,7 +12,7 @@ use bloodraven_core::binlog::{self, Chain, Entry, Gtid, StopAt};
 use bloodraven_launch::mysql::Launcher;
 use bloodraven_mysql::backup::Storage;
 use bloodraven_mysql::binlog::{
-    ArchiveSettings, Progress, ReplayTarget, Start, follow, piece_bytes, replay,
+    ArchiveSettings, Progress, ReplayTarget, Start, fetch_tail, follow, piece_bytes, replay,
 };
 use bloodraven_mysql::{Credentials, SiteClient};
 use bloodraven_testkit::s3::S3Server;
@@ -441,6 +442,91 @@ async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_
         replay_to(&scratch, &storage, &c, base.seq, ddl.seq - 1).await,
         before_ddl
     );
+}
+
+/// An old primary's tail that no archiver read: the archive stopped with the new primary's
+/// position, the old primary wrote on alone and died. Once it is back, its tail is fetched
+/// after the new primary's start, behind a fork there: kept apart as the lost tail, with its
+/// own generation, never replayed; the chain is the new primary's, with no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_primarys_unarchived_tail_is_fetched_once_it_is_back_and_kept_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::Dir(dir.path().join("backups"));
+    let (mut h, base) = group().await;
+    let (iad, pdx) = (h.admin(0).unwrap(), h.admin(1).unwrap());
+    let (a1, _) = spawn_archiver(&h, 0, base, &storage, (1, 1));
+    insert(&iad, 1..=50).await;
+    h.wait_replicas_caught_up(0, Duration::from_secs(30))
+        .await
+        .unwrap();
+    archived_up_to(&storage, position(&iad).await.seq).await;
+    // The archiver's leader dies and pdx stops receiving: what iad writes next is on iad alone.
+    a1.abort();
+    pdx.execute("STOP SLAVE").await.unwrap();
+    insert(&iad, 51..=80).await;
+    let tail_end = position(&iad).await;
+    h.kill(0).unwrap();
+    pdx.execute("RESET SLAVE ALL").await.unwrap();
+    pdx.execute("SET GLOBAL read_only=OFF").await.unwrap();
+    // Generation 2 on pdx: the archive holds exactly what pdx holds, so no fork is written.
+    let at = position(&pdx).await;
+    let r = binlog::resume(&chain(&storage).await, 0, Some(at), 2, None);
+    assert_eq!(r.fork, None);
+    let (a2, _) = spawn_archiver(&h, 1, r.after.unwrap(), &storage, (2, 1));
+    insert(&pdx, 1001..=1010).await;
+    let on_pdx = position(&pdx).await;
+    archived_up_to(&storage, on_pdx.seq).await;
+    a2.abort();
+
+    h.restart(0).await.unwrap();
+    let got = fetch_tail(
+        &endpoint(&h, 0, ARCHIVER, ARCHIVER_PW),
+        at,
+        tail_end,
+        2,
+        &storage,
+        &settings(1, 3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        got.last,
+        Some(tail_end),
+        "the whole tail, to its last transaction"
+    );
+    let c = chain(&storage).await;
+    let d = &c.domains[&0];
+    assert!(d.gaps.is_empty(), "{:?}", d.gaps);
+    let lost: Vec<u64> = d.lost.iter().flat_map(|p| p.from..=p.to).collect();
+    assert_eq!(lost, (at.seq + 1..=tail_end.seq).collect::<Vec<_>>());
+    assert!(d.lost.iter().all(|p| c.segment(p).generation == 1));
+    let scratch = scratch_server().await;
+    let chained: Vec<u64> = (1..=50).chain(1001..=1010).collect();
+    assert_eq!(
+        replay_to(&scratch, &storage, &c, base.seq, on_pdx.seq).await,
+        chained
+    );
+    // Fetched again by another term: a second copy of the same lost transactions at most;
+    // the chain and the set of lost transactions are unchanged.
+    fetch_tail(
+        &endpoint(&h, 0, ARCHIVER, ARCHIVER_PW),
+        at,
+        tail_end,
+        2,
+        &storage,
+        &settings(1, 4),
+    )
+    .await
+    .unwrap();
+    let again = chain(&storage).await;
+    assert_eq!(again.domains[&0].pieces.len(), d.pieces.len());
+    assert!(again.domains[&0].gaps.is_empty());
+    let lost_again: BTreeSet<u64> = again.domains[&0]
+        .lost
+        .iter()
+        .flat_map(|p| p.from..=p.to)
+        .collect();
+    assert_eq!(lost_again, lost.iter().copied().collect::<BTreeSet<u64>>());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
