@@ -796,16 +796,18 @@ fn archived_lasts(r: &Running) -> Vec<u64> {
         .collect()
 }
 
-/// Increments until the archive holds one (the archiver starts after the position of the
-/// poll that starts it): then it runs, and holds segments a backup taken next holds too.
+/// Increments until the archive holds one, or a later transaction (the archiver starts after
+/// the position of the poll that starts it): then it runs, and holds segments a backup taken
+/// next holds too.
 async fn until_archiving(r: &Running, primary: &mysql_async::Opts) {
     for _ in 0..60 {
         assert_eq!(increment(r).await["outcome"], "acknowledged");
         let at = position_at(primary.clone()).await;
         let seq: u64 = at.rsplit('-').next().unwrap().parse().unwrap();
-        // A segment is written about a second after its first transaction.
+        // A segment is written about a second after its first transaction; other writers
+        // (the ledger's) may end it past this one.
         for _ in 0..60 {
-            if archived_lasts(r).contains(&seq) {
+            if archived_lasts(r).iter().any(|&last| last >= seq) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -857,7 +859,10 @@ async fn written_ids(opts: mysql_async::Opts) -> BTreeSet<u64> {
 async fn a_restore_to_a_time_after_two_failovers_keeps_the_ledger_up_to_that_time() {
     use bloodraven_testkit::ledger::{Route, Writer};
     use mysql_async::prelude::Queryable;
+    let began = tokio::time::Instant::now();
+    let phase = |what: &str| eprintln!("{:>6.1} s  {what}", began.elapsed().as_secs_f64());
     let (r, _) = running_on_iad().await;
+    phase("started");
     let (mysql, app) = saved_mysql(&r, "app");
     let mut c = mysql_async::Conn::new(root_on(&r, "iad")).await.unwrap();
     c.query_drop(bloodraven_testkit::ledger::WRITES_TABLE_DDL)
@@ -877,32 +882,38 @@ async fn a_restore_to_a_time_after_two_failovers_keeps_the_ledger_up_to_that_tim
         .collect();
     let writer = Writer::start_routed(sites, Route::TryEvery, Duration::from_millis(20), 1);
     until_archiving(&r, &app(mysql[0])).await;
+    phase("archiving");
     let (code, out, err) = backup_id(&r, "now", "ledger1", "3m");
     assert_eq!(code, 0, "{out}{err}");
 
     chaos(&r, &["failover", "pdx"]);
+    phase("backup taken");
     wait(&r, "the planned failover to pdx", |s| {
         s["activeSite"] == "pdx" && s["deploy"]["stable"] == true
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(chaos(&r, &["kill-site", "pdx"]).contains("killed pdx"));
+    phase("planned failover done");
     wait(&r, "the emergency failover to iad", |s| {
         s["activeSite"] == "iad"
     })
     .await;
     chaos(&r, &["restart-site", "pdx"]);
+    phase("emergency failover done");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let t_ms = SystemClock.now().unix_millis();
     let t_s = t_ms.div_euclid(1000);
     tokio::time::sleep(Duration::from_secs(4)).await;
     let log = writer.stop().await;
     let survived = written_ids(app(mysql[0])).await;
+    phase("writer stopped");
     let at = position_at(app(mysql[0])).await;
     let s = wait(&r, "the archive at the primary's position", archived(at)).await;
     assert_eq!(s["binlogArchive"]["gaps"], 0, "{s}");
 
     let before = s["topologyGeneration"].as_u64().unwrap();
+    phase("archive caught up");
     let to_time = bloodraven_core::time::Timestamp::from_unix_seconds(t_s).to_rfc3339();
     let (code, out, err) = restore_cli(&r, &["--to-time", &to_time, "--check"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -916,6 +927,7 @@ async fn a_restore_to_a_time_after_two_failovers_keeps_the_ledger_up_to_that_tim
     );
     assert_eq!(code, 0, "{out}{err}");
     let s = restore_succeeded(&r, before).await;
+    phase("restore command returned");
     assert_eq!(s["binlogArchive"]["gaps"], 0, "{s}");
     let must: BTreeSet<u64> = log
         .acked
