@@ -320,26 +320,44 @@ async fn switchover_story(storage: Storage) {
     assert!(e.to_string().contains("missing"), "{e}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_old_tail_apart() {
+/// A group whose primary iad wrote ids 1 to 50, replicated everywhere, with an archiver of
+/// generation 1 (term 1) following iad: its directory, storage, servers, start and task.
+async fn fifty_archived_on_iad() -> (
+    tempfile::TempDir,
+    Storage,
+    Launcher,
+    Gtid,
+    tokio::task::JoinHandle<()>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let storage = Storage::Dir(dir.path().join("backups"));
-    let (mut h, base) = group().await;
-    let (iad, pdx) = (h.admin(0).unwrap(), h.admin(1).unwrap());
+    let (h, base) = group().await;
     let (a1, _) = spawn_archiver(&h, 0, base, &storage, (1, 1));
-    insert(&iad, 1..=50).await;
+    insert(&h.admin(0).unwrap(), 1..=50).await;
     h.wait_replicas_caught_up(0, Duration::from_secs(30))
         .await
         .unwrap();
+    (dir, storage, h, base, a1)
+}
+
+/// An emergency failover by hand: iad is killed, pdx stops replicating and takes writes.
+async fn iad_dies_pdx_takes_over(h: &mut Launcher, pdx: &SiteClient) {
+    h.kill(0).unwrap();
+    pdx.execute("RESET SLAVE ALL").await.unwrap();
+    pdx.execute("SET GLOBAL read_only=OFF").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_old_tail_apart() {
+    let (_dir, storage, mut h, base, a1) = fifty_archived_on_iad().await;
+    let (iad, pdx) = (h.admin(0).unwrap(), h.admin(1).unwrap());
     // pdx stops receiving: what iad writes next is archived but never reaches pdx.
     pdx.execute("STOP SLAVE").await.unwrap();
     insert(&iad, 51..=80).await;
     let on_iad = position(&iad).await;
     archived_up_to(&storage, on_iad.seq).await;
     a1.abort();
-    h.kill(0).unwrap();
-    pdx.execute("RESET SLAVE ALL").await.unwrap();
-    pdx.execute("SET GLOBAL read_only=OFF").await.unwrap();
+    iad_dies_pdx_takes_over(&mut h, &pdx).await;
 
     // Generation 2 on pdx: the archive holds more than pdx, so it forks at pdx's position.
     let at = position(&pdx).await;
@@ -450,24 +468,15 @@ async fn an_emergency_failover_that_lost_writes_forks_the_archive_and_keeps_the_
 /// own generation, never replayed; the chain is the new primary's, with no gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_primarys_unarchived_tail_is_fetched_once_it_is_back_and_kept_apart() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Storage::Dir(dir.path().join("backups"));
-    let (mut h, base) = group().await;
+    let (_dir, storage, mut h, base, a1) = fifty_archived_on_iad().await;
     let (iad, pdx) = (h.admin(0).unwrap(), h.admin(1).unwrap());
-    let (a1, _) = spawn_archiver(&h, 0, base, &storage, (1, 1));
-    insert(&iad, 1..=50).await;
-    h.wait_replicas_caught_up(0, Duration::from_secs(30))
-        .await
-        .unwrap();
     archived_up_to(&storage, position(&iad).await.seq).await;
     // The archiver's leader dies and pdx stops receiving: what iad writes next is on iad alone.
     a1.abort();
     pdx.execute("STOP SLAVE").await.unwrap();
     insert(&iad, 51..=80).await;
     let tail_end = position(&iad).await;
-    h.kill(0).unwrap();
-    pdx.execute("RESET SLAVE ALL").await.unwrap();
-    pdx.execute("SET GLOBAL read_only=OFF").await.unwrap();
+    iad_dies_pdx_takes_over(&mut h, &pdx).await;
     // Generation 2 on pdx: the archive holds exactly what pdx holds, so no fork is written.
     let at = position(&pdx).await;
     let r = binlog::resume(&chain(&storage).await, 0, Some(at), 2, None);
