@@ -496,7 +496,12 @@ impl GroupRuntime {
     /// as last observed), in the same write: the start `--before-migration` restores to.
     pub async fn grant(self: &Arc<Self>, req: GrantRequest) -> Result<Grant, RequestError> {
         let mut tokens = PrefilledTokens::from_os().map_err(|_| RequestError::Random)?;
-        let start = self.active_position();
+        // Read only for a migration: a hold's grant needs no position.
+        let start = if req.kind == LeaseKind::Migration {
+            self.active_position()
+        } else {
+            String::new()
+        };
         let (kind, op) = (req.kind, req.operation_id.clone());
         let (granted, at) = self
             .decide(true, move |next, gate, now| {
